@@ -1,0 +1,247 @@
+// core.cpp: the nanobind module trt_spec._core, the only bridge between Python and C++.
+//
+// Exposes the engine schema constants and weight formats (defined once in C++; the Python
+// builder reads them from here), the quantizers and CPU kernels (for the builder and the
+// kernel tests), sampling primitives, and the Runtime / Generator objects. Runtime errors map
+// to Python exceptions: EngineFileError (a ValueError subclass), ValueError, RuntimeError.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <cstring>
+#include <memory>
+
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/quantize.h"
+#include "kernels/philox.h"
+#include "runtime/cpu_backend.h"
+#include "runtime/engine_file.h"
+#include "runtime/errors.h"
+#include "runtime/generator.h"
+#include "runtime/runtime.h"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+using namespace trt_spec;
+
+namespace {
+
+using U8Array = nb::ndarray<const uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+using F32Matrix = nb::ndarray<const float, nb::ndim<2>, nb::c_contig, nb::device::cpu>;
+using F32Vector = nb::ndarray<const float, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+
+template <typename T>
+nb::ndarray<nb::numpy, T> owned_array(std::vector<T>&& v, std::initializer_list<size_t> shape) {
+  auto* heap = new std::vector<T>(std::move(v));
+  nb::capsule owner(heap, [](void* p) noexcept { delete static_cast<std::vector<T>*>(p); });
+  return nb::ndarray<nb::numpy, T>(heap->data(), shape, owner);
+}
+
+void check_blob(const U8Array& blob, WeightType t, int64_t rows, int64_t cols) {
+  if (rows <= 0 || cols <= 0) throw InvalidArgument("rows and cols must be positive");
+  if (weight_type_needs_groups(t) && cols % kQ4SuperBlock != 0)
+    throw InvalidArgument("q8/q4 need cols to be a multiple of 64");
+  if (blob.shape(0) != weight_blob_bytes(t, rows, cols))
+    throw InvalidArgument("blob has " + std::to_string(blob.shape(0)) + " bytes, expected " +
+                          std::to_string(weight_blob_bytes(t, rows, cols)));
+}
+
+// A 64-byte aligned copy of a blob (kernels assume aligned sections).
+std::shared_ptr<uint8_t> aligned_copy(const U8Array& blob) {
+  size_t n = align_up(blob.shape(0), 64);
+  std::shared_ptr<uint8_t> p(static_cast<uint8_t*>(std::aligned_alloc(64, n)), std::free);
+  std::memcpy(p.get(), blob.data(), blob.shape(0));
+  return p;
+}
+
+}  // namespace
+
+NB_MODULE(_core, m) {
+  m.doc() = "trt-spec native core: engine format, kernels and runtime";
+
+  static nb::exception<EngineFileError> engine_file_error(m, "EngineFileError", PyExc_ValueError);
+  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const InvalidArgument& e) {
+      PyErr_SetString(PyExc_ValueError, e.what());
+    } catch (const std::invalid_argument& e) {
+      PyErr_SetString(PyExc_ValueError, e.what());
+    }
+  });
+
+  // ---- engine schema -------------------------------------------------------------------
+  m.attr("ENGINE_MAGIC") = nb::bytes(kEngineMagic, 8);
+  m.attr("ENGINE_FORMAT_VERSION") = kEngineFormatVersion;
+  m.attr("ENGINE_HEADER_BYTES") = kEngineHeaderBytes;
+  m.attr("DATA_ALIGN") = kDataAlign;
+  m.attr("SECTION_ALIGN") = kSectionAlign;
+  m.attr("QUANT_GROUP") = kQuantGroup;
+  m.attr("Q4_SUPER_BLOCK") = kQ4SuperBlock;
+
+  nb::enum_<WeightType>(m, "WeightType", "Weight storage types (kernels/weight_format.h)")
+      .value("F32", WeightType::F32)
+      .value("F16", WeightType::F16)
+      .value("BF16", WeightType::BF16)
+      .value("Q8", WeightType::Q8)
+      .value("Q4", WeightType::Q4);
+  m.def("weight_type_name", &weight_type_name, "t"_a, "Name used in engine metadata");
+  m.def("weight_type_from_name", &weight_type_from_name, "name"_a);
+  m.def("weight_blob_bytes", &weight_blob_bytes, "t"_a, "rows"_a, "cols"_a,
+        "Bytes of a [rows, cols] tensor of type t in an engine file");
+
+  m.def(
+      "checksum64",
+      [](U8Array data) {
+        nb::gil_scoped_release release;
+        return checksum64(data.data(), data.shape(0));
+      },
+      "data"_a, "The engine file's 64-bit checksum of a uint8 array");
+
+  // ---- quantizers and CPU kernels --------------------------------------------------------
+  m.def(
+      "quantize_weight",
+      [](F32Matrix w, WeightType t) {
+        const int64_t rows = w.shape(0), cols = w.shape(1);
+        if (weight_type_needs_groups(t) && cols % kQ4SuperBlock != 0)
+          throw InvalidArgument("q8/q4 need cols to be a multiple of 64, got " +
+                                std::to_string(cols));
+        std::vector<uint8_t> blob(weight_blob_bytes(t, rows, cols));
+        {
+          nb::gil_scoped_release release;
+          cpu::quantize_weight(w.data(), rows, cols, t, blob.data());
+        }
+        size_t n = blob.size();
+        return owned_array<uint8_t>(std::move(blob), {n});
+      },
+      "w"_a, "t"_a, "Encode a float32 [rows, cols] matrix as an engine blob (uint8)");
+  m.def(
+      "dequantize_weight",
+      [](U8Array blob, WeightType t, int64_t rows, int64_t cols) {
+        check_blob(blob, t, rows, cols);
+        auto aligned = aligned_copy(blob);
+        std::vector<float> out(static_cast<size_t>(rows) * cols);
+        {
+          nb::gil_scoped_release release;
+          cpu::dequantize_weight(WeightView{t, rows, cols, aligned.get()}, out.data());
+        }
+        return owned_array<float>(std::move(out), {static_cast<size_t>(rows),
+                                                   static_cast<size_t>(cols)});
+      },
+      "blob"_a, "t"_a, "rows"_a, "cols"_a, "Reference decode of a blob to float32 [rows, cols]");
+  m.def("cpu_isas", &cpu::supported_isas, "Instruction sets this CPU runs kernels for");
+  m.def(
+      "cpu_matmul",
+      [](U8Array blob, WeightType t, int64_t rows, int64_t cols, F32Matrix x,
+         const std::string& isa, int64_t r0, int64_t r1) {
+        check_blob(blob, t, rows, cols);
+        if (static_cast<int64_t>(x.shape(1)) != cols)
+          throw InvalidArgument("x must have cols columns");
+        const cpu::MatmulKernels* k = cpu::matmul_kernels_for(isa.c_str());
+        if (!k) throw InvalidArgument("this CPU cannot run ISA '" + isa + "'");
+        if (r1 < 0) r1 = rows;
+        if (r0 < 0 || r0 > r1 || r1 > rows) throw InvalidArgument("bad row range");
+        const int M = static_cast<int>(x.shape(0));
+        auto aligned = aligned_copy(blob);
+        WeightView w{t, rows, cols, aligned.get()};
+        std::vector<float> y(static_cast<size_t>(M) * rows, 0.0f);
+        {
+          nb::gil_scoped_release release;
+          if (weight_type_needs_groups(t)) {
+            std::shared_ptr<void> buf(std::aligned_alloc(64, align_up(cpu::quant_acts_bytes(M, cols), 64)),
+                                      std::free);
+            cpu::QuantActs qa = cpu::quant_acts_view(buf.get(), M, static_cast<int>(cols));
+            k->quantize_acts(x.data(), 0, M, qa);
+            k->matmul_quant(w, qa, M, y.data(), rows, r0, r1);
+          } else {
+            k->matmul_float(w, x.data(), M, y.data(), rows, r0, r1);
+          }
+        }
+        return owned_array<float>(std::move(y), {static_cast<size_t>(M), static_cast<size_t>(rows)});
+      },
+      "blob"_a, "t"_a, "rows"_a, "cols"_a, "x"_a, "isa"_a, "r0"_a = 0, "r1"_a = -1,
+      "y [M, rows] = x @ W^T with one ISA's kernel (rows outside [r0, r1) stay 0)");
+
+  // ---- sampling ---------------------------------------------------------------------------
+  m.def("philox_uniform", &philox_uniform, "seed"_a, "step"_a, "lane"_a, "stream"_a,
+        "The uniform number in [0, 1) every backend draws for (seed, step, lane, stream)");
+  m.def(
+      "sample_row",
+      [](F32Vector logits, float temperature, int top_k, float top_p, uint64_t seed,
+         uint64_t step, uint32_t lane) {
+        SamplingParams p{temperature, top_k, top_p, seed};
+        GenerateRequest probe;
+        probe.prompt = {0};
+        probe.sampling = p;
+        validate_request(probe, static_cast<int>(logits.shape(0)), 1);
+        return sample_row(logits.data(), static_cast<int>(logits.shape(0)), p, step, lane);
+      },
+      "logits"_a, "temperature"_a, "top_k"_a, "top_p"_a, "seed"_a, "step"_a, "lane"_a = 0,
+      "Draw one token from a logits row by the rule of kernels/sampling.h");
+
+  // ---- runtime ----------------------------------------------------------------------------
+  nb::class_<Runtime>(m, "Runtime", "An opened engine file with its backend and target model")
+      .def(
+          "__init__",
+          [](Runtime* self, const std::string& path, const std::string& device, int n_threads,
+             bool verify, int prefill_chunk) {
+            RuntimeOptions o;
+            o.device = device;
+            o.n_threads = n_threads;
+            o.verify_checksums = verify;
+            o.prefill_chunk = prefill_chunk;
+            nb::gil_scoped_release release;
+            new (self) Runtime(path, o);
+          },
+          "path"_a, "device"_a = "cpu", "n_threads"_a = 0, "verify"_a = true,
+          "prefill_chunk"_a = 256)
+      .def_prop_ro("metadata_json", [](Runtime& r) { return r.file().json_text(); })
+      .def_prop_ro("max_seq_len", &Runtime::max_seq_len)
+      .def_prop_ro("max_batch", &Runtime::max_batch)
+      .def_prop_ro("vocab_size", &Runtime::vocab_size)
+      .def_prop_ro("backend_name", [](Runtime& r) { return r.backend().name(); })
+      .def_prop_ro("threads", [](Runtime& r) { return r.backend().threads(); })
+      .def_prop_ro("weight_bytes", [](Runtime& r) { return r.target().weight_bytes(); })
+      .def_prop_ro("kv_bytes", [](Runtime& r) { return r.target().kv_bytes(); })
+      .def(
+          "prompt_logits",
+          [](Runtime& r, const std::vector<int32_t>& tokens) {
+            std::vector<float> out;
+            {
+              nb::gil_scoped_release release;
+              out = r.prompt_logits(tokens);
+            }
+            size_t V = static_cast<size_t>(r.vocab_size());
+            return owned_array<float>(std::move(out), {tokens.size(), V});
+          },
+          "tokens"_a, "Logits [n, vocab] of every position of a prompt (target model)");
+
+  nb::class_<Generator>(m, "Generator", "One request's token loop on a Runtime")
+      .def(nb::init<Runtime&, int>(), "runtime"_a, "slot"_a = 0, nb::keep_alive<1, 2>())
+      .def(
+          "start",
+          [](Generator& g, const std::vector<int32_t>& prompt, int max_new_tokens,
+             float temperature, int top_k, float top_p, uint64_t seed,
+             const std::vector<int32_t>& stop_ids) {
+            GenerateRequest req;
+            req.prompt = prompt;
+            req.max_new_tokens = max_new_tokens;
+            req.sampling = SamplingParams{temperature, top_k, top_p, seed};
+            req.stop_ids = stop_ids;
+            g.start(req);
+          },
+          "prompt"_a, "max_new_tokens"_a, "temperature"_a, "top_k"_a, "top_p"_a, "seed"_a,
+          "stop_ids"_a)
+      .def(
+          "step",
+          [](Generator& g) {
+            nb::gil_scoped_release release;
+            return g.step();
+          },
+          "The tokens that became final in this step (the first call prefills)")
+      .def_prop_ro("done", &Generator::done)
+      .def_prop_ro("stop_reason", [](Generator& g) { return stop_reason_name(g.stop_reason()); })
+      .def_prop_ro("generated", &Generator::generated)
+      .def_prop_ro("context_len", &Generator::context_len);
+}

@@ -1,0 +1,370 @@
+// matmul_impl.h: the ISA-generic body of the CPU matmul kernels.
+//
+// Included by matmul_avx2.cpp and matmul_avx512.cpp after each defines `struct Isa`, its vector
+// primitives (see matmul_avx2.cpp for the list). Everything here lives in an anonymous namespace,
+// so the two translation units, built with different -m flags, never share a symbol.
+//
+// Both translation units are built with different -m flags, so this code calls no inline
+// function with external linkage that the compiler might emit out of line (the linker would
+// keep one copy, possibly the AVX-512 one, for both): no std::min/max, and section pointers are
+// computed by section_ptr() below instead of WeightView::section().
+//
+// Structure (both ISAs): a tile computes R output rows x MT activation rows over a column range,
+// keeping R*MT vector accumulators in registers and loading each weight vector once for the MT
+// rows. drive() walks the tiles: for M <= 9 one M tile holds every row of x, so each weight is
+// read once; for larger M, tiles of 2 x 6 are run over column blocks of kc columns sized so the
+// activation block stays in L2, accumulating into y between blocks.
+//
+// Quantized weights: per group of 32 columns the integer dot product of the weight codes with the
+// int8 activations (Isa::dot_q4 / Isa::dot_q8, 8 int32 partial sums) is converted to float and
+// multiplied by d_w * d_x; the offset term sum_g o_w[g] * ds[g] (Q4: o_w = m; Q8 with unsigned
+// codes: o_w = -128 * d_w) is a separate vector FMA per 8 groups.
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+#include <stdexcept>
+
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/quantize.h"
+#include "kernels/weight_format.h"
+
+namespace trt_spec::cpu {
+namespace {
+
+constexpr int kMaxSmallM = 9;                                       // M held in one tile
+constexpr int kSmallRows[kMaxSmallM + 1] = {1, 4, 4, 3, 2, 2, 2, 1, 1, 1};  // R for that M
+constexpr int kBigRows = 2, kBigM = 6;                              // tile for M > 9
+constexpr int64_t kL2Budget = 192 * 1024;                           // activation block bytes
+
+template <class V>
+inline V imin(V a, V b) { return a < b ? a : b; }
+template <class V>
+inline V imax(V a, V b) { return a < b ? b : a; }
+
+// Start of section s of w: the layout of kernels/weight_format.h (sections padded to
+// kSectionAlign), for the Q8 / Q4 sections the kernels read.
+inline const uint8_t* section_ptr(const WeightView& w, int s) {
+  const size_t n = static_cast<size_t>(w.rows) * static_cast<size_t>(w.cols);
+  const size_t a = kSectionAlign;
+  const size_t codes = ((w.type == WeightType::Q4 ? n / 2 : n) + a - 1) / a * a;
+  const size_t scales = (n / kQuantGroup * 2 + a - 1) / a * a;
+  return w.data + (s == 0 ? 0 : (s == 1 ? codes : codes + scales));
+}
+
+inline float hsum256(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// Calls tile(R, MT, r, m, c0, c1, accumulate) over rows [r0, r1), M activation rows and column
+// blocks of kc (a multiple of the tile's column step).
+template <class Tile>
+void drive(int M, int64_t r0, int64_t r1, int64_t cols, int64_t kc, const Tile& tile) {
+  const int R = M <= kMaxSmallM ? kSmallRows[M] : kBigRows;
+  const int MT = M <= kMaxSmallM ? M : kBigM;
+  for (int64_t c0 = 0; c0 < cols; c0 += kc) {
+    const int64_t c1 = imin(cols, c0 + kc);
+    int64_t r = r0;
+    for (; r + R <= r1; r += R)
+      for (int m = 0; m < M; m += MT) tile(R, imin(MT, M - m), r, m, c0, c1, c0 > 0);
+    for (; r < r1; ++r)
+      for (int m = 0; m < M; m += MT) tile(1, imin(MT, M - m), r, m, c0, c1, c0 > 0);
+  }
+}
+
+// The (R, MT) pairs drive() can ask for, as a dispatch table for a tile template K<R, MT>.
+template <template <int, int> class K, class Fn>
+Fn tile_fn(int R, int MT) {
+#define TRT_SPEC_TILE(r, mt) \
+  if (R == r && MT == mt) return &K<r, mt>::run;
+  TRT_SPEC_TILE(4, 1) TRT_SPEC_TILE(4, 2) TRT_SPEC_TILE(3, 3) TRT_SPEC_TILE(2, 1)
+  TRT_SPEC_TILE(2, 2) TRT_SPEC_TILE(2, 3) TRT_SPEC_TILE(2, 4) TRT_SPEC_TILE(2, 5)
+  TRT_SPEC_TILE(2, 6) TRT_SPEC_TILE(1, 1) TRT_SPEC_TILE(1, 2) TRT_SPEC_TILE(1, 3)
+  TRT_SPEC_TILE(1, 4) TRT_SPEC_TILE(1, 5) TRT_SPEC_TILE(1, 6) TRT_SPEC_TILE(1, 7)
+  TRT_SPEC_TILE(1, 8) TRT_SPEC_TILE(1, 9)
+#undef TRT_SPEC_TILE
+  __builtin_unreachable();
+}
+
+// ------------------------------------------------------------------------------------------
+// Float weights (F32 / F16 / BF16).
+
+template <WeightType T>
+inline float load_scalar(const uint8_t* row, int64_t c) {
+  if constexpr (T == WeightType::F32) {
+    return reinterpret_cast<const float*>(row)[c];
+  } else {
+    const uint16_t h = reinterpret_cast<const uint16_t*>(row)[c];
+    return T == WeightType::F16 ? f16_to_f32(h) : bf16_to_f32(h);
+  }
+}
+
+struct FloatArgs {
+  const uint8_t* w;  // weight row 0
+  int64_t wstride;   // bytes per weight row
+  const float* x;    // [M, cols]
+  int64_t cols;
+  float* y;
+  int64_t ldy;
+};
+
+template <WeightType T>
+struct FloatTile {
+  template <int R, int MT>
+  struct K {
+    static void run(const FloatArgs& a, int64_t r0, int m0, int64_t c0, int64_t c1, bool accum) {
+      using VF = typename Isa::VF;
+      VF acc[R][MT];
+#pragma GCC unroll 16
+      for (int r = 0; r < R; ++r)
+#pragma GCC unroll 16
+        for (int m = 0; m < MT; ++m) acc[r][m] = Isa::zero();
+      const uint8_t* w = a.w + r0 * a.wstride;        // [R, cols] rows of W
+      const float* x = a.x + int64_t{m0} * a.cols;  // [MT, cols] rows of x
+      int64_t c = c0;
+      for (; c + Isa::W <= c1; c += Isa::W) {
+        VF wv[R];
+#pragma GCC unroll 16
+        for (int r = 0; r < R; ++r) wv[r] = Isa::template load_w<T>(w + r * a.wstride, c);
+#pragma GCC unroll 16
+        for (int m = 0; m < MT; ++m) {
+          const VF xv = Isa::loadu(x + m * a.cols + c);
+#pragma GCC unroll 16
+          for (int r = 0; r < R; ++r) acc[r][m] = Isa::fma(wv[r], xv, acc[r][m]);
+        }
+      }
+      float tail[R][MT] = {};
+      for (; c < c1; ++c)
+        for (int r = 0; r < R; ++r) {
+          const float wr = load_scalar<T>(w + r * a.wstride, c);
+          for (int m = 0; m < MT; ++m) tail[r][m] += wr * x[m * a.cols + c];
+        }
+      for (int r = 0; r < R; ++r)
+        for (int m = 0; m < MT; ++m) {
+          float& out = a.y[(m0 + m) * a.ldy + r0 + r];
+          const float v = Isa::hsum(acc[r][m]) + tail[r][m];
+          out = accum ? out + v : v;
+        }
+    }
+  };
+};
+
+template <WeightType T>
+void matmul_float_t(WeightView w, const float* x, int M, float* y, int64_t ldy, int64_t r0,
+                    int64_t r1) {
+  using Fn = void (*)(const FloatArgs&, int64_t, int, int64_t, int64_t, bool);
+  const int64_t esize = T == WeightType::F32 ? 4 : 2;
+  const FloatArgs a{w.data, w.cols * esize, x, w.cols, y, ldy};
+  int64_t kc = w.cols;
+  if (M > kMaxSmallM) kc = imax<int64_t>(256, kL2Budget / (int64_t{M} * 4) / 64 * 64);
+  drive(M, r0, r1, w.cols, kc, [&](int R, int MT, int64_t r, int m, int64_t c0, int64_t c1,
+                                   bool accum) {
+    tile_fn<FloatTile<T>::template K, Fn>(R, MT)(a, r, m, c0, c1, accum);
+  });
+}
+
+void matmul_float(WeightView w, const float* x, int M, float* y, int64_t ldy, int64_t r0,
+                  int64_t r1) {
+  switch (w.type) {
+    case WeightType::F32: return matmul_float_t<WeightType::F32>(w, x, M, y, ldy, r0, r1);
+    case WeightType::F16: return matmul_float_t<WeightType::F16>(w, x, M, y, ldy, r0, r1);
+    case WeightType::BF16: return matmul_float_t<WeightType::BF16>(w, x, M, y, ldy, r0, r1);
+    default: throw std::invalid_argument("matmul_float: weight type is not F32/F16/BF16");
+  }
+}
+
+// ------------------------------------------------------------------------------------------
+// Activation quantization: per group of 32, d = max|x| / 127, q = round_even(x / d).
+
+void quantize_acts(const float* x, int m0, int m1, QuantActs out) {
+  const int cols = out.cols, groups = cols / kQuantGroup;
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  const __m256i perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  for (int m = m0; m < m1; ++m) {
+    const float* xr = x + int64_t{m} * cols;  // [cols]
+    for (int g = 0; g < groups; ++g) {
+      const float* p = xr + g * kQuantGroup;
+      __m256 v[4];
+      for (int i = 0; i < 4; ++i) v[i] = _mm256_loadu_ps(p + 8 * i);
+      __m256 amax = _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign, v[0]),
+                                                _mm256_andnot_ps(sign, v[1])),
+                                  _mm256_max_ps(_mm256_andnot_ps(sign, v[2]),
+                                                _mm256_andnot_ps(sign, v[3])));
+      __m128 a4 = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
+      a4 = _mm_max_ps(a4, _mm_movehl_ps(a4, a4));
+      a4 = _mm_max_ss(a4, _mm_movehdup_ps(a4));
+      const float d = _mm_cvtss_f32(a4) / 127.0f;
+      const __m256 id = _mm256_set1_ps(d > 0.0f ? 1.0f / d : 0.0f);
+      __m256i q[4];  // cvtps rounds to nearest even under the default MXCSR
+      for (int i = 0; i < 4; ++i) q[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], id));
+      const __m256i s32 = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]),
+                                           _mm256_add_epi32(q[2], q[3]));
+      __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s32), _mm256_extracti128_si256(s32, 1));
+      s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
+      s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
+      // packs work per 128-bit lane: q0 q1 -> [q0lo q1lo | q0hi q1hi]; the permute restores order.
+      const __m256i p8 = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]),
+                                            _mm256_packs_epi32(q[2], q[3]));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out.q + int64_t{m} * cols + g * kQuantGroup),
+                          _mm256_permutevar8x32_epi32(p8, perm));
+      out.d[int64_t{m} * groups + g] = d;
+      out.ds[int64_t{m} * groups + g] = d * static_cast<float>(_mm_cvtsi128_si32(s4));
+    }
+  }
+}
+
+// ------------------------------------------------------------------------------------------
+// Quantized weights (Q8 / Q4).
+
+struct QuantArgs {
+  WeightView w;
+  const uint8_t* codes;  // section 0
+  const uint16_t* d;     // [rows, groups] f16 scales
+  const uint16_t* m;     // [rows, groups] f16 offsets (Q4 only)
+  const QuantActs* x;
+  float* y;
+  int64_t ldy;
+};
+
+// 8 consecutive f16 values (n <= 8 of them, the rest zero) as floats.
+inline __m256 load8_f16(const uint16_t* p, int n) {
+  if (n == 8) return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  alignas(16) uint16_t t[8] = {};
+  std::memcpy(t, p, n * 2);
+  return _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(t)));
+}
+
+inline __m256 load8_f32(const float* p, int n) {
+  if (n == 8) return _mm256_loadu_ps(p);
+  alignas(32) float t[8] = {};
+  std::memcpy(t, p, n * 4);
+  return _mm256_load_ps(t);
+}
+
+template <WeightType T>
+struct QuantTile {
+  static constexpr bool kOffsets = T == WeightType::Q4 || Isa::kQ8Bias != 0.0f;
+
+  template <int R, int MT>
+  struct K {
+    static void run(const QuantArgs& a, int64_t r0, int m0, int64_t c0, int64_t c1, bool accum) {
+      const int64_t cols = a.w.cols, groups = cols / kQuantGroup;
+      const int8_t* xq = a.x->q + int64_t{m0} * cols;  // [MT, cols]
+      __m256 acc[R][MT];
+#pragma GCC unroll 16
+      for (int r = 0; r < R; ++r)
+#pragma GCC unroll 16
+        for (int m = 0; m < MT; ++m) acc[r][m] = _mm256_setzero_ps();
+      alignas(32) float sc[R][MT][8];  // d_w * d_x for the 8 groups of the current chunk
+
+      for (int64_t g0 = c0 / kQuantGroup; g0 < c1 / kQuantGroup; g0 += 8) {
+        const int ng = static_cast<int>(imin<int64_t>(8, c1 / kQuantGroup - g0));
+        __m256 dw[R], ow[R];
+#pragma GCC unroll 16
+        for (int r = 0; r < R; ++r) {
+          dw[r] = load8_f16(a.d + (r0 + r) * groups + g0, ng);
+          if constexpr (T == WeightType::Q4) {
+            ow[r] = load8_f16(a.m + (r0 + r) * groups + g0, ng);
+          } else if constexpr (kOffsets) {
+            ow[r] = _mm256_mul_ps(dw[r], _mm256_set1_ps(Isa::kQ8Bias));
+          }
+        }
+#pragma GCC unroll 16
+        for (int m = 0; m < MT; ++m) {
+          const int64_t gi = (m0 + m) * groups + g0;
+          const __m256 dx = load8_f32(a.x->d + gi, ng);
+          const __m256 ds = kOffsets ? load8_f32(a.x->ds + gi, ng) : _mm256_setzero_ps();
+#pragma GCC unroll 16
+          for (int r = 0; r < R; ++r) {
+            _mm256_store_ps(sc[r][m], _mm256_mul_ps(dw[r], dx));
+            if constexpr (kOffsets) acc[r][m] = _mm256_fmadd_ps(ow[r], ds, acc[r][m]);
+          }
+        }
+        if constexpr (T == WeightType::Q4) {
+          for (int j = 0; j < ng; j += 2) {  // one 64-column super-block: groups j, j + 1
+            const int64_t g = g0 + j;
+            __m256i lo[R], hi[R];
+#pragma GCC unroll 16
+            for (int r = 0; r < R; ++r)
+              Isa::q4_unpack(a.codes + (r0 + r) * (cols / 2) + g * (kQuantGroup / 2), lo[r],
+                             hi[r]);
+#pragma GCC unroll 16
+            for (int m = 0; m < MT; ++m) {
+              const int8_t* xp = xq + m * cols + g * kQuantGroup;
+              const __m256i xl = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xp));
+              const __m256i xh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xp + 32));
+#pragma GCC unroll 16
+              for (int r = 0; r < R; ++r) {
+                const __m256 pl = _mm256_cvtepi32_ps(Isa::dot_q4(lo[r], xl));
+                const __m256 ph = _mm256_cvtepi32_ps(Isa::dot_q4(hi[r], xh));
+                acc[r][m] = _mm256_fmadd_ps(pl, _mm256_broadcast_ss(&sc[r][m][j]), acc[r][m]);
+                acc[r][m] = _mm256_fmadd_ps(ph, _mm256_broadcast_ss(&sc[r][m][j + 1]), acc[r][m]);
+              }
+            }
+          }
+        } else {
+          for (int j = 0; j < ng; ++j) {  // one group of 32 columns
+            const int64_t g = g0 + j;
+            typename Isa::Q8Prep wp[R];
+#pragma GCC unroll 16
+            for (int r = 0; r < R; ++r)
+              wp[r] = Isa::q8_prep(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(
+                  a.codes + (r0 + r) * cols + g * kQuantGroup)));
+#pragma GCC unroll 16
+            for (int m = 0; m < MT; ++m) {
+              const __m256i xv = _mm256_loadu_si256(
+                  reinterpret_cast<const __m256i*>(xq + m * cols + g * kQuantGroup));
+#pragma GCC unroll 16
+              for (int r = 0; r < R; ++r) {
+                const __m256 p = _mm256_cvtepi32_ps(Isa::dot_q8(wp[r], xv));
+                acc[r][m] = _mm256_fmadd_ps(p, _mm256_broadcast_ss(&sc[r][m][j]), acc[r][m]);
+              }
+            }
+          }
+        }
+      }
+      for (int r = 0; r < R; ++r)
+        for (int m = 0; m < MT; ++m) {
+          float& out = a.y[(m0 + m) * a.ldy + r0 + r];
+          const float v = hsum256(acc[r][m]);
+          out = accum ? out + v : v;
+        }
+    }
+  };
+};
+
+template <WeightType T>
+void matmul_quant_t(WeightView w, const QuantActs& x, int M, float* y, int64_t ldy, int64_t r0,
+                    int64_t r1) {
+  using Fn = void (*)(const QuantArgs&, int64_t, int, int64_t, int64_t, bool);
+  const QuantArgs a{w,
+                    section_ptr(w, 0),
+                    reinterpret_cast<const uint16_t*>(section_ptr(w, 1)),
+                    reinterpret_cast<const uint16_t*>(section_ptr(w, 2)),
+                    &x,
+                    y,
+                    ldy};
+  int64_t kc = w.cols;
+  if (M > kMaxSmallM) kc = imax<int64_t>(256, kL2Budget / M / 256 * 256);
+  drive(M, r0, r1, w.cols, kc, [&](int R, int MT, int64_t r, int m, int64_t c0, int64_t c1,
+                                   bool accum) {
+    tile_fn<QuantTile<T>::template K, Fn>(R, MT)(a, r, m, c0, c1, accum);
+  });
+}
+
+void matmul_quant(WeightView w, const QuantActs& x, int M, float* y, int64_t ldy, int64_t r0,
+                  int64_t r1) {
+  switch (w.type) {
+    case WeightType::Q8: return matmul_quant_t<WeightType::Q8>(w, x, M, y, ldy, r0, r1);
+    case WeightType::Q4: return matmul_quant_t<WeightType::Q4>(w, x, M, y, ldy, r0, r1);
+    default: throw std::invalid_argument("matmul_quant: weight type is not Q8/Q4");
+  }
+}
+
+}  // namespace
+}  // namespace trt_spec::cpu

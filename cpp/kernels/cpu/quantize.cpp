@@ -1,0 +1,284 @@
+// quantize.cpp: portable weight quantization (F16/BF16/Q8/Q4 encoders), the reference decode and
+// exact scalar f16/bf16 conversions. No ISA-specific code: this file builds without -m flags.
+#include "kernels/cpu/quantize.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace trt_spec::cpu {
+namespace {
+
+inline uint32_t float_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+inline float bits_float(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// Round to nearest integer, ties to even, for |v| < 2^22 (default FP rounding mode).
+inline float round_ne(float v) {
+  constexpr float kMagic = 12582912.0f;  // 1.5 * 2^23
+  return (v + kMagic) - kMagic;
+}
+
+// Q8, one group of 32: d = max|w| / 127 (f16), q = round(w / d) + 128.
+void quantize_group_q8(const float* x, uint8_t* q, uint16_t* d_out) {
+  float amax = 0.0f;
+  for (int i = 0; i < kQuantGroup; ++i) amax = std::max(amax, std::fabs(x[i]));
+  const uint16_t dh = f32_to_f16(amax / 127.0f);
+  const float d = f16_to_f32(dh);
+  const float id = d > 0.0f ? 1.0f / d : 0.0f;
+  for (int i = 0; i < kQuantGroup; ++i) {
+    const float v = std::min(127.0f, std::max(-127.0f, round_ne(x[i] * id)));
+    q[i] = static_cast<uint8_t>(static_cast<int>(v) + 128);
+  }
+  *d_out = dh;
+}
+
+// Codes of a Q4 group for given (d, m) after rounding both to f16; returns the squared error of
+// the decode d16 * code + m16 (exactly what dequantization computes).
+float q4_codes_rounded(const float* x, float d, float m, uint8_t* codes, uint16_t* dh,
+                       uint16_t* mh) {
+  *dh = f32_to_f16(d);
+  *mh = f32_to_f16(m);
+  const float df = f16_to_f32(*dh);
+  const float mf = f16_to_f32(*mh);
+  const float id = df > 0.0f ? 1.0f / df : 0.0f;
+  float err = 0.0f;
+  for (int i = 0; i < kQuantGroup; ++i) {
+    const float c = std::min(15.0f, std::max(0.0f, round_ne((x[i] - mf) * id)));
+    codes[i] = static_cast<uint8_t>(c);
+    const float e = df * c + mf - x[i];
+    err += e * e;
+  }
+  return err;
+}
+
+// Q4, one group of 32: value = d * code + m. Tries min/max, then a search over scales in the
+// spirit of llama.cpp's make_qkx2_quants: for each trial scale, assign codes, solve the 2x2
+// least-squares problem for (d, m) given the codes, and keep the fit with the least squared
+// error; the winner is re-encoded with f16-rounded (d, m) and kept only if it beats min/max.
+void quantize_group_q4(const float* x, uint8_t* codes, uint16_t* d_out, uint16_t* m_out) {
+  float lo = x[0], hi = x[0];
+  for (int i = 1; i < kQuantGroup; ++i) {
+    lo = std::min(lo, x[i]);
+    hi = std::max(hi, x[i]);
+  }
+  if (!(hi > lo)) {  // constant group (or NaN): all codes 0, value = m
+    std::memset(codes, 0, kQuantGroup);
+    *d_out = 0;
+    *m_out = f32_to_f16(lo);
+    return;
+  }
+  const float range = hi - lo;
+  float best_err = q4_codes_rounded(x, range / 15.0f, lo, codes, d_out, m_out);
+
+  float sx = 0.0f, sxx = 0.0f;
+  for (int i = 0; i < kQuantGroup; ++i) {
+    sx += x[i];
+    sxx += x[i] * x[i];
+  }
+  constexpr int kSteps = 16;
+  constexpr float n = kQuantGroup;
+  float fit_err = INFINITY, fit_d = 0.0f, fit_m = 0.0f;
+  for (int s = 0; s <= kSteps; ++s) {
+    const float iscale = (14.0f + 2.0f * s / kSteps) / range;
+    float sl = 0.0f, sll = 0.0f, sxl = 0.0f;
+    for (int i = 0; i < kQuantGroup; ++i) {
+      const float l = std::min(15.0f, std::max(0.0f, round_ne((x[i] - lo) * iscale)));
+      sl += l;
+      sll += l * l;
+      sxl += x[i] * l;
+    }
+    const float det = n * sll - sl * sl;
+    if (!(det > 0.0f)) continue;
+    const float d = (n * sxl - sl * sx) / det;
+    const float m = (sll * sx - sl * sxl) / det;
+    if (!(d > 0.0f)) continue;
+    // sum (d l + m - x)^2 expanded with the sums above.
+    const float err = d * d * sll + 2.0f * d * m * sl + n * m * m - 2.0f * d * sxl -
+                      2.0f * m * sx + sxx;
+    if (err < fit_err) {
+      fit_err = err;
+      fit_d = d;
+      fit_m = m;
+    }
+  }
+  if (fit_err < INFINITY) {
+    uint8_t c2[kQuantGroup];
+    uint16_t d2, m2;
+    const float err = q4_codes_rounded(x, fit_d, fit_m, c2, &d2, &m2);
+    if (err < best_err) {
+      std::memcpy(codes, c2, kQuantGroup);
+      *d_out = d2;
+      *m_out = m2;
+    }
+  }
+}
+
+// Quantizes rows [r0, r1) of w [rows, cols] into the sections of blob.
+void quantize_rows(const float* w, int64_t rows, int64_t cols, WeightType t, uint8_t* blob,
+                   int64_t r0, int64_t r1) {
+  WeightView v{t, rows, cols, blob};
+  const int64_t groups = cols / kQuantGroup;
+  switch (t) {
+    case WeightType::F32:
+      std::memcpy(blob + r0 * cols * 4, w + r0 * cols, (r1 - r0) * cols * 4);
+      return;
+    case WeightType::F16:
+    case WeightType::BF16: {
+      auto* out = static_cast<uint16_t*>(const_cast<void*>(v.section(0)));
+      for (int64_t i = r0 * cols; i < r1 * cols; ++i)
+        out[i] = t == WeightType::F16 ? f32_to_f16(w[i]) : f32_to_bf16(w[i]);
+      return;
+    }
+    case WeightType::Q8: {
+      auto* q = static_cast<uint8_t*>(const_cast<void*>(v.section(0)));  // [rows, cols]
+      auto* d = static_cast<uint16_t*>(const_cast<void*>(v.section(1)));  // [rows, groups]
+      for (int64_t r = r0; r < r1; ++r)
+        for (int64_t g = 0; g < groups; ++g)
+          quantize_group_q8(w + r * cols + g * kQuantGroup, q + r * cols + g * kQuantGroup,
+                            d + r * groups + g);
+      return;
+    }
+    case WeightType::Q4: {
+      auto* q = static_cast<uint8_t*>(const_cast<void*>(v.section(0)));   // [rows, cols / 2]
+      auto* d = static_cast<uint16_t*>(const_cast<void*>(v.section(1)));  // [rows, groups]
+      auto* m = static_cast<uint16_t*>(const_cast<void*>(v.section(2)));  // [rows, groups]
+      uint8_t lo[kQuantGroup], hi[kQuantGroup];
+      for (int64_t r = r0; r < r1; ++r) {
+        for (int64_t g = 0; g < groups; g += 2) {  // one 64-column super-block
+          const float* x = w + r * cols + g * kQuantGroup;
+          quantize_group_q4(x, lo, d + r * groups + g, m + r * groups + g);
+          quantize_group_q4(x + kQuantGroup, hi, d + r * groups + g + 1, m + r * groups + g + 1);
+          uint8_t* out = q + r * (cols / 2) + g * (kQuantGroup / 2);
+          for (int j = 0; j < kQuantGroup; ++j) out[j] = static_cast<uint8_t>(lo[j] | (hi[j] << 4));
+        }
+      }
+      return;
+    }
+  }
+}
+
+}  // namespace
+
+float f16_to_f32(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
+  const uint32_t exp = (h >> 10) & 0x1f;
+  const uint32_t mant = h & 0x3ff;
+  if (exp == 0) {  // zero or subnormal: mant * 2^-24, exact in float
+    const float v = static_cast<float>(mant) * 5.9604644775390625e-8f;
+    return sign ? -v : v;
+  }
+  if (exp == 31) return bits_float(sign | 0x7f800000u | (mant << 13));  // inf / NaN
+  return bits_float(sign | ((exp + 112) << 23) | (mant << 13));
+}
+
+uint16_t f32_to_f16(float f) {
+  const uint32_t x = float_bits(f);
+  const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000);
+  const uint32_t a = x & 0x7fffffffu;
+  if (a > 0x7f800000u) return sign | 0x7e00 | static_cast<uint16_t>((a >> 13) & 0x3ff);  // NaN
+  if (a >= 0x477ff000u) return sign | 0x7c00;  // >= 65520 rounds to inf (and inf itself)
+  if (a >= 0x38800000u) {                      // normal half: rebias exponent, round mantissa
+    const uint32_t h = (a - 0x38000000u) >> 13;
+    const uint32_t rem = a & 0x1fff;
+    return sign | static_cast<uint16_t>(h + (rem > 0x1000 || (rem == 0x1000 && (h & 1))));
+  }
+  // Subnormal half (or zero): value / 2^-24 = mant24 * 2^(e + 1), e = unbiased exponent.
+  const int e = static_cast<int>(a >> 23) - 127;
+  const int shift = -(e + 1);  // >= 14
+  if (shift > 24) return sign;  // < 2^-25: rounds to zero
+  const uint32_t m = (a & 0x7fffff) | 0x800000;
+  uint32_t k = m >> shift;
+  const uint32_t rem = m & ((1u << shift) - 1);
+  const uint32_t half = 1u << (shift - 1);
+  k += (rem > half || (rem == half && (k & 1)));
+  return sign | static_cast<uint16_t>(k);
+}
+
+float bf16_to_f32(uint16_t h) { return bits_float(static_cast<uint32_t>(h) << 16); }
+
+uint16_t f32_to_bf16(float f) {
+  const uint32_t x = float_bits(f);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40);  // NaN
+  return static_cast<uint16_t>((x + 0x7fffu + ((x >> 16) & 1)) >> 16);
+}
+
+void quantize_weight(const float* w, int64_t rows, int64_t cols, WeightType t, uint8_t* blob) {
+  if (weight_type_needs_groups(t) && cols % kQ4SuperBlock != 0)
+    throw std::invalid_argument(std::string("quantize_weight: ") + weight_type_name(t) +
+                                " needs cols % 64 == 0, got " + std::to_string(cols));
+  // Zero the padding after each section.
+  for (int s = 0; s < weight_section_count(t); ++s) {
+    const size_t off = weight_section_offset(t, rows, cols, s);
+    const size_t n = weight_section_bytes(t, rows, cols, s);
+    std::memset(blob + off + n, 0, align_up(n, kSectionAlign) - n);
+  }
+  const double work = static_cast<double>(rows) * cols * (t == WeightType::Q4 ? 8 : 1);
+  int threads = static_cast<int>(std::min<double>(std::thread::hardware_concurrency(), 8));
+  threads = std::max(1, std::min<int>(threads, static_cast<int>(work / (1 << 20)) + 1));
+  threads = static_cast<int>(std::min<int64_t>(threads, std::max<int64_t>(rows, 1)));
+  if (threads <= 1) {
+    quantize_rows(w, rows, cols, t, blob, 0, rows);
+    return;
+  }
+  std::vector<std::thread> pool;
+  for (int i = 0; i < threads; ++i) {
+    const int64_t r0 = rows * i / threads, r1 = rows * (i + 1) / threads;
+    pool.emplace_back([=] { quantize_rows(w, rows, cols, t, blob, r0, r1); });
+  }
+  for (auto& th : pool) th.join();
+}
+
+void dequantize_weight(WeightView w, float* out) {
+  const int64_t rows = w.rows, cols = w.cols, n = rows * cols, groups = cols / kQuantGroup;
+  switch (w.type) {
+    case WeightType::F32:
+      std::memcpy(out, w.section(0), n * 4);
+      return;
+    case WeightType::F16:
+    case WeightType::BF16: {
+      const auto* h = static_cast<const uint16_t*>(w.section(0));
+      for (int64_t i = 0; i < n; ++i)
+        out[i] = w.type == WeightType::F16 ? f16_to_f32(h[i]) : bf16_to_f32(h[i]);
+      return;
+    }
+    case WeightType::Q8: {
+      const auto* q = static_cast<const uint8_t*>(w.section(0));   // [rows, cols]
+      const auto* d = static_cast<const uint16_t*>(w.section(1));  // [rows, groups]
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < cols; ++c)
+          out[r * cols + c] = f16_to_f32(d[r * groups + c / kQuantGroup]) *
+                              static_cast<float>(static_cast<int>(q[r * cols + c]) - 128);
+      return;
+    }
+    case WeightType::Q4: {
+      const auto* q = static_cast<const uint8_t*>(w.section(0));   // [rows, cols / 2]
+      const auto* d = static_cast<const uint16_t*>(w.section(1));  // [rows, groups]
+      const auto* m = static_cast<const uint16_t*>(w.section(2));  // [rows, groups]
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t c = 0; c < cols; ++c) {
+          const int64_t sb = c / kQ4SuperBlock, j = c % kQ4SuperBlock;
+          const uint8_t byte = q[r * (cols / 2) + sb * 32 + (j & 31)];
+          const int code = j < 32 ? (byte & 0xf) : (byte >> 4);
+          const int64_t g = r * groups + c / kQuantGroup;
+          out[r * cols + c] = f16_to_f32(d[g]) * static_cast<float>(code) + f16_to_f32(m[g]);
+        }
+      }
+      return;
+    }
+  }
+}
+
+}  // namespace trt_spec::cpu

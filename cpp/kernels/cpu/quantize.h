@@ -1,0 +1,31 @@
+// quantize.h: portable (scalar, no ISA flags) weight quantization and the reference decode.
+//
+// quantize_weight() turns a float matrix into a blob in the layout of kernels/weight_format.h;
+// dequantize_weight() is the reference decode every kernel is tested against. The scalar
+// f16/bf16 conversions here are exact (round-to-nearest-even, subnormals, inf and NaN).
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/weight_format.h"
+
+namespace trt_spec::cpu {
+
+float f16_to_f32(uint16_t h);
+uint16_t f32_to_f16(float f);  // round to nearest even; overflow -> inf; NaN stays NaN
+float bf16_to_f32(uint16_t h);
+uint16_t f32_to_bf16(float f);  // round to nearest even; NaN stays NaN (quiet)
+
+// Writes weight_blob_bytes(t, rows, cols) bytes to blob (section padding zeroed).
+// w: [rows, cols] row-major. Q8/Q4 need cols % 64 == 0 (throws std::invalid_argument otherwise).
+//   Q8: symmetric per group of 32, d = max|w| / 127 stored as f16, q = round(w / d) + 128.
+//   Q4: asymmetric per group of 32, value = d * code + m, code in [0, 15]; (d, m) are chosen
+//       among min/max and a small search of least-squares fits minimising the squared error, and
+//       the codes are computed with the f16-rounded d and m.
+// Large tensors are split over a few std::threads (deterministic: every row is independent).
+void quantize_weight(const float* w, int64_t rows, int64_t cols, WeightType t, uint8_t* blob);
+
+// Reference decode of the whole matrix: out [rows, cols].
+void dequantize_weight(WeightView w, float* out);
+
+}  // namespace trt_spec::cpu

@@ -1,0 +1,26 @@
+// sampling.h: sampling parameters and the definition of how one token is drawn from logits.
+//
+// The rule, identical on every backend:
+//   temperature == 0: the argmax (lowest index among equal maxima).
+//   otherwise: z = logits / temperature; candidates are all tokens, or with top_k > 0 the k
+//   largest z (ties to the lower index); p = softmax(z) over candidates; with top_p < 1 keep
+//   the shortest prefix, in order of decreasing p, whose mass reaches top_p; renormalise; draw
+//   u = philox_uniform(seed, step, lane, 0) and take the first candidate, in that order
+//   (token-index order when neither top_k nor top_p is active), whose cumulative mass exceeds
+//   u * total.
+#pragma once
+
+#include <cstdint>
+
+namespace trt_spec {
+
+struct SamplingParams {
+  float temperature = 0.0f;  // 0: greedy
+  int32_t top_k = 0;         // 0: off
+  float top_p = 1.0f;        // 1: off
+  uint64_t seed = 0;
+};
+
+inline bool sampling_is_greedy(const SamplingParams& p) { return p.temperature == 0.0f; }
+
+}  // namespace trt_spec

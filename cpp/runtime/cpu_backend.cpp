@@ -1,0 +1,327 @@
+// cpu_backend.cpp: CpuBackend ops (cpu_backend.h). Compiled with the AVX2 floor flags.
+#include "runtime/cpu_backend.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+
+#include "kernels/cpu/quantize.h"
+#include "kernels/philox.h"
+#include "runtime/errors.h"
+
+namespace trt_spec {
+
+namespace {
+
+int default_threads() {
+  unsigned hc = std::thread::hardware_concurrency();
+  return hc == 0 ? 1 : static_cast<int>(hc);
+}
+
+const cpu::MatmulKernels& checked_kernels() {
+  __builtin_cpu_init();
+  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma") ||
+      !__builtin_cpu_supports("f16c"))
+    throw Error("the CPU backend needs AVX2, FMA and F16C, which this processor lacks");
+  return cpu::matmul_kernels();
+}
+
+inline float hsum256(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// sum a[i] * b[i]
+inline float dot(const float* a, const float* b, int n) {
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  int i = 0;
+  for (; i + 16 <= n; i += 16) {
+    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
+    acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), acc1);
+  }
+  float s = hsum256(_mm256_add_ps(acc0, acc1));
+  for (; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+// y[i] += a * x[i]
+inline void axpy(float a, const float* x, float* y, int n) {
+  __m256 va = _mm256_set1_ps(a);
+  int i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+  for (; i < n; ++i) y[i] += a * x[i];
+}
+
+// One row r of a weight matrix, decoded to f32 [cols].
+void decode_row(const WeightView& w, int64_t r, float* out) {
+  const int64_t cols = w.cols;
+  switch (w.type) {
+    case WeightType::F32:
+      std::memcpy(out, static_cast<const float*>(w.section(0)) + r * cols, cols * sizeof(float));
+      return;
+    case WeightType::F16: {
+      const uint16_t* p = static_cast<const uint16_t*>(w.section(0)) + r * cols;
+      for (int64_t c = 0; c < cols; ++c) out[c] = cpu::f16_to_f32(p[c]);
+      return;
+    }
+    case WeightType::BF16: {
+      const uint16_t* p = static_cast<const uint16_t*>(w.section(0)) + r * cols;
+      for (int64_t c = 0; c < cols; ++c) out[c] = cpu::bf16_to_f32(p[c]);
+      return;
+    }
+    case WeightType::Q8: {
+      const uint8_t* q = static_cast<const uint8_t*>(w.section(0)) + r * cols;
+      const uint16_t* d = static_cast<const uint16_t*>(w.section(1)) + r * (cols / kQuantGroup);
+      for (int64_t c = 0; c < cols; ++c)
+        out[c] = cpu::f16_to_f32(d[c / kQuantGroup]) * (static_cast<int>(q[c]) - 128);
+      return;
+    }
+    case WeightType::Q4: {
+      const uint8_t* q = static_cast<const uint8_t*>(w.section(0)) + r * (cols / 2);
+      const uint16_t* d = static_cast<const uint16_t*>(w.section(1)) + r * (cols / kQuantGroup);
+      const uint16_t* m = static_cast<const uint16_t*>(w.section(2)) + r * (cols / kQuantGroup);
+      for (int64_t c = 0; c < cols; ++c) {
+        int64_t sb = c / kQ4SuperBlock, j = c % kQ4SuperBlock;
+        uint8_t byte = q[sb * 32 + (j % 32)];
+        int code = j < 32 ? (byte & 0x0F) : (byte >> 4);
+        int64_t g = c / kQuantGroup;
+        out[c] = cpu::f16_to_f32(d[g]) * code + cpu::f16_to_f32(m[g]);
+      }
+      return;
+    }
+  }
+}
+
+}  // namespace
+
+CpuBackend::CpuBackend(int n_threads)
+    : pool_(n_threads > 0 ? n_threads : default_threads()), kernels_(checked_kernels()) {}
+
+CpuBackend::~CpuBackend() { release(qscratch_); }
+
+std::string CpuBackend::name() const { return std::string("cpu-") + kernels_.isa; }
+
+void* CpuBackend::alloc(size_t bytes) {
+  size_t n = align_up(bytes == 0 ? 64 : bytes, 64);
+  void* p = std::aligned_alloc(64, n);
+  if (!p) throw Error("out of host memory allocating " + std::to_string(bytes) + " bytes");
+  std::memset(p, 0, n);
+  return p;
+}
+
+void CpuBackend::release(void* p) { std::free(p); }
+void CpuBackend::upload(void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); }
+void CpuBackend::download(void* dst, const void* src, size_t bytes) {
+  std::memcpy(dst, src, bytes);
+}
+
+cpu::QuantActs CpuBackend::quant_scratch(int n, int cols) {
+  size_t need = cpu::quant_acts_bytes(n, cols);
+  if (need > qscratch_bytes_) {
+    release(qscratch_);
+    qscratch_ = alloc(need);
+    qscratch_bytes_ = need;
+  }
+  return cpu::quant_acts_view(qscratch_, n, cols);
+}
+
+void CpuBackend::embed(WeightView table, const int32_t* tokens, int n, float* out) {
+  pool_.parallel_for(n, 1, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) decode_row(table, tokens[i], out + i * table.cols);
+  });
+}
+
+void CpuBackend::rmsnorm(const float* x, WeightView w, float eps, int n, int dim, float* out) {
+  const float* g = static_cast<const float*>(w.section(0));
+  pool_.parallel_for(n, 8, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      const float* xi = x + i * dim;
+      float* yi = out + i * dim;
+      float ss = dot(xi, xi, dim) / static_cast<float>(dim);
+      float r = 1.0f / std::sqrt(ss + eps);
+      for (int c = 0; c < dim; ++c) yi[c] = g[c] * (xi[c] * r);
+    }
+  });
+}
+
+void CpuBackend::linear(WeightView w, WeightView bias, const float* x, int n, float* out) {
+  const int64_t rows = w.rows;
+  // Chunks of rows handed out dynamically: about 8 per thread, a multiple of 16 rows.
+  int64_t grain = std::max<int64_t>(16, (rows / (8 * pool_.size()) + 15) / 16 * 16);
+  if (weight_type_needs_groups(w.type)) {
+    cpu::QuantActs qa = quant_scratch(n, static_cast<int>(w.cols));
+    pool_.parallel_for(n, 16, [&](int64_t b, int64_t e) {
+      kernels_.quantize_acts(x, static_cast<int>(b), static_cast<int>(e), qa);
+    });
+    pool_.parallel_for(rows, grain, [&](int64_t r0, int64_t r1) {
+      kernels_.matmul_quant(w, qa, n, out, rows, r0, r1);
+    });
+  } else {
+    pool_.parallel_for(rows, grain, [&](int64_t r0, int64_t r1) {
+      kernels_.matmul_float(w, x, n, out, rows, r0, r1);
+    });
+  }
+  if (bias.data != nullptr) {
+    const float* bv = static_cast<const float*>(bias.section(0));
+    for (int i = 0; i < n; ++i) {
+      float* yi = out + static_cast<int64_t>(i) * rows;
+      for (int64_t r = 0; r < rows; ++r) yi[r] += bv[r];
+    }
+  }
+}
+
+void CpuBackend::rope(float* qkv, const int32_t* pos, int n, const AttentionShape& s,
+                      const float* cos_table, const float* sin_table) {
+  const int hd = s.head_dim, half = hd / 2;
+  const int heads = s.n_heads + s.n_kv_heads;  // q heads then k heads are rotated
+  const int64_t stride = static_cast<int64_t>(s.n_heads + 2 * s.n_kv_heads) * hd;
+  pool_.parallel_for(n, 4, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      const float* c = cos_table + static_cast<int64_t>(pos[i]) * half;
+      const float* sn = sin_table + static_cast<int64_t>(pos[i]) * half;
+      for (int h = 0; h < heads; ++h) {
+        float* v = qkv + i * stride + static_cast<int64_t>(h) * hd;
+        for (int j = 0; j < half; ++j) {
+          float x0 = v[j], x1 = v[j + half];
+          v[j] = x0 * c[j] - x1 * sn[j];
+          v[j + half] = x1 * c[j] + x0 * sn[j];
+        }
+      }
+    }
+  });
+}
+
+void CpuBackend::attention(const float* qkv, const int32_t* pos, const int32_t* slot, int n,
+                           const AttentionShape& s, KvCache& cache, int layer, float* out) {
+  const int hd = s.head_dim, nh = s.n_heads, nkv = s.n_kv_heads, group = nh / nkv;
+  const int64_t stride = static_cast<int64_t>(nh + 2 * nkv) * hd;
+  const size_t seq_stride = static_cast<size_t>(cache.max_seq) * hd;
+  // 1. Write every row's k and v into its slot at its position.
+  for (int i = 0; i < n; ++i) {
+    size_t base = cache.slot_layer_offset(slot[i], layer);
+    for (int g = 0; g < nkv; ++g) {
+      size_t dst = base + g * seq_stride + static_cast<size_t>(pos[i]) * hd;
+      std::memcpy(cache.k + dst, qkv + i * stride + static_cast<int64_t>(nh + g) * hd,
+                  hd * sizeof(float));
+      std::memcpy(cache.v + dst, qkv + i * stride + static_cast<int64_t>(nh + nkv + g) * hd,
+                  hd * sizeof(float));
+    }
+  }
+  // 2. Each (row, head): softmax(q . k[0..pos] * scale) . v
+  pool_.parallel_for(static_cast<int64_t>(n) * nh, 1, [&](int64_t b, int64_t e) {
+    thread_local std::vector<float> scores;
+    for (int64_t task = b; task < e; ++task) {
+      const int i = static_cast<int>(task / nh), h = static_cast<int>(task % nh), g = h / group;
+      const int len = pos[i] + 1;
+      if (static_cast<int>(scores.size()) < len) scores.resize(len);
+      const float* q = qkv + i * stride + static_cast<int64_t>(h) * hd;
+      size_t base = cache.slot_layer_offset(slot[i], layer) + g * seq_stride;
+      const float* kc = cache.k + base;
+      const float* vc = cache.v + base;
+      float mx = -INFINITY;
+      for (int t = 0; t < len; ++t) {
+        scores[t] = dot(q, kc + static_cast<size_t>(t) * hd, hd) * s.scale;
+        mx = std::max(mx, scores[t]);
+      }
+      float sum = 0.0f;
+      for (int t = 0; t < len; ++t) {
+        scores[t] = std::exp(scores[t] - mx);
+        sum += scores[t];
+      }
+      float* o = out + static_cast<int64_t>(i) * nh * hd + static_cast<int64_t>(h) * hd;
+      std::memset(o, 0, hd * sizeof(float));
+      const float inv = 1.0f / sum;
+      for (int t = 0; t < len; ++t) axpy(scores[t] * inv, vc + static_cast<size_t>(t) * hd, o, hd);
+    }
+  });
+}
+
+void CpuBackend::swiglu(const float* gate_up, int n, int ffn, float* out) {
+  pool_.parallel_for(n, 4, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      const float* g = gate_up + i * 2 * ffn;
+      const float* u = g + ffn;
+      float* o = out + i * ffn;
+      for (int c = 0; c < ffn; ++c) o[c] = g[c] / (1.0f + std::exp(-g[c])) * u[c];
+    }
+  });
+}
+
+void CpuBackend::add(float* x, const float* y, size_t count) {
+  for (size_t i = 0; i < count; ++i) x[i] += y[i];
+}
+
+void CpuBackend::gather_rows(const float* src, const int32_t* rows, int n, int dim, float* dst) {
+  for (int i = 0; i < n; ++i)
+    std::memcpy(dst + static_cast<int64_t>(i) * dim, src + static_cast<int64_t>(rows[i]) * dim,
+                dim * sizeof(float));
+}
+
+int32_t sample_row(const float* logits, int vocab, const SamplingParams& p, uint64_t step,
+                   uint32_t lane) {
+  if (sampling_is_greedy(p)) {
+    return static_cast<int32_t>(std::max_element(logits, logits + vocab) - logits);
+  }
+  const float inv_t = 1.0f / p.temperature;
+  const bool use_k = p.top_k > 0 && p.top_k < vocab;
+  const bool use_p = p.top_p < 1.0f;
+  thread_local std::vector<int32_t> idx;
+  thread_local std::vector<double> prob;
+  idx.resize(vocab);
+  std::iota(idx.begin(), idx.end(), 0);
+  auto before = [&](int32_t a, int32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  };
+  int n = vocab;
+  if (use_k) {
+    n = p.top_k;
+    std::partial_sort(idx.begin(), idx.begin() + n, idx.end(), before);
+  } else if (use_p) {
+    std::sort(idx.begin(), idx.end(), before);
+  }
+  float mx = -INFINITY;
+  for (int i = 0; i < n; ++i) mx = std::max(mx, logits[idx[i]]);
+  prob.resize(n);
+  double total = 0.0;
+  for (int i = 0; i < n; ++i) {
+    prob[i] = std::exp(static_cast<double>((logits[idx[i]] - mx) * inv_t));
+    total += prob[i];
+  }
+  if (use_p) {
+    // idx is in decreasing order here: keep the shortest prefix with mass >= top_p.
+    double need = static_cast<double>(p.top_p) * total, acc = 0.0;
+    int keep = 0;
+    while (keep < n) {
+      acc += prob[keep++];
+      if (acc >= need) break;
+    }
+    n = keep;
+    total = acc;
+  }
+  const double u = static_cast<double>(philox_uniform(p.seed, step, lane, 0)) * total;
+  double acc = 0.0;
+  for (int i = 0; i < n; ++i) {
+    acc += prob[i];
+    if (acc > u) return idx[i];
+  }
+  return idx[n - 1];
+}
+
+void CpuBackend::sample(const float* logits, int n, int vocab, const int32_t* slot,
+                        SamplingState* states, int32_t* out_tokens) {
+  for (int i = 0; i < n; ++i) {
+    SamplingState& st = states[slot[i]];
+    out_tokens[i] = sample_row(logits + static_cast<int64_t>(i) * vocab, vocab, st.params, st.step,
+                               static_cast<uint32_t>(slot[i]));
+    st.step += 1;
+  }
+}
+
+}  // namespace trt_spec

@@ -1,0 +1,56 @@
+// cpu_backend.h: the CPU implementation of Backend (backend.h): multithreaded ops over host
+// memory, matrix products through the runtime-dispatched kernels in kernels/cpu/matmul.h.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "kernels/cpu/matmul.h"
+#include "runtime/backend.h"
+#include "runtime/thread_pool.h"
+
+namespace trt_spec {
+
+class CpuBackend final : public Backend {
+ public:
+  // n_threads <= 0: one per available core.
+  explicit CpuBackend(int n_threads);
+  ~CpuBackend() override;
+
+  std::string name() const override;
+  int threads() const override { return pool_.size(); }
+
+  void* alloc(size_t bytes) override;
+  void release(void* p) override;
+  void upload(void* dst, const void* src, size_t bytes) override;
+  void download(void* dst, const void* src, size_t bytes) override;
+  void synchronize() override {}
+  WeightView import_weight(const WeightView& host) override { return host; }
+
+  void embed(WeightView table, const int32_t* tokens, int n, float* out) override;
+  void rmsnorm(const float* x, WeightView w, float eps, int n, int dim, float* out) override;
+  void linear(WeightView w, WeightView bias, const float* x, int n, float* out) override;
+  void rope(float* qkv, const int32_t* pos, int n, const AttentionShape& shape,
+            const float* cos_table, const float* sin_table) override;
+  void attention(const float* qkv, const int32_t* pos, const int32_t* slot, int n,
+                 const AttentionShape& shape, KvCache& cache, int layer, float* out) override;
+  void swiglu(const float* gate_up, int n, int ffn, float* out) override;
+  void add(float* x, const float* y, size_t count) override;
+  void gather_rows(const float* src, const int32_t* rows, int n, int dim, float* dst) override;
+  void sample(const float* logits, int n, int vocab, const int32_t* slot, SamplingState* states,
+              int32_t* out_tokens) override;
+
+ private:
+  cpu::QuantActs quant_scratch(int n, int cols);
+
+  ThreadPool pool_;
+  const cpu::MatmulKernels& kernels_;
+  void* qscratch_ = nullptr;  // quantized activations, grown to the largest [n, cols] seen
+  size_t qscratch_bytes_ = 0;
+};
+
+// Draws one token from logits [vocab] by the rule in kernels/sampling.h (exposed for tests).
+int32_t sample_row(const float* logits, int vocab, const SamplingParams& p, uint64_t step,
+                   uint32_t lane);
+
+}  // namespace trt_spec

@@ -1,0 +1,185 @@
+// engine_file.cpp: header checks, JSON parse, tensor table and checksums (engine_file.h).
+#include "runtime/engine_file.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "runtime/errors.h"
+
+namespace trt_spec {
+
+namespace {
+
+constexpr uint64_t kP1 = 0x9E3779B185EBCA87ULL;
+constexpr uint64_t kP2 = 0xC2B2AE3D27D4EB4FULL;
+constexpr uint64_t kP3 = 0x165667B19E3779F9ULL;
+
+inline uint64_t rotl(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
+inline uint64_t round64(uint64_t acc, uint64_t v) { return rotl(acc + v * kP2, 31) * kP1; }
+inline uint64_t load64(const uint8_t* p) {
+  uint64_t v;
+  std::memcpy(&v, p, 8);
+  return v;
+}
+
+template <typename T>
+T read_le(const uint8_t* p) {
+  T v;
+  std::memcpy(&v, p, sizeof(T));
+  return v;
+}
+
+std::string hex64(uint64_t v) {
+  char buf[17];
+  snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+}  // namespace
+
+uint64_t checksum64(const void* data, size_t bytes) {
+  const uint8_t* p = static_cast<const uint8_t*>(data);
+  uint64_t a = kP1 + kP2, b = kP2, c = 0, d = 0 - kP1;
+  size_t i = 0;
+  for (; i + 32 <= bytes; i += 32) {
+    a = round64(a, load64(p + i));
+    b = round64(b, load64(p + i + 8));
+    c = round64(c, load64(p + i + 16));
+    d = round64(d, load64(p + i + 24));
+  }
+  uint64_t h = rotl(a, 1) + rotl(b, 7) + rotl(c, 12) + rotl(d, 18) + bytes;
+  for (; i + 8 <= bytes; i += 8) h = rotl(h ^ round64(0, load64(p + i)), 27) * kP1 + kP3;
+  for (; i < bytes; ++i) h = rotl(h ^ (p[i] * kP1), 11) * kP2;
+  h ^= h >> 33;
+  h *= kP2;
+  h ^= h >> 29;
+  h *= kP3;
+  h ^= h >> 32;
+  return h;
+}
+
+WeightType weight_type_from_name(const std::string& name) {
+  for (WeightType t : {WeightType::F32, WeightType::F16, WeightType::BF16, WeightType::Q8,
+                       WeightType::Q4}) {
+    if (name == weight_type_name(t)) return t;
+  }
+  throw EngineFileError("unsupported tensor type '" + name + "' in engine file");
+}
+
+EngineFile::EngineFile(const std::string& path, bool verify_checksums) : path_(path) {
+  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd_ < 0) throw EngineFileError("cannot open engine file " + path + ": " + strerror(errno));
+  struct stat st {};
+  if (fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd_);
+    throw EngineFileError(path + " is not a regular file");
+  }
+  size_ = static_cast<uint64_t>(st.st_size);
+  if (size_ < kEngineHeaderBytes) {
+    ::close(fd_);
+    throw EngineFileError(path + " is too small to be a trt-spec engine (" +
+                          std::to_string(size_) + " bytes)");
+  }
+  void* m = mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd_, 0);
+  if (m == MAP_FAILED) {
+    ::close(fd_);
+    throw EngineFileError("cannot map engine file " + path + ": " + strerror(errno));
+  }
+  base_ = static_cast<const uint8_t*>(m);
+  try {
+    if (std::memcmp(base_, kEngineMagic, 8) != 0)
+      throw EngineFileError(path + " is not a trt-spec engine (wrong magic bytes)");
+    uint32_t version = read_le<uint32_t>(base_ + 8);
+    if (version != kEngineFormatVersion)
+      throw EngineFileError(path + " has engine format version " + std::to_string(version) +
+                            "; this trt-spec reads version " +
+                            std::to_string(kEngineFormatVersion) + ": rebuild the engine");
+    uint64_t json_offset = read_le<uint64_t>(base_ + 16);
+    uint64_t json_bytes = read_le<uint64_t>(base_ + 24);
+    data_offset_ = read_le<uint64_t>(base_ + 32);
+    data_bytes_ = read_le<uint64_t>(base_ + 40);
+    uint64_t json_sum = read_le<uint64_t>(base_ + 48);
+    if (json_offset < kEngineHeaderBytes || json_offset > size_ || json_bytes > size_ - json_offset)
+      throw EngineFileError(path + " is truncated or corrupt (metadata out of bounds)");
+    const bool overlap = json_offset < data_offset_ + data_bytes_ &&
+                         data_offset_ < json_offset + json_bytes;
+    if (data_offset_ % kDataAlign != 0 || data_offset_ < kEngineHeaderBytes || overlap ||
+        data_offset_ > size_ || data_bytes_ > size_ - data_offset_)
+      throw EngineFileError(path + " is truncated or corrupt (tensor data out of bounds: file has " +
+                            std::to_string(size_) + " bytes, header promises " +
+                            std::to_string(data_offset_ + data_bytes_) + ")");
+    json_text_.assign(reinterpret_cast<const char*>(base_ + json_offset), json_bytes);
+    if (checksum64(json_text_.data(), json_text_.size()) != json_sum)
+      throw EngineFileError(path + " is corrupt (metadata checksum mismatch)");
+    meta_ = Json::parse(json_text_);
+    if (meta_.at("format_version").as_int() != kEngineFormatVersion)
+      throw EngineFileError(path + ": metadata format_version disagrees with the header");
+
+    for (const auto& [role, model] : meta_.at("models").as_object()) {
+      auto& table = tensors_[role];
+      for (const auto& [name, t] : model.at("tensors").as_object()) {
+        TensorEntry e;
+        e.name = name;
+        e.type = weight_type_from_name(t.at("type").as_string());
+        const Json& shape = t.at("shape");
+        if (shape.size() == 1) {
+          e.rows = 1;
+          e.cols = shape.at(0).as_int();
+        } else if (shape.size() == 2) {
+          e.rows = shape.at(0).as_int();
+          e.cols = shape.at(1).as_int();
+        } else {
+          throw EngineFileError("tensor " + name + " has rank " + std::to_string(shape.size()));
+        }
+        e.offset = static_cast<uint64_t>(t.at("offset").as_int());
+        e.bytes = static_cast<uint64_t>(t.at("bytes").as_int());
+        e.checksum = std::stoull(t.at("checksum").as_string(), nullptr, 16);
+        if (e.rows <= 0 || e.cols <= 0)
+          throw EngineFileError("tensor " + name + " has an empty shape");
+        if (weight_type_needs_groups(e.type) && e.cols % kQ4SuperBlock != 0)
+          throw EngineFileError("tensor " + name + ": quantized columns must be a multiple of 64");
+        if (e.bytes != weight_blob_bytes(e.type, e.rows, e.cols))
+          throw EngineFileError("tensor " + name + ": byte size does not match its shape and type");
+        if (e.offset % kSectionAlign != 0 || e.offset > data_bytes_ || e.bytes > data_bytes_ - e.offset)
+          throw EngineFileError(path + " is truncated or corrupt (tensor " + name +
+                                " lies outside the data block)");
+        if (verify_checksums && checksum64(data() + e.offset, e.bytes) != e.checksum)
+          throw EngineFileError(path + " is corrupt (checksum mismatch in tensor " + role + "/" +
+                                name + ": stored " + hex64(e.checksum) + ")");
+        table.emplace(name, e);
+      }
+    }
+    if (!has_model("target")) throw EngineFileError(path + " holds no target model");
+  } catch (...) {
+    munmap(const_cast<uint8_t*>(base_), size_);
+    ::close(fd_);
+    throw;
+  }
+}
+
+EngineFile::~EngineFile() {
+  if (base_) munmap(const_cast<uint8_t*>(base_), size_);
+  if (fd_ >= 0) ::close(fd_);
+}
+
+bool EngineFile::has_model(const std::string& role) const { return tensors_.count(role) != 0; }
+
+const std::map<std::string, TensorEntry>& EngineFile::tensors(const std::string& role) const {
+  auto it = tensors_.find(role);
+  if (it == tensors_.end()) throw EngineFileError("engine file holds no " + role + " model");
+  return it->second;
+}
+
+const TensorEntry& EngineFile::tensor(const std::string& role, const std::string& name) const {
+  const auto& t = tensors(role);
+  auto it = t.find(name);
+  if (it == t.end()) throw EngineFileError("engine file: " + role + " model lacks tensor " + name);
+  return it->second;
+}
+
+}  // namespace trt_spec

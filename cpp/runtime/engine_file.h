@@ -1,0 +1,81 @@
+// engine_file.h: the engine file format (defined here once; Python reads these constants
+// through the bindings) and its memory-mapped reader.
+//
+// Layout of a .engine file:
+//   [0, 64)             header: magic "TRTSPEC\0", u32 format version, u32 flags (0),
+//                       u64 json_offset, u64 json_bytes, u64 data_offset, u64 data_bytes,
+//                       u64 json_checksum, u64 reserved; all little-endian
+//   [data_offset, ...)  tensor blobs (weight_format.h layouts), data_offset a multiple of
+//                       kDataAlign, each tensor at a multiple of kSectionAlign from it
+//   [json_offset, ...)  UTF-8 JSON metadata: models (config + tensor table), tokenizer,
+//                       chat template, special tokens, build options, source checksums; the
+//                       builder writes it after the data (the two regions must not overlap)
+// Every tensor entry carries a checksum64 of its bytes; the reader checks sizes always and
+// checksums on request, so a truncated, corrupted or foreign file fails with EngineFileError.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "kernels/weight_format.h"
+#include "runtime/json.h"
+
+namespace trt_spec {
+
+constexpr char kEngineMagic[8] = {'T', 'R', 'T', 'S', 'P', 'E', 'C', '\0'};
+constexpr uint32_t kEngineFormatVersion = 1;
+constexpr size_t kEngineHeaderBytes = 64;
+constexpr size_t kDataAlign = 4096;
+
+// A fast 64-bit checksum (4 independent multiply-rotate lanes over 8-byte words). The builder
+// calls this same function through the bindings.
+uint64_t checksum64(const void* data, size_t bytes);
+
+WeightType weight_type_from_name(const std::string& name);  // throws EngineFileError
+
+struct TensorEntry {
+  std::string name;
+  WeightType type = WeightType::F32;
+  int64_t rows = 0;  // 1-D tensors have rows == 1
+  int64_t cols = 0;
+  uint64_t offset = 0;  // from data_offset
+  uint64_t bytes = 0;
+  uint64_t checksum = 0;
+  WeightView view(const uint8_t* data_base) const { return {type, rows, cols, data_base + offset}; }
+};
+
+class EngineFile {
+ public:
+  // Maps the file and validates the header, the JSON and every tensor's bounds and size;
+  // with verify_checksums, also each tensor's bytes.
+  explicit EngineFile(const std::string& path, bool verify_checksums = true);
+  ~EngineFile();
+  EngineFile(const EngineFile&) = delete;
+  EngineFile& operator=(const EngineFile&) = delete;
+
+  const std::string& path() const { return path_; }
+  const std::string& json_text() const { return json_text_; }
+  const Json& meta() const { return meta_; }
+  const uint8_t* data() const { return base_ + data_offset_; }
+  uint64_t file_bytes() const { return size_; }
+
+  // Tensors of one model ("target" or "draft").
+  bool has_model(const std::string& role) const;
+  const std::map<std::string, TensorEntry>& tensors(const std::string& role) const;
+  const TensorEntry& tensor(const std::string& role, const std::string& name) const;
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  const uint8_t* base_ = nullptr;
+  uint64_t size_ = 0;
+  uint64_t data_offset_ = 0;
+  uint64_t data_bytes_ = 0;
+  std::string json_text_;
+  Json meta_;
+  std::map<std::string, std::map<std::string, TensorEntry>> tensors_;
+};
+
+}  // namespace trt_spec

@@ -1,0 +1,138 @@
+// model.cpp: weights lookup, cache/scratch allocation and the forward pass (model.h).
+#include "runtime/model.h"
+
+#include <cmath>
+
+#include "runtime/errors.h"
+
+namespace trt_spec {
+
+ModelConfig ModelConfig::from_json(const Json& j) {
+  ModelConfig c;
+  c.arch = j.at("arch").as_string();
+  if (c.arch != "qwen2" && c.arch != "llama")
+    throw EngineFileError("unsupported architecture '" + c.arch + "' in engine file");
+  c.n_layers = static_cast<int>(j.at("n_layers").as_int());
+  c.dim = static_cast<int>(j.at("dim").as_int());
+  c.n_heads = static_cast<int>(j.at("n_heads").as_int());
+  c.n_kv_heads = static_cast<int>(j.at("n_kv_heads").as_int());
+  c.head_dim = static_cast<int>(j.at("head_dim").as_int());
+  c.ffn_dim = static_cast<int>(j.at("ffn_dim").as_int());
+  c.vocab_size = static_cast<int>(j.at("vocab_size").as_int());
+  c.rope_theta = static_cast<float>(j.at("rope_theta").as_number());
+  c.rms_eps = static_cast<float>(j.at("rms_eps").as_number());
+  c.tied_embeddings = j.at("tied_embeddings").as_bool();
+  c.qkv_bias = j.at("qkv_bias").as_bool();
+  if (c.n_layers <= 0 || c.dim <= 0 || c.n_heads <= 0 || c.n_kv_heads <= 0 || c.head_dim <= 0 ||
+      c.ffn_dim <= 0 || c.vocab_size <= 0 || c.n_heads % c.n_kv_heads != 0 || c.head_dim % 2 != 0)
+    throw EngineFileError("engine metadata: inconsistent model shape");
+  return c;
+}
+
+WeightView Model::weight(const EngineFile& file, const std::string& name, int64_t rows,
+                         int64_t cols, bool required) {
+  if (!required && file.tensors(role_).count(name) == 0) return WeightView{};
+  const TensorEntry& e = file.tensor(role_, name);
+  if (e.rows != rows || e.cols != cols)
+    throw EngineFileError("tensor " + role_ + "/" + name + " has shape [" +
+                          std::to_string(e.rows) + ", " + std::to_string(e.cols) + "], expected [" +
+                          std::to_string(rows) + ", " + std::to_string(cols) + "]");
+  if (rows == 1 && e.type != WeightType::F32)
+    throw EngineFileError("tensor " + role_ + "/" + name + " must be f32");
+  weight_bytes_ += e.bytes;
+  return be_.import_weight(e.view(file.data()));
+}
+
+Model::Model(const EngineFile& file, const std::string& role, Backend& backend, ModelLimits limits)
+    : role_(role), be_(backend), limits_(limits) {
+  cfg_ = ModelConfig::from_json(file.meta().at("models").at(role).at("config"));
+  const int64_t D = cfg_.dim, V = cfg_.vocab_size, F = cfg_.ffn_dim;
+  tok_embd_ = weight(file, "tok_embd.weight", V, D);
+  output_norm_ = weight(file, "output_norm.weight", 1, D);
+  output_ = cfg_.tied_embeddings ? tok_embd_ : weight(file, "output.weight", V, D);
+  for (int l = 0; l < cfg_.n_layers; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    Layer L;
+    L.attn_norm = weight(file, p + "attn_norm.weight", 1, D);
+    L.attn_qkv = weight(file, p + "attn_qkv.weight", cfg_.qkv_dim(), D);
+    L.attn_qkv_bias = weight(file, p + "attn_qkv.bias", 1, cfg_.qkv_dim(), cfg_.qkv_bias);
+    L.attn_o = weight(file, p + "attn_output.weight", D,
+                      static_cast<int64_t>(cfg_.n_heads) * cfg_.head_dim);
+    L.ffn_norm = weight(file, p + "ffn_norm.weight", 1, D);
+    L.ffn_gate_up = weight(file, p + "ffn_gate_up.weight", 2 * F, D);
+    L.ffn_down = weight(file, p + "ffn_down.weight", D, F);
+    layers_.push_back(L);
+  }
+  attn_ = {cfg_.n_heads, cfg_.n_kv_heads, cfg_.head_dim,
+           1.0f / std::sqrt(static_cast<float>(cfg_.head_dim))};
+
+  // KV cache and RoPE tables.
+  kv_ = KvCache{nullptr, nullptr, limits_.max_batch, cfg_.n_layers, cfg_.n_kv_heads,
+                limits_.max_seq, cfg_.head_dim};
+  kv_.k = static_cast<float*>(be_.alloc(kv_bytes() / 2));
+  kv_.v = static_cast<float*>(be_.alloc(kv_bytes() / 2));
+  const int half = cfg_.head_dim / 2;
+  std::vector<float> c(static_cast<size_t>(limits_.max_seq) * half), s(c.size());
+  for (int i = 0; i < half; ++i) {
+    // Same float32 arithmetic as the reference implementations.
+    float inv_freq = 1.0f / std::pow(cfg_.rope_theta, static_cast<float>(2 * i) /
+                                                          static_cast<float>(cfg_.head_dim));
+    for (int p = 0; p < limits_.max_seq; ++p) {
+      float angle = static_cast<float>(p) * inv_freq;
+      c[static_cast<size_t>(p) * half + i] = static_cast<float>(std::cos(static_cast<double>(angle)));
+      s[static_cast<size_t>(p) * half + i] = static_cast<float>(std::sin(static_cast<double>(angle)));
+    }
+  }
+  cos_ = static_cast<float*>(be_.alloc(c.size() * sizeof(float)));
+  sin_ = static_cast<float*>(be_.alloc(s.size() * sizeof(float)));
+  be_.upload(cos_, c.data(), c.size() * sizeof(float));
+  be_.upload(sin_, s.data(), s.size() * sizeof(float));
+
+  const size_t R = static_cast<size_t>(limits_.max_rows);
+  auto scratch = [&](size_t per_row) { return static_cast<float*>(be_.alloc(R * per_row * 4)); };
+  x_ = scratch(D);
+  h_ = scratch(D);
+  qkv_ = scratch(cfg_.qkv_dim());
+  att_ = scratch(static_cast<size_t>(cfg_.n_heads) * cfg_.head_dim);
+  proj_ = scratch(D);
+  gate_up_ = scratch(2 * F);
+  act_ = scratch(F);
+  sel_ = scratch(D);
+}
+
+Model::~Model() {
+  for (float* p : {kv_.k, kv_.v, cos_, sin_, x_, h_, qkv_, att_, proj_, gate_up_, act_, sel_})
+    be_.release(p);
+}
+
+size_t Model::kv_bytes() const {
+  return 2 * static_cast<size_t>(kv_.slots) * kv_.layers * kv_.kv_heads * kv_.max_seq *
+         kv_.head_dim * sizeof(float);
+}
+
+void Model::forward(const int32_t* tokens, const int32_t* pos, const int32_t* slot, int n,
+                    const int32_t* logit_rows, int n_logits, float* logits_out) {
+  if (n <= 0 || n > limits_.max_rows || n_logits < 0 || n_logits > n)
+    throw InvalidArgument("forward: bad row count");
+  const int D = cfg_.dim;
+  be_.embed(tok_embd_, tokens, n, x_);
+  for (const Layer& L : layers_) {
+    be_.rmsnorm(x_, L.attn_norm, cfg_.rms_eps, n, D, h_);                  // [n, D]
+    be_.linear(L.attn_qkv, L.attn_qkv_bias, h_, n, qkv_);                  // [n, qkv_dim]
+    be_.rope(qkv_, pos, n, attn_, cos_, sin_);
+    be_.attention(qkv_, pos, slot, n, attn_, kv_, static_cast<int>(&L - layers_.data()), att_);
+    be_.linear(L.attn_o, WeightView{}, att_, n, proj_);                    // [n, D]
+    be_.add(x_, proj_, static_cast<size_t>(n) * D);
+    be_.rmsnorm(x_, L.ffn_norm, cfg_.rms_eps, n, D, h_);
+    be_.linear(L.ffn_gate_up, WeightView{}, h_, n, gate_up_);              // [n, 2F]
+    be_.swiglu(gate_up_, n, cfg_.ffn_dim, act_);                           // [n, F]
+    be_.linear(L.ffn_down, WeightView{}, act_, n, proj_);                  // [n, D]
+    be_.add(x_, proj_, static_cast<size_t>(n) * D);
+  }
+  if (n_logits == 0) return;
+  be_.gather_rows(x_, logit_rows, n_logits, D, sel_);                      // [n_logits, D]
+  be_.rmsnorm(sel_, output_norm_, cfg_.rms_eps, n_logits, D, h_);
+  be_.linear(output_, WeightView{}, h_, n_logits, logits_out);             // [n_logits, V]
+}
+
+}  // namespace trt_spec

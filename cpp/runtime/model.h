@@ -1,0 +1,75 @@
+// model.h: one decoder-only transformer (Qwen2 / Llama family) as a sequence of backend ops.
+//
+// The model owns its backend-resident weights, KV cache and scratch, all allocated once at
+// load for max_rows token rows per forward and max_batch KV slots. forward() runs any number
+// of rows (prefill, one decode token, K+1 verify rows, several sequences) described by row
+// metadata in backend memory (backend.h).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "runtime/backend.h"
+#include "runtime/engine_file.h"
+
+namespace trt_spec {
+
+struct ModelConfig {
+  std::string arch;  // "qwen2" or "llama"
+  int n_layers = 0, dim = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0, ffn_dim = 0;
+  int vocab_size = 0;
+  float rope_theta = 10000.0f, rms_eps = 1e-6f;
+  bool tied_embeddings = false, qkv_bias = false;
+
+  int qkv_dim() const { return (n_heads + 2 * n_kv_heads) * head_dim; }
+  static ModelConfig from_json(const Json& j);  // validates; throws EngineFileError
+};
+
+struct ModelLimits {
+  int max_seq = 0;    // positions per KV slot
+  int max_batch = 1;  // KV slots
+  int max_rows = 0;   // token rows per forward
+};
+
+class Model {
+ public:
+  Model(const EngineFile& file, const std::string& role, Backend& backend, ModelLimits limits);
+  ~Model();
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
+  const ModelConfig& config() const { return cfg_; }
+  const ModelLimits& limits() const { return limits_; }
+  size_t weight_bytes() const { return weight_bytes_; }
+  size_t kv_bytes() const;
+
+  // Rows [n] of tokens / pos / slot (backend memory). Writes logits [n_logits, vocab] for the
+  // rows listed in logit_rows [n_logits] (backend memory) to logits_out.
+  void forward(const int32_t* tokens, const int32_t* pos, const int32_t* slot, int n,
+               const int32_t* logit_rows, int n_logits, float* logits_out);
+
+  KvCache& kv() { return kv_; }
+
+ private:
+  struct Layer {
+    WeightView attn_norm, attn_qkv, attn_qkv_bias, attn_o, ffn_norm, ffn_gate_up, ffn_down;
+  };
+  WeightView weight(const EngineFile& file, const std::string& name, int64_t rows, int64_t cols,
+                    bool required = true);
+
+  std::string role_;
+  Backend& be_;
+  ModelConfig cfg_;
+  ModelLimits limits_;
+  AttentionShape attn_;
+  WeightView tok_embd_, output_norm_, output_;
+  std::vector<Layer> layers_;
+  size_t weight_bytes_ = 0;
+  KvCache kv_;
+  float *cos_ = nullptr, *sin_ = nullptr;  // [max_seq, head_dim / 2]
+  // Scratch, [max_rows, *]
+  float *x_ = nullptr, *h_ = nullptr, *qkv_ = nullptr, *att_ = nullptr, *proj_ = nullptr,
+        *gate_up_ = nullptr, *act_ = nullptr, *sel_ = nullptr;
+};
+
+}  // namespace trt_spec

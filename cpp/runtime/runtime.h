@@ -1,0 +1,50 @@
+// runtime.h: an opened engine: the mapped file, a backend and the target model on it.
+//
+// Limits (max_seq_len, max_batch) come from the engine's build options; the per-forward row
+// budget from the prefill chunk size. The draft model is validated with the file and loaded
+// by the speculative decoder that uses it.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "runtime/backend.h"
+#include "runtime/engine_file.h"
+#include "runtime/model.h"
+
+namespace trt_spec {
+
+struct RuntimeOptions {
+  std::string device = "cpu";  // the only backend so far
+  int n_threads = 0;           // CPU threads; 0: one per core
+  bool verify_checksums = true;
+  int prefill_chunk = 256;     // token rows per forward during prefill
+};
+
+class Runtime {
+ public:
+  Runtime(const std::string& path, const RuntimeOptions& opts);
+  ~Runtime();
+
+  const EngineFile& file() const { return *file_; }
+  Backend& backend() { return *backend_; }
+  Model& target() { return *target_; }
+  int max_seq_len() const { return max_seq_; }
+  int max_batch() const { return max_batch_; }
+  int vocab_size() const { return target_->config().vocab_size; }
+
+  // Full logits [n, vocab] of a prompt run from position 0 in KV slot 0 (for tests and
+  // scoring); overwrites that slot's cache.
+  std::vector<float> prompt_logits(const std::vector<int32_t>& tokens);
+
+ private:
+  std::unique_ptr<EngineFile> file_;
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<Model> target_;
+  int max_seq_ = 0, max_batch_ = 1;
+};
+
+// Checks that every id lies in [0, vocab); throws InvalidArgument naming the first bad one.
+void check_token_ids(const std::vector<int32_t>& ids, int vocab, const char* what);
+
+}  // namespace trt_spec

@@ -1,0 +1,1 @@
+"""The ahead-of-time engine builder: checkpoint readers, weight encoding and the file writer."""

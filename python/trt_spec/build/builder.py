@@ -1,0 +1,229 @@
+"""``trt-spec build``: checkpoint(s) -> one engine file.
+
+Reads the target (and optional draft) checkpoint, checks that they fit together, fuses the
+attention q/k/v and the FFN gate/up projections, encodes every matrix in the chosen weight
+format, records each tensor's error against the float32-decoded checkpoint, and writes one
+engine file (``writer.py``).
+
+Weight formats (``--weights``):
+  f32, f16, bf16  every matrix in that type;
+  q8              every matrix 8-bit (groups of 32, f16 scale);
+  q4              matrices 4-bit (groups of 32, f16 scale and offset), except the output head
+                  and any matrix whose checkpoint held more than 4.5 bits per weight, which
+                  stay 8-bit (the way llama.cpp's Q4_K_M keeps some tensors at 6 bits).
+Norm weights and biases stay float32. Matrices whose column count is not a multiple of 64
+cannot be grouped and are stored f16 under q8/q4.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from trt_spec import _core
+from trt_spec.build.source import BuildError, ModelSource, open_source, sha256_file
+from trt_spec.build.writer import EngineWriter
+
+WEIGHT_FORMATS = ("f32", "f16", "bf16", "q8", "q4")
+DEFAULT_MAX_SEQ_LEN = 4096
+MAX_BATCH_LIMIT = 64
+
+Progress = Callable[[str], None]
+
+
+@dataclass
+class BuildReport:
+    path: Path
+    file_bytes: int
+    seconds: float
+    models: dict[str, dict] = field(default_factory=dict)  # role -> summary
+
+
+def _plan(src: ModelSource) -> list[tuple[str, list[str]]]:
+    """Engine tensors in file order: (engine name, source parts concatenated along rows)."""
+    c = src.config
+    plan = [("tok_embd.weight", ["tok_embd.weight"])]
+    for i in range(c["n_layers"]):
+        p = f"blk.{i}."
+        plan.append((p + "attn_norm.weight", [p + "attn_norm.weight"]))
+        plan.append((p + "attn_qkv.weight", [p + f"attn_{x}.weight" for x in "qkv"]))
+        if c["qkv_bias"]:
+            plan.append((p + "attn_qkv.bias", [p + f"attn_{x}.bias" for x in "qkv"]))
+        plan.append((p + "attn_output.weight", [p + "attn_output.weight"]))
+        plan.append((p + "ffn_norm.weight", [p + "ffn_norm.weight"]))
+        plan.append((p + "ffn_gate_up.weight", [p + "ffn_gate.weight", p + "ffn_up.weight"]))
+        plan.append((p + "ffn_down.weight", [p + "ffn_down.weight"]))
+    plan.append(("output_norm.weight", ["output_norm.weight"]))
+    if not c["tied_embeddings"]:
+        plan.append(("output.weight", ["output.weight"]))
+    return plan
+
+
+def choose_type(weights: str, name: str, shape: tuple[int, ...], source_bits: float, head: bool) -> str:
+    """The engine weight type of one tensor under a weight format (see module docstring)."""
+    if len(shape) == 1:
+        return "f32"
+    if weights in ("f32", "f16", "bf16"):
+        return weights
+    if shape[1] % _core.Q4_SUPER_BLOCK != 0:
+        return "f16"
+    if weights == "q8" or head or source_bits > 4.5:
+        return "q8"
+    return "q4"
+
+
+def _rel_error(w: np.ndarray, deq: np.ndarray) -> float:
+    num = float(np.linalg.norm((deq - w).ravel()))
+    den = float(np.linalg.norm(w.ravel()))
+    return num / den if den > 0 else num
+
+
+def _encode(w: np.ndarray, type_name: str) -> tuple[np.ndarray, float]:
+    """Blob and relative RMS error against the float32 input."""
+    w2 = w.reshape(1, -1) if w.ndim == 1 else w
+    w2 = np.ascontiguousarray(w2, dtype=np.float32)
+    t = _core.weight_type_from_name(type_name)
+    blob = _core.quantize_weight(w2, t)
+    if type_name == "f32":
+        return blob, 0.0
+    deq = _core.dequantize_weight(blob, t, w2.shape[0], w2.shape[1])
+    return blob, _rel_error(w2, deq)
+
+
+def _vocab_list(tokenizer_json: str) -> list[str | None]:
+    tok = json.loads(tokenizer_json)
+    vocab = dict(tok["model"]["vocab"])
+    for a in tok.get("added_tokens", []):
+        vocab[a["content"]] = a["id"]
+    out: list[str | None] = [None] * (max(vocab.values()) + 1)
+    for s, i in vocab.items():
+        out[i] = s
+    return out
+
+
+def check_pair(target: ModelSource, draft: ModelSource) -> None:
+    """The draft must share the target's tokenizer (embedding padding may differ)."""
+    a, b = _vocab_list(target.tokenizer_json), _vocab_list(draft.tokenizer_json)
+    for i in range(max(len(a), len(b))):
+        x = a[i] if i < len(a) else None
+        y = b[i] if i < len(b) else None
+        if x != y:
+            raise BuildError(
+                f"target and draft tokenizers differ: token id {i} is {x!r} in the target "
+                f"and {y!r} in the draft"
+            )
+
+
+def _write_model(
+    writer: EngineWriter, role: str, src: ModelSource, weights: str, progress: Progress
+) -> dict:
+    plan = _plan(src)
+    tensors: dict[str, dict] = {}
+    errors: dict[str, float] = {}
+    types: dict[str, int] = {}
+    weight_bytes = 0
+    for k, (name, parts) in enumerate(plan):
+        arrays = [src.tensors[p].load() for p in parts]
+        w = arrays[0] if len(arrays) == 1 else np.concatenate(arrays, axis=0)
+        del arrays
+        bits = max(src.tensors[p].source_bits for p in parts)
+        head = name == "output.weight" or (name == "tok_embd.weight" and src.config["tied_embeddings"])
+        type_name = choose_type(weights, name, w.shape, bits, head)
+        blob, err = _encode(w, type_name)
+        tensors[name] = writer.add(blob, type_name, tuple(int(d) for d in w.shape))
+        weight_bytes += blob.size
+        types[type_name] = types.get(type_name, 0) + 1
+        if w.ndim == 2:
+            errors[name] = err
+        progress(f"{role}: [{k + 1}/{len(plan)}] {name} {list(w.shape)} -> {type_name}"
+                 + (f" (rel err {err:.2e})" if w.ndim == 2 and type_name != "f32" else ""))
+    mats = [e for e in errors.values()]
+    return {
+        "source": {
+            "path": str(src.path.name),
+            "format": src.format,
+            "name": src.name,
+            "sha256": sha256_file(src.path) if src.path.is_file() else None,
+            "context_length": src.context_length,
+            "tensor_types": sorted({t.source_type for t in src.tensors.values()}),
+        },
+        "config": src.config,
+        "weights": weights,
+        "weight_bytes": weight_bytes,
+        "tensor_type_counts": types,
+        "quant_error": {
+            "metric": "||W_engine - W_checkpoint||_F / ||W_checkpoint||_F per matrix",
+            "max": max(mats) if mats else 0.0,
+            "mean": float(np.mean(mats)) if mats else 0.0,
+            "per_tensor": errors,
+        },
+        "tensors": tensors,
+    }
+
+
+def build_engine(
+    target: str | Path,
+    output: str | Path,
+    *,
+    draft: str | Path | None = None,
+    max_seq_len: int | None = None,
+    max_batch: int = 1,
+    weights: str = "q4",
+    progress: Progress | None = None,
+) -> BuildReport:
+    """Build one engine file from a target checkpoint and an optional draft."""
+    say = progress or (lambda _msg: None)
+    if weights not in WEIGHT_FORMATS:
+        raise BuildError(f"unknown weight format {weights!r} (choose from {', '.join(WEIGHT_FORMATS)})")
+    if not 1 <= max_batch <= MAX_BATCH_LIMIT:
+        raise BuildError(f"max_batch must be in [1, {MAX_BATCH_LIMIT}], got {max_batch}")
+    t0 = time.perf_counter()
+    say(f"reading target {target}")
+    tgt = open_source(target)
+    dft = None
+    if draft is not None:
+        say(f"reading draft {draft}")
+        dft = open_source(draft)
+        check_pair(tgt, dft)
+    limit = tgt.context_length
+    seq = max_seq_len if max_seq_len is not None else min(DEFAULT_MAX_SEQ_LEN, limit)
+    if not 1 <= seq <= limit:
+        raise BuildError(f"max_seq_len must be in [1, {limit}] (the target's context), got {seq}")
+    output = Path(output)
+    if output.exists() and output.is_dir():
+        raise BuildError(f"{output} is a folder")
+    if not output.parent.exists():
+        raise BuildError(f"output folder {output.parent} does not exist")
+
+    from trt_spec import __version__
+
+    meta: dict = {
+        "format_version": _core.ENGINE_FORMAT_VERSION,
+        "producer": {"name": "trt-spec", "version": __version__},
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "build": {"max_seq_len": seq, "max_batch": max_batch, "weights": weights},
+        "tokenizer": {"json": tgt.tokenizer_json, **tgt.special},
+        "models": {},
+    }
+    with EngineWriter(output) as writer:
+        meta["models"]["target"] = _write_model(writer, "target", tgt, weights, say)
+        if dft is not None:
+            meta["models"]["draft"] = _write_model(writer, "draft", dft, weights, say)
+        writer.finish(meta)
+    report = BuildReport(output, output.stat().st_size, time.perf_counter() - t0)
+    for role, m in meta["models"].items():
+        report.models[role] = {
+            "arch": m["config"]["arch"],
+            "weight_bytes": m["weight_bytes"],
+            "quant_error_max": m["quant_error"]["max"],
+            "quant_error_mean": m["quant_error"]["mean"],
+            "types": m["tensor_type_counts"],
+        }
+    say(f"wrote {output} ({report.file_bytes / 1e6:.1f} MB) in {report.seconds:.1f} s")
+    return report

@@ -1,0 +1,160 @@
+"""The ``trt-spec`` command line: fetch-models, build, generate, info.
+
+Every subcommand has ``--help``; errors print one line (``trt-spec: error: ...``) and exit 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from trt_spec import models
+
+
+def _progress(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def _resolve_checkpoint(value: str) -> Path:
+    """A path, or the name of a model in the registry (fetched on demand)."""
+    if value in models.MODELS:
+        return models.fetch_model(value, progress=_progress)
+    return Path(value).expanduser()
+
+
+def cmd_fetch_models(args: argparse.Namespace) -> int:
+    names = list(args.model) if args.model else list(models.DEFAULT_PAIR)
+    if args.all:
+        names = list(models.MODELS)
+    for name in names:
+        path = models.fetch_model(name, progress=_progress)
+        print(f"{name}: {path}")
+    prompts = models.humaneval_prompts(progress=_progress)
+    print(f"humaneval: {len(prompts)} prompts")
+    return 0
+
+
+def cmd_build(args: argparse.Namespace) -> int:
+    from trt_spec.build.builder import build_engine
+
+    target = _resolve_checkpoint(args.target)
+    draft = _resolve_checkpoint(args.draft) if args.draft else None
+    report = build_engine(
+        target,
+        args.output,
+        draft=draft,
+        max_seq_len=args.max_seq_len,
+        max_batch=args.max_batch,
+        weights=args.weights,
+        progress=None if args.quiet else _progress,
+    )
+    for role, m in report.models.items():
+        print(
+            f"{role}: {m['arch']}, {m['weight_bytes'] / 1e6:.1f} MB of weights {m['types']}, "
+            f"relative weight error mean {m['quant_error_mean']:.2e} max {m['quant_error_max']:.2e}"
+        )
+    print(f"engine: {report.path} ({report.file_bytes / 1e6:.1f} MB, {report.seconds:.1f} s)")
+    return 0
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    from trt_spec.engine import Engine
+
+    engine = Engine(args.engine, n_threads=args.threads)
+    prompt = [{"role": "user", "content": args.prompt}] if args.chat else args.prompt
+    kwargs = dict(
+        max_new_tokens=args.max_new_tokens,
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        seed=args.seed,
+        stop=args.stop or None,
+    )
+    if args.json:
+        r = engine.generate(prompt, **kwargs)
+        print(json.dumps({"text": r.text, "token_ids": r.token_ids, "stats": r.stats.as_dict()}))
+        return 0
+    stream = engine.generate(prompt, stream=True, **kwargs)
+    for piece in stream:
+        print(piece, end="", flush=True)
+    print()
+    assert stream.result is not None
+    print(f"[{engine.backend}, {engine.weights}] {stream.result.stats}", file=sys.stderr)
+    return 0
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    from trt_spec.engine import Engine
+
+    engine = Engine(args.engine, verify=not args.no_verify)
+    meta = engine.metadata
+    print(repr(engine))
+    print(f"build: {json.dumps(meta['build'])}; producer {meta['producer']}")
+    for role, m in meta["models"].items():
+        src = m["source"]
+        print(f"{role}: {src['name']} ({src['format']}, {src['path']}) config {json.dumps(m['config'])}")
+        print(
+            f"  weights {m['weight_bytes'] / 1e6:.1f} MB {m['tensor_type_counts']}, relative error "
+            f"mean {m['quant_error']['mean']:.2e} max {m['quant_error']['max']:.2e}"
+        )
+    return 0
+
+
+def make_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="trt-spec", description="Speculative-decoding LLM engine")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    f = sub.add_parser("fetch-models", help="download, assemble and verify the default models")
+    f.add_argument("--model", action="append", choices=sorted(models.MODELS), help="one model")
+    f.add_argument("--all", action="store_true", help="every model in the registry")
+    f.set_defaults(func=cmd_fetch_models)
+
+    b = sub.add_parser("build", help="compile checkpoint(s) into one engine file")
+    b.add_argument("--target", required=True, help="GGUF file, HF folder or registry name")
+    b.add_argument("--draft", help="draft model (same tokenizer) for speculative decoding")
+    b.add_argument("-o", "--output", required=True, help="engine file to write")
+    b.add_argument("--max-seq-len", type=int, default=None, help="positions per sequence")
+    b.add_argument("--max-batch", type=int, default=1, help="sequences decoded together")
+    b.add_argument("--weights", default="q4", choices=["f32", "f16", "bf16", "q8", "q4"],
+                   help="weight format (default q4)")
+    b.add_argument("-q", "--quiet", action="store_true", help="no per-tensor progress")
+    b.set_defaults(func=cmd_build)
+
+    g = sub.add_parser("generate", help="generate a completion with an engine")
+    g.add_argument("engine", help="engine file")
+    g.add_argument("prompt", help="prompt text")
+    g.add_argument("--chat", action="store_true", help="wrap the prompt as a user chat message")
+    g.add_argument("--max-new-tokens", type=int, default=128)
+    g.add_argument("--temperature", type=float, default=0.0)
+    g.add_argument("--top-k", type=int, default=0)
+    g.add_argument("--top-p", type=float, default=1.0)
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--stop", action="append", help="stop string (repeatable)")
+    g.add_argument("--threads", type=int, default=None, help="CPU threads (default: all cores)")
+    g.add_argument("--json", action="store_true", help="print one JSON object")
+    g.set_defaults(func=cmd_generate)
+
+    i = sub.add_parser("info", help="describe an engine file")
+    i.add_argument("engine")
+    i.add_argument("--no-verify", action="store_true", help="skip checksum verification")
+    i.set_defaults(func=cmd_info)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = make_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except KeyboardInterrupt:
+        print("trt-spec: interrupted", file=sys.stderr)
+        return 130
+    except (ValueError, RuntimeError, OSError) as e:  # BuildError, EngineFileError, FetchError
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        print(f"trt-spec: error: {msg}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

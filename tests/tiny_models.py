@@ -1,0 +1,89 @@
+"""Tiny random Qwen2 / Llama checkpoints (Hugging Face folders) made inside the tests.
+
+Each folder holds config.json, model.safetensors and a small byte-level BPE tokenizer.json
+trained here, so the builder's Hugging Face path and transformers (the reference) read the
+same model.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+TEXT = [
+    "def fibonacci(n):\n    if n < 2:\n        return n\n    return fibonacci(n - 1) + fibonacci(n - 2)\n",
+    "The quick brown fox jumps over the lazy dog. 0123456789 !@#$%^&*()",
+    "import numpy as np\nx = np.arange(10)\nprint(x.sum())\n",
+    "for i in range(100):\n    print(i * i)\n",
+]
+
+
+def make_tokenizer(folder: Path, vocab_size: int) -> None:
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size - 2,
+        special_tokens=["<|endoftext|>", "<|im_end|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(TEXT * 20, trainer)
+    tok.save(str(folder / "tokenizer.json"))
+    (folder / "tokenizer_config.json").write_text(
+        '{"eos_token": "<|im_end|>", "bos_token": null, "pad_token": "<|endoftext|>",'
+        ' "tokenizer_class": "PreTrainedTokenizerFast"}'
+    )
+
+
+def make_model(
+    folder: Path,
+    arch: str = "qwen2",
+    *,
+    vocab_size: int = 384,
+    hidden: int = 128,
+    layers: int = 2,
+    heads: int = 4,
+    kv_heads: int = 2,
+    ffn: int = 256,
+    tied: bool = False,
+    seed: int = 0,
+    dtype: torch.dtype = torch.float32,
+):
+    """Writes a random model to `folder` and returns the transformers model (fp32, eval)."""
+    from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config
+
+    folder.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(seed)
+    common = dict(
+        vocab_size=vocab_size,
+        hidden_size=hidden,
+        intermediate_size=ffn,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        max_position_embeddings=512,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=tied,
+        eos_token_id=vocab_size - 1,
+        bos_token_id=None,
+    )
+    if arch == "qwen2":
+        cfg = Qwen2Config(rope_theta=10000.0, **common)
+    else:
+        cfg = LlamaConfig(rope_theta=10000.0, **common)
+    model = AutoModelForCausalLM.from_config(cfg, torch_dtype=torch.float32)
+    with torch.no_grad():  # larger-than-default weights so logits are not all near zero
+        for p in model.parameters():
+            if p.ndim == 2:
+                p.normal_(0.0, 0.08)
+            elif p.ndim == 1 and p.shape[0] != hidden:
+                p.normal_(0.0, 0.05)  # biases
+    model.eval()
+    model.to(dtype).save_pretrained(folder, safe_serialization=True)
+    model.to(torch.float32)
+    make_tokenizer(folder, vocab_size)
+    return model
