@@ -207,6 +207,9 @@ def gguf_metadata(path: str | Path) -> dict[str, Any]:
 # GGUF -> tokenizer.json
 
 
+_ADDED_FLAGS = {"single_word": False, "lstrip": False, "rstrip": False, "normalized": False}
+
+
 def _int_or_none(value: object) -> int | None:
     return None if value is None else int(value)  # type: ignore[call-overload]
 
@@ -224,7 +227,7 @@ def _template_processor(bos: tuple[str, int] | None, eos: tuple[str, int] | None
             items.append({"SpecialToken": {"id": eos[0], "type_id": 0}})
         return items
 
-    special = {t: {"id": t, "ids": [i], "tokens": [t]} for t, i in (bos, eos) if t is not None}
+    special = {s[0]: {"id": s[0], "ids": [s[1]], "tokens": [s[0]]} for s in (bos, eos) if s}
     return {
         "type": "TemplateProcessing",
         "single": seq("A"),
@@ -267,17 +270,7 @@ def tokenizer_json_from_gguf(fields: dict[str, object]) -> str:
         # A control token outside the byte alphabet is a mislabel (llama.cpp/transformers skip it).
         special = ttype == _TT_CONTROL and in_alphabet
         if special or ttype == _TT_USER_DEFINED:
-            added.append(
-                {
-                    "id": index,
-                    "content": token,
-                    "single_word": False,
-                    "lstrip": False,
-                    "rstrip": False,
-                    "normalized": False,
-                    "special": special,
-                }
-            )
+            added.append({"id": index, "content": token, **_ADDED_FLAGS, "special": special})
 
     def special_of(key: str) -> tuple[str, int] | None:
         index = _int_or_none(fields.get(f"tokenizer.ggml.{key}"))
@@ -297,12 +290,7 @@ def tokenizer_json_from_gguf(fields: dict[str, object]) -> str:
         "normalizer": None,
         "pre_tokenizer": PRE_TOKENIZERS[pre],
         "post_processor": post,
-        "decoder": {
-            "type": "ByteLevel",
-            "add_prefix_space": True,
-            "trim_offsets": True,
-            "use_regex": True,
-        },
+        "decoder": {**_byte_level(True), "add_prefix_space": True},
         "model": {
             "type": "BPE",
             "dropout": None,

@@ -1,0 +1,100 @@
+"""Shared fixtures: tiny random checkpoints and their engines, and the real model files.
+
+Tests that need the real GGUF files carry ``@pytest.mark.models``; the files come from the
+cache that ``trt-spec fetch-models`` fills (fetched here on first use).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+import tiny_models  # noqa: E402
+
+from trt_spec import build_engine  # noqa: E402
+from trt_spec import models as registry  # noqa: E402
+
+TARGET_05B = "qwen2.5-coder-0.5b-instruct-q4_k_m"
+SMOLLM2 = "smollm2-135m-instruct-q4_1"
+
+
+class TinyFactory:
+    """Builds (and caches per session) tiny checkpoints and engines."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._models: dict[tuple, tuple[Path, object]] = {}
+        self._engines: dict[tuple, Path] = {}
+
+    def checkpoint(self, arch: str = "qwen2", tied: bool = False, **kw) -> tuple[Path, object]:
+        key = (arch, tied, tuple(sorted(kw.items())))
+        if key not in self._models:
+            folder = self.root / f"ckpt-{len(self._models)}-{arch}"
+            model = tiny_models.make_model(folder, arch, tied=tied, **kw)
+            self._models[key] = (folder, model)
+        return self._models[key]
+
+    def engine(
+        self,
+        arch: str = "qwen2",
+        weights: str = "f32",
+        tied: bool = False,
+        max_seq_len: int = 256,
+        max_batch: int = 1,
+        **kw,
+    ) -> tuple[Path, object]:
+        folder, model = self.checkpoint(arch, tied, **kw)
+        key = (folder, weights, max_seq_len, max_batch)
+        if key not in self._engines:
+            path = self.root / f"e{len(self._engines)}-{arch}-{weights}.engine"
+            build_engine(folder, path, weights=weights, max_seq_len=max_seq_len, max_batch=max_batch)
+            self._engines[key] = path
+        return self._engines[key], model
+
+
+@pytest.fixture(scope="session")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> TinyFactory:
+    return TinyFactory(tmp_path_factory.mktemp("tiny"))
+
+
+@pytest.fixture(scope="session")
+def model_05b() -> Path:
+    return registry.fetch_model(TARGET_05B)
+
+
+@pytest.fixture(scope="session")
+def model_smollm2() -> Path:
+    return registry.fetch_model(SMOLLM2)
+
+
+@pytest.fixture(scope="session")
+def engines_05b(tmp_path_factory: pytest.TempPathFactory, model_05b: Path):
+    """Engines of the real 0.5B, built lazily per weight format."""
+    root = tmp_path_factory.mktemp("engines05b")
+    built: dict[str, Path] = {}
+
+    def get(weights: str) -> Path:
+        if weights not in built:
+            path = root / f"q05-{weights}.engine"
+            build_engine(model_05b, path, weights=weights, max_seq_len=1024)
+            built[weights] = path
+        return built[weights]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def hf_05b(model_05b: Path):
+    """transformers' own load of the 0.5B GGUF (dequantized to float32): the reference."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    torch.set_num_threads(2)
+    m = AutoModelForCausalLM.from_pretrained(
+        model_05b.parent, gguf_file=model_05b.name, dtype=torch.float32
+    )
+    return m.eval()
