@@ -24,6 +24,7 @@ the markdown. This is a script, not a test: ``python benchmarks/bench_decode.py 
 from __future__ import annotations
 
 import argparse
+import copy
 import datetime as dt
 import gc
 import importlib.metadata
@@ -251,6 +252,7 @@ def run_transformers(args: argparse.Namespace, prompts: list[str]) -> dict[str, 
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.generation.streamers import BaseStreamer
+    from transformers.utils import logging as hf_logging
 
     class _Clock(BaseStreamer):
         """Records when each generated token becomes available (skips the prompt put())."""
@@ -269,6 +271,7 @@ def run_transformers(args: argparse.Namespace, prompts: list[str]) -> dict[str, 
             pass
 
     torch.set_num_threads(args.threads)
+    hf_logging.disable_progress_bar()
     model_dir, gguf_name = str(args.model.parent), args.model.name
     t_load = time.perf_counter()
     tok = AutoTokenizer.from_pretrained(model_dir, gguf_file=gguf_name)
@@ -287,16 +290,12 @@ def run_transformers(args: argparse.Namespace, prompts: list[str]) -> dict[str, 
 
     def one(prompt: str, n_new: int) -> dict[str, Any]:
         enc = tok(prompt, return_tensors="pt")
+        cfg = copy.deepcopy(gen_cfg)
+        cfg.max_new_tokens = n_new
         clock = _Clock()
         t0 = time.perf_counter()
         with torch.inference_mode():
-            out = model.generate(
-                **enc,
-                generation_config=gen_cfg,
-                max_new_tokens=n_new,
-                min_new_tokens=n_new,
-                streamer=clock,
-            )
+            out = model.generate(**enc, generation_config=cfg, streamer=clock)
         new_ids = out[0, enc["input_ids"].shape[1] :].tolist()
         stamps = clock.stamps
         decode_s = stamps[-1] - stamps[0]
@@ -326,7 +325,7 @@ def run_transformers(args: argparse.Namespace, prompts: list[str]) -> dict[str, 
 
 
 def _engine_format(engine: Any, path: Path) -> str:
-    for attr in ("weight_format", "weight_type", "format"):
+    for attr in ("weights", "weight_format", "weight_type", "format"):
         value = getattr(engine, attr, None)
         if isinstance(value, str) and value:
             return value
@@ -345,6 +344,17 @@ def _engine_format(engine: Any, path: Path) -> str:
     return path.name
 
 
+def _trt_generate(engine: Any, prompt: str, n: int, gen_kw: dict[str, Any]) -> Any:
+    """engine.generate(...); drops ``ignore_eos`` (in place) if this Engine lacks it."""
+    try:
+        return engine.generate(prompt, max_new_tokens=n, **gen_kw)
+    except TypeError:
+        if "ignore_eos" not in gen_kw:
+            raise
+        gen_kw.pop("ignore_eos")
+        return engine.generate(prompt, max_new_tokens=n, **gen_kw)
+
+
 def run_trt_spec(args: argparse.Namespace, prompts: list[str]) -> list[dict[str, Any]]:
     os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
     try:
@@ -355,13 +365,18 @@ def run_trt_spec(args: argparse.Namespace, prompts: list[str]) -> list[dict[str,
 
     results: list[dict[str, Any]] = []
     for path in args.engine:
-        engine = Engine(str(path))
+        try:
+            engine = Engine(str(path), n_threads=args.threads)
+        except TypeError:  # an Engine without the n_threads keyword
+            engine = Engine(str(path))
         label = _engine_format(engine, path)
+        # Same semantics as the peers: greedy, EOS ignored (falls back if unsupported).
+        gen_kw: dict[str, Any] = {"temperature": 0.0, "ignore_eos": True}
         if args.warmup_tokens > 0:
-            engine.generate(prompts[0], max_new_tokens=args.warmup_tokens, temperature=0.0)
+            _trt_generate(engine, prompts[0], args.warmup_tokens, gen_kw)
         runs: list[dict[str, Any]] = []
         for prompt in prompts:
-            r = engine.generate(prompt, max_new_tokens=args.n_new, temperature=0.0)
+            r = _trt_generate(engine, prompt, args.n_new, gen_kw)
             ids = [int(t) for t in r.token_ids]
             runs.append(
                 {
@@ -375,7 +390,7 @@ def run_trt_spec(args: argparse.Namespace, prompts: list[str]) -> list[dict[str,
             "runner": f"trt-spec ({path.name})",
             "engine": str(path),
             "weight_format": label,
-            "isa": str(getattr(engine, "isa", None) or "n/a (not exposed by Engine)"),
+            "isa": f"backend {getattr(engine, 'backend', None) or 'n/a'}",
             "runs": runs,
         }
         result.update(_summary_from_runs(runs))

@@ -7,9 +7,15 @@ same model.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import torch
+
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
 
 TEXT = [
     "def fibonacci(n):\n    if n < 2:\n        return n\n    return fibonacci(n - 1) + fibonacci(n - 2)\n",
@@ -34,8 +40,15 @@ def make_tokenizer(folder: Path, vocab_size: int) -> None:
     tok.train_from_iterator(TEXT * 20, trainer)
     tok.save(str(folder / "tokenizer.json"))
     (folder / "tokenizer_config.json").write_text(
-        '{"eos_token": "<|im_end|>", "bos_token": null, "pad_token": "<|endoftext|>",'
-        ' "tokenizer_class": "PreTrainedTokenizerFast"}'
+        json.dumps(
+            {
+                "eos_token": "<|im_end|>",
+                "bos_token": None,
+                "pad_token": "<|endoftext|>",
+                "tokenizer_class": "PreTrainedTokenizerFast",
+                "chat_template": CHAT_TEMPLATE,
+            }
+        )
     )
 
 

@@ -34,9 +34,17 @@
 namespace trt_spec::cpu {
 namespace {
 
-constexpr int kMaxSmallM = 9;                                       // M held in one tile
-constexpr int kSmallRows[kMaxSmallM + 1] = {1, 4, 4, 3, 2, 2, 2, 1, 1, 1};  // R for that M
-constexpr int kBigRows = 2, kBigM = 6;                              // tile for M > 9
+constexpr int kMaxSmallM = 9;  // M held in one tile
+
+// Tile shapes: R output rows x MT activation rows. For M <= kMaxSmallM, MT = M and R comes from
+// small_rows[M]; larger M uses big_rows x big_m tiles (R * MT accumulators must fit the 16
+// vector registers together with the weight vectors).
+struct TilePolicy {
+  int small_rows[kMaxSmallM + 1];
+  int big_rows, big_m;
+};
+constexpr TilePolicy kFloatTiles = {{1, 4, 4, 3, 2, 2, 2, 1, 1, 1}, 2, 6};
+constexpr TilePolicy kQuantTiles = {{1, 4, 2, 2, 1, 1, 1, 1, 1, 1}, 1, 8};
 constexpr int64_t kL2Budget = 192 * 1024;                           // activation block bytes
 
 template <class V>
@@ -64,9 +72,10 @@ inline float hsum256(__m256 v) {
 // Calls tile(R, MT, r, m, c0, c1, accumulate) over rows [r0, r1), M activation rows and column
 // blocks of kc (a multiple of the tile's column step).
 template <class Tile>
-void drive(int M, int64_t r0, int64_t r1, int64_t cols, int64_t kc, const Tile& tile) {
-  const int R = M <= kMaxSmallM ? kSmallRows[M] : kBigRows;
-  const int MT = M <= kMaxSmallM ? M : kBigM;
+void drive(const TilePolicy& p, int M, int64_t r0, int64_t r1, int64_t cols, int64_t kc,
+           const Tile& tile) {
+  const int R = M <= kMaxSmallM ? p.small_rows[M] : p.big_rows;
+  const int MT = M <= kMaxSmallM ? M : p.big_m;
   for (int64_t c0 = 0; c0 < cols; c0 += kc) {
     const int64_t c1 = imin(cols, c0 + kc);
     int64_t r = r0;
@@ -140,11 +149,15 @@ struct FloatTile {
       }
       float tail[R][MT] = {};
       for (; c < c1; ++c)
+#pragma GCC unroll 16
         for (int r = 0; r < R; ++r) {
           const float wr = load_scalar<T>(w + r * a.wstride, c);
+#pragma GCC unroll 16
           for (int m = 0; m < MT; ++m) tail[r][m] += wr * x[m * a.cols + c];
         }
+#pragma GCC unroll 16
       for (int r = 0; r < R; ++r)
+#pragma GCC unroll 16
         for (int m = 0; m < MT; ++m) {
           float& out = a.y[(m0 + m) * a.ldy + r0 + r];
           const float v = Isa::hsum(acc[r][m]) + tail[r][m];
@@ -162,8 +175,8 @@ void matmul_float_t(WeightView w, const float* x, int M, float* y, int64_t ldy, 
   const FloatArgs a{w.data, w.cols * esize, x, w.cols, y, ldy};
   int64_t kc = w.cols;
   if (M > kMaxSmallM) kc = imax<int64_t>(256, kL2Budget / (int64_t{M} * 4) / 64 * 64);
-  drive(M, r0, r1, w.cols, kc, [&](int R, int MT, int64_t r, int m, int64_t c0, int64_t c1,
-                                   bool accum) {
+  drive(kFloatTiles, M, r0, r1, w.cols, kc, [&](int R, int MT, int64_t r, int m, int64_t c0,
+                                                 int64_t c1, bool accum) {
     tile_fn<FloatTile<T>::template K, Fn>(R, MT)(a, r, m, c0, c1, accum);
   });
 }
@@ -328,7 +341,9 @@ struct QuantTile {
           }
         }
       }
+#pragma GCC unroll 16
       for (int r = 0; r < R; ++r)
+#pragma GCC unroll 16
         for (int m = 0; m < MT; ++m) {
           float& out = a.y[(m0 + m) * a.ldy + r0 + r];
           const float v = hsum256(acc[r][m]);
@@ -351,8 +366,8 @@ void matmul_quant_t(WeightView w, const QuantActs& x, int M, float* y, int64_t l
                     ldy};
   int64_t kc = w.cols;
   if (M > kMaxSmallM) kc = imax<int64_t>(256, kL2Budget / M / 256 * 256);
-  drive(M, r0, r1, w.cols, kc, [&](int R, int MT, int64_t r, int m, int64_t c0, int64_t c1,
-                                   bool accum) {
+  drive(kQuantTiles, M, r0, r1, w.cols, kc, [&](int R, int MT, int64_t r, int m, int64_t c0,
+                                                 int64_t c1, bool accum) {
     tile_fn<QuantTile<T>::template K, Fn>(R, MT)(a, r, m, c0, c1, accum);
   });
 }

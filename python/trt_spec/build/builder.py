@@ -9,8 +9,9 @@ Weight formats (``--weights``):
   f32, f16, bf16  every matrix in that type;
   q8              every matrix 8-bit (groups of 32, f16 scale);
   q4              matrices 4-bit (groups of 32, f16 scale and offset), except the output head
-                  and any matrix whose checkpoint held more than 4.5 bits per weight, which
-                  stay 8-bit (the way llama.cpp's Q4_K_M keeps some tensors at 6 bits).
+                  and any matrix a quantized checkpoint held at more than 4.5 bits per weight
+                  (Q5_0, Q6_K, Q8_0...), which stay 8-bit (the way llama.cpp's Q4_K_M keeps some
+                  tensors at 6 bits). Float checkpoints' matrices all become 4-bit.
 Norm weights and biases stay float32. Matrices whose column count is not a multiple of 64
 cannot be grouped and are stored f16 under q8/q4.
 """
@@ -73,8 +74,8 @@ def choose_type(weights: str, name: str, shape: tuple[int, ...], source_bits: fl
         return weights
     if shape[1] % _core.Q4_SUPER_BLOCK != 0:
         return "f16"
-    if weights == "q8" or head or source_bits > 4.5:
-        return "q8"
+    if weights == "q8" or head or 4.5 < source_bits < 16:
+        return "q8"  # the head, or a checkpoint quantized with more than 4.5 bits per weight
     return "q4"
 
 

@@ -13,7 +13,11 @@ import gguf
 import numpy as np
 
 from trt_spec.build.source import BuildError, ModelSource, SourceTensor
-from trt_spec.tokenizer import special_tokens_from_gguf, tokenizer_json_from_gguf
+from trt_spec.tokenizer import (
+    fast_gguf_reader_class,
+    special_tokens_from_gguf,
+    tokenizer_json_from_gguf,
+)
 
 Q = gguf.GGMLQuantizationType
 SUPPORTED_TYPES = {
@@ -50,7 +54,7 @@ def _decoder(t, transform=None):
 
 
 def open_gguf(path: Path) -> ModelSource:
-    reader = gguf.GGUFReader(str(path))
+    reader = fast_gguf_reader_class()(str(path))
     fields = {}
     for k, f in reader.fields.items():
         if k.startswith("GGUF."):
