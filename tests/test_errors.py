@@ -662,7 +662,7 @@ def test_failed_build_leaves_no_partial_engine(tiny, tmp_path, monkeypatch, engi
         return src
 
     monkeypatch.setattr(builder_mod, "open_source", broken_open)
-    with pytest.raises(OSError, match="injected read failure"):
+    with pytest.raises(BuildError, match="blk.1.ffn_down.weight.*injected read failure"):
         build_engine(folder, out, weights="q8", max_seq_len=SEQ)
     # The build did get midway: its hidden partial file existed when the load failed ...
     assert len(seen_partial) == 1
@@ -735,7 +735,6 @@ PARAM_CASES: list[tuple[str, object, dict, str]] = [
     ("chat-no-role", [{"content": "hi"}], {}, CHAT_ERR),
     ("chat-then-str", [{"role": "user", "content": "hi"}, "oops"], {}, CHAT_ERR),
     ("chat-then-int", [{"role": "user", "content": "hi"}, 3], {}, CHAT_ERR),
-    ("chat-no-template", [{"role": "user", "content": "hi"}], {}, r"has no chat template"),
     ("stream-validates", [5], {"temperature": -1.0, "stream": True}, r"temperature must be"),
 ]
 
@@ -810,6 +809,24 @@ def test_max_new_tokens_zero(engine, baseline):
     assert list(stream) == []
     assert stream.result is not None and stream.result.token_ids == []
     assert engine.generate(PROMPT, max_new_tokens=8).token_ids == baseline
+
+
+def test_chat_prompt_without_template(tmp_path, raw, meta):
+    m = copy.deepcopy(meta)
+    m["tokenizer"]["chat_template"] = None
+    e = _load(tmp_path, reserialise(raw, m))
+    with pytest.raises(ValueError, match=r"has no chat template"):
+        e.generate([{"role": "user", "content": "hi"}], max_new_tokens=2)
+    assert len(e.generate("hi", max_new_tokens=2).token_ids) >= 1
+
+
+def test_valid_chat_prompt_after_malformed_ones(engine):
+    chat = [{"role": "user", "content": "hi"}]
+    before = engine.generate(chat, max_new_tokens=4).token_ids
+    for bad in ([{"role": "user"}], [chat[0], "oops"], [{"content": "hi"}]):
+        with pytest.raises(ValueError, match=CHAT_ERR):
+            engine.generate(bad, max_new_tokens=4)
+    assert engine.generate(chat, max_new_tokens=4).token_ids == before
 
 
 # ---- Engine(...) options ----------------------------------------------------------------------

@@ -95,11 +95,10 @@ void measure_memory(double* read_gbs, double* copy_gbs) {
     std::vector<uint64_t> sink(threads * 8);
     const double tr = time_parallel(threads, 5, [&](int t, int) {
       const auto* p = reinterpret_cast<const uint64_t*>(a.p + n / threads * t);
-      uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-      for (size_t i = 0; i < n / threads / 8; i += 4) {
-        s0 += p[i], s1 += p[i + 1], s2 += p[i + 2], s3 += p[i + 3];
-      }
-      sink[t * 8] = s0 + s1 + s2 + s3;
+      uint64_t s[8] = {};
+      for (size_t i = 0; i < n / threads / 8; i += 8)
+        for (int k = 0; k < 8; ++k) s[k] += p[i + k];
+      for (int k = 0; k < 8; ++k) sink[t * 8] += s[k];
     });
     const double tc = time_parallel(threads, 5, [&](int t, int) {
       std::memcpy(b.p + n / threads * t, a.p + n / threads * t, n / threads);
@@ -124,8 +123,8 @@ int main(int argc, char** argv) {
     const std::string a = argv[i];
     if (a == "--quick") quick = true;
     if (a == "--hot") hot = true;
-    for (WeightType t : {WeightType::F32, WeightType::F16, WeightType::BF16, WeightType::Q8,
-                         WeightType::Q4})
+    for (WeightType t :
+         {WeightType::F32, WeightType::F16, WeightType::BF16, WeightType::Q8, WeightType::Q4})
       if (a == weight_type_name(t)) types.push_back(t);
   }
   if (types.empty())
@@ -133,14 +132,18 @@ int main(int argc, char** argv) {
 
   double read_gbs[2], copy_gbs[2];
   measure_memory(read_gbs, copy_gbs);
-  std::printf("memory: streaming read %.1f GB/s (1 thread) %.1f GB/s (2 threads); "
-              "memcpy %.1f / %.1f GB/s\n",
-              read_gbs[0], read_gbs[1], copy_gbs[0], copy_gbs[1]);
+  std::printf(
+      "memory: streaming read %.1f GB/s (1 thread) %.1f GB/s (2 threads); "
+      "memcpy %.1f / %.1f GB/s\n",
+      read_gbs[0], read_gbs[1], copy_gbs[0], copy_gbs[1]);
   std::printf("%-7s %-5s %-22s %2s %2s %10s %8s %8s %7s\n", "isa", "type", "shape", "M", "th",
               "us/matmul", "GB/s", "best", "%read");
 
-  const Shape shapes[] = {{1536, 1536, "q/o"},   {256, 1536, "k/v"},     {8960, 1536, "gate/up"},
-                          {1536, 8960, "down"},  {151936, 1536, "lm_head"}};
+  const Shape shapes[] = {{1536, 1536, "q/o"},
+                          {256, 1536, "k/v"},
+                          {8960, 1536, "gate/up"},
+                          {1536, 8960, "down"},
+                          {151936, 1536, "lm_head"}};
   std::mt19937 rng(0);
   std::normal_distribution<float> nd(0.0f, 0.02f);
   const int max_m = 5;

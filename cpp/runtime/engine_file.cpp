@@ -34,6 +34,21 @@ T read_le(const uint8_t* p) {
   return v;
 }
 
+uint64_t parse_hex64(const std::string& s, const std::string& tensor) {
+  if (s.empty() || s.size() > 16)
+    throw EngineFileError("engine metadata: tensor " + tensor + " has a malformed checksum");
+  uint64_t v = 0;
+  for (char c : s) {
+    int d = (c >= '0' && c <= '9') ? c - '0'
+            : (c >= 'a' && c <= 'f') ? c - 'a' + 10
+            : (c >= 'A' && c <= 'F') ? c - 'A' + 10
+                                     : -1;
+    if (d < 0) throw EngineFileError("engine metadata: tensor " + tensor + " has a malformed checksum");
+    v = (v << 4) | static_cast<uint64_t>(d);
+  }
+  return v;
+}
+
 std::string hex64(uint64_t v) {
   char buf[17];
   snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(v));
@@ -99,6 +114,9 @@ EngineFile::EngineFile(const std::string& path, bool verify_checksums) : path_(p
       throw EngineFileError(path + " has engine format version " + std::to_string(version) +
                             "; this trt-spec reads version " +
                             std::to_string(kEngineFormatVersion) + ": rebuild the engine");
+    if (read_le<uint32_t>(base_ + 12) != 0)
+      throw EngineFileError(path + " uses engine features this trt-spec does not know (header "
+                                   "flags set): rebuild the engine or update trt-spec");
     uint64_t json_offset = read_le<uint64_t>(base_ + 16);
     uint64_t json_bytes = read_le<uint64_t>(base_ + 24);
     data_offset_ = read_le<uint64_t>(base_ + 32);
@@ -138,7 +156,7 @@ EngineFile::EngineFile(const std::string& path, bool verify_checksums) : path_(p
         }
         e.offset = static_cast<uint64_t>(t.at("offset").as_int());
         e.bytes = static_cast<uint64_t>(t.at("bytes").as_int());
-        e.checksum = std::stoull(t.at("checksum").as_string(), nullptr, 16);
+        e.checksum = parse_hex64(t.at("checksum").as_string(), name);
         if (e.rows <= 0 || e.cols <= 0)
           throw EngineFileError("tensor " + name + " has an empty shape");
         if (weight_type_needs_groups(e.type) && e.cols % kQ4SuperBlock != 0)

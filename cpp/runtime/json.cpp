@@ -123,6 +123,38 @@ class JsonParser {
     return out;
   }
 
+  bool digit_at(size_t k) const {
+    return k < s_.size() && s_[k] >= '0' && s_[k] <= '9';
+  }
+
+  // RFC 8259 number: -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?
+  double parse_number() {
+    size_t start = i_;
+    if (s_[i_] == '-') ++i_;
+    if (!digit_at(i_)) fail("bad number");
+    if (s_[i_] == '0') {
+      ++i_;
+      if (digit_at(i_)) fail("number with a leading zero");
+    } else {
+      while (digit_at(i_)) ++i_;
+    }
+    if (i_ < s_.size() && s_[i_] == '.') {
+      ++i_;
+      if (!digit_at(i_)) fail("bad number");
+      while (digit_at(i_)) ++i_;
+    }
+    if (i_ < s_.size() && (s_[i_] == 'e' || s_[i_] == 'E')) {
+      ++i_;
+      if (i_ < s_.size() && (s_[i_] == '+' || s_[i_] == '-')) ++i_;
+      if (!digit_at(i_)) fail("bad number");
+      while (digit_at(i_)) ++i_;
+    }
+    std::string num = s_.substr(start, i_ - start);
+    double d = std::strtod(num.c_str(), nullptr);
+    if (!std::isfinite(d)) fail("number out of range");
+    return d;
+  }
+
   Json parse_value(const std::string& path, int depth) {
     if (depth > 64) fail("nesting too deep");
     skip_ws();
@@ -161,16 +193,8 @@ class JsonParser {
     } else if (literal("null")) {
       v.kind_ = Json::Kind::Null;
     } else if (c == '-' || (c >= '0' && c <= '9')) {
-      size_t start = i_;
-      if (s_[i_] == '-') ++i_;
-      while (i_ < s_.size() && (isdigit(static_cast<unsigned char>(s_[i_])) || s_[i_] == '.' ||
-                                s_[i_] == 'e' || s_[i_] == 'E' || s_[i_] == '+' || s_[i_] == '-'))
-        ++i_;
-      std::string num = s_.substr(start, i_ - start);
-      char* end = nullptr;
-      v.num_ = std::strtod(num.c_str(), &end);
-      if (end != num.c_str() + num.size() || !std::isfinite(v.num_)) fail("bad number");
       v.kind_ = Json::Kind::Number;
+      v.num_ = parse_number();
     } else {
       fail("unexpected character");
     }

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -150,8 +151,13 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("trt-spec: interrupted", file=sys.stderr)
         return 130
-    except (ValueError, RuntimeError, OSError) as e:  # BuildError, EngineFileError, FetchError
-        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    except Exception as e:  # one line for the user; TRT_SPEC_DEBUG=1 shows the traceback
+        if os.environ.get("TRT_SPEC_DEBUG"):
+            raise
+        text = str(e).strip()
+        msg = text.splitlines()[0] if text else type(e).__name__
+        if not isinstance(e, (ValueError, RuntimeError, OSError)):
+            msg = f"{type(e).__name__}: {msg}"
         print(f"trt-spec: error: {msg}", file=sys.stderr)
         return 1
 

@@ -101,11 +101,16 @@ class Engine:
             raise ValueError(f"n_threads must be >= 1, got {n_threads}")
         self.path = str(path)
         self._rt = _core.Runtime(self.path, device, n_threads or 0, verify)
-        self.metadata: dict[str, Any] = json.loads(self._rt.metadata_json)
-        tok = self.metadata["tokenizer"]
-        special = {k: v for k, v in tok.items() if k != "json"}
-        self.tokenizer = TextCodec(tok["json"], special)
-        self._eog = [int(i) for i in special.get("eog_ids") or []]
+        try:
+            self.metadata: dict[str, Any] = json.loads(self._rt.metadata_json)
+            tok = self.metadata["tokenizer"]
+            special = {k: v for k, v in tok.items() if k != "json"}
+            self.tokenizer = TextCodec(tok["json"], special)
+            self._eog = [int(i) for i in special.get("eog_ids") or []]
+        except Exception as e:  # the C++ side checked everything but the tokenizer section
+            raise _core.EngineFileError(
+                f"{self.path}: the engine's tokenizer metadata is missing or invalid ({e!r})"
+            ) from e
         self._lock = threading.Lock()
         self._gen = _core.Generator(self._rt)
 
@@ -145,10 +150,12 @@ class Engine:
         """Token ids of a prompt: text, token ids, or chat messages (chat template applied)."""
         if isinstance(prompt, str):
             return self.tokenizer.encode(prompt, add_special=True)
+        if isinstance(prompt, (bytes, bytearray, memoryview)):
+            raise ValueError("prompt must be text (str), token ids or chat messages, not bytes")
         if isinstance(prompt, np.ndarray):
             if prompt.ndim != 1 or not np.issubdtype(prompt.dtype, np.integer):
                 raise ValueError("a token-id array must be one-dimensional and integer")
-            return [int(t) for t in prompt]
+            return self._checked_ids([int(t) for t in prompt], "the prompt")
         if isinstance(prompt, Sequence) and len(prompt) > 0 and isinstance(prompt[0], Mapping):
             for m in prompt:
                 if not isinstance(m, Mapping) or "role" not in m or "content" not in m:
@@ -160,11 +167,21 @@ class Engine:
             for t in ids:
                 if isinstance(t, bool) or not isinstance(t, (int, np.integer)):
                     raise ValueError(f"token ids must be integers, got {type(t).__name__}")
-            return [int(t) for t in ids]
+            return self._checked_ids([int(t) for t in ids], "the prompt")
         raise ValueError(
             f"prompt must be a str, a sequence of token ids or a list of chat messages, "
             f"got {type(prompt).__name__}"
         )
+
+    def _checked_ids(self, ids: list[int], what: str) -> list[int]:
+        """Range check here too: ids beyond int32 could not even reach the runtime's check."""
+        for i, t in enumerate(ids):
+            if not 0 <= t < self.vocab_size:
+                raise ValueError(
+                    f"{what} holds token id {t} at index {i}, outside the vocabulary "
+                    f"[0, {self.vocab_size})"
+                )
+        return ids
 
     def decode(self, token_ids: Sequence[int], skip_special: bool = True) -> str:
         return self.tokenizer.decode(list(token_ids), skip_special=skip_special)
@@ -200,13 +217,29 @@ class Engine:
         """
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int):
             raise ValueError("max_new_tokens must be an integer")
-        if not isinstance(seed, int) or seed < 0 or seed >= 2**64:
+        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**64:
             raise ValueError("seed must be an integer in [0, 2**64)")
         if isinstance(top_k, bool) or not isinstance(top_k, int):
             raise ValueError("top_k must be an integer")
-        stops = [] if stop is None else [stop] if isinstance(stop, (str, int)) else list(stop)
+        for name, v in (("temperature", temperature), ("top_p", top_p)):
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise ValueError(f"{name} must be a number")
+        # No request can produce more than max_seq_len tokens; top_k >= vocab keeps everything.
+        max_new_tokens = min(max_new_tokens, self.max_seq_len)
+        top_k = min(top_k, self.vocab_size)
+        if stop is None:
+            stops: list = []
+        elif isinstance(stop, (str, int)) and not isinstance(stop, bool):
+            stops = [stop]
+        elif isinstance(stop, (list, tuple)):
+            stops = list(stop)
+        else:
+            raise ValueError("stop must be a string, a token id, or a list of them")
+        for s in stops:
+            if isinstance(s, bool) or not isinstance(s, (str, int)):
+                raise ValueError(f"stop entries must be strings or token ids, got {s!r}")
         stop_strings = [s for s in stops if isinstance(s, str)]
-        stop_ids = [int(s) for s in stops if not isinstance(s, str)]
+        stop_ids = self._checked_ids([s for s in stops if not isinstance(s, str)], "stop")
         if not ignore_eos:
             stop_ids += self._eog
         ids = self.encode(prompt)

@@ -340,7 +340,12 @@ def special_tokens_from_gguf(fields: dict[str, object]) -> dict[str, Any]:
 
 
 def _read_json(path: Path) -> dict[str, Any]:
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    if not path.is_file():
+        return {}
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as e:
+        raise ValueError(f"{path}: invalid JSON ({e})") from e
 
 
 def _token_text(value: object) -> str | None:
@@ -380,7 +385,10 @@ def tokenizer_json_from_hf(folder: Path) -> tuple[str, dict[str, Any]]:
     """``(tokenizer.json text as-is, special-token dict)`` for a Hugging Face model folder."""
     folder = Path(folder)
     text = (folder / "tokenizer.json").read_text(encoding="utf-8")
-    doc = json.loads(text)
+    try:
+        doc = json.loads(text)
+    except ValueError as e:
+        raise ValueError(f"{folder / 'tokenizer.json'}: invalid JSON ({e})") from e
     lookup: dict[str, int] = dict(doc.get("model", {}).get("vocab") or {})
     if not isinstance(doc.get("model", {}).get("vocab"), dict):  # e.g. Unigram: list of pairs
         lookup = {}

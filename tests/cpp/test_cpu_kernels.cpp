@@ -99,6 +99,23 @@ void test_conversions() {
     if (std::isnan(f) ? (bgot & 0x7fff) <= 0x7f80 : bgot != bref) ++bad_bf;
   }
   check(bad == 0, "f32_to_f16 RNE vs _Float16: " + std::to_string(bad) + " bad");
+  // quantize_weight(F16) (vectorised fast path) and BF16 agree with the scalar conversions.
+  std::vector<float> fc(cases.size());
+  for (size_t i = 0; i < cases.size(); ++i) fc[i] = from_bits(cases[i]);
+  const int64_t n = static_cast<int64_t>(fc.size());
+  for (WeightType t : {WeightType::F16, WeightType::BF16}) {
+    std::vector<uint8_t> blob(weight_blob_bytes(t, 1, n));
+    quantize_weight(fc.data(), 1, n, t, blob.data());
+    const auto* h = reinterpret_cast<const uint16_t*>(blob.data());
+    int bad_q = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const uint16_t ref = t == WeightType::F16 ? f32_to_f16(fc[i]) : f32_to_bf16(fc[i]);
+      bad_q += std::isnan(fc[i]) ? (h[i] & 0x7fff) <= (t == WeightType::F16 ? 0x7c00 : 0x7f80)
+                                 : h[i] != ref;
+    }
+    check(bad_q == 0, std::string("quantize_weight ") + weight_type_name(t) +
+                          " == scalar conversion: " + std::to_string(bad_q) + " bad");
+  }
   check(bad_bf == 0, "f32_to_bf16 RNE vs reference: " + std::to_string(bad_bf) + " bad");
 }
 
@@ -124,14 +141,15 @@ std::vector<uint8_t> quantize(const std::vector<float>& w, int64_t rows, int64_t
   std::vector<uint8_t> aligned(blob.size());
   std::memset(blob.data(), 0xAB, blob.size());
   quantize_weight(w.data(), rows, cols, t, blob.data() + off);
-  std::vector<uint8_t> out(blob.begin() + off, blob.begin() + off + weight_blob_bytes(t, rows, cols));
+  std::vector<uint8_t> out(blob.begin() + off,
+                           blob.begin() + off + weight_blob_bytes(t, rows, cols));
   return out;
 }
 
 // Quantize/dequantize error bounds and the zeroed padding.
 void test_quantize(WeightType t, int64_t rows, int64_t cols) {
-  const std::string name = std::string(weight_type_name(t)) + " " + std::to_string(rows) + "x" +
-                           std::to_string(cols);
+  const std::string name =
+      std::string(weight_type_name(t)) + " " + std::to_string(rows) + "x" + std::to_string(cols);
   const auto w = random_matrix(rows, cols, 7, 0.02f);
   const auto blob = quantize(w, rows, cols, t);
   std::vector<float> deq(rows * cols);
@@ -139,7 +157,8 @@ void test_quantize(WeightType t, int64_t rows, int64_t cols) {
   dequantize_weight(v, deq.data());
   bool pad_ok = true;
   for (int s = 0; s < weight_section_count(t); ++s) {
-    const size_t o = weight_section_offset(t, rows, cols, s), n = weight_section_bytes(t, rows, cols, s);
+    const size_t o = weight_section_offset(t, rows, cols, s),
+                 n = weight_section_bytes(t, rows, cols, s);
     for (size_t i = o + n; i < align_up(o + n, kSectionAlign); ++i) pad_ok &= blob[i] == 0;
   }
   check(pad_ok, "padding zero " + name);
@@ -152,17 +171,26 @@ void test_quantize(WeightType t, int64_t rows, int64_t cols) {
       const double e = std::fabs(static_cast<double>(x) - y);
       err2 += e * e;
       switch (t) {
-        case WeightType::F32: bad += x != y; break;
-        case WeightType::F16: bad += y != f16_to_f32(f32_to_f16(x)); break;
-        case WeightType::BF16: bad += y != bf16_to_f32(f32_to_bf16(x)); break;
+        case WeightType::F32:
+          bad += x != y;
+          break;
+        case WeightType::F16:
+          bad += y != f16_to_f32(f32_to_f16(x));
+          break;
+        case WeightType::BF16:
+          bad += y != bf16_to_f32(f32_to_bf16(x));
+          break;
         case WeightType::Q8: {
-          const float d = f16_to_f32(reinterpret_cast<const uint16_t*>(v.section(1))[r * groups + c / 32]);
+          const float d =
+              f16_to_f32(reinterpret_cast<const uint16_t*>(v.section(1))[r * groups + c / 32]);
           bad += e > d * 0.5 * (1 + 1e-3) + 1e-12;  // |w| <= 127 d up to the f16 rounding of d
           break;
         }
         case WeightType::Q4: {
-          const float d = f16_to_f32(reinterpret_cast<const uint16_t*>(v.section(1))[r * groups + c / 32]);
-          const float m = f16_to_f32(reinterpret_cast<const uint16_t*>(v.section(2))[r * groups + c / 32]);
+          const float d =
+              f16_to_f32(reinterpret_cast<const uint16_t*>(v.section(1))[r * groups + c / 32]);
+          const float m =
+              f16_to_f32(reinterpret_cast<const uint16_t*>(v.section(2))[r * groups + c / 32]);
           const bool inside = x >= m - d / 2 && x <= m + 15.5f * d;  // not clipped
           if (inside) bad += e > d * 0.5 * (1 + 1e-3) + 1e-6 * std::fabs(m) + 1e-12;
           break;
@@ -177,11 +205,14 @@ void test_quantize(WeightType t, int64_t rows, int64_t cols) {
       for (int j = 1; j < 32; ++j) lo = std::fmin(lo, w[i + j]), hi = std::fmax(hi, w[i + j]);
       const float d = f16_to_f32(f32_to_f16((hi - lo) / 15)), m = f16_to_f32(f32_to_f16(lo));
       for (int j = 0; j < 32; ++j) {
-        const float code = d > 0 ? std::fmin(15.f, std::fmax(0.f, std::nearbyint((w[i + j] - m) / d))) : 0;
+        const float code =
+            d > 0 ? std::fmin(15.f, std::fmax(0.f, std::nearbyint((w[i + j] - m) / d))) : 0;
         const double e = d * code + m - w[i + j];
         minmax_err2 += e * e;
       }
     }
+    std::printf("  q4 %s rms error %.4g (min/max: %.4g)\n", name.c_str(),
+                std::sqrt(err2 / (rows * cols)), std::sqrt(minmax_err2 / (rows * cols)));
     check(err2 <= minmax_err2, "q4 search beats min/max " + name + ": rms " +
                                    std::to_string(std::sqrt(err2 / (rows * cols))) + " vs " +
                                    std::to_string(std::sqrt(minmax_err2 / (rows * cols))));
@@ -248,7 +279,8 @@ void test_matmul(const MatmulKernels& k, WeightType t, int64_t rows, int64_t col
     k.quantize_acts(x.data(), 0, M, qa);
     const size_t ng = static_cast<size_t>(M) * cols / 32;
     check(std::memcmp(qa.q, rq.data(), rq.size()) == 0 &&
-              std::memcmp(qa.d, rd.data(), ng * 4) == 0 && std::memcmp(qa.ds, rds.data(), ng * 4) == 0,
+              std::memcmp(qa.d, rd.data(), ng * 4) == 0 &&
+              std::memcmp(qa.ds, rds.data(), ng * 4) == 0,
           std::string("quantize_acts exact ") + name);
     for (size_t i = 0; i < xr.size(); ++i) xr[i] = rd[i / 32] * rq[i];
     dx = rd;
@@ -275,7 +307,8 @@ void test_matmul(const MatmulKernels& k, WeightType t, int64_t rows, int64_t col
       if (t == WeightType::Q4) {  // the kernel sums d*code and m terms separately
         const auto* mo = reinterpret_cast<const uint16_t*>(v.section(2));
         for (int64_t c = 0; c < cols; ++c)
-          mag += std::fabs(f16_to_f32(mo[r * (cols / 32) + c / 32])) * std::fabs(xr[m * cols + c]) * 2;
+          mag +=
+              std::fabs(f16_to_f32(mo[r * (cols / 32) + c / 32])) * std::fabs(xr[m * cols + c]) * 2;
       }
       if (!(std::fabs(got - ref) <= 2e-5 * mag + 1e-30)) {
         if (bad < 3)
@@ -301,7 +334,9 @@ int main() {
     test_quantize(t, 40, 896);
     test_quantize(t, 9, 4864);
   }
-  struct Shape { int64_t rows, cols; };
+  struct Shape {
+    int64_t rows, cols;
+  };
   const Shape shapes[] = {{1, 64}, {7, 64}, {33, 896}, {130, 1536}, {17, 4864}};
   const Shape float_only[] = {{5, 100}, {3, 7}, {9, 33}};
   const int Ms[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 33};

@@ -24,9 +24,9 @@ namespace trt_spec::cpu {
 
 // Activations quantized for Q8/Q4 weights: row m, group g of 32 columns.
 struct QuantActs {
-  int8_t* q = nullptr;   // [M, cols]       q = round(x / d), in [-127, 127]
-  float* d = nullptr;    // [M, cols / 32]  scale: x ~= d * q, d = max|x| / 127
-  float* ds = nullptr;   // [M, cols / 32]  d * sum(q in group)
+  int8_t* q = nullptr;  // [M, cols]       q = round(x / d), in [-127, 127]
+  float* d = nullptr;   // [M, cols / 32]  scale: x ~= d * q, d = max|x| / 127
+  float* ds = nullptr;  // [M, cols / 32]  d * sum(q in group)
   int M = 0;
   int cols = 0;
 };
@@ -46,8 +46,8 @@ struct MatmulKernels {
   void (*matmul_float)(WeightView w, const float* x, int M, float* y, int64_t ldy, int64_t r0,
                        int64_t r1);
   // For Q8/Q4 weights (cols % 64 == 0), same output, activations pre-quantized (x.M >= M).
-  void (*matmul_quant)(WeightView w, const QuantActs& x, int M, float* y, int64_t ldy,
-                       int64_t r0, int64_t r1);
+  void (*matmul_quant)(WeightView w, const QuantActs& x, int M, float* y, int64_t ldy, int64_t r0,
+                       int64_t r1);
 };
 
 // Best table for this CPU; env TRT_SPEC_CPU_ISA=avx2|avx512 forces one (std::runtime_error

@@ -37,8 +37,8 @@ struct Isa {
     if constexpr (T == WeightType::F32) {
       return _mm256_loadu_ps(reinterpret_cast<const float*>(row) + c);
     } else {
-      const __m128i h =
-          _mm_loadu_si128(reinterpret_cast<const __m128i*>(reinterpret_cast<const uint16_t*>(row) + c));
+      const __m128i h = _mm_loadu_si128(
+          reinterpret_cast<const __m128i*>(reinterpret_cast<const uint16_t*>(row) + c));
       if constexpr (T == WeightType::F16) {
         return _mm256_cvtph_ps(h);
       } else {  // bf16: the upper half of a float

@@ -26,8 +26,9 @@ struct Isa {
   static VF loadu(const float* p) { return _mm512_loadu_ps(p); }
   static VF fma(VF a, VF b, VF c) { return _mm512_fmadd_ps(a, b, c); }
   static float hsum(VF v) {
-    const __m256 s8 = _mm256_add_ps(_mm512_castps512_ps256(v),
-                                    _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+    const __m256 s8 =
+        _mm256_add_ps(_mm512_castps512_ps256(v),
+                      _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
@@ -73,7 +74,6 @@ struct Isa {
 
 namespace trt_spec::cpu {
 
-const MatmulKernels kMatmulKernelsAvx512 = {"avx512", &quantize_acts, &matmul_float,
-                                            &matmul_quant};
+const MatmulKernels kMatmulKernelsAvx512 = {"avx512", &quantize_acts, &matmul_float, &matmul_quant};
 
 }  // namespace trt_spec::cpu

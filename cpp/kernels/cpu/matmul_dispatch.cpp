@@ -17,10 +17,13 @@ bool cpu_has_avx2() {
          __builtin_cpu_supports("f16c");
 }
 
+// The instructions matmul_avx512.cpp uses. It is built with -mavx512bf16 too but uses no BF16
+// instruction (bf16 weights widen with shifts; `objdump -d | grep -i bf16` finds none), so CPUs
+// with VNNI but without AVX512_BF16 (Cascade Lake, Ice Lake) run it as well.
 bool cpu_has_avx512() {
   return cpu_has_avx2() && __builtin_cpu_supports("avx512f") &&
          __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
-         __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bf16");
+         __builtin_cpu_supports("avx512vnni");
 }
 
 const MatmulKernels& pick_kernels() {
@@ -51,8 +54,8 @@ QuantActs quant_acts_view(void* buf, int M, int cols) {
   const size_t n = static_cast<size_t>(M) * cols, groups = n / kQuantGroup;
   auto* p = static_cast<uint8_t*>(buf);
   QuantActs v;
-  v.q = reinterpret_cast<int8_t*>(p);                                          // [M, cols]
-  v.d = reinterpret_cast<float*>(p + round_part(n));                           // [M, groups]
+  v.q = reinterpret_cast<int8_t*>(p);                                           // [M, cols]
+  v.d = reinterpret_cast<float*>(p + round_part(n));                            // [M, groups]
   v.ds = reinterpret_cast<float*>(p + round_part(n) + round_part(groups * 4));  // [M, groups]
   v.M = M;
   v.cols = cols;

@@ -45,12 +45,16 @@ struct TilePolicy {
 };
 constexpr TilePolicy kFloatTiles = {{1, 4, 4, 3, 2, 2, 2, 1, 1, 1}, 2, 6};
 constexpr TilePolicy kQuantTiles = {{1, 4, 2, 2, 1, 1, 1, 1, 1, 1}, 1, 8};
-constexpr int64_t kL2Budget = 192 * 1024;                           // activation block bytes
+constexpr int64_t kL2Budget = 192 * 1024;  // activation block bytes
 
 template <class V>
-inline V imin(V a, V b) { return a < b ? a : b; }
+inline V imin(V a, V b) {
+  return a < b ? a : b;
+}
 template <class V>
-inline V imax(V a, V b) { return a < b ? b : a; }
+inline V imax(V a, V b) {
+  return a < b ? b : a;
+}
 
 // Start of section s of w: the layout of kernels/weight_format.h (sections padded to
 // kSectionAlign), for the Q8 / Q4 sections the kernels read.
@@ -89,15 +93,16 @@ void drive(const TilePolicy& p, int M, int64_t r0, int64_t r1, int64_t cols, int
 // The (R, MT) pairs drive() can ask for, as a dispatch table for a tile template K<R, MT>.
 template <template <int, int> class K, class Fn>
 Fn tile_fn(int R, int MT) {
-#define TRT_SPEC_TILE(r, mt) \
-  if (R == r && MT == mt) return &K<r, mt>::run;
+  // clang-format off
+#define TRT_SPEC_TILE(r, mt) if (R == r && MT == mt) return &K<r, mt>::run;
   TRT_SPEC_TILE(4, 1) TRT_SPEC_TILE(4, 2) TRT_SPEC_TILE(3, 3) TRT_SPEC_TILE(2, 1)
   TRT_SPEC_TILE(2, 2) TRT_SPEC_TILE(2, 3) TRT_SPEC_TILE(2, 4) TRT_SPEC_TILE(2, 5)
   TRT_SPEC_TILE(2, 6) TRT_SPEC_TILE(1, 1) TRT_SPEC_TILE(1, 2) TRT_SPEC_TILE(1, 3)
   TRT_SPEC_TILE(1, 4) TRT_SPEC_TILE(1, 5) TRT_SPEC_TILE(1, 6) TRT_SPEC_TILE(1, 7)
   TRT_SPEC_TILE(1, 8) TRT_SPEC_TILE(1, 9)
 #undef TRT_SPEC_TILE
-  __builtin_unreachable();
+  __builtin_unreachable();  // drive() asks for no other shape
+  // clang-format on
 }
 
 // ------------------------------------------------------------------------------------------
@@ -133,7 +138,7 @@ struct FloatTile {
       for (int r = 0; r < R; ++r)
 #pragma GCC unroll 16
         for (int m = 0; m < MT; ++m) acc[r][m] = Isa::zero();
-      const uint8_t* w = a.w + r0 * a.wstride;        // [R, cols] rows of W
+      const uint8_t* w = a.w + r0 * a.wstride;      // [R, cols] rows of W
       const float* x = a.x + int64_t{m0} * a.cols;  // [MT, cols] rows of x
       int64_t c = c0;
       for (; c + Isa::W <= c1; c += Isa::W) {
@@ -175,19 +180,23 @@ void matmul_float_t(WeightView w, const float* x, int M, float* y, int64_t ldy, 
   const FloatArgs a{w.data, w.cols * esize, x, w.cols, y, ldy};
   int64_t kc = w.cols;
   if (M > kMaxSmallM) kc = imax<int64_t>(256, kL2Budget / (int64_t{M} * 4) / 64 * 64);
-  drive(kFloatTiles, M, r0, r1, w.cols, kc, [&](int R, int MT, int64_t r, int m, int64_t c0,
-                                                 int64_t c1, bool accum) {
-    tile_fn<FloatTile<T>::template K, Fn>(R, MT)(a, r, m, c0, c1, accum);
-  });
+  drive(kFloatTiles, M, r0, r1, w.cols, kc,
+        [&](int R, int MT, int64_t r, int m, int64_t c0, int64_t c1, bool accum) {
+          tile_fn<FloatTile<T>::template K, Fn>(R, MT)(a, r, m, c0, c1, accum);
+        });
 }
 
 void matmul_float(WeightView w, const float* x, int M, float* y, int64_t ldy, int64_t r0,
                   int64_t r1) {
   switch (w.type) {
-    case WeightType::F32: return matmul_float_t<WeightType::F32>(w, x, M, y, ldy, r0, r1);
-    case WeightType::F16: return matmul_float_t<WeightType::F16>(w, x, M, y, ldy, r0, r1);
-    case WeightType::BF16: return matmul_float_t<WeightType::BF16>(w, x, M, y, ldy, r0, r1);
-    default: throw std::invalid_argument("matmul_float: weight type is not F32/F16/BF16");
+    case WeightType::F32:
+      return matmul_float_t<WeightType::F32>(w, x, M, y, ldy, r0, r1);
+    case WeightType::F16:
+      return matmul_float_t<WeightType::F16>(w, x, M, y, ldy, r0, r1);
+    case WeightType::BF16:
+      return matmul_float_t<WeightType::BF16>(w, x, M, y, ldy, r0, r1);
+    default:
+      throw std::invalid_argument("matmul_float: weight type is not F32/F16/BF16");
   }
 }
 
@@ -204,10 +213,9 @@ void quantize_acts(const float* x, int m0, int m1, QuantActs out) {
       const float* p = xr + g * kQuantGroup;
       __m256 v[4];
       for (int i = 0; i < 4; ++i) v[i] = _mm256_loadu_ps(p + 8 * i);
-      __m256 amax = _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign, v[0]),
-                                                _mm256_andnot_ps(sign, v[1])),
-                                  _mm256_max_ps(_mm256_andnot_ps(sign, v[2]),
-                                                _mm256_andnot_ps(sign, v[3])));
+      __m256 amax =
+          _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign, v[0]), _mm256_andnot_ps(sign, v[1])),
+                        _mm256_max_ps(_mm256_andnot_ps(sign, v[2]), _mm256_andnot_ps(sign, v[3])));
       __m128 a4 = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
       a4 = _mm_max_ps(a4, _mm_movehl_ps(a4, a4));
       a4 = _mm_max_ss(a4, _mm_movehdup_ps(a4));
@@ -215,14 +223,14 @@ void quantize_acts(const float* x, int m0, int m1, QuantActs out) {
       const __m256 id = _mm256_set1_ps(d > 0.0f ? 1.0f / d : 0.0f);
       __m256i q[4];  // cvtps rounds to nearest even under the default MXCSR
       for (int i = 0; i < 4; ++i) q[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], id));
-      const __m256i s32 = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]),
-                                           _mm256_add_epi32(q[2], q[3]));
+      const __m256i s32 =
+          _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
       __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s32), _mm256_extracti128_si256(s32, 1));
       s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
       s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
       // packs work per 128-bit lane: q0 q1 -> [q0lo q1lo | q0hi q1hi]; the permute restores order.
-      const __m256i p8 = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]),
-                                            _mm256_packs_epi32(q[2], q[3]));
+      const __m256i p8 =
+          _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(out.q + int64_t{m} * cols + g * kQuantGroup),
                           _mm256_permutevar8x32_epi32(p8, perm));
       out.d[int64_t{m} * groups + g] = d;
@@ -304,8 +312,7 @@ struct QuantTile {
             __m256i lo[R], hi[R];
 #pragma GCC unroll 16
             for (int r = 0; r < R; ++r)
-              Isa::q4_unpack(a.codes + (r0 + r) * (cols / 2) + g * (kQuantGroup / 2), lo[r],
-                             hi[r]);
+              Isa::q4_unpack(a.codes + (r0 + r) * (cols / 2) + g * (kQuantGroup / 2), lo[r], hi[r]);
 #pragma GCC unroll 16
             for (int m = 0; m < MT; ++m) {
               const int8_t* xp = xq + m * cols + g * kQuantGroup;
@@ -326,8 +333,8 @@ struct QuantTile {
             typename Isa::Q8Prep wp[R];
 #pragma GCC unroll 16
             for (int r = 0; r < R; ++r)
-              wp[r] = Isa::q8_prep(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(
-                  a.codes + (r0 + r) * cols + g * kQuantGroup)));
+              wp[r] = Isa::q8_prep(_mm256_loadu_si256(
+                  reinterpret_cast<const __m256i*>(a.codes + (r0 + r) * cols + g * kQuantGroup)));
 #pragma GCC unroll 16
             for (int m = 0; m < MT; ++m) {
               const __m256i xv = _mm256_loadu_si256(
@@ -366,18 +373,21 @@ void matmul_quant_t(WeightView w, const QuantActs& x, int M, float* y, int64_t l
                     ldy};
   int64_t kc = w.cols;
   if (M > kMaxSmallM) kc = imax<int64_t>(256, kL2Budget / M / 256 * 256);
-  drive(kQuantTiles, M, r0, r1, w.cols, kc, [&](int R, int MT, int64_t r, int m, int64_t c0,
-                                                 int64_t c1, bool accum) {
-    tile_fn<QuantTile<T>::template K, Fn>(R, MT)(a, r, m, c0, c1, accum);
-  });
+  drive(kQuantTiles, M, r0, r1, w.cols, kc,
+        [&](int R, int MT, int64_t r, int m, int64_t c0, int64_t c1, bool accum) {
+          tile_fn<QuantTile<T>::template K, Fn>(R, MT)(a, r, m, c0, c1, accum);
+        });
 }
 
 void matmul_quant(WeightView w, const QuantActs& x, int M, float* y, int64_t ldy, int64_t r0,
                   int64_t r1) {
   switch (w.type) {
-    case WeightType::Q8: return matmul_quant_t<WeightType::Q8>(w, x, M, y, ldy, r0, r1);
-    case WeightType::Q4: return matmul_quant_t<WeightType::Q4>(w, x, M, y, ldy, r0, r1);
-    default: throw std::invalid_argument("matmul_quant: weight type is not Q8/Q4");
+    case WeightType::Q8:
+      return matmul_quant_t<WeightType::Q8>(w, x, M, y, ldy, r0, r1);
+    case WeightType::Q4:
+      return matmul_quant_t<WeightType::Q4>(w, x, M, y, ldy, r0, r1);
+    default:
+      throw std::invalid_argument("matmul_quant: weight type is not Q8/Q4");
   }
 }
 

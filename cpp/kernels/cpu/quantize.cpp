@@ -45,6 +45,52 @@ void quantize_group_q8(const float* x, uint8_t* q, uint16_t* d_out) {
   *d_out = dh;
 }
 
+// 4 floats as a GCC/Clang generic vector (lowered to whatever the target has, SSE2 on baseline
+// x86-64): the Q4 search below runs a few hundred operations per group, and this keeps it fast
+// without ISA flags. Lane-wise sums keep the float arithmetic deterministic.
+typedef float F4 __attribute__((vector_size(16)));
+constexpr int kLanes = 4;
+
+inline F4 load4(const float* p) {
+  F4 v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+
+inline F4 splat(float f) { return F4{f, f, f, f}; }
+
+inline float hsum(F4 v) { return (v[0] + v[1]) + (v[2] + v[3]); }
+
+// min/max written in the operand order of SSE minps/maxps so the compiler emits those.
+inline F4 clamp(F4 v, float lo, float hi) {
+  v = v > splat(lo) ? v : splat(lo);
+  return v < splat(hi) ? v : splat(hi);
+}
+
+inline F4 min4(F4 v, float hi) { return v < splat(hi) ? v : splat(hi); }
+
+inline F4 round_ne4(F4 v) {
+  const F4 magic = splat(12582912.0f);  // 1.5 * 2^23
+  return (v + magic) - magic;
+}
+
+typedef uint32_t U4 __attribute__((vector_size(16)));
+
+// f32_to_f16 of 4 floats: lanes in the normal half range round in vector code (the RNE trick:
+// add 0xfff plus the kept lsb, then truncate); a chunk with any other lane goes scalar.
+inline void f32_to_f16_x4(const float* in, uint16_t* out) {
+  U4 x;
+  std::memcpy(&x, in, sizeof(x));
+  const U4 a = x & 0x7fffffffu;
+  const U4 normal = (a - 0x38800000u) < (0x477ff000u - 0x38800000u);  // lanes: all ones / zero
+  if (normal[0] & normal[1] & normal[2] & normal[3]) {
+    const U4 h = ((a + 0xfffu + ((a >> 13) & 1u) - 0x38000000u) >> 13) | ((x >> 16) & 0x8000u);
+    for (int k = 0; k < kLanes; ++k) out[k] = static_cast<uint16_t>(h[k]);
+  } else {
+    for (int k = 0; k < kLanes; ++k) out[k] = f32_to_f16(in[k]);
+  }
+}
+
 // Codes of a Q4 group for given (d, m) after rounding both to f16; returns the squared error of
 // the decode d16 * code + m16 (exactly what dequantization computes).
 float q4_codes_rounded(const float* x, float d, float m, uint8_t* codes, uint16_t* dh,
@@ -54,14 +100,15 @@ float q4_codes_rounded(const float* x, float d, float m, uint8_t* codes, uint16_
   const float df = f16_to_f32(*dh);
   const float mf = f16_to_f32(*mh);
   const float id = df > 0.0f ? 1.0f / df : 0.0f;
-  float err = 0.0f;
-  for (int i = 0; i < kQuantGroup; ++i) {
-    const float c = std::min(15.0f, std::max(0.0f, round_ne((x[i] - mf) * id)));
-    codes[i] = static_cast<uint8_t>(c);
-    const float e = df * c + mf - x[i];
+  F4 err = splat(0.0f);
+  for (int i = 0; i < kQuantGroup; i += kLanes) {
+    const F4 xv = load4(x + i);
+    const F4 c = clamp(round_ne4((xv - mf) * id), 0.0f, 15.0f);
+    const F4 e = c * df + mf - xv;
     err += e * e;
+    for (int k = 0; k < kLanes; ++k) codes[i + k] = static_cast<uint8_t>(c[k]);
   }
-  return err;
+  return hsum(err);
 }
 
 // Q4, one group of 32: value = d * code + m. Tries min/max, then a search over scales in the
@@ -83,35 +130,40 @@ void quantize_group_q4(const float* x, uint8_t* codes, uint16_t* d_out, uint16_t
   const float range = hi - lo;
   float best_err = q4_codes_rounded(x, range / 15.0f, lo, codes, d_out, m_out);
 
-  float sx = 0.0f, sxx = 0.0f;
-  for (int i = 0; i < kQuantGroup; ++i) {
-    sx += x[i];
-    sxx += x[i] * x[i];
+  // The fit works on xs = x - lo (better conditioned): xs = d * l + m', m = m' + lo.
+  F4 xs[kQuantGroup / kLanes];
+  F4 sx4 = splat(0.0f), sxx4 = splat(0.0f);
+  for (int i = 0; i < kQuantGroup / kLanes; ++i) {
+    xs[i] = load4(x + kLanes * i) - lo;
+    sx4 += xs[i];
+    sxx4 += xs[i] * xs[i];
   }
-  constexpr int kSteps = 16;
+  const float sx = hsum(sx4), sxx = hsum(sxx4);
+  constexpr int kSteps = 8;
   constexpr float n = kQuantGroup;
   float fit_err = INFINITY, fit_d = 0.0f, fit_m = 0.0f;
   for (int s = 0; s <= kSteps; ++s) {
     const float iscale = (14.0f + 2.0f * s / kSteps) / range;
-    float sl = 0.0f, sll = 0.0f, sxl = 0.0f;
-    for (int i = 0; i < kQuantGroup; ++i) {
-      const float l = std::min(15.0f, std::max(0.0f, round_ne((x[i] - lo) * iscale)));
-      sl += l;
-      sll += l * l;
-      sxl += x[i] * l;
+    F4 sl4 = splat(0.0f), sll4 = splat(0.0f), sxl4 = splat(0.0f);
+    for (int i = 0; i < kQuantGroup / kLanes; ++i) {
+      const F4 l = min4(round_ne4(xs[i] * iscale), 15.0f);  // xs >= 0: no lower clamp
+      sl4 += l;
+      sll4 += l * l;
+      sxl4 += xs[i] * l;
     }
+    const float sl = hsum(sl4), sll = hsum(sll4), sxl = hsum(sxl4);
     const float det = n * sll - sl * sl;
     if (!(det > 0.0f)) continue;
     const float d = (n * sxl - sl * sx) / det;
     const float m = (sll * sx - sl * sxl) / det;
     if (!(d > 0.0f)) continue;
-    // sum (d l + m - x)^2 expanded with the sums above.
-    const float err = d * d * sll + 2.0f * d * m * sl + n * m * m - 2.0f * d * sxl -
-                      2.0f * m * sx + sxx;
+    // sum (d l + m - xs)^2 expanded with the sums above.
+    const float err =
+        d * d * sll + 2.0f * d * m * sl + n * m * m - 2.0f * d * sxl - 2.0f * m * sx + sxx;
     if (err < fit_err) {
       fit_err = err;
       fit_d = d;
-      fit_m = m;
+      fit_m = m + lo;
     }
   }
   if (fit_err < INFINITY) {
@@ -135,15 +187,20 @@ void quantize_rows(const float* w, int64_t rows, int64_t cols, WeightType t, uin
     case WeightType::F32:
       std::memcpy(blob + r0 * cols * 4, w + r0 * cols, (r1 - r0) * cols * 4);
       return;
-    case WeightType::F16:
+    case WeightType::F16: {
+      auto* out = static_cast<uint16_t*>(const_cast<void*>(v.section(0)));
+      int64_t i = r0 * cols;
+      for (; i + kLanes <= r1 * cols; i += kLanes) f32_to_f16_x4(w + i, out + i);
+      for (; i < r1 * cols; ++i) out[i] = f32_to_f16(w[i]);
+      return;
+    }
     case WeightType::BF16: {
       auto* out = static_cast<uint16_t*>(const_cast<void*>(v.section(0)));
-      for (int64_t i = r0 * cols; i < r1 * cols; ++i)
-        out[i] = t == WeightType::F16 ? f32_to_f16(w[i]) : f32_to_bf16(w[i]);
+      for (int64_t i = r0 * cols; i < r1 * cols; ++i) out[i] = f32_to_bf16(w[i]);
       return;
     }
     case WeightType::Q8: {
-      auto* q = static_cast<uint8_t*>(const_cast<void*>(v.section(0)));  // [rows, cols]
+      auto* q = static_cast<uint8_t*>(const_cast<void*>(v.section(0)));   // [rows, cols]
       auto* d = static_cast<uint16_t*>(const_cast<void*>(v.section(1)));  // [rows, groups]
       for (int64_t r = r0; r < r1; ++r)
         for (int64_t g = 0; g < groups; ++g)
@@ -197,7 +254,7 @@ uint16_t f32_to_f16(float f) {
   }
   // Subnormal half (or zero): value / 2^-24 = mant24 * 2^(e + 1), e = unbiased exponent.
   const int e = static_cast<int>(a >> 23) - 127;
-  const int shift = -(e + 1);  // >= 14
+  const int shift = -(e + 1);   // >= 14
   if (shift > 24) return sign;  // < 2^-25: rounds to zero
   const uint32_t m = (a & 0x7fffff) | 0x800000;
   uint32_t k = m >> shift;

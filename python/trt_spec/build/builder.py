@@ -121,6 +121,19 @@ def check_pair(target: ModelSource, draft: ModelSource) -> None:
             )
 
 
+def _load(src: ModelSource, name: str) -> np.ndarray:
+    t = src.tensors[name]
+    try:
+        x = t.load()
+    except BuildError:
+        raise
+    except Exception as e:
+        raise BuildError(f"{src.path}: cannot read tensor {name} ({type(e).__name__}: {e})") from e
+    if tuple(x.shape) != tuple(t.shape) or not np.isfinite(x).all():
+        raise BuildError(f"{src.path}: tensor {name} is damaged (shape or non-finite values)")
+    return x
+
+
 def _write_model(
     writer: EngineWriter, role: str, src: ModelSource, weights: str, progress: Progress
 ) -> dict:
@@ -130,7 +143,7 @@ def _write_model(
     types: dict[str, int] = {}
     weight_bytes = 0
     for k, (name, parts) in enumerate(plan):
-        arrays = [src.tensors[p].load() for p in parts]
+        arrays = [_load(src, p) for p in parts]
         w = arrays[0] if len(arrays) == 1 else np.concatenate(arrays, axis=0)
         del arrays
         bits = max(src.tensors[p].source_bits for p in parts)

@@ -54,7 +54,10 @@ def _decoder(t, transform=None):
 
 
 def open_gguf(path: Path) -> ModelSource:
-    reader = fast_gguf_reader_class()(str(path))
+    try:
+        reader = fast_gguf_reader_class()(str(path))
+    except Exception as e:  # the gguf package raises many kinds on a damaged file
+        raise BuildError(f"{path}: not a readable GGUF file ({type(e).__name__}: {e})") from e
     fields = {}
     for k, f in reader.fields.items():
         if k.startswith("GGUF."):

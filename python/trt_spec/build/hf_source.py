@@ -66,16 +66,39 @@ def _bf16_loader(file: Path, shape: tuple[int, ...], offset: int, nbytes: int):
 
 
 def _header(file: Path) -> tuple[dict, int]:
+    size = file.stat().st_size
     with open(file, "rb") as f:
         n = int.from_bytes(f.read(8), "little")
-        return json.loads(f.read(n)), 8 + n
+        if size < 8 or n > size - 8:
+            raise BuildError(f"{file}: not a safetensors file (bad header length)")
+        try:
+            header = json.loads(f.read(n))
+        except ValueError as e:
+            raise BuildError(f"{file}: not a safetensors file ({e})") from e
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        begin, end = info.get("data_offsets", (0, -1))
+        if not 0 <= begin <= end <= size - 8 - n:
+            raise BuildError(f"{file}: tensor {name} lies outside the file (truncated?)")
+    return header, 8 + n
 
 
 def open_hf(folder: Path) -> ModelSource:
     cfg_path = folder / "config.json"
     if not cfg_path.is_file():
         raise BuildError(f"{folder}: no config.json")
-    hf = json.loads(cfg_path.read_text())
+    try:
+        hf = json.loads(cfg_path.read_text())
+    except ValueError as e:
+        raise BuildError(f"{cfg_path}: invalid JSON ({e})") from e
+    try:
+        return _open_hf(folder, hf)
+    except KeyError as e:
+        raise BuildError(f"{cfg_path}: missing key {e}") from e
+
+
+def _open_hf(folder: Path, hf: dict) -> ModelSource:
     model_type = hf.get("model_type")
     if model_type not in ("qwen2", "llama"):
         raise BuildError(f"{folder}: unsupported architecture {model_type!r} (supported: qwen2, llama)")
@@ -126,7 +149,10 @@ def open_hf(folder: Path) -> ModelSource:
         tensors.pop("output.weight", None)
     if not (folder / "tokenizer.json").is_file():
         raise BuildError(f"{folder}: no tokenizer.json")
-    tok_json, special = tokenizer_json_from_hf(folder)
+    try:
+        tok_json, special = tokenizer_json_from_hf(folder)
+    except ValueError as e:
+        raise BuildError(str(e)) from e
     src = ModelSource(
         path=folder,
         format="hf",
