@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from trt_spec import _core
 
 WT = _core.WeightType
@@ -131,9 +130,26 @@ def _conversion_inputs() -> np.ndarray:
     bits = rng.integers(0, 2**32, 400_000, dtype=np.uint64).astype(np.uint32)
     near = rng.integers(0x33000000, 0x48000000, 200_000, dtype=np.uint64).astype(np.uint32)
     special = np.array(
-        [0, 0x80000000, 0x7F800000, 0xFF800000, 0x7FC00000, 0x477FEFFF, 0x477FF000, 0x477FE000,
-         0x33000000, 0x33000001, 0x387FC000, 0x387FE000, 0x38800000, 0x7F7FFFFF, 0x3F808000,
-         0x3F818000, 0x00000001, 0x7F7F8000],
+        [
+            0,
+            0x80000000,
+            0x7F800000,
+            0xFF800000,
+            0x7FC00000,
+            0x477FEFFF,
+            0x477FF000,
+            0x477FE000,
+            0x33000000,
+            0x33000001,
+            0x387FC000,
+            0x387FE000,
+            0x38800000,
+            0x7F7FFFFF,
+            0x3F808000,
+            0x3F818000,
+            0x00000001,
+            0x7F7F8000,
+        ],
         dtype=np.uint32,
     )
     return np.concatenate([special, bits, near]).view(np.float32)

@@ -100,7 +100,7 @@ def test_smollm2_llama_gguf_logits_match_transformers(model_smollm2) -> None:
 
 
 # Relative logit error against the float32 build on HumanEval prompts, and top-1 agreement.
-LOSSY = {"f16": (5e-3, 0.99), "q8": (5e-2, 0.95), "q4": (2.5e-1, 0.85)}
+LOSSY = {"f16": (5e-3, 0.99), "q8": (1.2e-1, 0.95), "q4": (4e-1, 0.85)}
 
 
 @pytest.mark.parametrize("weights", list(LOSSY))

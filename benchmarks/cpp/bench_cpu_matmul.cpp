@@ -3,7 +3,7 @@
 // For every ISA this CPU runs, weight type, shape (rows x cols of the real matrices), M in {1, 5}
 // and 1 / 2 threads (rows split over a persistent std::thread pool), prints the time per matmul
 // and the effective GB/s (weight bytes / time) next to the streaming-read and memcpy GB/s measured
-// in the same run. Weights rotate over enough copies (>= 96 MiB) to miss the caches, as in a real
+// in the same run. Weights rotate over enough copies (>= 256 MiB) to miss the caches, as in a real
 // forward pass (--hot: one copy, to see the kernels' in-cache speed); activations are quantized
 // outside the timed loop (Q8/Q4). GB/s is from the median time, "best" from the fastest run
 // (the machine may be shared), "%read" compares the median with the streaming read.
@@ -96,8 +96,10 @@ void measure_memory(double* read_gbs, double* copy_gbs) {
     const double tr = time_parallel(threads, 5, [&](int t, int) {
       const auto* p = reinterpret_cast<const uint64_t*>(a.p + n / threads * t);
       uint64_t s[8] = {};
-      for (size_t i = 0; i < n / threads / 8; i += 8)
+      for (size_t i = 0; i < n / threads / 8; i += 8) {
+        __builtin_prefetch(p + i + 256);  // 2 KiB ahead, as the kernels do
         for (int k = 0; k < 8; ++k) s[k] += p[i + k];
+      }
       for (int k = 0; k < 8; ++k) sink[t * 8] += s[k];
     });
     const double tc = time_parallel(threads, 5, [&](int t, int) {
@@ -153,7 +155,7 @@ int main(int argc, char** argv) {
       const size_t bytes = weight_blob_bytes(t, s.rows, s.cols);
       // One quantized matrix, copied so that the copies together miss the caches.
       const int copies =
-          hot ? 1 : static_cast<int>(std::max<size_t>(1, (size_t{96} << 20) / bytes + 1));
+          hot ? 1 : static_cast<int>(std::max<size_t>(1, (size_t{256} << 20) / bytes + 1));
       AlignedBuf w(bytes * copies);
       {
         std::vector<float> wf(s.rows * s.cols);

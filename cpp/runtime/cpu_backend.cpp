@@ -2,6 +2,7 @@
 #include "runtime/cpu_backend.h"
 
 #include <immintrin.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <cmath>
@@ -108,15 +109,39 @@ CpuBackend::~CpuBackend() { release(qscratch_); }
 
 std::string CpuBackend::name() const { return std::string("cpu-") + kernels_.isa; }
 
+// Large buffers (KV caches, logits) come zeroed from the kernel page by page as they are first
+// touched, so a big max_seq_len costs no start-up time; small ones from the heap.
+constexpr size_t kMapThreshold = size_t{1} << 21;
+
 void* CpuBackend::alloc(size_t bytes) {
   size_t n = align_up(bytes == 0 ? 64 : bytes, 64);
+  if (n >= kMapThreshold) {
+    void* p = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+      throw Error("out of host memory allocating " + std::to_string(bytes) + " bytes");
+    std::lock_guard<std::mutex> lock(map_mu_);
+    mapped_[p] = n;
+    return p;
+  }
   void* p = std::aligned_alloc(64, n);
   if (!p) throw Error("out of host memory allocating " + std::to_string(bytes) + " bytes");
   std::memset(p, 0, n);
   return p;
 }
 
-void CpuBackend::release(void* p) { std::free(p); }
+void CpuBackend::release(void* p) {
+  if (!p) return;
+  {
+    std::lock_guard<std::mutex> lock(map_mu_);
+    auto it = mapped_.find(p);
+    if (it != mapped_.end()) {
+      munmap(p, it->second);
+      mapped_.erase(it);
+      return;
+    }
+  }
+  std::free(p);
+}
 void CpuBackend::upload(void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); }
 void CpuBackend::download(void* dst, const void* src, size_t bytes) {
   std::memcpy(dst, src, bytes);

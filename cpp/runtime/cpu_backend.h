@@ -3,6 +3,8 @@
 #pragma once
 
 #include <memory>
+#include <mutex>
+#include <unordered_map>
 #include <vector>
 
 #include "kernels/cpu/matmul.h"
@@ -47,6 +49,8 @@ class CpuBackend final : public Backend {
   const cpu::MatmulKernels& kernels_;
   void* qscratch_ = nullptr;  // quantized activations, grown to the largest [n, cols] seen
   size_t qscratch_bytes_ = 0;
+  std::mutex map_mu_;
+  std::unordered_map<void*, size_t> mapped_;  // mmap-ed allocations and their sizes
 };
 
 // Draws one token from logits [vocab] by the rule in kernels/sampling.h (exposed for tests).

@@ -69,8 +69,10 @@ Model::Model(const EngineFile& file, const std::string& role, Backend& backend, 
   // KV cache and RoPE tables.
   kv_ = KvCache{nullptr, nullptr, limits_.max_batch, cfg_.n_layers, cfg_.n_kv_heads,
                 limits_.max_seq, cfg_.head_dim};
-  kv_.k = static_cast<float*>(be_.alloc(kv_bytes() / 2));
-  kv_.v = static_cast<float*>(be_.alloc(kv_bytes() / 2));
+  k_buf_ = BackendBuffer(be_, kv_bytes() / 2);
+  v_buf_ = BackendBuffer(be_, kv_bytes() / 2);
+  kv_.k = k_buf_.as<float>();
+  kv_.v = v_buf_.as<float>();
   const int half = cfg_.head_dim / 2;
   std::vector<float> c(static_cast<size_t>(limits_.max_seq) * half), s(c.size());
   for (int i = 0; i < half; ++i) {
@@ -78,18 +80,18 @@ Model::Model(const EngineFile& file, const std::string& role, Backend& backend, 
     float inv_freq = 1.0f / std::pow(cfg_.rope_theta, static_cast<float>(2 * i) /
                                                           static_cast<float>(cfg_.head_dim));
     for (int p = 0; p < limits_.max_seq; ++p) {
-      float angle = static_cast<float>(p) * inv_freq;
-      c[static_cast<size_t>(p) * half + i] = static_cast<float>(std::cos(static_cast<double>(angle)));
-      s[static_cast<size_t>(p) * half + i] = static_cast<float>(std::sin(static_cast<double>(angle)));
+      double angle = static_cast<double>(static_cast<float>(p) * inv_freq);
+      c[static_cast<size_t>(p) * half + i] = static_cast<float>(std::cos(angle));
+      s[static_cast<size_t>(p) * half + i] = static_cast<float>(std::sin(angle));
     }
   }
-  cos_ = static_cast<float*>(be_.alloc(c.size() * sizeof(float)));
-  sin_ = static_cast<float*>(be_.alloc(s.size() * sizeof(float)));
-  be_.upload(cos_, c.data(), c.size() * sizeof(float));
-  be_.upload(sin_, s.data(), s.size() * sizeof(float));
+  cos_ = BackendBuffer(be_, c.size() * sizeof(float));
+  sin_ = BackendBuffer(be_, s.size() * sizeof(float));
+  be_.upload(cos_.as<void>(), c.data(), c.size() * sizeof(float));
+  be_.upload(sin_.as<void>(), s.data(), s.size() * sizeof(float));
 
   const size_t R = static_cast<size_t>(limits_.max_rows);
-  auto scratch = [&](size_t per_row) { return static_cast<float*>(be_.alloc(R * per_row * 4)); };
+  auto scratch = [&](size_t per_row) { return BackendBuffer(be_, R * per_row * sizeof(float)); };
   x_ = scratch(D);
   h_ = scratch(D);
   qkv_ = scratch(cfg_.qkv_dim());
@@ -98,11 +100,6 @@ Model::Model(const EngineFile& file, const std::string& role, Backend& backend, 
   gate_up_ = scratch(2 * F);
   act_ = scratch(F);
   sel_ = scratch(D);
-}
-
-Model::~Model() {
-  for (float* p : {kv_.k, kv_.v, cos_, sin_, x_, h_, qkv_, att_, proj_, gate_up_, act_, sel_})
-    be_.release(p);
 }
 
 size_t Model::kv_bytes() const {
@@ -115,24 +112,28 @@ void Model::forward(const int32_t* tokens, const int32_t* pos, const int32_t* sl
   if (n <= 0 || n > limits_.max_rows || n_logits < 0 || n_logits > n)
     throw InvalidArgument("forward: bad row count");
   const int D = cfg_.dim;
-  be_.embed(tok_embd_, tokens, n, x_);
-  for (const Layer& L : layers_) {
-    be_.rmsnorm(x_, L.attn_norm, cfg_.rms_eps, n, D, h_);                  // [n, D]
-    be_.linear(L.attn_qkv, L.attn_qkv_bias, h_, n, qkv_);                  // [n, qkv_dim]
-    be_.rope(qkv_, pos, n, attn_, cos_, sin_);
-    be_.attention(qkv_, pos, slot, n, attn_, kv_, static_cast<int>(&L - layers_.data()), att_);
-    be_.linear(L.attn_o, WeightView{}, att_, n, proj_);                    // [n, D]
-    be_.add(x_, proj_, static_cast<size_t>(n) * D);
-    be_.rmsnorm(x_, L.ffn_norm, cfg_.rms_eps, n, D, h_);
-    be_.linear(L.ffn_gate_up, WeightView{}, h_, n, gate_up_);              // [n, 2F]
-    be_.swiglu(gate_up_, n, cfg_.ffn_dim, act_);                           // [n, F]
-    be_.linear(L.ffn_down, WeightView{}, act_, n, proj_);                  // [n, D]
-    be_.add(x_, proj_, static_cast<size_t>(n) * D);
+  float *x = x_.as<float>(), *h = h_.as<float>(), *qkv = qkv_.as<float>(),
+        *att = att_.as<float>(), *proj = proj_.as<float>(), *gate_up = gate_up_.as<float>(),
+        *act = act_.as<float>(), *sel = sel_.as<float>();
+  be_.embed(tok_embd_, tokens, n, x);                                   // [n, D]
+  for (int l = 0; l < cfg_.n_layers; ++l) {
+    const Layer& L = layers_[l];
+    be_.rmsnorm(x, L.attn_norm, cfg_.rms_eps, n, D, h);                 // [n, D]
+    be_.linear(L.attn_qkv, L.attn_qkv_bias, h, n, qkv);                 // [n, qkv_dim]
+    be_.rope(qkv, pos, n, attn_, cos_.as<float>(), sin_.as<float>());
+    be_.attention(qkv, pos, slot, n, attn_, kv_, l, att);               // [n, heads * head_dim]
+    be_.linear(L.attn_o, WeightView{}, att, n, proj);                   // [n, D]
+    be_.add(x, proj, static_cast<size_t>(n) * D);
+    be_.rmsnorm(x, L.ffn_norm, cfg_.rms_eps, n, D, h);
+    be_.linear(L.ffn_gate_up, WeightView{}, h, n, gate_up);             // [n, 2 F]
+    be_.swiglu(gate_up, n, cfg_.ffn_dim, act);                          // [n, F]
+    be_.linear(L.ffn_down, WeightView{}, act, n, proj);                 // [n, D]
+    be_.add(x, proj, static_cast<size_t>(n) * D);
   }
   if (n_logits == 0) return;
-  be_.gather_rows(x_, logit_rows, n_logits, D, sel_);                      // [n_logits, D]
-  be_.rmsnorm(sel_, output_norm_, cfg_.rms_eps, n_logits, D, h_);
-  be_.linear(output_, WeightView{}, h_, n_logits, logits_out);             // [n_logits, V]
+  be_.gather_rows(x, logit_rows, n_logits, D, sel);                     // [n_logits, D]
+  be_.rmsnorm(sel, output_norm_, cfg_.rms_eps, n_logits, D, h);
+  be_.linear(output_, WeightView{}, h, n_logits, logits_out);           // [n_logits, V]
 }
 
 }  // namespace trt_spec

@@ -34,7 +34,6 @@ struct ModelLimits {
 class Model {
  public:
   Model(const EngineFile& file, const std::string& role, Backend& backend, ModelLimits limits);
-  ~Model();
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
 
@@ -66,10 +65,10 @@ class Model {
   std::vector<Layer> layers_;
   size_t weight_bytes_ = 0;
   KvCache kv_;
-  float *cos_ = nullptr, *sin_ = nullptr;  // [max_seq, head_dim / 2]
+  BackendBuffer k_buf_, v_buf_;
+  BackendBuffer cos_, sin_;  // [max_seq, head_dim / 2]
   // Scratch, [max_rows, *]
-  float *x_ = nullptr, *h_ = nullptr, *qkv_ = nullptr, *att_ = nullptr, *proj_ = nullptr,
-        *gate_up_ = nullptr, *act_ = nullptr, *sel_ = nullptr;
+  BackendBuffer x_, h_, qkv_, att_, proj_, gate_up_, act_, sel_;
 };
 
 }  // namespace trt_spec

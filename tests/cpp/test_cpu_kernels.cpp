@@ -12,10 +12,13 @@
 //       -mfma -mf16c -c cpp/kernels/cpu/matmul_avx512.cpp
 //   g++ -std=c++17 -O2 -Icpp tests/cpp/test_cpu_kernels.cpp *.o -lpthread -o test_cpu_kernels
 //   ./test_cpu_kernels
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -323,9 +326,34 @@ void test_matmul(const MatmulKernels& k, WeightType t, int64_t rows, int64_t col
   if (quant) check(bad_loose == 0, std::string("matmul vs exact acts ") + name);
 }
 
+// matmul_kernels(): TRT_SPEC_CPU_ISA forces a table, an unknown or unsupported one throws (the
+// choice is cached only once it succeeds).
+void test_dispatch() {
+  const auto isas = supported_isas();
+  check(!isas.empty() && isas[0] == "avx2", "supported_isas starts with avx2");
+  check(matmul_kernels_for("sse9") == nullptr, "unknown isa -> nullptr");
+  for (const std::string& isa : {std::string("avx2"), std::string("avx512")}) {
+    const MatmulKernels* k = matmul_kernels_for(isa.c_str());
+    const bool listed = std::find(isas.begin(), isas.end(), isa) != isas.end();
+    check((k != nullptr) == listed && (k == nullptr || isa == k->isa), "matmul_kernels_for " + isa);
+  }
+  setenv("TRT_SPEC_CPU_ISA", "bogus", 1);
+  bool threw = false;
+  try {
+    matmul_kernels();
+  } catch (const std::runtime_error&) {
+    threw = true;
+  }
+  check(threw, "TRT_SPEC_CPU_ISA=bogus throws");
+  setenv("TRT_SPEC_CPU_ISA", "avx2", 1);
+  check(std::string(matmul_kernels().isa) == "avx2", "TRT_SPEC_CPU_ISA=avx2 picks avx2");
+  unsetenv("TRT_SPEC_CPU_ISA");
+}
+
 }  // namespace
 
 int main() {
+  test_dispatch();
   test_conversions();
   const WeightType types[] = {WeightType::F32, WeightType::F16, WeightType::BF16, WeightType::Q8,
                               WeightType::Q4};

@@ -6,7 +6,11 @@
 //   - Q4 / Q8: vpdpbusd (u8 x s8 -> int32, no saturation) on 256-bit vectors replaces
 //     maddubs + madd, and Q8 multiplies its unsigned codes q = w + 128 directly; the kernel
 //     removes the bias with -128 * d_w * ds per group (kQ8Bias).
-// Only called when __builtin_cpu_supports says the CPU has all of these (matmul_dispatch.cpp).
+// Only called when __builtin_cpu_supports reports AVX512 F, BW, VL and VNNI (matmul_dispatch.cpp;
+// no BF16 instruction is used, so AVX512_BF16 is not required). Not runnable on AVX2-only
+// machines: tests/cpp/test_cpu_kernels.cpp and tests/test_kernels_cpu.py cover it wherever the
+// CPU has these features.
+//
 // GCC 12.2's AVX-512 headers trip a false -Wuninitialized at -O3 (GCC bug 105593, fixed in 12.3).
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wuninitialized"

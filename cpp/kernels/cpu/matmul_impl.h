@@ -1,19 +1,18 @@
 // matmul_impl.h: the ISA-generic body of the CPU matmul kernels.
 //
 // Included by matmul_avx2.cpp and matmul_avx512.cpp after each defines `struct Isa`, its vector
-// primitives (see matmul_avx2.cpp for the list). Everything here lives in an anonymous namespace,
-// so the two translation units, built with different -m flags, never share a symbol.
-//
-// Both translation units are built with different -m flags, so this code calls no inline
-// function with external linkage that the compiler might emit out of line (the linker would
-// keep one copy, possibly the AVX-512 one, for both): no std::min/max, and section pointers are
-// computed by section_ptr() below instead of WeightView::section().
+// primitives (listed in matmul_avx2.cpp). Everything here lives in an anonymous namespace, so the
+// two translation units, built with different -m flags, never share a symbol; for the same reason
+// this code calls no inline function with external linkage that the compiler might emit out of
+// line (the linker would keep one copy, possibly the AVX-512 one, for both): no std::min/max, and
+// section pointers come from section_ptr() below instead of WeightView::section().
 //
 // Structure (both ISAs): a tile computes R output rows x MT activation rows over a column range,
-// keeping R*MT vector accumulators in registers and loading each weight vector once for the MT
-// rows. drive() walks the tiles: for M <= 9 one M tile holds every row of x, so each weight is
-// read once; for larger M, tiles of 2 x 6 are run over column blocks of kc columns sized so the
-// activation block stays in L2, accumulating into y between blocks.
+// keeping R*MT vector accumulators in registers and loading (and decoding) each weight vector
+// once for the MT rows; it prefetches the next row tile's weights. drive() walks the tiles: for
+// M <= 9 one M tile holds every row of x, so each weight is read once; larger M runs tiles of
+// TilePolicy::big_rows x big_m over column blocks sized so the activation block stays in L2,
+// accumulating into y between blocks.
 //
 // Quantized weights: per group of 32 columns the integer dot product of the weight codes with the
 // int8 activations (Isa::dot_q4 / Isa::dot_q8, 8 int32 partial sums) is converted to float and
@@ -90,19 +89,43 @@ void drive(const TilePolicy& p, int M, int64_t r0, int64_t r1, int64_t cols, int
   }
 }
 
-// The (R, MT) pairs drive() can ask for, as a dispatch table for a tile template K<R, MT>.
+// Software prefetch of the weights kPrefetchTiles row tiles ahead: the hardware prefetcher alone
+// lets the quantized kernels (more arithmetic per byte than the float ones) alternate between
+// computing and waiting for DRAM. Prefetching past the matrix end is harmless.
+constexpr int kPrefetchTiles = 1;
+inline void prefetch(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0); }
+
+// The (R, MT) tile shapes instantiated, as an X-macro: tile_fn() dispatches over them and the
+// static_assert below checks that they cover every shape drive() can ask for.
+// clang-format off
+#define TRT_SPEC_TILES(X) \
+  X(4, 1) X(4, 2) X(3, 3) X(2, 1) X(2, 2) X(2, 3) X(2, 4) X(2, 5) X(2, 6) \
+  X(1, 1) X(1, 2) X(1, 3) X(1, 4) X(1, 5) X(1, 6) X(1, 7) X(1, 8) X(1, 9)
+// clang-format on
+
+constexpr bool tile_listed(int R, int MT) {
+#define TRT_SPEC_TILE_EQ(r, mt) || (R == r && MT == mt)
+  return false TRT_SPEC_TILES(TRT_SPEC_TILE_EQ);
+#undef TRT_SPEC_TILE_EQ
+}
+
+constexpr bool policy_covered(const TilePolicy& p) {
+  for (int M = 1; M <= kMaxSmallM; ++M)  // one M tile; the remainder rows run with R = 1
+    if (!tile_listed(p.small_rows[M], M) || !tile_listed(1, M)) return false;
+  for (int mt = 1; mt <= p.big_m; ++mt)  // big tiles and their last, partial M tile
+    if (!tile_listed(p.big_rows, mt) || !tile_listed(1, mt)) return false;
+  return true;
+}
+static_assert(policy_covered(kFloatTiles) && policy_covered(kQuantTiles),
+              "a tile shape drive() can ask for is missing from TRT_SPEC_TILES");
+
 template <template <int, int> class K, class Fn>
 Fn tile_fn(int R, int MT) {
-  // clang-format off
-#define TRT_SPEC_TILE(r, mt) if (R == r && MT == mt) return &K<r, mt>::run;
-  TRT_SPEC_TILE(4, 1) TRT_SPEC_TILE(4, 2) TRT_SPEC_TILE(3, 3) TRT_SPEC_TILE(2, 1)
-  TRT_SPEC_TILE(2, 2) TRT_SPEC_TILE(2, 3) TRT_SPEC_TILE(2, 4) TRT_SPEC_TILE(2, 5)
-  TRT_SPEC_TILE(2, 6) TRT_SPEC_TILE(1, 1) TRT_SPEC_TILE(1, 2) TRT_SPEC_TILE(1, 3)
-  TRT_SPEC_TILE(1, 4) TRT_SPEC_TILE(1, 5) TRT_SPEC_TILE(1, 6) TRT_SPEC_TILE(1, 7)
-  TRT_SPEC_TILE(1, 8) TRT_SPEC_TILE(1, 9)
-#undef TRT_SPEC_TILE
-  __builtin_unreachable();  // drive() asks for no other shape
-  // clang-format on
+#define TRT_SPEC_TILE_FN(r, mt) \
+  if (R == r && MT == mt) return &K<r, mt>::run;
+  TRT_SPEC_TILES(TRT_SPEC_TILE_FN)
+#undef TRT_SPEC_TILE_FN
+  return nullptr;  // unreachable: see policy_covered()
 }
 
 // ------------------------------------------------------------------------------------------
@@ -129,6 +152,7 @@ struct FloatArgs {
 
 template <WeightType T>
 struct FloatTile {
+  static constexpr int64_t kElem = T == WeightType::F32 ? 4 : 2;  // bytes per weight
   template <int R, int MT>
   struct K {
     static void run(const FloatArgs& a, int64_t r0, int m0, int64_t c0, int64_t c1, bool accum) {
@@ -143,8 +167,12 @@ struct FloatTile {
       int64_t c = c0;
       for (; c + Isa::W <= c1; c += Isa::W) {
         VF wv[R];
+        const bool line_start = ((c * kElem) & 63) == 0;  // one prefetch per cache line
 #pragma GCC unroll 16
-        for (int r = 0; r < R; ++r) wv[r] = Isa::template load_w<T>(w + r * a.wstride, c);
+        for (int r = 0; r < R; ++r) {
+          if (line_start) prefetch(w + (r + R * kPrefetchTiles) * a.wstride + c * kElem);
+          wv[r] = Isa::template load_w<T>(w + r * a.wstride, c);
+        }
 #pragma GCC unroll 16
         for (int m = 0; m < MT; ++m) {
           const VF xv = Isa::loadu(x + m * a.cols + c);
@@ -288,6 +316,10 @@ struct QuantTile {
         __m256 dw[R], ow[R];
 #pragma GCC unroll 16
         for (int r = 0; r < R; ++r) {
+          // The next row tile's scales / offsets (see kPrefetchTiles).
+          prefetch(a.d + (r0 + r + R * kPrefetchTiles) * groups + g0);
+          if constexpr (T == WeightType::Q4)
+            prefetch(a.m + (r0 + r + R * kPrefetchTiles) * groups + g0);
           dw[r] = load8_f16(a.d + (r0 + r) * groups + g0, ng);
           if constexpr (T == WeightType::Q4) {
             ow[r] = load8_f16(a.m + (r0 + r) * groups + g0, ng);
@@ -311,8 +343,11 @@ struct QuantTile {
             const int64_t g = g0 + j;
             __m256i lo[R], hi[R];
 #pragma GCC unroll 16
-            for (int r = 0; r < R; ++r)
-              Isa::q4_unpack(a.codes + (r0 + r) * (cols / 2) + g * (kQuantGroup / 2), lo[r], hi[r]);
+            for (int r = 0; r < R; ++r) {
+              const uint8_t* p = a.codes + (r0 + r) * (cols / 2) + g * (kQuantGroup / 2);
+              prefetch(p + R * kPrefetchTiles * (cols / 2));
+              Isa::q4_unpack(p, lo[r], hi[r]);
+            }
 #pragma GCC unroll 16
             for (int m = 0; m < MT; ++m) {
               const int8_t* xp = xq + m * cols + g * kQuantGroup;
@@ -332,9 +367,11 @@ struct QuantTile {
             const int64_t g = g0 + j;
             typename Isa::Q8Prep wp[R];
 #pragma GCC unroll 16
-            for (int r = 0; r < R; ++r)
-              wp[r] = Isa::q8_prep(_mm256_loadu_si256(
-                  reinterpret_cast<const __m256i*>(a.codes + (r0 + r) * cols + g * kQuantGroup)));
+            for (int r = 0; r < R; ++r) {
+              const uint8_t* p = a.codes + (r0 + r) * cols + g * kQuantGroup;
+              prefetch(p + R * kPrefetchTiles * cols);
+              wp[r] = Isa::q8_prep(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+            }
 #pragma GCC unroll 16
             for (int m = 0; m < MT; ++m) {
               const __m256i xv = _mm256_loadu_si256(
