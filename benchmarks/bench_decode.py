@@ -145,6 +145,13 @@ def _cpu_info() -> dict[str, Any]:
     }
 
 
+def _loadavg() -> float | None:
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return None
+
+
 def _version(dist: str) -> str | None:
     try:
         return importlib.metadata.version(dist)
@@ -432,6 +439,12 @@ def render_markdown(report: dict[str, Any]) -> str:
         f"- model: {settings['model']}",
         "- versions: " + ", ".join(f"{k} {v}" for k, v in env["versions"].items() if v),
     ]
+    load = env.get("loadavg_1min")
+    if load:
+        lines.append(
+            f"- 1-min load average: {load['start']:.2f} at start, {load['end']:.2f} at end "
+            "(a shared machine: other processes compete for the same cores)"
+        )
     for row in report["runners"]:
         lines.append(f"- ISA in use, {row['runner']}: {row.get('isa', 'n/a')}")
     lines += [
@@ -451,6 +464,18 @@ def render_markdown(report: dict[str, Any]) -> str:
             f"| {row['decode_tok_s_min']:.2f} / {row['decode_tok_s_max']:.2f} "
             f"| {_fmt(row.get('ttft_s_mean'), '.3f')} | {_fmt(ratio, '.3f')} |"
         )
+    if report["runners"]:
+        ids = settings["prompts"]
+        lines += [
+            "",
+            "Per prompt decode tok/s:",
+            "",
+            "| runner | " + " | ".join(ids) + " |",
+            "|---|" + "---:|" * len(ids),
+        ]
+        for row in report["runners"]:
+            vals = " | ".join(f"{r['decode_tok_s']:.2f}" for r in row["runs"])
+            lines.append(f"| {row['runner']} | {vals} |")
     extra = [r for r in report["runners"] if r["runner"] == "llama.cpp" and r.get("runs")]
     if extra:
         eo = [r.get("decode_eval_only_tok_s") for r in extra[0]["runs"]]
@@ -506,6 +531,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"model not found: {args.model}")
     wanted = {r.strip() for r in args.runners.split(",") if r.strip()}
 
+    load_start = _loadavg()
     rows, source = load_prompts(args.prompts)
     prompts = [r["prompt"] for r in rows]
     now = dt.datetime.now()
@@ -575,6 +601,9 @@ def main(argv: list[str] | None = None) -> int:
             "git_commit": _git_commit(),
             "versions": versions,
             "platform": platform.platform(),
+            "loadavg_1min": (
+                {"start": load_start, "end": _loadavg()} if load_start is not None else None
+            ),
         },
         "settings": {
             "model": str(args.model),

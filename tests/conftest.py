@@ -14,8 +14,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 import tiny_models  # noqa: E402
-
-from trt_spec import build_engine  # noqa: E402
+from engine_file_tools import PROMPT, SEQ, read_metadata  # noqa: E402
+from trt_spec import Engine, build_engine  # noqa: E402
 from trt_spec import models as registry  # noqa: E402
 
 TARGET_05B = "qwen2.5-coder-0.5b-instruct-q4_k_m"
@@ -51,7 +51,9 @@ class TinyFactory:
         key = (folder, weights, max_seq_len, max_batch)
         if key not in self._engines:
             path = self.root / f"e{len(self._engines)}-{arch}-{weights}.engine"
-            build_engine(folder, path, weights=weights, max_seq_len=max_seq_len, max_batch=max_batch)
+            build_engine(
+                folder, path, weights=weights, max_seq_len=max_seq_len, max_batch=max_batch
+            )
             self._engines[key] = path
         return self._engines[key], model
 
@@ -98,3 +100,32 @@ def hf_05b(model_05b: Path):
         model_05b.parent, gguf_file=model_05b.name, dtype=torch.float32
     )
     return m.eval()
+
+
+# ---- a small engine for the bad-input tests (tests/test_errors_*.py) ---------------------------
+@pytest.fixture(scope="session")
+def engine_path(tiny) -> Path:
+    path, _ = tiny.engine("qwen2", weights="f32", max_seq_len=SEQ)
+    return path
+
+
+@pytest.fixture(scope="session")
+def raw(engine_path: Path) -> bytes:
+    return engine_path.read_bytes()
+
+
+@pytest.fixture(scope="session")
+def meta(raw: bytes) -> dict:
+    return read_metadata(raw)
+
+
+@pytest.fixture(scope="session")
+def small_engine(engine_path: Path) -> Engine:
+    return Engine(engine_path, n_threads=2)
+
+
+@pytest.fixture(scope="session")
+def baseline(small_engine: Engine) -> list[int]:
+    ids = small_engine.generate(PROMPT, max_new_tokens=8).token_ids
+    assert len(ids) >= 1
+    return ids

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from trt_spec import Engine, GenerationStream
 
 PROMPT = [5, 9, 33, 120, 7, 7, 250, 3]

@@ -11,7 +11,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-
 from trt_spec import Engine
 
 PROMPT = [3, 17, 250, 99, 5, 42, 42, 7, 380, 1, 0, 64, 128, 200, 31, 8] * 5  # 80 tokens
@@ -99,8 +98,13 @@ def test_greedy_generation_matches_transformers(tiny, arch: str) -> None:
     with torch.no_grad():
         x = torch.tensor([prompt])
         ref = model.generate(
-            x, attention_mask=torch.ones_like(x), max_new_tokens=40, min_new_tokens=40,
-            do_sample=False, eos_token_id=None, pad_token_id=0,
+            x,
+            attention_mask=torch.ones_like(x),
+            max_new_tokens=40,
+            min_new_tokens=40,
+            do_sample=False,
+            eos_token_id=None,
+            pad_token_id=0,
         )
-    assert ours.token_ids == ref[0, len(prompt):].tolist()
+    assert ours.token_ids == ref[0, len(prompt) :].tolist()
     assert ours.finish_reason == "max_new_tokens"

@@ -12,7 +12,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-
 from trt_spec import Engine
 from trt_spec import models as registry
 
@@ -78,7 +77,6 @@ def test_smollm2_llama_gguf_logits_match_transformers(model_smollm2) -> None:
     from pathlib import Path
 
     from transformers import AutoModelForCausalLM
-
     from trt_spec import build_engine
 
     with tempfile.TemporaryDirectory() as d:

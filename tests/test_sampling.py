@@ -10,7 +10,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from scipy import stats as sps
-
 from trt_spec import _core
 
 N = 30_000

@@ -18,7 +18,8 @@ CHAT_TEMPLATE = (
 )
 
 TEXT = [
-    "def fibonacci(n):\n    if n < 2:\n        return n\n    return fibonacci(n - 1) + fibonacci(n - 2)\n",
+    "def fibonacci(n):\n    if n < 2:\n        return n\n"
+    "    return fibonacci(n - 1) + fibonacci(n - 2)\n",
     "The quick brown fox jumps over the lazy dog. 0123456789 !@#$%^&*()",
     "import numpy as np\nx = np.arange(10)\nprint(x.sum())\n",
     "for i in range(100):\n    print(i * i)\n",

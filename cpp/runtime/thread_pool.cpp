@@ -2,6 +2,7 @@
 #include "runtime/thread_pool.h"
 
 #include <chrono>
+#include <cstdlib>
 
 #if defined(__x86_64__) || defined(_M_X64)
 #include <immintrin.h>
@@ -38,14 +39,15 @@ void ThreadPool::run_chunks() {
 
 void ThreadPool::worker_loop(int) {
   uint64_t seen = 0;
+  const char* env = std::getenv("TRT_SPEC_SPIN_US");
+  const auto spin_limit = std::chrono::microseconds(env ? std::atoi(env) : 100);
   while (true) {
-    // Spin for up to ~2 ms waiting for the next op, then sleep.
+    // Spin briefly waiting for the next op (TRT_SPEC_SPIN_US, default 100 us), then sleep.
     auto spin_start = std::chrono::steady_clock::now();
     int spins = 0;
     while (generation_.load(std::memory_order_acquire) == seen) {
       TRT_SPEC_PAUSE();
-      if (++spins % 1024 == 0 &&
-          std::chrono::steady_clock::now() - spin_start > std::chrono::milliseconds(2)) {
+      if (++spins % 64 == 0 && std::chrono::steady_clock::now() - spin_start > spin_limit) {
         std::unique_lock<std::mutex> lock(mu_);
         cv_.wait(lock, [&] { return generation_.load() != seen; });
         break;

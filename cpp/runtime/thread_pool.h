@@ -1,8 +1,9 @@
 // thread_pool.h: a fixed pool of worker threads for the CPU backend's ops.
 //
 // An op calls parallel_for once; workers spin briefly between ops (a decode step runs a few
-// hundred ops, so waking threads through the kernel each time would cost more than the ops),
-// then sleep when no work comes.
+// hundred ops, and a wake-up through the kernel costs tens of microseconds), then sleep when no
+// work comes. Spinning only pays on cores that really run in parallel: the CPU backend's
+// default thread count is calibrated for that (cpu_backend.cpp).
 #pragma once
 
 #include <atomic>

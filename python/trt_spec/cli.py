@@ -95,7 +95,10 @@ def cmd_info(args: argparse.Namespace) -> int:
     print(f"build: {json.dumps(meta['build'])}; producer {meta['producer']}")
     for role, m in meta["models"].items():
         src = m["source"]
-        print(f"{role}: {src['name']} ({src['format']}, {src['path']}) config {json.dumps(m['config'])}")
+        print(
+            f"{role}: {src['name']} ({src['format']}, {src['path']}) "
+            f"config {json.dumps(m['config'])}"
+        )
         print(
             f"  weights {m['weight_bytes'] / 1e6:.1f} MB {m['tensor_type_counts']}, relative error "
             f"mean {m['quant_error']['mean']:.2e} max {m['quant_error']['max']:.2e}"
@@ -118,8 +121,12 @@ def make_parser() -> argparse.ArgumentParser:
     b.add_argument("-o", "--output", required=True, help="engine file to write")
     b.add_argument("--max-seq-len", type=int, default=None, help="positions per sequence")
     b.add_argument("--max-batch", type=int, default=1, help="sequences decoded together")
-    b.add_argument("--weights", default="q4", choices=["f32", "f16", "bf16", "q8", "q4"],
-                   help="weight format (default q4)")
+    b.add_argument(
+        "--weights",
+        default="q4",
+        choices=["f32", "f16", "bf16", "q8", "q4"],
+        help="weight format (default q4)",
+    )
     b.add_argument("-q", "--quiet", action="store_true", help="no per-tensor progress")
     b.set_defaults(func=cmd_build)
 

@@ -12,7 +12,7 @@ import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from os import PathLike
-from typing import Any, Union
+from typing import Any
 
 import numpy as np
 
@@ -21,7 +21,7 @@ from trt_spec.stats import GenerationStats, StatsClock
 from trt_spec.tokenizer import TextCodec
 
 Message = Mapping[str, Any]
-PromptInput = Union[str, Sequence[int], np.ndarray, Sequence[Message]]
+PromptInput = str | Sequence[int] | np.ndarray | Sequence[Message]
 
 __all__ = ["Engine", "GenerationResult", "GenerationStats", "GenerationStream"]
 
@@ -159,7 +159,9 @@ class Engine:
         if isinstance(prompt, Sequence) and len(prompt) > 0 and isinstance(prompt[0], Mapping):
             for m in prompt:
                 if not isinstance(m, Mapping) or "role" not in m or "content" not in m:
-                    raise ValueError("each chat message must be a mapping with 'role' and 'content'")
+                    raise ValueError(
+                        "each chat message must be a mapping with 'role' and 'content'"
+                    )
             text = self.tokenizer.apply_chat_template(list(prompt), add_generation_prompt=True)
             return self.tokenizer.encode(text, add_special=False)
         if isinstance(prompt, Sequence):
@@ -243,8 +245,16 @@ class Engine:
         if not ignore_eos:
             stop_ids += self._eog
         ids = self.encode(prompt)
-        it = self._run(ids, max_new_tokens, float(temperature), top_k, float(top_p), seed,
-                       stop_ids, stop_strings)
+        it = self._run(
+            ids,
+            max_new_tokens,
+            float(temperature),
+            top_k,
+            float(top_p),
+            seed,
+            stop_ids,
+            stop_strings,
+        )
         # Validate before returning a lazy stream: run the generator up to its first yield.
         first = next(it)
         assert first == ""

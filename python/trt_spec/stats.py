@@ -64,7 +64,10 @@ class StatsClock:
         total = end - self.t0
         first = self.arrivals[0] - self.t0 if self.arrivals else total
         itl = [
-            (b - a) * 1e3 for a, b in zip(self.arrivals[:new_tokens], self.arrivals[1:new_tokens])
+            (b - a) * 1e3
+            for a, b in zip(
+                self.arrivals[: new_tokens - 1], self.arrivals[1:new_tokens], strict=True
+            )
         ]
         after_first = (self.arrivals[new_tokens - 1] - self.arrivals[0]) if new_tokens > 1 else 0.0
         return GenerationStats(

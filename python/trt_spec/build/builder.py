@@ -66,7 +66,9 @@ def _plan(src: ModelSource) -> list[tuple[str, list[str]]]:
     return plan
 
 
-def choose_type(weights: str, name: str, shape: tuple[int, ...], source_bits: float, head: bool) -> str:
+def choose_type(
+    weights: str, name: str, shape: tuple[int, ...], source_bits: float, head: bool
+) -> str:
     """The engine weight type of one tensor under a weight format (see module docstring)."""
     if len(shape) == 1:
         return "f32"
@@ -147,7 +149,9 @@ def _write_model(
         w = arrays[0] if len(arrays) == 1 else np.concatenate(arrays, axis=0)
         del arrays
         bits = max(src.tensors[p].source_bits for p in parts)
-        head = name == "output.weight" or (name == "tok_embd.weight" and src.config["tied_embeddings"])
+        head = name == "output.weight" or (
+            name == "tok_embd.weight" and src.config["tied_embeddings"]
+        )
         type_name = choose_type(weights, name, w.shape, bits, head)
         blob, err = _encode(w, type_name)
         tensors[name] = writer.add(blob, type_name, tuple(int(d) for d in w.shape))
@@ -155,8 +159,10 @@ def _write_model(
         types[type_name] = types.get(type_name, 0) + 1
         if w.ndim == 2:
             errors[name] = err
-        progress(f"{role}: [{k + 1}/{len(plan)}] {name} {list(w.shape)} -> {type_name}"
-                 + (f" (rel err {err:.2e})" if w.ndim == 2 and type_name != "f32" else ""))
+        progress(
+            f"{role}: [{k + 1}/{len(plan)}] {name} {list(w.shape)} -> {type_name}"
+            + (f" (rel err {err:.2e})" if w.ndim == 2 and type_name != "f32" else "")
+        )
     mats = [e for e in errors.values()]
     return {
         "source": {
@@ -194,7 +200,9 @@ def build_engine(
     """Build one engine file from a target checkpoint and an optional draft."""
     say = progress or (lambda _msg: None)
     if weights not in WEIGHT_FORMATS:
-        raise BuildError(f"unknown weight format {weights!r} (choose from {', '.join(WEIGHT_FORMATS)})")
+        raise BuildError(
+            f"unknown weight format {weights!r} (choose from {', '.join(WEIGHT_FORMATS)})"
+        )
     if not 1 <= max_batch <= MAX_BATCH_LIMIT:
         raise BuildError(f"max_batch must be in [1, {MAX_BATCH_LIMIT}], got {max_batch}")
     t0 = time.perf_counter()

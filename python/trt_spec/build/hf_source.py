@@ -101,7 +101,9 @@ def open_hf(folder: Path) -> ModelSource:
 def _open_hf(folder: Path, hf: dict) -> ModelSource:
     model_type = hf.get("model_type")
     if model_type not in ("qwen2", "llama"):
-        raise BuildError(f"{folder}: unsupported architecture {model_type!r} (supported: qwen2, llama)")
+        raise BuildError(
+            f"{folder}: unsupported architecture {model_type!r} (supported: qwen2, llama)"
+        )
     scaling = hf.get("rope_scaling") or (hf.get("rope_parameters") or {})
     rope_type = scaling.get("rope_type", scaling.get("type", "default")) if scaling else "default"
     if rope_type not in ("default", None):
