@@ -206,11 +206,21 @@ def load_prompts(n: int) -> tuple[list[dict[str, str]], str]:
 # --------------------------------------------------------------------------- runners
 
 
+def _median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The run with the median decode rate; all repeats' rates are kept alongside."""
+    ordered = sorted(runs, key=lambda r: r["decode_tok_s"])
+    chosen = dict(ordered[len(ordered) // 2])
+    chosen["repeat_decode_tok_s"] = [r["decode_tok_s"] for r in runs]
+    return chosen
+
+
 def _summary_from_runs(runs: list[dict[str, Any]]) -> dict[str, Any]:
     rates = [r["decode_tok_s"] for r in runs]
     ttfts = [r["ttft_s"] for r in runs if r.get("ttft_s") is not None]
+    best = [max(r.get("repeat_decode_tok_s") or [r["decode_tok_s"]]) for r in runs]
     return {
         "decode_tok_s_mean": statistics.fmean(rates),
+        "decode_tok_s_best_mean": statistics.fmean(best),
         "decode_tok_s_min": min(rates),
         "decode_tok_s_max": max(rates),
         "ttft_s_mean": statistics.fmean(ttfts) if ttfts else None,
@@ -229,6 +239,7 @@ def run_llama_cpp(args: argparse.Namespace, prompts: list[str]) -> dict[str, Any
         "threads": args.threads,
         "n_ctx": args.n_ctx,
         "warmup_tokens": args.warmup_tokens,
+        "repeats": args.repeats,
     }
     with tempfile.TemporaryDirectory(prefix="bench_decode_") as tmp:
         cfg_path = Path(tmp) / "config.json"
@@ -256,6 +267,7 @@ def run_llama_cpp(args: argparse.Namespace, prompts: list[str]) -> dict[str, Any
 
 
 def run_transformers(args: argparse.Namespace, prompts: list[str]) -> dict[str, Any]:
+    os.environ.setdefault("TQDM_DISABLE", "1")  # the GGUF de-quantization progress bar
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.generation.streamers import BaseStreamer
@@ -318,7 +330,7 @@ def run_transformers(args: argparse.Namespace, prompts: list[str]) -> dict[str, 
 
     if args.warmup_tokens > 0:
         one(prompts[0], args.warmup_tokens)
-    runs = [one(p, args.n_new) for p in prompts]
+    runs = [_median_run([one(p, args.n_new) for _ in range(args.repeats)]) for p in prompts]
     result: dict[str, Any] = {
         "runner": "transformers",
         "weight_format": "fp32 (dequantized from Q4_K_M)",
@@ -383,16 +395,19 @@ def run_trt_spec(args: argparse.Namespace, prompts: list[str]) -> list[dict[str,
             _trt_generate(engine, prompts[0], args.warmup_tokens, gen_kw)
         runs: list[dict[str, Any]] = []
         for prompt in prompts:
-            r = _trt_generate(engine, prompt, args.n_new, gen_kw)
-            ids = [int(t) for t in r.token_ids]
-            runs.append(
-                {
-                    "new_tokens": len(ids),
-                    "ttft_s": float(r.stats.ttft_s),
-                    "decode_tok_s": float(r.stats.decode_tokens_per_s),
-                    "token_ids": ids,
-                }
-            )
+            reps: list[dict[str, Any]] = []
+            for _ in range(args.repeats):
+                r = _trt_generate(engine, prompt, args.n_new, gen_kw)
+                ids = [int(t) for t in r.token_ids]
+                reps.append(
+                    {
+                        "new_tokens": len(ids),
+                        "ttft_s": float(r.stats.ttft_s),
+                        "decode_tok_s": float(r.stats.decode_tokens_per_s),
+                        "token_ids": ids,
+                    }
+                )
+            runs.append(_median_run(reps))
         result: dict[str, Any] = {
             "runner": f"trt-spec ({path.name})",
             "engine": str(path),
@@ -435,7 +450,8 @@ def render_markdown(report: dict[str, Any]) -> str:
         f"- settings: {settings['n_new']} new tokens, greedy, EOS ignored, "
         f"{len(settings['prompts'])} prompts ({', '.join(settings['prompts'])}; source: "
         f"{settings['prompt_source']}), threads {settings['threads']}, "
-        f"n_ctx {settings['n_ctx']}, warm-up {settings['warmup_tokens']} tokens",
+        f"n_ctx {settings['n_ctx']}, warm-up {settings['warmup_tokens']} tokens, "
+        f"{settings.get('repeats', 1)} run(s) per prompt (median kept)",
         f"- model: {settings['model']}",
         "- versions: " + ", ".join(f"{k} {v}" for k, v in env["versions"].items() if v),
     ]
@@ -452,9 +468,12 @@ def render_markdown(report: dict[str, Any]) -> str:
         "decode tok/s = (new tokens - 1) / time from first to last new token "
         "(prompt processing excluded); trt-spec rows report Engine stats.decode_tokens_per_s.",
         "",
-        "| runner | weight format | decode tok/s (mean) | min / max | TTFT mean (s) "
-        "| ratio to llama.cpp |",
-        "|---|---|---:|---:|---:|---:|",
+        "Columns: mean over prompts of the median run per prompt; min / max over prompts; "
+        "mean over prompts of the best run per prompt (least disturbed by other processes).",
+        "",
+        "| runner | weight format | decode tok/s (mean) | min / max | best-run mean "
+        "| TTFT mean (s) | ratio to llama.cpp |",
+        "|---|---|---:|---:|---:|---:|---:|",
     ]
     base = report.get("baseline_tok_s")
     for row in report["runners"]:
@@ -462,19 +481,28 @@ def render_markdown(report: dict[str, Any]) -> str:
         lines.append(
             f"| {row['runner']} | {row['weight_format']} | {row['decode_tok_s_mean']:.2f} "
             f"| {row['decode_tok_s_min']:.2f} / {row['decode_tok_s_max']:.2f} "
+            f"| {_fmt(row.get('decode_tok_s_best_mean'))} "
             f"| {_fmt(row.get('ttft_s_mean'), '.3f')} | {_fmt(ratio, '.3f')} |"
         )
     if report["runners"]:
         ids = settings["prompts"]
         lines += [
             "",
-            "Per prompt decode tok/s:",
+            "Per prompt decode tok/s (median run; all runs in brackets):",
             "",
             "| runner | " + " | ".join(ids) + " |",
             "|---|" + "---:|" * len(ids),
         ]
         for row in report["runners"]:
-            vals = " | ".join(f"{r['decode_tok_s']:.2f}" for r in row["runs"])
+            vals = " | ".join(
+                f"{r['decode_tok_s']:.2f}"
+                + (
+                    f" ({', '.join(f'{v:.2f}' for v in r['repeat_decode_tok_s'])})"
+                    if len(r.get("repeat_decode_tok_s") or []) > 1
+                    else ""
+                )
+                for r in row["runs"]
+            )
             lines.append(f"| {row['runner']} | {vals} |")
     extra = [r for r in report["runners"] if r["runner"] == "llama.cpp" and r.get("runs")]
     if extra:
@@ -514,6 +542,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n-ctx", type=int, default=1024, help="llama.cpp context size")
     ap.add_argument("--warmup-tokens", type=int, default=8, help="warm-up generation length")
     ap.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="runs per prompt; the median-rate run counts (steadier on a shared machine)",
+    )
+    ap.add_argument(
         "--engine", type=Path, action="append", default=[], help="trt-spec engine (repeatable)"
     )
     ap.add_argument(
@@ -527,6 +561,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.n_new < 2:
         ap.error("--n-new must be >= 2")
+    if args.repeats < 1:
+        ap.error("--repeats must be >= 1")
     if not args.model.is_file():
         ap.error(f"model not found: {args.model}")
     wanted = {r.strip() for r in args.runners.split(",") if r.strip()}
@@ -611,6 +647,7 @@ def main(argv: list[str] | None = None) -> int:
             "threads": args.threads,
             "n_ctx": args.n_ctx,
             "warmup_tokens": args.warmup_tokens,
+            "repeats": args.repeats,
             "prompts": [r.get("task_id", f"prompt{i}") for i, r in enumerate(rows)],
             "prompt_source": source,
         },

@@ -43,6 +43,18 @@ def test_fp32_logits_prefill_chunking(tiny) -> None:
     assert rel_error(Engine(path).logits(ids), ref) < 1e-4
 
 
+@pytest.mark.parametrize("chunk", [1, 3, 5, 9])
+def test_multi_token_forward_over_the_kv_cache(tiny, chunk: int) -> None:
+    """Rows fed `chunk` at a time after earlier rows are cached: chunk=1 is the decode step,
+    chunk>1 the M-token pass that verification uses (each weight read once for all M rows)."""
+    from trt_spec import _core
+
+    path, model = tiny.engine("llama", "f32")
+    ids = PROMPT[:40]
+    rt = _core.Runtime(str(path), "cpu", 0, True, chunk)
+    assert rel_error(rt.prompt_logits(ids), reference_logits(model, ids)) < 1e-4
+
+
 def test_bf16_checkpoint_reads_exactly(tiny) -> None:
     """A bf16 safetensors checkpoint is widened exactly; the f32 engine matches bf16 weights."""
     from transformers import AutoModelForCausalLM

@@ -14,6 +14,13 @@
 # backend is built as one runtime-loaded module per x86 variant (haswell, skylakex, icelake, zen4,
 # ...) and ggml picks the best one the running CPU supports (AVX2 here, AVX-512 where available).
 # Otherwise AVX-512 flags are only used when /proc/cpuinfo shows avx512f/avx512_vnni.
+# The variant modules live in $VENV/ggml-backends, an absolute path baked into libggml
+# (GGML_BACKEND_DIR): moving the cache means rebuilding (LLAMA_PEER_FORCE=1). The upstream variant
+# list includes 'sapphirerapids' (AMX); its module is deleted because the issue wants AMX off.
+# The CLI binaries are built with GGML_CPU=OFF and load the same variant modules, so step 3 only
+# compiles ggml-base/llama/common and the tools.
+#
+# Cost on a 2-core Zen 3 VM (2 jobs, shared): ~37 min for step 2 (14 CPU variants), ~5 min for 3.
 #
 # Env knobs: TRT_SPEC_CACHE (default ~/.cache/trt-spec), LLAMA_CPP_PYTHON_VERSION,
 #            TRT_SPEC_BUILD_JOBS (default 2), LLAMA_PEER_BUILD_BINARIES=0 to skip step 3,

@@ -5,7 +5,6 @@
 #include <sys/mman.h>
 
 #include <algorithm>
-#include <chrono>
 #include <thread>
 #include <cmath>
 #include <cstdlib>
@@ -20,38 +19,15 @@ namespace trt_spec {
 
 namespace {
 
-// Seconds for `threads` threads each running the same fixed floating-point loop at once.
-double timed_parallel_loop(int threads) {
-  auto loop = [] {
-    volatile float sink = 0.0f;
-    float acc[8] = {1, 2, 3, 4, 5, 6, 7, 8};
-    for (int i = 0; i < 1500000; ++i)
-      for (float& a : acc) a = a * 0.999999f + 1e-7f;
-    for (float a : acc) sink = sink + a;
-  };
-  auto t0 = std::chrono::steady_clock::now();
-  std::vector<std::thread> ts;
-  for (int i = 1; i < threads; ++i) ts.emplace_back(loop);
-  loop();
-  for (auto& t : ts) t.join();
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-// Threads to use when the caller does not say: TRT_SPEC_THREADS, else the number of cores that
-// actually run in parallel. Virtual machines may report 2 cores that share one physical core;
-// splitting work over them only adds synchronisation, so a short calibration (~10 ms) checks.
+// Threads to use when the caller does not say: TRT_SPEC_THREADS, else one per core. (On a
+// machine whose cores are busy with other work, fewer threads run faster: pass n_threads.)
 int default_threads() {
   if (const char* env = std::getenv("TRT_SPEC_THREADS")) {
     int n = std::atoi(env);
     if (n > 0) return n;
   }
   unsigned hc = std::thread::hardware_concurrency();
-  if (hc <= 1) return 1;
-  double one = std::min(timed_parallel_loop(1), timed_parallel_loop(1));
-  double all = std::min(timed_parallel_loop(static_cast<int>(hc)),
-                        timed_parallel_loop(static_cast<int>(hc)));
-  double speedup = hc * one / all;  // hc when the cores are independent, ~1 when they are not
-  return std::max(1, static_cast<int>(std::lround(speedup)));
+  return hc == 0 ? 1 : static_cast<int>(hc);
 }
 
 const cpu::MatmulKernels& checked_kernels() {

@@ -2,8 +2,7 @@
 //
 // An op calls parallel_for once; workers spin briefly between ops (a decode step runs a few
 // hundred ops, and a wake-up through the kernel costs tens of microseconds), then sleep when no
-// work comes. Spinning only pays on cores that really run in parallel: the CPU backend's
-// default thread count is calibrated for that (cpu_backend.cpp).
+// work comes. Spinning only pays on cores that are otherwise idle, so it is kept short.
 #pragma once
 
 #include <atomic>

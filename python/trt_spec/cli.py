@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from trt_spec import models
+from trt_spec.build.builder import WEIGHT_FORMATS
 
 
 def _progress(msg: str) -> None:
@@ -124,7 +125,7 @@ def make_parser() -> argparse.ArgumentParser:
     b.add_argument(
         "--weights",
         default="q4",
-        choices=["f32", "f16", "bf16", "q8", "q4"],
+        choices=WEIGHT_FORMATS,
         help="weight format (default q4)",
     )
     b.add_argument("-q", "--quiet", action="store_true", help="no per-tensor progress")

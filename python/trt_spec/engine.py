@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from os import PathLike
 from typing import Any
@@ -38,15 +38,23 @@ class GenerationResult:
 class GenerationStream(Iterator[str]):
     """Iterates over the text as it is generated; ``result`` is set once it is exhausted."""
 
-    def __init__(self, it: Iterator[str]) -> None:
-        self._it = it
+    def __init__(self, run: Generator[str, None, GenerationResult]) -> None:
+        self._run = run
         self.result: GenerationResult | None = None
 
     def __iter__(self) -> GenerationStream:
         return self
 
     def __next__(self) -> str:
-        return next(self._it)
+        try:
+            return next(self._run)
+        except StopIteration as fin:
+            self.result = fin.value
+            raise
+
+    def close(self) -> None:
+        """Stop early (also done when the stream is garbage-collected)."""
+        self._run.close()
 
 
 class _StopStrings:
@@ -255,26 +263,14 @@ class Engine:
             stop_ids,
             stop_strings,
         )
-        # Validate before returning a lazy stream: run the generator up to its first yield.
-        first = next(it)
-        assert first == ""
+        next(it)  # runs start(): bad parameters raise here, not on the first read of a stream
+        out = GenerationStream(it)
         if stream:
-            gs = GenerationStream(iter(()))
-
-            def chained() -> Iterator[str]:
-                try:
-                    while True:
-                        yield next(it)
-                except StopIteration as fin:
-                    gs.result = fin.value
-
-            gs._it = chained()
-            return gs
-        while True:
-            try:
-                next(it)
-            except StopIteration as fin:
-                return fin.value
+            return out
+        for _ in out:
+            pass
+        assert out.result is not None
+        return out.result
 
     def _run(
         self,
@@ -286,7 +282,7 @@ class Engine:
         seed: int,
         stop_ids: list[int],
         stop_strings: list[str],
-    ) -> Iterator[str]:
+    ) -> Generator[str, None, GenerationResult]:
         if not self._lock.acquire(blocking=False):
             raise RuntimeError("this Engine is already generating (one request at a time)")
         try:

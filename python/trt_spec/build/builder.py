@@ -31,7 +31,7 @@ from trt_spec import _core
 from trt_spec.build.source import BuildError, ModelSource, open_source, sha256_file
 from trt_spec.build.writer import EngineWriter
 
-WEIGHT_FORMATS = ("f32", "f16", "bf16", "q8", "q4")
+WEIGHT_FORMATS = tuple(_core.weight_type_name(t) for t in _core.WeightType)  # from C++
 DEFAULT_MAX_SEQ_LEN = 4096
 MAX_BATCH_LIMIT = 64
 
