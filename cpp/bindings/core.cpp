@@ -126,8 +126,8 @@ NB_MODULE(_core, m) {
           nb::gil_scoped_release release;
           cpu::dequantize_weight(WeightView{t, rows, cols, aligned.get()}, out.data());
         }
-        return owned_array<float>(std::move(out), {static_cast<size_t>(rows),
-                                                   static_cast<size_t>(cols)});
+        return owned_array<float>(std::move(out),
+                                  {static_cast<size_t>(rows), static_cast<size_t>(cols)});
       },
       "blob"_a, "t"_a, "rows"_a, "cols"_a, "Reference decode of a blob to float32 [rows, cols]");
   m.def("cpu_isas", &cpu::supported_isas, "Instruction sets this CPU runs kernels for");
@@ -149,8 +149,8 @@ NB_MODULE(_core, m) {
         {
           nb::gil_scoped_release release;
           if (weight_type_needs_groups(t)) {
-            std::shared_ptr<void> buf(std::aligned_alloc(64, align_up(cpu::quant_acts_bytes(M, cols), 64)),
-                                      std::free);
+            std::shared_ptr<void> buf(
+                std::aligned_alloc(64, align_up(cpu::quant_acts_bytes(M, cols), 64)), std::free);
             cpu::QuantActs qa = cpu::quant_acts_view(buf.get(), M, static_cast<int>(cols));
             k->quantize_acts(x.data(), 0, M, qa);
             k->matmul_quant(w, qa, M, y.data(), rows, r0, r1);
@@ -158,7 +158,8 @@ NB_MODULE(_core, m) {
             k->matmul_float(w, x.data(), M, y.data(), rows, r0, r1);
           }
         }
-        return owned_array<float>(std::move(y), {static_cast<size_t>(M), static_cast<size_t>(rows)});
+        return owned_array<float>(std::move(y),
+                                  {static_cast<size_t>(M), static_cast<size_t>(rows)});
       },
       "blob"_a, "t"_a, "rows"_a, "cols"_a, "x"_a, "isa"_a, "r0"_a = 0, "r1"_a = -1,
       "y [M, rows] = x @ W^T with one ISA's kernel (rows outside [r0, r1) stay 0)");
@@ -168,8 +169,8 @@ NB_MODULE(_core, m) {
         "The uniform number in [0, 1) every backend draws for (seed, step, lane, stream)");
   m.def(
       "sample_row",
-      [](F32Vector logits, float temperature, int top_k, float top_p, uint64_t seed,
-         uint64_t step, uint32_t lane) {
+      [](F32Vector logits, float temperature, int top_k, float top_p, uint64_t seed, uint64_t step,
+         uint32_t lane) {
         SamplingParams p{temperature, top_k, top_p, seed};
         GenerateRequest probe;
         probe.prompt = {0};

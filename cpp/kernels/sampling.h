@@ -21,6 +21,8 @@ struct SamplingParams {
   uint64_t seed = 0;
 };
 
-inline bool sampling_is_greedy(const SamplingParams& p) { return p.temperature == 0.0f; }
+inline bool sampling_is_greedy(const SamplingParams& p) {
+  return p.temperature == 0.0f;
+}
 
 }  // namespace trt_spec

@@ -44,7 +44,9 @@ inline const char* weight_type_name(WeightType t) {
   return "?";
 }
 
-inline size_t align_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
+inline size_t align_up(size_t n, size_t a) {
+  return (n + a - 1) / a * a;
+}
 
 inline bool weight_type_needs_groups(WeightType t) {
   return t == WeightType::Q8 || t == WeightType::Q4;
@@ -71,7 +73,8 @@ inline int weight_section_count(WeightType t) {
 // Byte offset of section s from the start of the blob.
 inline size_t weight_section_offset(WeightType t, int64_t rows, int64_t cols, int s) {
   size_t off = 0;
-  for (int i = 0; i < s; ++i) off += align_up(weight_section_bytes(t, rows, cols, i), kSectionAlign);
+  for (int i = 0; i < s; ++i)
+    off += align_up(weight_section_bytes(t, rows, cols, i), kSectionAlign);
   return off;
 }
 

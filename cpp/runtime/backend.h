@@ -112,7 +112,9 @@ class BackendBuffer {
   BackendBuffer& operator=(const BackendBuffer&) = delete;
 
   template <typename T>
-  T* as() const { return static_cast<T*>(ptr_); }
+  T* as() const {
+    return static_cast<T*>(ptr_);
+  }
   size_t bytes() const { return bytes_; }
   void reset() {
     if (ptr_) be_->release(ptr_);

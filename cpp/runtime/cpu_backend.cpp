@@ -5,11 +5,11 @@
 #include <sys/mman.h>
 
 #include <algorithm>
-#include <thread>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <numeric>
+#include <thread>
 
 #include "kernels/cpu/quantize.h"
 #include "kernels/philox.h"
@@ -112,9 +112,13 @@ void decode_row(const WeightView& w, int64_t r, float* out) {
 CpuBackend::CpuBackend(int n_threads)
     : pool_(n_threads > 0 ? n_threads : default_threads()), kernels_(checked_kernels()) {}
 
-CpuBackend::~CpuBackend() { release(qscratch_); }
+CpuBackend::~CpuBackend() {
+  release(qscratch_);
+}
 
-std::string CpuBackend::name() const { return std::string("cpu-") + kernels_.isa; }
+std::string CpuBackend::name() const {
+  return std::string("cpu-") + kernels_.isa;
+}
 
 // Large buffers (KV caches, logits) come zeroed from the kernel page by page as they are first
 // touched, so a big max_seq_len costs no start-up time; small ones from the heap.
@@ -149,7 +153,9 @@ void CpuBackend::release(void* p) {
   }
   std::free(p);
 }
-void CpuBackend::upload(void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); }
+void CpuBackend::upload(void* dst, const void* src, size_t bytes) {
+  std::memcpy(dst, src, bytes);
+}
 void CpuBackend::download(void* dst, const void* src, size_t bytes) {
   std::memcpy(dst, src, bytes);
 }

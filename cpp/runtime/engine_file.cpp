@@ -19,8 +19,12 @@ constexpr uint64_t kP1 = 0x9E3779B185EBCA87ULL;
 constexpr uint64_t kP2 = 0xC2B2AE3D27D4EB4FULL;
 constexpr uint64_t kP3 = 0x165667B19E3779F9ULL;
 
-inline uint64_t rotl(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
-inline uint64_t round64(uint64_t acc, uint64_t v) { return rotl(acc + v * kP2, 31) * kP1; }
+inline uint64_t rotl(uint64_t x, int r) {
+  return (x << r) | (x >> (64 - r));
+}
+inline uint64_t round64(uint64_t acc, uint64_t v) {
+  return rotl(acc + v * kP2, 31) * kP1;
+}
 inline uint64_t load64(const uint8_t* p) {
   uint64_t v;
   std::memcpy(&v, p, 8);
@@ -39,11 +43,12 @@ uint64_t parse_hex64(const std::string& s, const std::string& tensor) {
     throw EngineFileError("engine metadata: tensor " + tensor + " has a malformed checksum");
   uint64_t v = 0;
   for (char c : s) {
-    int d = (c >= '0' && c <= '9') ? c - '0'
+    int d = (c >= '0' && c <= '9')   ? c - '0'
             : (c >= 'a' && c <= 'f') ? c - 'a' + 10
             : (c >= 'A' && c <= 'F') ? c - 'A' + 10
                                      : -1;
-    if (d < 0) throw EngineFileError("engine metadata: tensor " + tensor + " has a malformed checksum");
+    if (d < 0)
+      throw EngineFileError("engine metadata: tensor " + tensor + " has a malformed checksum");
     v = (v << 4) | static_cast<uint64_t>(d);
   }
   return v;
@@ -79,8 +84,8 @@ uint64_t checksum64(const void* data, size_t bytes) {
 }
 
 WeightType weight_type_from_name(const std::string& name) {
-  for (WeightType t : {WeightType::F32, WeightType::F16, WeightType::BF16, WeightType::Q8,
-                       WeightType::Q4}) {
+  for (WeightType t :
+       {WeightType::F32, WeightType::F16, WeightType::BF16, WeightType::Q8, WeightType::Q4}) {
     if (name == weight_type_name(t)) return t;
   }
   throw EngineFileError("unsupported tensor type '" + name + "' in engine file");
@@ -89,7 +94,7 @@ WeightType weight_type_from_name(const std::string& name) {
 EngineFile::EngineFile(const std::string& path, bool verify_checksums) : path_(path) {
   fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd_ < 0) throw EngineFileError("cannot open engine file " + path + ": " + strerror(errno));
-  struct stat st {};
+  struct stat st{};
   if (fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd_);
     throw EngineFileError(path + " is not a regular file");
@@ -97,8 +102,8 @@ EngineFile::EngineFile(const std::string& path, bool verify_checksums) : path_(p
   size_ = static_cast<uint64_t>(st.st_size);
   if (size_ < kEngineHeaderBytes) {
     ::close(fd_);
-    throw EngineFileError(path + " is too small to be a trt-spec engine (" +
-                          std::to_string(size_) + " bytes)");
+    throw EngineFileError(path + " is too small to be a trt-spec engine (" + std::to_string(size_) +
+                          " bytes)");
   }
   void* m = mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd_, 0);
   if (m == MAP_FAILED) {
@@ -115,8 +120,9 @@ EngineFile::EngineFile(const std::string& path, bool verify_checksums) : path_(p
                             "; this trt-spec reads version " +
                             std::to_string(kEngineFormatVersion) + ": rebuild the engine");
     if (read_le<uint32_t>(base_ + 12) != 0)
-      throw EngineFileError(path + " uses engine features this trt-spec does not know (header "
-                                   "flags set): rebuild the engine or update trt-spec");
+      throw EngineFileError(path +
+                            " uses engine features this trt-spec does not know (header "
+                            "flags set): rebuild the engine or update trt-spec");
     uint64_t json_offset = read_le<uint64_t>(base_ + 16);
     uint64_t json_bytes = read_le<uint64_t>(base_ + 24);
     data_offset_ = read_le<uint64_t>(base_ + 32);
@@ -124,11 +130,12 @@ EngineFile::EngineFile(const std::string& path, bool verify_checksums) : path_(p
     uint64_t json_sum = read_le<uint64_t>(base_ + 48);
     if (json_offset < kEngineHeaderBytes || json_offset > size_ || json_bytes > size_ - json_offset)
       throw EngineFileError(path + " is truncated or corrupt (metadata out of bounds)");
-    const bool overlap = json_offset < data_offset_ + data_bytes_ &&
-                         data_offset_ < json_offset + json_bytes;
+    const bool overlap =
+        json_offset < data_offset_ + data_bytes_ && data_offset_ < json_offset + json_bytes;
     if (data_offset_ % kDataAlign != 0 || data_offset_ < kEngineHeaderBytes || overlap ||
         data_offset_ > size_ || data_bytes_ > size_ - data_offset_)
-      throw EngineFileError(path + " is truncated or corrupt (tensor data out of bounds: file has " +
+      throw EngineFileError(path +
+                            " is truncated or corrupt (tensor data out of bounds: file has " +
                             std::to_string(size_) + " bytes, header promises " +
                             std::to_string(data_offset_ + data_bytes_) + ")");
     json_text_.assign(reinterpret_cast<const char*>(base_ + json_offset), json_bytes);
@@ -163,7 +170,8 @@ EngineFile::EngineFile(const std::string& path, bool verify_checksums) : path_(p
           throw EngineFileError("tensor " + name + ": quantized columns must be a multiple of 64");
         if (e.bytes != weight_blob_bytes(e.type, e.rows, e.cols))
           throw EngineFileError("tensor " + name + ": byte size does not match its shape and type");
-        if (e.offset % kSectionAlign != 0 || e.offset > data_bytes_ || e.bytes > data_bytes_ - e.offset)
+        if (e.offset % kSectionAlign != 0 || e.offset > data_bytes_ ||
+            e.bytes > data_bytes_ - e.offset)
           throw EngineFileError(path + " is truncated or corrupt (tensor " + name +
                                 " lies outside the data block)");
         if (verify_checksums && checksum64(data() + e.offset, e.bytes) != e.checksum)
@@ -185,7 +193,9 @@ EngineFile::~EngineFile() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-bool EngineFile::has_model(const std::string& role) const { return tensors_.count(role) != 0; }
+bool EngineFile::has_model(const std::string& role) const {
+  return tensors_.count(role) != 0;
+}
 
 const std::map<std::string, TensorEntry>& EngineFile::tensors(const std::string& role) const {
   auto it = tensors_.find(role);

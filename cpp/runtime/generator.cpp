@@ -21,7 +21,8 @@ const char* stop_reason_name(StopReason r) {
 
 void validate_request(const GenerateRequest& req, int vocab, int max_seq_len) {
   const SamplingParams& s = req.sampling;
-  if (req.prompt.empty()) throw InvalidArgument("the prompt is empty (it needs at least one token)");
+  if (req.prompt.empty())
+    throw InvalidArgument("the prompt is empty (it needs at least one token)");
   if (static_cast<int64_t>(req.prompt.size()) > max_seq_len)
     throw InvalidArgument("the prompt has " + std::to_string(req.prompt.size()) +
                           " tokens, more than this engine's max_seq_len of " +

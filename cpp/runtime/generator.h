@@ -46,9 +46,9 @@ class Generator {
   GenerateRequest req_;
   bool started_ = false, prefilled_ = false;
   StopReason reason_ = StopReason::kNone;
-  int len_ = 0;           // positions filled in the cache
+  int len_ = 0;  // positions filled in the cache
   int generated_ = 0;
-  int32_t last_ = -1;     // newest token, not yet in the cache
+  int32_t last_ = -1;  // newest token, not yet in the cache
   BackendBuffer tok_, pos_, slot_buf_, rows_, logits_, sampled_, states_;
   std::vector<int32_t> host_pos_;
 };

@@ -75,10 +75,14 @@ class JsonParser {
     for (int k = 0; k < 4; ++k) {
       char c = s_[i_++];
       v <<= 4;
-      if (c >= '0' && c <= '9') v |= c - '0';
-      else if (c >= 'a' && c <= 'f') v |= c - 'a' + 10;
-      else if (c >= 'A' && c <= 'F') v |= c - 'A' + 10;
-      else fail("bad \\u escape");
+      if (c >= '0' && c <= '9')
+        v |= c - '0';
+      else if (c >= 'a' && c <= 'f')
+        v |= c - 'a' + 10;
+      else if (c >= 'A' && c <= 'F')
+        v |= c - 'A' + 10;
+      else
+        fail("bad \\u escape");
     }
     return v;
   }
@@ -123,9 +127,7 @@ class JsonParser {
     return out;
   }
 
-  bool digit_at(size_t k) const {
-    return k < s_.size() && s_[k] >= '0' && s_[k] <= '9';
-  }
+  bool digit_at(size_t k) const { return k < s_.size() && s_[k] >= '0' && s_[k] <= '9'; }
 
   // RFC 8259 number: -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?
   double parse_number() {
@@ -202,7 +204,9 @@ class JsonParser {
   }
 };
 
-Json Json::parse(const std::string& text) { return JsonParser(text).parse_document(); }
+Json Json::parse(const std::string& text) {
+  return JsonParser(text).parse_document();
+}
 
 namespace {
 [[noreturn]] void type_error(const std::string& path, const char* want) {

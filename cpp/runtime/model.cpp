@@ -34,9 +34,9 @@ WeightView Model::weight(const EngineFile& file, const std::string& name, int64_
   if (!required && file.tensors(role_).count(name) == 0) return WeightView{};
   const TensorEntry& e = file.tensor(role_, name);
   if (e.rows != rows || e.cols != cols)
-    throw EngineFileError("tensor " + role_ + "/" + name + " has shape [" +
-                          std::to_string(e.rows) + ", " + std::to_string(e.cols) + "], expected [" +
-                          std::to_string(rows) + ", " + std::to_string(cols) + "]");
+    throw EngineFileError("tensor " + role_ + "/" + name + " has shape [" + std::to_string(e.rows) +
+                          ", " + std::to_string(e.cols) + "], expected [" + std::to_string(rows) +
+                          ", " + std::to_string(cols) + "]");
   if (rows == 1 && e.type != WeightType::F32)
     throw EngineFileError("tensor " + role_ + "/" + name + " must be f32");
   weight_bytes_ += e.bytes;
@@ -67,8 +67,8 @@ Model::Model(const EngineFile& file, const std::string& role, Backend& backend, 
            1.0f / std::sqrt(static_cast<float>(cfg_.head_dim))};
 
   // KV cache and RoPE tables.
-  kv_ = KvCache{nullptr, nullptr, limits_.max_batch, cfg_.n_layers, cfg_.n_kv_heads,
-                limits_.max_seq, cfg_.head_dim};
+  kv_ = KvCache{nullptr,         nullptr,         limits_.max_batch, cfg_.n_layers,
+                cfg_.n_kv_heads, limits_.max_seq, cfg_.head_dim};
   k_buf_ = BackendBuffer(be_, kv_bytes() / 2);
   v_buf_ = BackendBuffer(be_, kv_bytes() / 2);
   kv_.k = k_buf_.as<float>();
@@ -77,8 +77,8 @@ Model::Model(const EngineFile& file, const std::string& role, Backend& backend, 
   std::vector<float> c(static_cast<size_t>(limits_.max_seq) * half), s(c.size());
   for (int i = 0; i < half; ++i) {
     // Same float32 arithmetic as the reference implementations.
-    float inv_freq = 1.0f / std::pow(cfg_.rope_theta, static_cast<float>(2 * i) /
-                                                          static_cast<float>(cfg_.head_dim));
+    float inv_freq = 1.0f / std::pow(cfg_.rope_theta,
+                                     static_cast<float>(2 * i) / static_cast<float>(cfg_.head_dim));
     for (int p = 0; p < limits_.max_seq; ++p) {
       double angle = static_cast<double>(static_cast<float>(p) * inv_freq);
       c[static_cast<size_t>(p) * half + i] = static_cast<float>(std::cos(angle));
@@ -112,28 +112,28 @@ void Model::forward(const int32_t* tokens, const int32_t* pos, const int32_t* sl
   if (n <= 0 || n > limits_.max_rows || n_logits < 0 || n_logits > n)
     throw InvalidArgument("forward: bad row count");
   const int D = cfg_.dim;
-  float *x = x_.as<float>(), *h = h_.as<float>(), *qkv = qkv_.as<float>(),
-        *att = att_.as<float>(), *proj = proj_.as<float>(), *gate_up = gate_up_.as<float>(),
-        *act = act_.as<float>(), *sel = sel_.as<float>();
-  be_.embed(tok_embd_, tokens, n, x);                                   // [n, D]
+  float *x = x_.as<float>(), *h = h_.as<float>(), *qkv = qkv_.as<float>(), *att = att_.as<float>(),
+        *proj = proj_.as<float>(), *gate_up = gate_up_.as<float>(), *act = act_.as<float>(),
+        *sel = sel_.as<float>();
+  be_.embed(tok_embd_, tokens, n, x);  // [n, D]
   for (int l = 0; l < cfg_.n_layers; ++l) {
     const Layer& L = layers_[l];
-    be_.rmsnorm(x, L.attn_norm, cfg_.rms_eps, n, D, h);                 // [n, D]
-    be_.linear(L.attn_qkv, L.attn_qkv_bias, h, n, qkv);                 // [n, qkv_dim]
+    be_.rmsnorm(x, L.attn_norm, cfg_.rms_eps, n, D, h);  // [n, D]
+    be_.linear(L.attn_qkv, L.attn_qkv_bias, h, n, qkv);  // [n, qkv_dim]
     be_.rope(qkv, pos, n, attn_, cos_.as<float>(), sin_.as<float>());
-    be_.attention(qkv, pos, slot, n, attn_, kv_, l, att);               // [n, heads * head_dim]
-    be_.linear(L.attn_o, WeightView{}, att, n, proj);                   // [n, D]
+    be_.attention(qkv, pos, slot, n, attn_, kv_, l, att);  // [n, heads * head_dim]
+    be_.linear(L.attn_o, WeightView{}, att, n, proj);      // [n, D]
     be_.add(x, proj, static_cast<size_t>(n) * D);
     be_.rmsnorm(x, L.ffn_norm, cfg_.rms_eps, n, D, h);
-    be_.linear(L.ffn_gate_up, WeightView{}, h, n, gate_up);             // [n, 2 F]
-    be_.swiglu(gate_up, n, cfg_.ffn_dim, act);                          // [n, F]
-    be_.linear(L.ffn_down, WeightView{}, act, n, proj);                 // [n, D]
+    be_.linear(L.ffn_gate_up, WeightView{}, h, n, gate_up);  // [n, 2 F]
+    be_.swiglu(gate_up, n, cfg_.ffn_dim, act);               // [n, F]
+    be_.linear(L.ffn_down, WeightView{}, act, n, proj);      // [n, D]
     be_.add(x, proj, static_cast<size_t>(n) * D);
   }
   if (n_logits == 0) return;
-  be_.gather_rows(x, logit_rows, n_logits, D, sel);                     // [n_logits, D]
+  be_.gather_rows(x, logit_rows, n_logits, D, sel);  // [n_logits, D]
   be_.rmsnorm(sel, output_norm_, cfg_.rms_eps, n_logits, D, h);
-  be_.linear(output_, WeightView{}, h, n_logits, logits_out);           // [n_logits, V]
+  be_.linear(output_, WeightView{}, h, n_logits, logits_out);  // [n_logits, V]
 }
 
 }  // namespace trt_spec

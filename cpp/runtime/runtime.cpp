@@ -1,10 +1,10 @@
 // runtime.cpp: engine opening and backend selection (runtime.h).
 #include "runtime/runtime.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <numeric>
-
-#include <unistd.h>
 
 #include "runtime/cpu_backend.h"
 #include "runtime/errors.h"
@@ -36,8 +36,9 @@ Runtime::Runtime(const std::string& path, const RuntimeOptions& opts) {
                           tcfg.at("n_kv_heads").as_number() * tcfg.at("head_dim").as_number();
   const double ram = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
   if (kv_bytes > 0.9 * ram)
-    throw Error("this engine's KV cache (max_seq_len " + std::to_string(max_seq_) + " x max_batch " +
-                std::to_string(max_batch_) + ") needs " + std::to_string(kv_bytes / 1e9) +
+    throw Error("this engine's KV cache (max_seq_len " + std::to_string(max_seq_) +
+                " x max_batch " + std::to_string(max_batch_) + ") needs " +
+                std::to_string(kv_bytes / 1e9) +
                 " GB, more than this machine's memory: rebuild with a smaller --max-seq-len");
   backend_ = std::make_unique<CpuBackend>(opts.n_threads);
   ModelLimits lim{max_seq_, max_batch_, std::min(opts.prefill_chunk, max_seq_)};

@@ -18,7 +18,7 @@ struct RuntimeOptions {
   std::string device = "cpu";  // the only backend so far
   int n_threads = 0;           // CPU threads; 0: one per core
   bool verify_checksums = true;
-  int prefill_chunk = 256;     // token rows per forward during prefill
+  int prefill_chunk = 256;  // token rows per forward during prefill
 };
 
 class Runtime {

@@ -174,15 +174,9 @@ void test_quantize(WeightType t, int64_t rows, int64_t cols) {
       const double e = std::fabs(static_cast<double>(x) - y);
       err2 += e * e;
       switch (t) {
-        case WeightType::F32:
-          bad += x != y;
-          break;
-        case WeightType::F16:
-          bad += y != f16_to_f32(f32_to_f16(x));
-          break;
-        case WeightType::BF16:
-          bad += y != bf16_to_f32(f32_to_bf16(x));
-          break;
+        case WeightType::F32: bad += x != y; break;
+        case WeightType::F16: bad += y != f16_to_f32(f32_to_f16(x)); break;
+        case WeightType::BF16: bad += y != bf16_to_f32(f32_to_bf16(x)); break;
         case WeightType::Q8: {
           const float d =
               f16_to_f32(reinterpret_cast<const uint16_t*>(v.section(1))[r * groups + c / 32]);

@@ -41,7 +41,9 @@ const MatmulKernels& pick_kernels() {
 }
 
 constexpr size_t kPartAlign = 64;
-size_t round_part(size_t n) { return (n + kPartAlign - 1) / kPartAlign * kPartAlign; }
+size_t round_part(size_t n) {
+  return (n + kPartAlign - 1) / kPartAlign * kPartAlign;
+}
 
 }  // namespace
 

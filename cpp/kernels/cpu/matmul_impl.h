@@ -93,7 +93,9 @@ void drive(const TilePolicy& p, int M, int64_t r0, int64_t r1, int64_t cols, int
 // lets the quantized kernels (more arithmetic per byte than the float ones) alternate between
 // computing and waiting for DRAM. Prefetching past the matrix end is harmless.
 constexpr int kPrefetchTiles = 1;
-inline void prefetch(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0); }
+inline void prefetch(const void* p) {
+  _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0);
+}
 
 // The (R, MT) tile shapes instantiated, as an X-macro: tile_fn() dispatches over them and the
 // static_assert below checks that they cover every shape drive() can ask for.
@@ -217,14 +219,10 @@ void matmul_float_t(WeightView w, const float* x, int M, float* y, int64_t ldy, 
 void matmul_float(WeightView w, const float* x, int M, float* y, int64_t ldy, int64_t r0,
                   int64_t r1) {
   switch (w.type) {
-    case WeightType::F32:
-      return matmul_float_t<WeightType::F32>(w, x, M, y, ldy, r0, r1);
-    case WeightType::F16:
-      return matmul_float_t<WeightType::F16>(w, x, M, y, ldy, r0, r1);
-    case WeightType::BF16:
-      return matmul_float_t<WeightType::BF16>(w, x, M, y, ldy, r0, r1);
-    default:
-      throw std::invalid_argument("matmul_float: weight type is not F32/F16/BF16");
+    case WeightType::F32: return matmul_float_t<WeightType::F32>(w, x, M, y, ldy, r0, r1);
+    case WeightType::F16: return matmul_float_t<WeightType::F16>(w, x, M, y, ldy, r0, r1);
+    case WeightType::BF16: return matmul_float_t<WeightType::BF16>(w, x, M, y, ldy, r0, r1);
+    default: throw std::invalid_argument("matmul_float: weight type is not F32/F16/BF16");
   }
 }
 
@@ -419,12 +417,9 @@ void matmul_quant_t(WeightView w, const QuantActs& x, int M, float* y, int64_t l
 void matmul_quant(WeightView w, const QuantActs& x, int M, float* y, int64_t ldy, int64_t r0,
                   int64_t r1) {
   switch (w.type) {
-    case WeightType::Q8:
-      return matmul_quant_t<WeightType::Q8>(w, x, M, y, ldy, r0, r1);
-    case WeightType::Q4:
-      return matmul_quant_t<WeightType::Q4>(w, x, M, y, ldy, r0, r1);
-    default:
-      throw std::invalid_argument("matmul_quant: weight type is not Q8/Q4");
+    case WeightType::Q8: return matmul_quant_t<WeightType::Q8>(w, x, M, y, ldy, r0, r1);
+    case WeightType::Q4: return matmul_quant_t<WeightType::Q4>(w, x, M, y, ldy, r0, r1);
+    default: throw std::invalid_argument("matmul_quant: weight type is not Q8/Q4");
   }
 }
 

@@ -57,9 +57,13 @@ inline F4 load4(const float* p) {
   return v;
 }
 
-inline F4 splat(float f) { return F4{f, f, f, f}; }
+inline F4 splat(float f) {
+  return F4{f, f, f, f};
+}
 
-inline float hsum(F4 v) { return (v[0] + v[1]) + (v[2] + v[3]); }
+inline float hsum(F4 v) {
+  return (v[0] + v[1]) + (v[2] + v[3]);
+}
 
 // min/max written in the operand order of SSE minps/maxps so the compiler emits those.
 inline F4 clamp(F4 v, float lo, float hi) {
@@ -67,7 +71,9 @@ inline F4 clamp(F4 v, float lo, float hi) {
   return v < splat(hi) ? v : splat(hi);
 }
 
-inline F4 min4(F4 v, float hi) { return v < splat(hi) ? v : splat(hi); }
+inline F4 min4(F4 v, float hi) {
+  return v < splat(hi) ? v : splat(hi);
+}
 
 inline F4 round_ne4(F4 v) {
   const F4 magic = splat(12582912.0f);  // 1.5 * 2^23
@@ -264,7 +270,9 @@ uint16_t f32_to_f16(float f) {
   return sign | static_cast<uint16_t>(k);
 }
 
-float bf16_to_f32(uint16_t h) { return bits_float(static_cast<uint32_t>(h) << 16); }
+float bf16_to_f32(uint16_t h) {
+  return bits_float(static_cast<uint32_t>(h) << 16);
+}
 
 uint16_t f32_to_bf16(float f) {
   const uint32_t x = float_bits(f);
@@ -301,9 +309,7 @@ void quantize_weight(const float* w, int64_t rows, int64_t cols, WeightType t, u
 void dequantize_weight(WeightView w, float* out) {
   const int64_t rows = w.rows, cols = w.cols, n = rows * cols, groups = cols / kQuantGroup;
   switch (w.type) {
-    case WeightType::F32:
-      std::memcpy(out, w.section(0), n * 4);
-      return;
+    case WeightType::F32: std::memcpy(out, w.section(0), n * 4); return;
     case WeightType::F16:
     case WeightType::BF16: {
       const auto* h = static_cast<const uint16_t*>(w.section(0));
