@@ -67,46 +67,6 @@ inline void axpy(float a, const float* x, float* y, int n) {
   for (; i < n; ++i) y[i] += a * x[i];
 }
 
-// One row r of a weight matrix, decoded to f32 [cols].
-void decode_row(const WeightView& w, int64_t r, float* out) {
-  const int64_t cols = w.cols;
-  switch (w.type) {
-    case WeightType::F32:
-      std::memcpy(out, static_cast<const float*>(w.section(0)) + r * cols, cols * sizeof(float));
-      return;
-    case WeightType::F16: {
-      const uint16_t* p = static_cast<const uint16_t*>(w.section(0)) + r * cols;
-      for (int64_t c = 0; c < cols; ++c) out[c] = cpu::f16_to_f32(p[c]);
-      return;
-    }
-    case WeightType::BF16: {
-      const uint16_t* p = static_cast<const uint16_t*>(w.section(0)) + r * cols;
-      for (int64_t c = 0; c < cols; ++c) out[c] = cpu::bf16_to_f32(p[c]);
-      return;
-    }
-    case WeightType::Q8: {
-      const uint8_t* q = static_cast<const uint8_t*>(w.section(0)) + r * cols;
-      const uint16_t* d = static_cast<const uint16_t*>(w.section(1)) + r * (cols / kQuantGroup);
-      for (int64_t c = 0; c < cols; ++c)
-        out[c] = cpu::f16_to_f32(d[c / kQuantGroup]) * (static_cast<int>(q[c]) - 128);
-      return;
-    }
-    case WeightType::Q4: {
-      const uint8_t* q = static_cast<const uint8_t*>(w.section(0)) + r * (cols / 2);
-      const uint16_t* d = static_cast<const uint16_t*>(w.section(1)) + r * (cols / kQuantGroup);
-      const uint16_t* m = static_cast<const uint16_t*>(w.section(2)) + r * (cols / kQuantGroup);
-      for (int64_t c = 0; c < cols; ++c) {
-        int64_t sb = c / kQ4SuperBlock, j = c % kQ4SuperBlock;
-        uint8_t byte = q[sb * 32 + (j % 32)];
-        int code = j < 32 ? (byte & 0x0F) : (byte >> 4);
-        int64_t g = c / kQuantGroup;
-        out[c] = cpu::f16_to_f32(d[g]) * code + cpu::f16_to_f32(m[g]);
-      }
-      return;
-    }
-  }
-}
-
 }  // namespace
 
 CpuBackend::CpuBackend(int n_threads)
@@ -172,7 +132,8 @@ cpu::QuantActs CpuBackend::quant_scratch(int n, int cols) {
 
 void CpuBackend::embed(WeightView table, const int32_t* tokens, int n, float* out) {
   pool_.parallel_for(n, 1, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) decode_row(table, tokens[i], out + i * table.cols);
+    for (int64_t i = b; i < e; ++i)
+      cpu::dequantize_rows(table, tokens[i], tokens[i] + 1, out + i * table.cols);
   });
 }
 

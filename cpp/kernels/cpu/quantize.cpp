@@ -306,42 +306,47 @@ void quantize_weight(const float* w, int64_t rows, int64_t cols, WeightType t, u
   for (auto& th : pool) th.join();
 }
 
-void dequantize_weight(WeightView w, float* out) {
-  const int64_t rows = w.rows, cols = w.cols, n = rows * cols, groups = cols / kQuantGroup;
-  switch (w.type) {
-    case WeightType::F32: std::memcpy(out, w.section(0), n * 4); return;
-    case WeightType::F16:
-    case WeightType::BF16: {
-      const auto* h = static_cast<const uint16_t*>(w.section(0));
-      for (int64_t i = 0; i < n; ++i)
-        out[i] = w.type == WeightType::F16 ? f16_to_f32(h[i]) : bf16_to_f32(h[i]);
-      return;
-    }
-    case WeightType::Q8: {
-      const auto* q = static_cast<const uint8_t*>(w.section(0));   // [rows, cols]
-      const auto* d = static_cast<const uint16_t*>(w.section(1));  // [rows, groups]
-      for (int64_t r = 0; r < rows; ++r)
+void dequantize_rows(WeightView w, int64_t r0, int64_t r1, float* out) {
+  const int64_t cols = w.cols, groups = cols / kQuantGroup;
+  for (int64_t r = r0; r < r1; ++r, out += cols) {
+    switch (w.type) {
+      case WeightType::F32:
+        std::memcpy(out, static_cast<const float*>(w.section(0)) + r * cols, cols * 4);
+        break;
+      case WeightType::F16:
+      case WeightType::BF16: {
+        const auto* h = static_cast<const uint16_t*>(w.section(0)) + r * cols;
         for (int64_t c = 0; c < cols; ++c)
-          out[r * cols + c] = f16_to_f32(d[r * groups + c / kQuantGroup]) *
-                              static_cast<float>(static_cast<int>(q[r * cols + c]) - 128);
-      return;
-    }
-    case WeightType::Q4: {
-      const auto* q = static_cast<const uint8_t*>(w.section(0));   // [rows, cols / 2]
-      const auto* d = static_cast<const uint16_t*>(w.section(1));  // [rows, groups]
-      const auto* m = static_cast<const uint16_t*>(w.section(2));  // [rows, groups]
-      for (int64_t r = 0; r < rows; ++r) {
+          out[c] = w.type == WeightType::F16 ? f16_to_f32(h[c]) : bf16_to_f32(h[c]);
+        break;
+      }
+      case WeightType::Q8: {
+        const auto* q = static_cast<const uint8_t*>(w.section(0)) + r * cols;     // [cols]
+        const auto* d = static_cast<const uint16_t*>(w.section(1)) + r * groups;  // [groups]
+        for (int64_t c = 0; c < cols; ++c)
+          out[c] =
+              f16_to_f32(d[c / kQuantGroup]) * static_cast<float>(static_cast<int>(q[c]) - 128);
+        break;
+      }
+      case WeightType::Q4: {
+        const auto* q = static_cast<const uint8_t*>(w.section(0)) + r * (cols / 2);  // [cols / 2]
+        const auto* d = static_cast<const uint16_t*>(w.section(1)) + r * groups;     // [groups]
+        const auto* m = static_cast<const uint16_t*>(w.section(2)) + r * groups;     // [groups]
         for (int64_t c = 0; c < cols; ++c) {
           const int64_t sb = c / kQ4SuperBlock, j = c % kQ4SuperBlock;
-          const uint8_t byte = q[r * (cols / 2) + sb * 32 + (j & 31)];
+          const uint8_t byte = q[sb * 32 + (j & 31)];
           const int code = j < 32 ? (byte & 0xf) : (byte >> 4);
-          const int64_t g = r * groups + c / kQuantGroup;
-          out[r * cols + c] = f16_to_f32(d[g]) * static_cast<float>(code) + f16_to_f32(m[g]);
+          const int64_t g = c / kQuantGroup;
+          out[c] = f16_to_f32(d[g]) * static_cast<float>(code) + f16_to_f32(m[g]);
         }
+        break;
       }
-      return;
     }
   }
+}
+
+void dequantize_weight(WeightView w, float* out) {
+  dequantize_rows(w, 0, w.rows, out);
 }
 
 }  // namespace trt_spec::cpu

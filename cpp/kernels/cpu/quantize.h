@@ -25,6 +25,8 @@ uint16_t f32_to_bf16(float f);  // round to nearest even; NaN stays NaN (quiet)
 // Large tensors are split over a few std::threads (deterministic: every row is independent).
 void quantize_weight(const float* w, int64_t rows, int64_t cols, WeightType t, uint8_t* blob);
 
+// Reference decode of rows [r0, r1): out [r1 - r0, cols]. (The CPU embedding lookup uses it.)
+void dequantize_rows(WeightView w, int64_t r0, int64_t r1, float* out);
 // Reference decode of the whole matrix: out [rows, cols].
 void dequantize_weight(WeightView w, float* out);
 
