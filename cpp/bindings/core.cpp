@@ -172,10 +172,7 @@ NB_MODULE(_core, m) {
       [](F32Vector logits, float temperature, int top_k, float top_p, uint64_t seed, uint64_t step,
          uint32_t lane) {
         SamplingParams p{temperature, top_k, top_p, seed};
-        GenerateRequest probe;
-        probe.prompt = {0};
-        probe.sampling = p;
-        validate_request(probe, static_cast<int>(logits.shape(0)), 1);
+        validate_sampling(p);
         return sample_row(logits.data(), static_cast<int>(logits.shape(0)), p, step, lane);
       },
       "logits"_a, "temperature"_a, "top_k"_a, "top_p"_a, "seed"_a, "step"_a, "lane"_a = 0,

@@ -19,6 +19,15 @@ const char* stop_reason_name(StopReason r) {
   return "";
 }
 
+void validate_sampling(const SamplingParams& s) {
+  if (!std::isfinite(s.temperature) || s.temperature < 0.0f)
+    throw InvalidArgument("temperature must be a finite number >= 0, got " +
+                          std::to_string(s.temperature));
+  if (!(s.top_p > 0.0f && s.top_p <= 1.0f))
+    throw InvalidArgument("top_p must lie in (0, 1], got " + std::to_string(s.top_p));
+  if (s.top_k < 0) throw InvalidArgument("top_k must be >= 0, got " + std::to_string(s.top_k));
+}
+
 void validate_request(const GenerateRequest& req, int vocab, int max_seq_len) {
   const SamplingParams& s = req.sampling;
   if (req.prompt.empty())
@@ -31,12 +40,7 @@ void validate_request(const GenerateRequest& req, int vocab, int max_seq_len) {
   check_token_ids(req.stop_ids, vocab, "stop");
   if (req.max_new_tokens < 0)
     throw InvalidArgument("max_new_tokens must be >= 0, got " + std::to_string(req.max_new_tokens));
-  if (!std::isfinite(s.temperature) || s.temperature < 0.0f)
-    throw InvalidArgument("temperature must be a finite number >= 0, got " +
-                          std::to_string(s.temperature));
-  if (!(s.top_p > 0.0f && s.top_p <= 1.0f))
-    throw InvalidArgument("top_p must lie in (0, 1], got " + std::to_string(s.top_p));
-  if (s.top_k < 0) throw InvalidArgument("top_k must be >= 0, got " + std::to_string(s.top_k));
+  validate_sampling(s);
 }
 
 Generator::Generator(Runtime& rt, int slot) : rt_(rt), slot_(slot) {
@@ -98,23 +102,20 @@ void Generator::finish_if_needed(int32_t tok) {
 std::vector<int32_t> Generator::step() {
   if (!started_) throw InvalidArgument("step() before start()");
   if (done()) return {};
+  int32_t t = -1;
   if (!prefilled_) {
     const int P = static_cast<int>(req_.prompt.size());
     const int R = rt_.target().limits().max_rows;
-    int32_t t = -1;
     for (int s = 0; s < P; s += R) {
       int n = std::min(R, P - s);
       t = run_rows(req_.prompt.data() + s, n, s, s + n == P);
     }
     prefilled_ = true;
     len_ = P;
-    last_ = t;
-    generated_ = 1;
-    finish_if_needed(t);
-    return {t};
+  } else {
+    t = run_rows(&last_, 1, len_, true);
+    len_ += 1;
   }
-  int32_t t = run_rows(&last_, 1, len_, true);
-  len_ += 1;
   last_ = t;
   generated_ += 1;
   finish_if_needed(t);

@@ -23,7 +23,8 @@ struct GenerateRequest {
 enum class StopReason { kNone, kStopToken, kMaxNewTokens, kMaxSeqLen };
 const char* stop_reason_name(StopReason r);
 
-// Throws InvalidArgument with a message naming the parameter.
+// Throw InvalidArgument with a message naming the parameter.
+void validate_sampling(const SamplingParams& s);
 void validate_request(const GenerateRequest& req, int vocab, int max_seq_len);
 
 class Generator {

@@ -102,9 +102,13 @@ Model::Model(const EngineFile& file, const std::string& role, Backend& backend, 
   sel_ = scratch(D);
 }
 
+size_t kv_cache_bytes(const ModelConfig& cfg, const ModelLimits& limits) {
+  return 2 * static_cast<size_t>(limits.max_batch) * cfg.n_layers * cfg.n_kv_heads *
+         limits.max_seq * cfg.head_dim * sizeof(float);
+}
+
 size_t Model::kv_bytes() const {
-  return 2 * static_cast<size_t>(kv_.slots) * kv_.layers * kv_.kv_heads * kv_.max_seq *
-         kv_.head_dim * sizeof(float);
+  return kv_cache_bytes(cfg_, limits_);
 }
 
 void Model::forward(const int32_t* tokens, const int32_t* pos, const int32_t* slot, int n,

@@ -31,6 +31,9 @@ struct ModelLimits {
   int max_rows = 0;   // token rows per forward
 };
 
+// Bytes of a model's f32 KV cache (k and v) for these limits.
+size_t kv_cache_bytes(const ModelConfig& cfg, const ModelLimits& limits);
+
 class Model {
  public:
   Model(const EngineFile& file, const std::string& role, Backend& backend, ModelLimits limits);

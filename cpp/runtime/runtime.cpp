@@ -30,10 +30,11 @@ Runtime::Runtime(const std::string& path, const RuntimeOptions& opts) {
   max_batch_ = static_cast<int>(build.at("max_batch").as_int());
   if (max_seq_ < 1 || max_batch_ < 1)
     throw EngineFileError("engine metadata: max_seq_len and max_batch must be positive");
+  ModelLimits lim{max_seq_, max_batch_, std::min(opts.prefill_chunk, max_seq_)};
+  lim.max_rows = std::max(lim.max_rows, max_batch_);
   // Refuse a KV cache larger than this machine's memory before touching it.
-  const Json& tcfg = file_->meta().at("models").at("target").at("config");
-  const double kv_bytes = 2.0 * 4.0 * max_seq_ * max_batch_ * tcfg.at("n_layers").as_number() *
-                          tcfg.at("n_kv_heads").as_number() * tcfg.at("head_dim").as_number();
+  const double kv_bytes = static_cast<double>(kv_cache_bytes(
+      ModelConfig::from_json(file_->meta().at("models").at("target").at("config")), lim));
   const double ram = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
   if (kv_bytes > 0.9 * ram)
     throw Error("this engine's KV cache (max_seq_len " + std::to_string(max_seq_) +
@@ -41,8 +42,6 @@ Runtime::Runtime(const std::string& path, const RuntimeOptions& opts) {
                 std::to_string(kv_bytes / 1e9) +
                 " GB, more than this machine's memory: rebuild with a smaller --max-seq-len");
   backend_ = std::make_unique<CpuBackend>(opts.n_threads);
-  ModelLimits lim{max_seq_, max_batch_, std::min(opts.prefill_chunk, max_seq_)};
-  lim.max_rows = std::max(lim.max_rows, max_batch_);
   target_ = std::make_unique<Model>(*file_, "target", *backend_, lim);
 }
 

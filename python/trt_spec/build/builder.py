@@ -163,7 +163,7 @@ def _write_model(
             f"{role}: [{k + 1}/{len(plan)}] {name} {list(w.shape)} -> {type_name}"
             + (f" (rel err {err:.2e})" if w.ndim == 2 and type_name != "f32" else "")
         )
-    mats = [e for e in errors.values()]
+    mats = list(errors.values())
     return {
         "source": {
             "path": str(src.path.name),
