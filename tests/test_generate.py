@@ -92,7 +92,7 @@ def test_sampling_is_seeded_and_reproducible(engine: Engine) -> None:
 def test_statistics_are_consistent(engine: Engine) -> None:
     r = engine.generate(PROMPT, max_new_tokens=20, ignore_eos=True)
     s = r.stats
-    assert s.prompt_tokens == len(PROMPT) and s.new_tokens == 20 and s.steps == 20
+    assert s.prompt_tokens == len(PROMPT) and s.new_tokens == 20 and s.iterations == 19
     assert 0 < s.ttft_s <= s.total_s
     assert s.tokens_per_s == pytest.approx(20 / s.total_s)
     assert s.decode_tokens_per_s > 0 and s.prefill_tokens_per_s > 0

@@ -19,7 +19,7 @@ def test_generated_stubs_and_py_typed_ship() -> None:
     root = resources.files("trt_spec")
     assert (root / "py.typed").is_file()
     stub = (root / "_core.pyi").read_text()
-    for symbol in ("class Runtime", "class Generator", "class WeightType", "def checksum64"):
+    for symbol in ("class Runtime", "class Decoder", "class WeightType", "def checksum64"):
         assert symbol in stub
 
 

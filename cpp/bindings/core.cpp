@@ -2,11 +2,12 @@
 //
 // Exposes the engine schema constants and weight formats (defined once in C++; the Python
 // builder reads them from here), the quantizers and CPU kernels (for the builder and the
-// kernel tests), sampling primitives, and the Runtime / Generator objects. Runtime errors map
+// kernel tests), sampling primitives, and the Runtime / Decoder objects. Runtime errors map
 // to Python exceptions: EngineFileError (a ValueError subclass), ValueError, RuntimeError.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/vector.h>
 
 #include <cstring>
@@ -18,7 +19,7 @@
 #include "runtime/cpu_backend.h"
 #include "runtime/engine_file.h"
 #include "runtime/errors.h"
-#include "runtime/generator.h"
+#include "runtime/decoder.h"
 #include "runtime/runtime.h"
 
 namespace nb = nanobind;
@@ -79,6 +80,7 @@ NB_MODULE(_core, m) {
   m.attr("SECTION_ALIGN") = kSectionAlign;
   m.attr("QUANT_GROUP") = kQuantGroup;
   m.attr("Q4_SUPER_BLOCK") = kQ4SuperBlock;
+  m.attr("MAX_DRAFT_LEN") = kMaxDraftLen;
 
   nb::enum_<WeightType>(m, "WeightType", "Weight storage types (kernels/weight_format.h)")
       .value("F32", WeightType::F32)
@@ -200,8 +202,15 @@ NB_MODULE(_core, m) {
       .def_prop_ro("vocab_size", &Runtime::vocab_size)
       .def_prop_ro("backend_name", [](Runtime& r) { return r.backend().name(); })
       .def_prop_ro("threads", [](Runtime& r) { return r.backend().threads(); })
-      .def_prop_ro("weight_bytes", [](Runtime& r) { return r.target().weight_bytes(); })
-      .def_prop_ro("kv_bytes", [](Runtime& r) { return r.target().kv_bytes(); })
+      .def_prop_ro("draft_len", &Runtime::draft_len)
+      .def_prop_ro("weight_bytes",
+                   [](Runtime& r) {
+                     return r.target().weight_bytes() + (r.draft() ? r.draft()->weight_bytes() : 0);
+                   })
+      .def_prop_ro("kv_bytes",
+                   [](Runtime& r) {
+                     return r.target().kv_bytes() + (r.draft() ? r.draft()->kv_bytes() : 0);
+                   })
       .def(
           "prompt_logits",
           [](Runtime& r, const std::vector<int32_t>& tokens) {
@@ -215,31 +224,116 @@ NB_MODULE(_core, m) {
           },
           "tokens"_a, "Logits [n, vocab] of every position of a prompt (target model)");
 
-  nb::class_<Generator>(m, "Generator", "One request's token loop on a Runtime")
-      .def(nb::init<Runtime&, int>(), "runtime"_a, "slot"_a = 0, nb::keep_alive<1, 2>())
+  nb::class_<Decoder>(m, "Decoder",
+                      "The token loop of up to max_batch requests: prefill, then speculative "
+                      "iterations of all running sequences together (runtime/decoder.h)")
+      .def(nb::init<Runtime&>(), "runtime"_a, nb::keep_alive<1, 2>())
       .def(
-          "start",
-          [](Generator& g, const std::vector<int32_t>& prompt, int max_new_tokens,
-             float temperature, int top_k, float top_p, uint64_t seed,
-             const std::vector<int32_t>& stop_ids) {
+          "add",
+          [](Decoder& d, const std::vector<int32_t>& prompt, int max_new_tokens, float temperature,
+             int top_k, float top_p, uint64_t seed, const std::vector<int32_t>& stop_ids) {
             GenerateRequest req;
             req.prompt = prompt;
             req.max_new_tokens = max_new_tokens;
             req.sampling = SamplingParams{temperature, top_k, top_p, seed};
             req.stop_ids = stop_ids;
-            g.start(req);
+            return d.add(req);
           },
-          "prompt"_a, "max_new_tokens"_a, "temperature"_a, "top_k"_a, "top_p"_a, "seed"_a,
-          "stop_ids"_a)
+          "prompt"_a, "max_new_tokens"_a, "temperature"_a = 0.0f, "top_k"_a = 0, "top_p"_a = 1.0f,
+          "seed"_a = 0, "stop_ids"_a = std::vector<int32_t>{},
+          "Validates a request and gives it a free KV slot (returned); it is prefilled by the "
+          "next step()")
+      .def_prop_rw("draft_len", &Decoder::draft_len, &Decoder::set_draft_len,
+                   "-1: auto (chosen per iteration), 0: target-only, k: k draft tokens")
       .def(
           "step",
-          [](Generator& g) {
-            nb::gil_scoped_release release;
-            return g.step();
+          [](Decoder& d) {
+            std::vector<Decoder::Event> ev;
+            {
+              nb::gil_scoped_release release;
+              ev = d.step();
+            }
+            std::vector<std::pair<int, std::vector<int32_t>>> out;
+            for (auto& e : ev) out.emplace_back(e.slot, std::move(e.tokens));
+            return out;
           },
-          "The tokens that became final in this step (the first call prefills)")
-      .def_prop_ro("done", &Generator::done)
-      .def_prop_ro("stop_reason", [](Generator& g) { return stop_reason_name(g.stop_reason()); })
-      .def_prop_ro("generated", &Generator::generated)
-      .def_prop_ro("context_len", &Generator::context_len);
+          "Prefills new requests or runs one iteration; [(slot, tokens that became final)]")
+      .def("cancel", &Decoder::cancel, "slot"_a, "End a sequence now and free its slot")
+      .def_prop_ro("running", &Decoder::running)
+      .def("done", &Decoder::done, "slot"_a)
+      .def(
+          "stop_reason", [](Decoder& d, int slot) { return stop_reason_name(d.stop_reason(slot)); },
+          "slot"_a)
+      .def("generated", &Decoder::generated, "slot"_a)
+      .def("context_len", &Decoder::context_len, "slot"_a)
+      .def("acceptance_estimate", &Decoder::acceptance_estimate, "slot"_a)
+      .def(
+          "stats",
+          [](Decoder& d, int slot) {
+            const RequestStats& s = d.stats(slot);
+            nb::dict r;
+            r["iterations"] = s.iterations;
+            r["spec_iterations"] = s.spec_iterations;
+            r["drafted"] = s.drafted;
+            r["accepted"] = s.accepted;
+            r["emitted"] = s.emitted;
+            r["accepted_hist"] = s.accepted_hist;
+            r["prefill_s"] = s.prefill_s;
+            r["draft_s"] = s.draft_s;
+            r["verify_s"] = s.verify_s;
+            r["catch_up_s"] = s.catch_up_s;
+            return r;
+          },
+          "slot"_a, "The request's counters (valid until the slot is reused)")
+      .def_prop_ro("last_batch", &Decoder::last_batch)
+      .def_prop_ro("last_k", &Decoder::last_k)
+      .def_prop_ro("last_draft_s", [](Decoder& d) { return d.last_times().draft_s; })
+      .def_prop_ro("last_verify_s", [](Decoder& d) { return d.last_times().verify_s; })
+      .def(
+          "predicted_time",
+          [](Decoder& d, int B, int k) { return d.controller().predicted_time(B, k); }, "batch"_a,
+          "k"_a, "The auto controller's model of an iteration's seconds (-1: not measured)");
+
+  // ---- the acceptance step alone, for tests ------------------------------------------------
+  m.def(
+      "spec_trials",
+      [](F32Matrix target_logits, F32Matrix draft_logits, float temperature, int top_k,
+         float top_p, int n_trials, uint64_t first_seed) {
+        // target_logits [k+1, V], draft_logits [k, Vd]: fixed per position (no model). Each
+        // trial draws d_0..d_{k-1} with the draft rule and runs the acceptance step, with seed
+        // first_seed + trial. Returns [n_trials, k + 2]: the emitted tokens (-1 padded), then
+        // the number of accepted draft tokens.
+        const int k = static_cast<int>(draft_logits.shape(0));
+        const int V = static_cast<int>(target_logits.shape(1));
+        const int Vd = static_cast<int>(draft_logits.shape(1));
+        if (static_cast<int>(target_logits.shape(0)) != k + 1 || k < 1 || k > kMaxDraftLen)
+          throw InvalidArgument("need target_logits [k+1, V] and draft_logits [k, Vd], k >= 1");
+        SamplingParams p{temperature, top_k, top_p, 0};
+        validate_sampling(p);
+        std::vector<int32_t> out(static_cast<size_t>(n_trials) * (k + 2), -1);
+        {
+          nb::gil_scoped_release release;
+          CpuBackend be(1);
+          std::vector<float> q(static_cast<size_t>(k) * Vd);
+          SeqState seq;
+          SamplingState st{p, 0};
+          const int32_t slot = 0;
+          for (int t = 0; t < n_trials; ++t) {
+            st.params.seed = first_seed + static_cast<uint64_t>(t);
+            seq = SeqState{};
+            std::memcpy(q.data(), draft_logits.data(), q.size() * 4);
+            for (int j = 0; j < k; ++j)
+              be.spec_draft_sample(q.data() + static_cast<size_t>(j) * Vd, 1, Vd, std::min(V, Vd),
+                                   j, &seq, &slot, &st);
+            be.spec_accept(target_logits.data(), q.data(), 1, k, V, Vd, &seq, &slot, &st);
+            int32_t* row = out.data() + static_cast<size_t>(t) * (k + 2);
+            for (int i = 0; i < seq.n_new; ++i) row[i] = seq.out[i];
+            row[k + 1] = seq.n_acc;
+          }
+        }
+        return owned_array<int32_t>(std::move(out),
+                                    {static_cast<size_t>(n_trials), static_cast<size_t>(k + 2)});
+      },
+      "target_logits"_a, "draft_logits"_a, "temperature"_a, "top_k"_a, "top_p"_a, "n_trials"_a,
+      "first_seed"_a = 0, "Runs draft sampling and the acceptance step on fixed logits");
 }

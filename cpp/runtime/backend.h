@@ -19,6 +19,7 @@
 #include <utility>
 
 #include "kernels/sampling.h"
+#include "kernels/speculative.h"
 #include "kernels/weight_format.h"
 
 namespace trt_spec {
@@ -89,6 +90,26 @@ class Backend {
   // the state of slot[i] (its params; step counter used then advanced by one).
   virtual void sample(const float* logits, int n, int vocab, const int32_t* slot,
                       SamplingState* states, int32_t* out_tokens) = 0;
+
+  // ---- The speculative iteration (kernels/speculative.h). Row b = 0 .. B-1 of these ops is
+  // the sequence in KV slot slots[b], whose state is seqs[slots[b]].
+  //
+  // Row metadata of `count` rows per sequence: row r of sequence b holds the token of offset
+  // i = first + r (i = -1: prev, 0: last, i >= 1: draft[i - 1]) at position n_past + i.
+  // Draft step 0 is (first -1, count 2), draft step j > 0 is (j, 1), verify is (0, k + 1).
+  virtual void spec_rows(const SeqState* seqs, const int32_t* slots, int B, int first, int count,
+                         int32_t* tokens, int32_t* pos, int32_t* row_slots) = 0;
+  // Draft step j: draws d_j of each sequence from the draft's logits [B, vocab] (only ids below
+  // vocab_common may be drawn) into seqs[.].draft[j], and, for sequences that sample
+  // (temperature > 0), turns the row in place into q_j, the dense distribution it was drawn from.
+  virtual void spec_draft_sample(float* logits_q, int B, int vocab, int vocab_common, int j,
+                                 SeqState* seqs, const int32_t* slots,
+                                 const SamplingState* states) = 0;
+  // Acceptance, output and rollback of every sequence: target logits [B, k + 1, vocab], draft
+  // distributions q [k, B, vocab_draft] (from spec_draft_sample); ends with spec_commit().
+  virtual void spec_accept(const float* logits, const float* q, int B, int k, int vocab,
+                           int vocab_draft, SeqState* seqs, const int32_t* slots,
+                           const SamplingState* states) = 0;
 };
 
 // Owning handle to backend memory (released with the handle).

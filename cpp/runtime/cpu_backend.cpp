@@ -12,7 +12,6 @@
 #include <thread>
 
 #include "kernels/cpu/quantize.h"
-#include "kernels/philox.h"
 #include "runtime/errors.h"
 
 namespace trt_spec {
@@ -261,66 +260,6 @@ void CpuBackend::gather_rows(const float* src, const int32_t* rows, int n, int d
   for (int i = 0; i < n; ++i)
     std::memcpy(dst + static_cast<int64_t>(i) * dim, src + static_cast<int64_t>(rows[i]) * dim,
                 dim * sizeof(float));
-}
-
-int32_t sample_row(const float* logits, int vocab, const SamplingParams& p, uint64_t step,
-                   uint32_t lane) {
-  if (sampling_is_greedy(p)) {
-    return static_cast<int32_t>(std::max_element(logits, logits + vocab) - logits);
-  }
-  const float inv_t = 1.0f / p.temperature;
-  const bool use_k = p.top_k > 0 && p.top_k < vocab;
-  const bool use_p = p.top_p < 1.0f;
-  thread_local std::vector<int32_t> idx;
-  thread_local std::vector<double> prob;
-  idx.resize(vocab);
-  std::iota(idx.begin(), idx.end(), 0);
-  auto before = [&](int32_t a, int32_t b) {
-    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-  };
-  int n = vocab;
-  if (use_k) {
-    n = p.top_k;
-    std::partial_sort(idx.begin(), idx.begin() + n, idx.end(), before);
-  } else if (use_p) {
-    std::sort(idx.begin(), idx.end(), before);
-  }
-  float mx = -INFINITY;
-  for (int i = 0; i < n; ++i) mx = std::max(mx, logits[idx[i]]);
-  prob.resize(n);
-  double total = 0.0;
-  for (int i = 0; i < n; ++i) {
-    prob[i] = std::exp(static_cast<double>((logits[idx[i]] - mx) * inv_t));
-    total += prob[i];
-  }
-  if (use_p) {
-    // idx is in decreasing order here: keep the shortest prefix with mass >= top_p.
-    double need = static_cast<double>(p.top_p) * total, acc = 0.0;
-    int keep = 0;
-    while (keep < n) {
-      acc += prob[keep++];
-      if (acc >= need) break;
-    }
-    n = keep;
-    total = acc;
-  }
-  const double u = static_cast<double>(philox_uniform(p.seed, step, lane, 0)) * total;
-  double acc = 0.0;
-  for (int i = 0; i < n; ++i) {
-    acc += prob[i];
-    if (acc > u) return idx[i];
-  }
-  return idx[n - 1];
-}
-
-void CpuBackend::sample(const float* logits, int n, int vocab, const int32_t* slot,
-                        SamplingState* states, int32_t* out_tokens) {
-  for (int i = 0; i < n; ++i) {
-    SamplingState& st = states[slot[i]];
-    out_tokens[i] = sample_row(logits + static_cast<int64_t>(i) * vocab, vocab, st.params, st.step,
-                               static_cast<uint32_t>(slot[i]));
-    st.step += 1;
-  }
 }
 
 }  // namespace trt_spec

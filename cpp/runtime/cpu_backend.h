@@ -1,5 +1,6 @@
 // cpu_backend.h: the CPU implementation of Backend (backend.h): multithreaded ops over host
 // memory, matrix products through the runtime-dispatched kernels in kernels/cpu/matmul.h.
+// Token selection (sampling, the speculative ops) lives in cpu_sampling.cpp.
 #pragma once
 
 #include <memory>
@@ -41,6 +42,13 @@ class CpuBackend final : public Backend {
   void gather_rows(const float* src, const int32_t* rows, int n, int dim, float* dst) override;
   void sample(const float* logits, int n, int vocab, const int32_t* slot, SamplingState* states,
               int32_t* out_tokens) override;
+  void spec_rows(const SeqState* seqs, const int32_t* slots, int B, int first, int count,
+                 int32_t* tokens, int32_t* pos, int32_t* row_slots) override;
+  void spec_draft_sample(float* logits_q, int B, int vocab, int vocab_common, int j,
+                         SeqState* seqs, const int32_t* slots,
+                         const SamplingState* states) override;
+  void spec_accept(const float* logits, const float* q, int B, int k, int vocab, int vocab_draft,
+                   SeqState* seqs, const int32_t* slots, const SamplingState* states) override;
 
  private:
   cpu::QuantActs quant_scratch(int n, int cols);
@@ -51,10 +59,15 @@ class CpuBackend final : public Backend {
   size_t qscratch_bytes_ = 0;
   std::mutex map_mu_;
   std::unordered_map<void*, size_t> mapped_;  // mmap-ed allocations and their sizes
+  std::vector<float> p_scratch_;               // spec_accept's dense p rows [B, k, vocab]
 };
 
 // Draws one token from logits [vocab] by the rule in kernels/sampling.h (exposed for tests).
 int32_t sample_row(const float* logits, int vocab, const SamplingParams& p, uint64_t step,
                    uint32_t lane);
+// probs [vocab] = the dense distribution that rule draws from, over ids [0, n_valid) (zero
+// beyond); one-hot at the argmax when greedy.
+void sampling_probs(const float* logits, int n_valid, int vocab, const SamplingParams& p,
+                    float* probs);
 
 }  // namespace trt_spec

@@ -30,22 +30,37 @@ Runtime::Runtime(const std::string& path, const RuntimeOptions& opts) {
   max_batch_ = static_cast<int>(build.at("max_batch").as_int());
   if (max_seq_ < 1 || max_batch_ < 1)
     throw EngineFileError("engine metadata: max_seq_len and max_batch must be positive");
-  ModelLimits lim{max_seq_, max_batch_, std::min(opts.prefill_chunk, max_seq_)};
-  lim.max_rows = std::max(lim.max_rows, max_batch_);
-  // Refuse a KV cache larger than this machine's memory before touching it.
-  const double kv_bytes = static_cast<double>(kv_cache_bytes(
-      ModelConfig::from_json(file_->meta().at("models").at("target").at("config")), lim));
+  const Json& models = file_->meta().at("models");
+  const bool has_draft = models.has("draft");
+  if (has_draft) {
+    // Engines from before --draft-len was stored draft 4 tokens at most.
+    draft_len_ = static_cast<int>(build.get_int("draft_len", 4));
+    if (draft_len_ < 1 || draft_len_ > kMaxDraftLen)
+      throw EngineFileError("engine metadata: draft_len must be in [1, " +
+                            std::to_string(kMaxDraftLen) + "]");
+  }
+  const int chunk = std::min(opts.prefill_chunk, max_seq_);
+  ModelLimits lim{max_seq_, max_batch_, std::max(chunk, max_batch_ * (draft_len_ + 1))};
+  ModelLimits dlim{max_seq_, max_batch_, std::max(chunk, 2 * max_batch_)};
+  // Refuse KV caches larger than this machine's memory before touching them.
+  double kv_bytes = static_cast<double>(
+      kv_cache_bytes(ModelConfig::from_json(models.at("target").at("config")), lim));
+  if (has_draft)
+    kv_bytes += static_cast<double>(
+        kv_cache_bytes(ModelConfig::from_json(models.at("draft").at("config")), dlim));
   const double ram = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
   if (kv_bytes > 0.9 * ram)
-    throw Error("this engine's KV cache (max_seq_len " + std::to_string(max_seq_) +
-                " x max_batch " + std::to_string(max_batch_) + ") needs " +
+    throw Error("this engine's KV caches (max_seq_len " + std::to_string(max_seq_) +
+                " x max_batch " + std::to_string(max_batch_) + ") need " +
                 std::to_string(kv_bytes / 1e9) +
                 " GB, more than this machine's memory: rebuild with a smaller --max-seq-len");
   backend_ = std::make_unique<CpuBackend>(opts.n_threads);
   target_ = std::make_unique<Model>(*file_, "target", *backend_, lim);
+  if (has_draft) draft_ = std::make_unique<Model>(*file_, "draft", *backend_, dlim);
 }
 
 Runtime::~Runtime() {
+  draft_.reset();
   target_.reset();  // before the backend and the mapping it points into
   backend_.reset();
 }

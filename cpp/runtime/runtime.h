@@ -1,8 +1,9 @@
-// runtime.h: an opened engine: the mapped file, a backend and the target model on it.
+// runtime.h: an opened engine: the mapped file, a backend, and the target and draft models on
+// it.
 //
-// Limits (max_seq_len, max_batch) come from the engine's build options; the per-forward row
-// budget from the prefill chunk size. The draft model is validated with the file and loaded
-// by the speculative decoder that uses it.
+// Limits (max_seq_len, max_batch, draft_len) come from the engine's build options; the
+// per-forward row budget from the prefill chunk size, and at least max_batch (draft_len + 1)
+// rows for the target's verify pass.
 #pragma once
 
 #include <memory>
@@ -29,6 +30,8 @@ class Runtime {
   const EngineFile& file() const { return *file_; }
   Backend& backend() { return *backend_; }
   Model& target() { return *target_; }
+  Model* draft() { return draft_.get(); }  // null without a draft model
+  int draft_len() const { return draft_len_; }  // the most draft tokens per iteration; 0: none
   int max_seq_len() const { return max_seq_; }
   int max_batch() const { return max_batch_; }
   int vocab_size() const { return target_->config().vocab_size; }
@@ -40,8 +43,8 @@ class Runtime {
  private:
   std::unique_ptr<EngineFile> file_;
   std::unique_ptr<Backend> backend_;
-  std::unique_ptr<Model> target_;
-  int max_seq_ = 0, max_batch_ = 1;
+  std::unique_ptr<Model> target_, draft_;
+  int max_seq_ = 0, max_batch_ = 1, draft_len_ = 0;
 };
 
 // Checks that every id lies in [0, vocab); throws InvalidArgument naming the first bad one.

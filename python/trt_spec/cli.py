@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from trt_spec import models
-from trt_spec.build.builder import WEIGHT_FORMATS
+from trt_spec.build.builder import DEFAULT_DRAFT_LEN, WEIGHT_FORMATS
 
 
 def _progress(msg: str) -> None:
@@ -50,6 +50,7 @@ def cmd_build(args: argparse.Namespace) -> int:
         max_seq_len=args.max_seq_len,
         max_batch=args.max_batch,
         weights=args.weights,
+        draft_len=args.draft_len,
         progress=None if args.quiet else _progress,
     )
     for role, m in report.models.items():
@@ -122,6 +123,12 @@ def make_parser() -> argparse.ArgumentParser:
     b.add_argument("-o", "--output", required=True, help="engine file to write")
     b.add_argument("--max-seq-len", type=int, default=None, help="positions per sequence")
     b.add_argument("--max-batch", type=int, default=1, help="sequences decoded together")
+    b.add_argument(
+        "--draft-len",
+        type=int,
+        default=DEFAULT_DRAFT_LEN,
+        help=f"most draft tokens per iteration (default {DEFAULT_DRAFT_LEN}; needs --draft)",
+    )
     b.add_argument(
         "--weights",
         default="q4",

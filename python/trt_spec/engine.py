@@ -120,7 +120,7 @@ class Engine:
                 f"{self.path}: the engine's tokenizer metadata is missing or invalid ({e!r})"
             ) from e
         self._lock = threading.Lock()
-        self._gen = _core.Generator(self._rt)
+        self._dec = _core.Decoder(self._rt)
 
     # ---- properties ---------------------------------------------------------------------------
     @property
@@ -203,40 +203,131 @@ class Engine:
             return self._rt.prompt_logits(ids)
 
     # ---- generation ---------------------------------------------------------------------------
+    @property
+    def draft_len(self) -> int:
+        """The most draft tokens per iteration this engine allows (0: no draft model)."""
+        return self._rt.draft_len
+
+    @property
+    def max_batch(self) -> int:
+        return self._rt.max_batch
+
     def generate(
         self,
-        prompt: PromptInput,
+        prompt: PromptInput | Sequence[PromptInput],
         *,
         max_new_tokens: int = 128,
         temperature: float = 0.0,
         top_k: int = 0,
         top_p: float = 1.0,
-        seed: int = 0,
+        seed: int | Sequence[int] = 0,
         stop: str | int | Sequence[str | int] | None = None,
         ignore_eos: bool = False,
         stream: bool = False,
-    ) -> GenerationResult | GenerationStream:
-        """Generate a completion.
+        draft_len: int | str = "auto",
+        speculate: bool = True,
+    ) -> GenerationResult | list[GenerationResult] | GenerationStream:
+        """Generate a completion, or one per prompt of a batch.
 
-        ``prompt`` is text, token ids, or chat messages (``[{"role": ..., "content": ...}]``).
-        ``temperature == 0`` is greedy; otherwise tokens are sampled with ``top_k`` (0: off)
-        and ``top_p`` (1: off) from a generator seeded with ``seed``. ``stop`` holds strings
-        and/or token ids that end the completion (the end-of-generation tokens always do,
-        unless ``ignore_eos``). With ``stream=True`` the call returns a
-        :class:`GenerationStream` yielding text pieces as they are generated.
+        ``prompt`` is text, token ids, or chat messages (``[{"role": ..., "content": ...}]``);
+        a list of such prompts is a batch, decoded together (at most ``max_batch`` at a time,
+        the rest as slots free up) and answered with a list of results. ``temperature == 0``
+        is greedy; otherwise tokens are sampled with ``top_k`` (0: off) and ``top_p`` (1: off)
+        from a generator seeded with ``seed`` (one per prompt, or one for all). ``stop`` holds
+        strings and/or token ids that end the completion (the end-of-generation tokens always
+        do, unless ``ignore_eos``).
+
+        Speculation (engines with a draft model): each iteration drafts ``draft_len`` tokens
+        and verifies them in one target pass; ``"auto"`` picks the length per iteration from
+        measured costs and acceptance (0 included), an integer fixes it (at most the engine's
+        ``draft_len``), and ``speculate=False`` decodes target-only. The output follows the
+        target's distribution either way (greedy: token for token the same).
+
+        With ``stream=True`` (one prompt) the call returns a :class:`GenerationStream` that
+        yields text as each iteration's tokens are accepted.
         """
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int):
             raise ValueError("max_new_tokens must be an integer")
-        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**64:
-            raise ValueError("seed must be an integer in [0, 2**64)")
         if isinstance(top_k, bool) or not isinstance(top_k, int):
             raise ValueError("top_k must be an integer")
         for name, v in (("temperature", temperature), ("top_p", top_p)):
             if isinstance(v, bool) or not isinstance(v, (int, float)):
                 raise ValueError(f"{name} must be a number")
+        k = self._draft_len_code(draft_len, speculate)
+        prompts = self._batch(prompt)
+        single = prompts is None
+        if single:
+            prompts = [prompt]
+        seeds = self._seeds(seed, len(prompts))
+        if stream and not single:
+            raise ValueError("stream=True takes one prompt, not a batch")
         # No request can produce more than max_seq_len tokens; top_k >= vocab keeps everything.
         max_new_tokens = min(max_new_tokens, self.max_seq_len)
         top_k = min(top_k, self.vocab_size)
+        stop_strings, stop_ids = self._stops(stop, ignore_eos)
+        reqs = [_Request(self.encode(p), seeds[i], stop_strings) for i, p in enumerate(prompts)]
+        sampling = (max_new_tokens, float(temperature), top_k, float(top_p))
+        it = self._run(reqs, sampling, stop_ids, k, "auto" if k < 0 else str(k))
+        next(it)  # validates: bad parameters raise here, not on the first read of a stream
+        if stream:
+            return GenerationStream(_texts(it, reqs))
+        for _ in it:
+            pass
+        results = [r.result for r in reqs]
+        assert all(r is not None for r in results)
+        return results[0] if single else results  # type: ignore[return-value]
+
+    def _draft_len_code(self, draft_len: int | str, speculate: bool) -> int:
+        """-1 for auto, else the fixed draft length (0: target-only)."""
+        if not isinstance(speculate, bool):
+            raise ValueError("speculate must be True or False")
+        if draft_len == "auto":
+            code = -1
+        elif isinstance(draft_len, int) and not isinstance(draft_len, bool):
+            code = draft_len
+            if code < 0 or code > self.draft_len:
+                have = (
+                    f"in [0, {self.draft_len}] (the engine's --draft-len)"
+                    if self.draft_len
+                    else "0: this engine has no draft model"
+                )
+                raise ValueError(f"draft_len must be 'auto' or {have}, got {code}")
+        else:
+            raise ValueError(f"draft_len must be 'auto' or an integer, got {draft_len!r}")
+        return code if speculate and self.draft_len > 0 else 0
+
+    @staticmethod
+    def _batch(prompt: Any) -> list[PromptInput] | None:
+        """The prompts of a batch, or None for a single prompt."""
+        if isinstance(prompt, (str, np.ndarray)) or not isinstance(prompt, Sequence):
+            return None
+        items = list(prompt)
+        if items and all(isinstance(p, (str, np.ndarray)) for p in items):
+            return items
+        if items and all(
+            isinstance(p, Sequence) and not isinstance(p, (str, bytes, Mapping)) for p in items
+        ):
+            return items  # token-id lists or chat conversations
+        return None
+
+    @staticmethod
+    def _seeds(seed: int | Sequence[int], n: int) -> list[int]:
+        if isinstance(seed, (list, tuple)):
+            seeds = list(seed)
+        elif isinstance(seed, int):
+            seeds = [seed] * n
+        else:
+            raise ValueError("seed must be an integer in [0, 2**64), or a list of them")
+        if len(seeds) != n:
+            raise ValueError(f"got {len(seeds)} seeds for {n} prompts")
+        for s in seeds:
+            if isinstance(s, bool) or not isinstance(s, int) or not 0 <= s < 2**64:
+                raise ValueError("seed must be an integer in [0, 2**64)")
+        return seeds
+
+    def _stops(
+        self, stop: str | int | Sequence[str | int] | None, ignore_eos: bool
+    ) -> tuple[list[str], list[int]]:
         if stop is None:
             stops: list = []
         elif isinstance(stop, (str, int)) and not isinstance(stop, bool):
@@ -248,73 +339,114 @@ class Engine:
         for s in stops:
             if isinstance(s, bool) or not isinstance(s, (str, int)):
                 raise ValueError(f"stop entries must be strings or token ids, got {s!r}")
-        stop_strings = [s for s in stops if isinstance(s, str)]
         stop_ids = self._checked_ids([s for s in stops if not isinstance(s, str)], "stop")
         if not ignore_eos:
             stop_ids += self._eog
-        ids = self.encode(prompt)
-        it = self._run(
-            ids,
-            max_new_tokens,
-            float(temperature),
-            top_k,
-            float(top_p),
-            seed,
-            stop_ids,
-            stop_strings,
-        )
-        next(it)  # runs start(): bad parameters raise here, not on the first read of a stream
-        out = GenerationStream(it)
-        if stream:
-            return out
-        for _ in out:
-            pass
-        assert out.result is not None
-        return out.result
+        return [s for s in stops if isinstance(s, str)], stop_ids
 
     def _run(
         self,
-        ids: list[int],
-        max_new_tokens: int,
-        temperature: float,
-        top_k: int,
-        top_p: float,
-        seed: int,
+        reqs: list[_Request],
+        sampling: tuple[int, float, int, float],
         stop_ids: list[int],
-        stop_strings: list[str],
-    ) -> Generator[str, None, GenerationResult]:
+        k: int,
+        k_name: str,
+    ) -> Generator[tuple[int, str], None, None]:
+        """Decodes every request, at most max_batch at a time; yields (request, text piece)."""
         if not self._lock.acquire(blocking=False):
             raise RuntimeError("this Engine is already generating (one request at a time)")
+        dec = self._dec
+        by_slot: dict[int, int] = {}  # running slot -> request index
         try:
-            self._gen.start(ids, max_new_tokens, temperature, top_k, top_p, seed, stop_ids)
-            yield ""  # validated
-            clock = StatsClock(len(ids))
-            decoder = self.tokenizer.stream_decoder(skip_special=True)
-            matcher = _StopStrings(stop_strings)
-            out: list[int] = []
-            text_parts: list[str] = []
-            reason = ""
-            while not self._gen.done:
-                new = self._gen.step()
-                clock.tokens_arrived(len(new))
-                out.extend(new)
-                piece, hit = matcher.feed(decoder.push(new))
-                if piece:
-                    text_parts.append(piece)
-                    yield piece
-                if hit:
-                    reason = "stop_string"
-                    break
-            if not reason:
-                reason = self._gen.stop_reason
-                tail, hit = matcher.feed(decoder.flush())
-                tail += "" if hit else matcher.flush()
-                if hit:
-                    reason = "stop_string"
-                if tail:
-                    text_parts.append(tail)
-                    yield tail
-            stats = clock.finish(len(out), reason)
-            return GenerationResult("".join(text_parts), out, list(ids), reason, stats)
+            dec.draft_len = k
+            pending = list(range(len(reqs)))
+
+            def admit() -> None:
+                while pending and len(by_slot) < self.max_batch:
+                    i = pending.pop(0)
+                    r = reqs[i]
+                    slot = dec.add(r.ids, *sampling[:4], r.seed, stop_ids)
+                    r.begin(self.tokenizer)
+                    if dec.done(slot):  # max_new_tokens == 0
+                        r.end(dec.stop_reason(slot), dec.stats(slot), k_name)
+                    else:
+                        by_slot[slot] = i
+
+            admit()  # validates the first request
+            yield (-1, "")
+            while by_slot or pending:
+                for slot, new in dec.step():
+                    r = reqs[by_slot[slot]]
+                    piece, hit = r.feed(new)
+                    if piece:
+                        yield (by_slot[slot], piece)
+                    if hit and not dec.done(slot):
+                        dec.cancel(slot)
+                    if hit or dec.done(slot):
+                        tail = r.end(
+                            "stop_string" if hit else dec.stop_reason(slot), dec.stats(slot), k_name
+                        )
+                        if tail:
+                            yield (by_slot[slot], tail)
+                        del by_slot[slot]
+                admit()
         finally:
+            for slot in by_slot:  # an abandoned stream or an error: free the slots
+                dec.cancel(slot)
             self._lock.release()
+
+
+class _Request:
+    """One prompt of a generate() call: its tokens, text, stop strings and clock."""
+
+    def __init__(self, ids: list[int], seed: int, stop_strings: list[str]) -> None:
+        self.ids = ids
+        self.seed = seed
+        self.stop_strings = stop_strings
+        self.out: list[int] = []
+        self.parts: list[str] = []
+        self.result: GenerationResult | None = None
+
+    def begin(self, tokenizer: TextCodec) -> None:
+        self.clock = StatsClock(len(self.ids))
+        self.decoder = tokenizer.stream_decoder(skip_special=True)
+        self.matcher = _StopStrings(self.stop_strings)
+
+    def feed(self, new: list[int]) -> tuple[str, bool]:
+        """Takes an iteration's tokens; a stop string cuts them after the token completing it."""
+        pieces: list[str] = []
+        kept, hit = 0, False
+        for t in new:
+            kept += 1
+            piece, hit = self.matcher.feed(self.decoder.push([t]))
+            pieces.append(piece)
+            if hit:
+                break
+        self.clock.tokens_arrived(kept)
+        self.out.extend(new[:kept])
+        text = "".join(pieces)
+        if text:
+            self.parts.append(text)
+        return text, hit
+
+    def end(self, reason: str, runtime: dict, k_name: str) -> str:
+        tail = ""
+        if reason != "stop_string":
+            tail, hit = self.matcher.feed(self.decoder.flush())
+            tail += "" if hit else self.matcher.flush()
+            reason = "stop_string" if hit else reason
+            if tail:
+                self.parts.append(tail)
+        stats = self.clock.finish(len(self.out), reason, runtime, k_name)
+        self.result = GenerationResult("".join(self.parts), self.out, list(self.ids), reason, stats)
+        return tail
+
+
+def _texts(
+    run: Generator[tuple[int, str], None, None], reqs: list[_Request]
+) -> Generator[str, None, GenerationResult]:
+    for _, piece in run:
+        if piece:
+            yield piece
+    assert reqs[0].result is not None
+    return reqs[0].result

@@ -34,6 +34,11 @@ namespace trt_spec::cpu {
 namespace {
 
 constexpr int kMaxSmallM = 9;  // M held in one tile
+// Up to this M every output is one pass over all columns, accumulated in the same order as for
+// M = 1 (tiles of 1 x up to kMaxSmallM rows, no column blocks): a row's result does not depend
+// on how many rows share the call, so a K+1-row verify pass, a batch and a single decode step
+// give bit-identical logits (greedy speculation is exact). Larger M (prefill) blocks columns.
+constexpr int kMaxExactM = 64;
 
 // Tile shapes: R output rows x MT activation rows. For M <= kMaxSmallM, MT = M and R comes from
 // small_rows[M]; larger M uses big_rows x big_m tiles (R * MT accumulators must fit the 16
@@ -77,8 +82,9 @@ inline float hsum256(__m256 v) {
 template <class Tile>
 void drive(const TilePolicy& p, int M, int64_t r0, int64_t r1, int64_t cols, int64_t kc,
            const Tile& tile) {
-  const int R = M <= kMaxSmallM ? p.small_rows[M] : p.big_rows;
-  const int MT = M <= kMaxSmallM ? M : p.big_m;
+  const bool small = M <= kMaxSmallM, exact = M <= kMaxExactM;
+  const int R = small ? p.small_rows[M] : (exact ? 1 : p.big_rows);
+  const int MT = small ? M : (exact ? kMaxSmallM : p.big_m);
   for (int64_t c0 = 0; c0 < cols; c0 += kc) {
     const int64_t c1 = imin(cols, c0 + kc);
     int64_t r = r0;
@@ -209,7 +215,7 @@ void matmul_float_t(WeightView w, const float* x, int M, float* y, int64_t ldy, 
   const int64_t esize = T == WeightType::F32 ? 4 : 2;
   const FloatArgs a{w.data, w.cols * esize, x, w.cols, y, ldy};
   int64_t kc = w.cols;
-  if (M > kMaxSmallM) kc = imax<int64_t>(256, kL2Budget / (int64_t{M} * 4) / 64 * 64);
+  if (M > kMaxExactM) kc = imax<int64_t>(256, kL2Budget / (int64_t{M} * 4) / 64 * 64);
   drive(kFloatTiles, M, r0, r1, w.cols, kc,
         [&](int R, int MT, int64_t r, int m, int64_t c0, int64_t c1, bool accum) {
           tile_fn<FloatTile<T>::template K, Fn>(R, MT)(a, r, m, c0, c1, accum);
@@ -407,7 +413,7 @@ void matmul_quant_t(WeightView w, const QuantActs& x, int M, float* y, int64_t l
                     y,
                     ldy};
   int64_t kc = w.cols;
-  if (M > kMaxSmallM) kc = imax<int64_t>(256, kL2Budget / M / 256 * 256);
+  if (M > kMaxExactM) kc = imax<int64_t>(256, kL2Budget / M / 256 * 256);
   drive(kQuantTiles, M, r0, r1, w.cols, kc,
         [&](int R, int MT, int64_t r, int m, int64_t c0, int64_t c1, bool accum) {
           tile_fn<QuantTile<T>::template K, Fn>(R, MT)(a, r, m, c0, c1, accum);

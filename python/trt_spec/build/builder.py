@@ -34,6 +34,7 @@ from trt_spec.build.writer import EngineWriter
 WEIGHT_FORMATS = tuple(_core.weight_type_name(t) for t in _core.WeightType)  # from C++
 DEFAULT_MAX_SEQ_LEN = 4096
 MAX_BATCH_LIMIT = 64
+DEFAULT_DRAFT_LEN = 8
 
 Progress = Callable[[str], None]
 
@@ -195,9 +196,14 @@ def build_engine(
     max_seq_len: int | None = None,
     max_batch: int = 1,
     weights: str = "q4",
+    draft_len: int = DEFAULT_DRAFT_LEN,
     progress: Progress | None = None,
 ) -> BuildReport:
-    """Build one engine file from a target checkpoint and an optional draft."""
+    """Build one engine file from a target checkpoint and an optional draft.
+
+    ``draft_len`` is the most draft tokens an iteration may propose (the runtime sizes its
+    verify pass for it); requests choose any length up to it.
+    """
     say = progress or (lambda _msg: None)
     if weights not in WEIGHT_FORMATS:
         raise BuildError(
@@ -205,6 +211,10 @@ def build_engine(
         )
     if not 1 <= max_batch <= MAX_BATCH_LIMIT:
         raise BuildError(f"max_batch must be in [1, {MAX_BATCH_LIMIT}], got {max_batch}")
+    if isinstance(draft_len, bool) or not isinstance(draft_len, int):
+        raise BuildError("draft_len must be an integer")
+    if not 1 <= draft_len <= _core.MAX_DRAFT_LEN:
+        raise BuildError(f"draft_len must be in [1, {_core.MAX_DRAFT_LEN}], got {draft_len}")
     t0 = time.perf_counter()
     say(f"reading target {target}")
     tgt = open_source(target)
@@ -237,6 +247,7 @@ def build_engine(
         meta["models"]["target"] = _write_model(writer, "target", tgt, weights, say)
         if dft is not None:
             meta["models"]["draft"] = _write_model(writer, "draft", dft, weights, say)
+            meta["build"]["draft_len"] = draft_len
         writer.finish(meta)
     report = BuildReport(output, output.stat().st_size, time.perf_counter() - t0)
     for role, m in meta["models"].items():
