@@ -199,8 +199,7 @@ void CpuBackend::spec_accept(const float* logits, const float* q, int B, int k, 
                              const SamplingState* states) {
   // 1. Per verify row: the target's argmax (greedy sequences) or dense p_j (j < k, sampling).
   const int rows = B * (k + 1);
-  thread_local std::vector<int32_t> best;
-  best.assign(rows, 0);
+  std::vector<int32_t> best(rows, 0);  // (a thread_local would be another per worker thread)
   if (p_scratch_.size() < static_cast<size_t>(B) * k * vocab)
     p_scratch_.resize(static_cast<size_t>(B) * k * vocab);
   float* P = p_scratch_.data();  // [B, k, vocab]

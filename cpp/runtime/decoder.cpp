@@ -130,6 +130,8 @@ std::vector<int32_t> Decoder::prefill(int slot) {
   s.seq.n_gen = 1;
   be.upload(program_.seqs() + slot, &s.seq, sizeof(SeqState));
   s.tokens.push_back(first);
+  // The draft reads the prompt too when this request may speculate (part of time to first token).
+  if (rt_.draft() && draft_len_ != 0) catch_up_draft(s, slot);
   s.stats.prefill_s = now_s() - t0;
   std::vector<int32_t> out;
   if (emit(s, first, out) && s.seq.n_past >= rt_.max_seq_len()) s.reason = StopReason::kMaxSeqLen;

@@ -7,6 +7,7 @@
 // max_new_tokens. A finished sequence frees its slot. The host reads the sequences' state
 // back once per iteration; everything inside an iteration stays in backend memory.
 //
+// The prefill runs the prompt through the target (and, unless draft_len is 0, the draft).
 // draft_len: -1 (auto) lets the DraftController pick k per iteration, 0 decodes target-only,
 // k in [1, engine draft_len] drafts k tokens per iteration (less near max_seq_len or
 // max_new_tokens, where more could not be used).
@@ -36,7 +37,7 @@ class Decoder {
   explicit Decoder(Runtime& rt);
 
   int add(const GenerateRequest& req);  // the slot; throws InvalidArgument when none is free
-  void set_draft_len(int k);            // for the following iterations (see above)
+  void set_draft_len(int k);            // for the following prefills and iterations (see above)
   int draft_len() const { return draft_len_; }
 
   struct Event {
