@@ -53,6 +53,9 @@ class Backend {
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
   virtual int threads() const = 0;
+  // True when ops run in order on the calling thread (the CPU): the host may time phases
+  // between ops for free. False for devices with asynchronous streams.
+  virtual bool runs_on_host() const = 0;
 
   // Memory: zero-initialised, 64-byte aligned.
   virtual void* alloc(size_t bytes) = 0;

@@ -22,6 +22,7 @@ class CpuBackend final : public Backend {
 
   std::string name() const override;
   int threads() const override { return pool_.size(); }
+  bool runs_on_host() const override { return true; }
 
   void* alloc(size_t bytes) override;
   void release(void* p) override;
