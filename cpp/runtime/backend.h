@@ -1,5 +1,5 @@
-// backend.h: the interface every compute backend implements (CPU now; CUDA, or a TensorRT
-// backend, later).
+// backend.h: the interface every compute backend implements (CPU, CUDA; a TensorRT backend
+// could plug in the same way).
 //
 // The runtime runs a fixed sequence of these operations over memory the backend owns. Every
 // pointer passed to an op is backend memory (device memory on a GPU), and so is every value
@@ -15,6 +15,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 #include <utility>
 
@@ -48,6 +50,14 @@ struct SamplingState {
   uint64_t step = 0;  // advanced by sample()
 };
 
+// A recorded sequence of backend ops (a CUDA graph), replayed as one unit by launch(): the same
+// ops over the same memory, reading whatever that memory holds at launch time.
+class BackendGraph {
+ public:
+  virtual ~BackendGraph() = default;
+  virtual void launch() = 0;  // asynchronous, like the ops it replays
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -67,6 +77,15 @@ class Backend {
   // Makes an engine tensor (host memory, memory-mapped) usable by ops; the CPU backend uses
   // the mapping as it is, a GPU backend copies it to device memory.
   virtual WeightView import_weight(const WeightView& host) = 0;
+
+  // Graphs: capture(issue_ops) records the ops issue_ops() issues (without running them) and
+  // returns them as a graph to launch any number of times; nullptr where the backend has no
+  // graphs (the caller then issues the ops itself). issue_ops may be called more than once.
+  // Graphs live no longer than their backend.
+  virtual bool supports_graphs() const { return false; }
+  virtual std::unique_ptr<BackendGraph> capture(const std::function<void()>& issue_ops) {
+    return nullptr;
+  }
 
   // out [n, table.cols] = rows tokens[i] of table
   virtual void embed(WeightView table, const int32_t* tokens, int n, float* out) = 0;
