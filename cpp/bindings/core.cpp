@@ -212,6 +212,32 @@ NB_MODULE(_core, m) {
                      return r.target().kv_bytes() + (r.draft() ? r.draft()->kv_bytes() : 0);
                    })
       .def(
+          "kv_cache",
+          [](Runtime& r, const std::string& role, int slot, int n) {
+            // k and v [layers, kv_heads, n, head_dim] of positions [0, n) of one slot.
+            Model* m = role == "target" ? &r.target() : (role == "draft" ? r.draft() : nullptr);
+            if (!m) throw InvalidArgument("no model '" + role + "' in this engine");
+            const KvCache& kv = m->kv();
+            if (slot < 0 || slot >= kv.slots || n < 0 || n > kv.max_seq)
+              throw InvalidArgument("kv_cache: slot or length out of range");
+            const size_t row = static_cast<size_t>(n) * kv.head_dim;
+            std::vector<float> k(static_cast<size_t>(kv.layers) * kv.kv_heads * row), v(k.size());
+            for (int l = 0; l < kv.layers; ++l)
+              for (int h = 0; h < kv.kv_heads; ++h) {
+                const size_t src = kv.slot_layer_offset(slot, l) +
+                                   static_cast<size_t>(h) * kv.max_seq * kv.head_dim;
+                const size_t dst = (static_cast<size_t>(l) * kv.kv_heads + h) * row;
+                r.backend().download(k.data() + dst, kv.k + src, row * 4);
+                r.backend().download(v.data() + dst, kv.v + src, row * 4);
+              }
+            std::initializer_list<size_t> shape = {
+                static_cast<size_t>(kv.layers), static_cast<size_t>(kv.kv_heads),
+                static_cast<size_t>(n), static_cast<size_t>(kv.head_dim)};
+            return std::make_pair(owned_array<float>(std::move(k), shape),
+                                  owned_array<float>(std::move(v), shape));
+          },
+          "role"_a, "slot"_a, "n"_a, "(k, v) [layers, kv_heads, n, head_dim] of one KV slot")
+      .def(
           "prompt_logits",
           [](Runtime& r, const std::vector<int32_t>& tokens) {
             std::vector<float> out;
@@ -293,6 +319,16 @@ NB_MODULE(_core, m) {
           "predicted_time",
           [](Decoder& d, int B, int k) { return d.controller().predicted_time(B, k); }, "batch"_a,
           "k"_a, "The auto controller's model of an iteration's seconds (-1: not measured)");
+
+  nb::class_<DraftController>(m, "DraftController",
+                              "The cost model behind draft_len='auto' (runtime/draft_controller.h)")
+      .def(nb::init<int, int>(), "max_batch"_a, "max_k"_a)
+      .def("choose", &DraftController::choose, "batch"_a, "alphas"_a, "k_limit"_a)
+      .def("observe", &DraftController::observe, "batch"_a, "k"_a, "total_s"_a, "draft_s"_a = -1.0,
+           "verify_s"_a = -1.0)
+      .def("predicted_time", &DraftController::predicted_time, "batch"_a, "k"_a);
+  m.def("expected_tokens", &expected_tokens, "alpha"_a, "k"_a,
+        "Mean tokens an iteration drafting k emits at per-token acceptance alpha");
 
   // ---- the acceptance step alone, for tests ------------------------------------------------
   m.def(

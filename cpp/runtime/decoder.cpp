@@ -57,6 +57,7 @@ int Decoder::add(const GenerateRequest& req) {
   s.req = req;
   s.tokens = req.prompt;
   s.stats.accepted_hist.assign(rt_.draft_len() + 1, 0);
+  s.est = controller_.prior();
   if (req.max_new_tokens == 0) {
     s.reason = StopReason::kMaxNewTokens;
     s.used = false;
@@ -205,7 +206,11 @@ std::vector<Decoder::Event> Decoder::step() {
   std::vector<SeqState> seqs(slots_.size());
   rt_.backend().download(seqs.data(), program_.seqs(), sizeof(SeqState) * seqs.size());
   if (!rt_.backend().runs_on_host()) last_times_.verify_s = now_s() - t0;  // the whole iteration
-  controller_.observe(B, k, last_times_.draft_s, last_times_.verify_s);
+  const double total_s = now_s() - t0;
+  if (rt_.backend().runs_on_host())
+    controller_.observe(B, k, total_s, last_times_.draft_s, last_times_.verify_s);
+  else
+    controller_.observe(B, k, total_s, -1.0, -1.0);
   for (int slot : active) {
     Slot& s = slots_[slot];
     s.seq = seqs[slot];
@@ -219,6 +224,7 @@ std::vector<Decoder::Event> Decoder::step() {
       st.accepted += s.seq.n_acc;
       st.accepted_hist[s.seq.n_acc] += 1;
       s.est.observe(s.seq.n_acc, k);
+      controller_.observe_acceptance(s.seq.n_acc, k);
       s.draft_valid = s.seq.n_past - 1;
     }
     Event e{slot, {}};

@@ -6,6 +6,36 @@
 
 namespace trt_spec {
 
+namespace {
+
+void ema(double& slot, double x, double w) {
+  slot = slot < 0.0 ? x : (1.0 - w) * slot + w * x;
+}
+
+// v[i] where measured (>= 0), else interpolated between the nearest measured entries, or
+// extrapolated from the two nearest on one side (one point only: flat plus `grow` per step).
+// Entries below `first` are ignored. -1 when nothing is measured.
+double interpolate(const std::vector<double>& v, int i, int first, double grow) {
+  if (v[i] >= 0.0) return v[i];
+  const int n = static_cast<int>(v.size());
+  int lo = -1, hi = -1;
+  for (int j = i - 1; j >= first && lo < 0; --j)
+    if (v[j] >= 0.0) lo = j;
+  for (int j = i + 1; j < n && hi < 0; ++j)
+    if (v[j] >= 0.0) hi = j;
+  if (lo >= 0 && hi >= 0) return v[lo] + (v[hi] - v[lo]) * (i - lo) / (hi - lo);
+  const int a = lo >= 0 ? lo : hi;
+  if (a < 0) return -1.0;
+  const int dir = lo >= 0 ? -1 : 1;
+  int b = -1;
+  for (int j = a + dir; j >= first && j < n && b < 0; j += dir)
+    if (v[j] >= 0.0) b = j;
+  const double slope = b >= 0 ? (v[a] - v[b]) / (a - b) : grow * v[a];
+  return std::max(0.0, v[a] + slope * (i - a));
+}
+
+}  // namespace
+
 void AcceptanceEstimate::observe(int n_accepted, int k) {
   if (k <= 0) return;
   constexpr double kDecay = 0.92;  // about the last dozen iterations count
@@ -20,57 +50,52 @@ double expected_tokens(double alpha, int k) {
 
 DraftController::DraftController(int max_batch, int max_k) : max_k_(max_k) {
   costs_.resize(max_batch + 1);
-  for (Costs& c : costs_) c.verify.assign(max_k + 2, -1.0);
+  for (Costs& c : costs_) {
+    c.verify.assign(max_k + 2, -1.0);
+    c.total.assign(max_k + 1, -1.0);
+  }
 }
 
-static void ema(double& slot, double x, double w) {
-  slot = slot < 0.0 ? x : (1.0 - w) * slot + w * x;
-}
-
-void DraftController::observe(int B, int k, double draft_s, double verify_s) {
+void DraftController::observe(int B, int k, double total_s, double draft_s, double verify_s) {
   if (B <= 0 || B >= static_cast<int>(costs_.size()) || k < 0 || k > max_k_) return;
   Costs& c = costs_[B];
-  c.iterations += 1;
+  ema(c.total[k], total_s, kEma);
+  if (draft_s < 0.0) return;
   ema(c.verify[k + 1], verify_s, kEma);
   if (k > 0) ema(c.draft_step, draft_s / k, kEma);
 }
 
-double DraftController::verify_s(int B, int m) const {
-  const std::vector<double>& v = costs_[B].verify;
-  if (v[m] >= 0.0) return v[m];
-  int lo = -1, hi = -1;  // nearest measured row counts below and above m
-  for (int i = m - 1; i >= 1 && lo < 0; --i)
-    if (v[i] >= 0.0) lo = i;
-  for (int i = m + 1; i < static_cast<int>(v.size()) && hi < 0; ++i)
-    if (v[i] >= 0.0) hi = i;
-  if (lo > 0 && hi > 0) return v[lo] + (v[hi] - v[lo]) * (m - lo) / (hi - lo);
-  const int a = lo > 0 ? lo : hi;
-  if (a < 0) return -1.0;
-  // One side only: the slope between the two nearest measured points on that side, else a
-  // guess of 10% of a step per extra row (verify rows share each weight read).
-  int b = -1;
-  const int dir = lo > 0 ? -1 : 1;
-  for (int i = a + dir; i >= 1 && i < static_cast<int>(v.size()) && b < 0; i += dir)
-    if (v[i] >= 0.0) b = i;
-  double slope = b > 0 ? (v[a] - v[b]) / (a - b) : 0.1 * v[a];
-  return std::max(0.0, v[a] + slope * (m - a));
+void DraftController::observe_acceptance(int n_accepted, int k) {
+  recent_.observe(n_accepted, k);
+}
+
+AcceptanceEstimate DraftController::prior() const {
+  AcceptanceEstimate e;
+  const double a = recent_.alpha();
+  e.accepted = 4.0 * a;
+  e.rejected = 4.0 * (1.0 - a);
+  return e;
 }
 
 double DraftController::predicted_time(int B, int k) const {
-  const double v = verify_s(B, k + 1);
-  if (v < 0.0) return -1.0;
-  if (k == 0) return v;
-  const double d = costs_[B].draft_step;
-  return d < 0.0 ? -1.0 : v + k * d;
+  const Costs& c = costs_[B];
+  if (c.total[k] >= 0.0) return c.total[k];
+  if (c.draft_step >= 0.0) {  // phases measured: k draft steps + a verify pass of k + 1 rows
+    const double v = interpolate(c.verify, k + 1, 1, 0.1);
+    if (v >= 0.0) return v + k * c.draft_step;
+  }
+  return interpolate(c.total, k, 0, 0.5);
 }
 
 int DraftController::choose(int B, const std::vector<double>& alphas, int k_limit) {
   k_limit = std::min(k_limit, max_k_);
   if (k_limit <= 0) return 0;
-  const Costs& c = costs_[B];
+  Costs& c = costs_[B];
   // Measure what the model needs first: a drafting iteration, then a plain target step.
-  if (c.draft_step < 0.0) return std::min(k_limit, kFirstK);
-  if (c.verify[1] < 0.0) return 0;
+  bool drafted = false;
+  for (int k = 1; k <= max_k_; ++k) drafted = drafted || c.total[k] >= 0.0;
+  if (!drafted) return std::min(k_limit, kFirstK);
+  if (c.total[0] < 0.0) return 0;
   int best = 0;
   double best_rate = -1.0;
   for (int k = 0; k <= k_limit; ++k) {
@@ -83,9 +108,17 @@ int DraftController::choose(int B, const std::vector<double>& alphas, int k_limi
       best = k;
     }
   }
-  // Keep the estimates of the neighbours of the best k fresh.
-  if (c.iterations % kExplore == kExplore - 1) {
-    const int n = (c.iterations / kExplore) % 2 == 0 ? best + 1 : best - 1;
+  // Probe a neighbour of the best k now and then: its cost may have been mis-estimated, and
+  // at k = 0 the acceptance is not observed at all. Probes from k = 0 back off.
+  if (++c.since_probe >= c.probe_every) {
+    c.since_probe = 0;
+    c.probes += 1;
+    if (best == 0) {
+      c.probe_every = std::min(2 * c.probe_every, kMaxExplore);
+      return 1;
+    }
+    c.probe_every = kExplore;
+    const int n = c.probes % 2 == 0 ? best + 1 : best - 1;
     if (n >= 0 && n <= k_limit) return n;
   }
   return best;

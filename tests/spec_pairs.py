@@ -1,0 +1,119 @@
+"""Tiny target/draft pairs for the speculative-decoding tests.
+
+Drafts come in kinds that pin down acceptance: ``random`` (another random model: accepts some),
+``same`` (the target's own weights: accepts everything greedy), ``negated`` (the target with its
+output head negated: its argmax is the target's argmin, so greedy never accepts) and
+``padded`` (a random model whose embedding and head have extra rows, the tokenizer unchanged) and
+``noisy`` (the target plus weight noise: accepts part of each block, at random lengths).
+``small_vocab`` models have a 16-token word-level tokenizer, for distribution tests.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import tiny_models
+import torch
+from safetensors.torch import load_file, save_file
+from trt_spec import build_engine
+
+SMALL_VOCAB = 16
+
+
+def _word_level_tokenizer(folder: Path, vocab: int) -> None:
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    tok = Tokenizer(models.WordLevel({f"w{i}": i for i in range(vocab)}, unk_token="w0"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.save(str(folder / "tokenizer.json"))
+
+
+def _edit_weights(folder: Path, edit) -> None:
+    path = folder / "model.safetensors"
+    tensors = load_file(str(path))
+    edit(tensors)
+    save_file(tensors, str(path), metadata={"format": "pt"})
+
+
+def make_checkpoint(
+    root: Path, name: str, *, seed: int, small_vocab: bool, layers: int = 2
+) -> Path:
+    folder = root / name
+    if not (folder / "config.json").exists():
+        vocab = SMALL_VOCAB if small_vocab else 384
+        tiny_models.make_model(folder, "qwen2", vocab_size=vocab, seed=seed, layers=layers)
+        if small_vocab:
+            _word_level_tokenizer(folder, vocab)
+    return folder
+
+
+def make_draft(root: Path, target: Path, kind: str, *, small_vocab: bool) -> Path:
+    folder = root / f"{target.name}-draft-{kind}"
+    if (folder / "config.json").exists():
+        return folder
+    if kind == "random":
+        return make_checkpoint(root, folder.name, seed=7, small_vocab=small_vocab, layers=1)
+    if kind == "padded":
+        folder = make_checkpoint(root, folder.name, seed=7, small_vocab=small_vocab, layers=1)
+
+        def pad(t: dict) -> None:
+            for name in ("model.embed_tokens.weight", "lm_head.weight"):
+                w = t[name]
+                t[name] = torch.cat([w, 0.05 * torch.randn(24, w.shape[1])]).contiguous()
+
+        _edit_weights(folder, pad)
+        cfg = json.loads((folder / "config.json").read_text())
+        cfg["vocab_size"] += 24
+        (folder / "config.json").write_text(json.dumps(cfg))
+        return folder
+    shutil.copytree(target, folder)
+    if kind == "negated":
+
+        def negate(t: dict) -> None:
+            t["lm_head.weight"] = (-t["lm_head.weight"]).contiguous()
+
+        _edit_weights(folder, negate)
+    elif kind == "noisy":
+        gen = torch.Generator().manual_seed(11)
+
+        def perturb(t: dict) -> None:
+            for name, w in t.items():
+                if w.ndim == 2:
+                    t[name] = (w + 0.012 * torch.randn(w.shape, generator=gen)).contiguous()
+
+        _edit_weights(folder, perturb)
+    elif kind != "same":
+        raise ValueError(kind)
+    return folder
+
+
+def make_pair(
+    root: Path,
+    kind: str = "random",
+    *,
+    draft_len: int = 4,
+    max_batch: int = 1,
+    max_seq_len: int = 128,
+    small_vocab: bool = False,
+    weights: str = "f32",
+) -> Path:
+    """An engine holding a tiny target and a draft of the given kind (cached under root)."""
+    tag = f"{kind}-k{draft_len}-b{max_batch}-s{max_seq_len}-{'v16' if small_vocab else 'v384'}"
+    path = root / f"pair-{tag}-{weights}.engine"
+    if not path.exists():
+        target = make_checkpoint(
+            root, f"target-{'v16' if small_vocab else 'v384'}", seed=3, small_vocab=small_vocab
+        )
+        draft = make_draft(root, target, kind, small_vocab=small_vocab)
+        build_engine(
+            target,
+            path,
+            draft=draft,
+            draft_len=draft_len,
+            max_batch=max_batch,
+            max_seq_len=max_seq_len,
+            weights=weights,
+        )
+    return path
