@@ -273,3 +273,30 @@ def test_expected_tokens() -> None:
     assert _core.expected_tokens(0.0, 4) == 1.0
     assert _core.expected_tokens(1.0, 4) == 5.0
     assert _core.expected_tokens(0.5, 2) == pytest.approx(1.75)
+
+
+# ---- the engine file -------------------------------------------------------------------------
+def test_engine_stores_draft_len_and_both_models(root) -> None:
+    e = pair(root, "padded", draft_len=3, max_batch=1)
+    assert e.draft_len == 3 and e.metadata["build"]["draft_len"] == 3 and e.has_draft
+    assert e.config("draft")["vocab_size"] == e.config("target")["vocab_size"] + 24
+    with pytest.raises(ValueError, match=r"draft_len must be 'auto' or in \[0, 3\]"):
+        e.generate([1, 2], max_new_tokens=2, draft_len=4)
+
+
+@pytest.mark.parametrize("bad", [0, -1, 17])
+def test_build_rejects_bad_draft_len(root, tmp_path, bad: int) -> None:
+    from trt_spec import BuildError, build_engine
+
+    target = spec_pairs.make_checkpoint(root, "target-v384", seed=3, small_vocab=False)
+    with pytest.raises(BuildError, match=r"draft_len must be in \[1, 16\]"):
+        build_engine(target, tmp_path / "x.engine", draft=target, draft_len=bad, weights="f32")
+
+
+def test_draft_is_lean_in_q4(root) -> None:
+    """In q4 engines the draft keeps only its head at q8 (choose_type's lean rule)."""
+    from trt_spec.build.builder import choose_type
+
+    assert choose_type("q4", "blk.0.ffn_down.weight", (64, 128), 6.5, False) == "q8"
+    assert choose_type("q4", "blk.0.ffn_down.weight", (64, 128), 6.5, False, lean=True) == "q4"
+    assert choose_type("q4", "output.weight", (64, 128), 6.5, True, lean=True) == "q8"

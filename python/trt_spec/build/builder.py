@@ -68,16 +68,25 @@ def _plan(src: ModelSource) -> list[tuple[str, list[str]]]:
 
 
 def choose_type(
-    weights: str, name: str, shape: tuple[int, ...], source_bits: float, head: bool
+    weights: str,
+    name: str,
+    shape: tuple[int, ...],
+    source_bits: float,
+    head: bool,
+    lean: bool = False,
 ) -> str:
-    """The engine weight type of one tensor under a weight format (see module docstring)."""
+    """The engine weight type of one tensor under a weight format (see module docstring).
+
+    ``lean`` (the draft model): q4 keeps only the head at q8, whatever the source's bits: a
+    draft step is pure weight streaming, and its precision only moves the acceptance rate.
+    """
     if len(shape) == 1:
         return "f32"
     if weights in ("f32", "f16", "bf16"):
         return weights
     if shape[1] % _core.Q4_SUPER_BLOCK != 0:
         return "f16"
-    if weights == "q8" or head or 4.5 < source_bits < 16:
+    if weights == "q8" or head or (4.5 < source_bits < 16 and not lean):
         return "q8"  # the head, or a checkpoint quantized with more than 4.5 bits per weight
     return "q4"
 
@@ -153,7 +162,7 @@ def _write_model(
         head = name == "output.weight" or (
             name == "tok_embd.weight" and src.config["tied_embeddings"]
         )
-        type_name = choose_type(weights, name, w.shape, bits, head)
+        type_name = choose_type(weights, name, w.shape, bits, head, lean=role == "draft")
         blob, err = _encode(w, type_name)
         tensors[name] = writer.add(blob, type_name, tuple(int(d) for d in w.shape))
         weight_bytes += blob.size
