@@ -313,3 +313,23 @@ def test_matmul_bad_isa():
     blob, _ = _weights("F32", 7, 64)
     with pytest.raises(Exception):  # noqa: B017
         _core.cpu_matmul(blob, WT.F32, 7, 64, np.zeros((1, 64), np.float32), "sse9")
+
+
+@pytest.mark.parametrize("t", ALL_TYPES)
+@pytest.mark.parametrize("isa", ISAS)
+def test_rows_are_bit_identical_whatever_m(isa, t):
+    """Up to 64 rows, a row's result does not depend on how many rows share the call: a verify
+    pass of K+1 rows (or a batch) gives the logits of single decode steps, bit for bit, which
+    makes greedy speculation exact."""
+    rows, cols = 75, 4864  # wide enough that the blocked path (M > 64) would split columns
+    blob, _ = _weights(t, rows, cols)
+    x = np.random.default_rng(5).normal(size=(64, cols)).astype(np.float32)
+    single = np.stack(
+        [
+            _core.cpu_matmul(blob, getattr(WT, t), rows, cols, x[i : i + 1], isa)[0]
+            for i in range(64)
+        ]
+    )
+    for m in (2, 5, 9, 10, 17, 36, 64):
+        got = _core.cpu_matmul(blob, getattr(WT, t), rows, cols, x[:m], isa)
+        assert np.array_equal(got.view(np.uint32), single[:m].view(np.uint32)), m
