@@ -300,3 +300,20 @@ def test_draft_is_lean_in_q4(root) -> None:
     assert choose_type("q4", "blk.0.ffn_down.weight", (64, 128), 6.5, False) == "q8"
     assert choose_type("q4", "blk.0.ffn_down.weight", (64, 128), 6.5, False, lean=True) == "q4"
     assert choose_type("q4", "output.weight", (64, 128), 6.5, True, lean=True) == "q8"
+
+
+def test_cli_generate_speculates(root, capsys) -> None:
+    import json
+
+    from trt_spec.cli import main
+
+    path = spec_pairs.make_pair(root, "same", draft_len=4, max_batch=1)
+    args = ["generate", str(path), "def f(x):", "--max-new-tokens", "12", "--json"]
+    assert main(args + ["--draft-len", "3"]) == 0
+    spec = json.loads(capsys.readouterr().out)
+    assert spec["stats"]["draft_len"] == "3" and spec["stats"]["accepted"] > 0
+    assert main(args + ["--no-speculate"]) == 0
+    plain = json.loads(capsys.readouterr().out)
+    assert plain["token_ids"] == spec["token_ids"] and plain["stats"]["drafted"] == 0
+    assert main(args + ["--draft-len", "9"]) == 1
+    assert "draft_len must be" in capsys.readouterr().err
