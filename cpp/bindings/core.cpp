@@ -6,8 +6,8 @@
 // to Python exceptions: EngineFileError (a ValueError subclass), ValueError, RuntimeError.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
-#include <nanobind/stl/string.h>
 #include <nanobind/stl/pair.h>
+#include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
 #include <cstring>
@@ -17,14 +17,16 @@
 #include "kernels/cpu/quantize.h"
 #include "kernels/philox.h"
 #include "runtime/cpu_backend.h"
+#include "runtime/decoder.h"
 #include "runtime/engine_file.h"
 #include "runtime/errors.h"
-#include "runtime/decoder.h"
 #include "runtime/runtime.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
 using namespace trt_spec;
+
+void bind_ops_testing(nb::module_& m);  // ops_testing.cpp
 
 namespace {
 
@@ -180,6 +182,11 @@ NB_MODULE(_core, m) {
       "logits"_a, "temperature"_a, "top_k"_a, "top_p"_a, "seed"_a, "step"_a, "lane"_a = 0,
       "Draw one token from a logits row by the rule of kernels/sampling.h");
 
+  // ---- devices ----------------------------------------------------------------------------
+  m.def("cuda_compiled", &cuda_compiled, "Whether this build has the CUDA backend");
+  m.def("cuda_available", &cuda_available,
+        "Whether this build has the CUDA backend and a usable GPU is present");
+
   // ---- runtime ----------------------------------------------------------------------------
   nb::class_<Runtime>(m, "Runtime", "An opened engine file with its backend and target model")
       .def(
@@ -318,7 +325,15 @@ NB_MODULE(_core, m) {
       .def(
           "predicted_time",
           [](Decoder& d, int B, int k) { return d.controller().predicted_time(B, k); }, "batch"_a,
-          "k"_a, "The auto controller's model of an iteration's seconds (-1: not measured)");
+          "k"_a, "The auto controller's model of an iteration's seconds (-1: not measured)")
+      .def_prop_rw(
+          "use_graphs", [](Decoder& d) { return d.program().use_graphs(); },
+          [](Decoder& d, bool on) { d.program().set_use_graphs(on); },
+          "Replay each iteration as one captured graph where the backend has graphs (CUDA; "
+          "default); False launches the same ops one by one")
+      .def_prop_ro(
+          "graphs_captured", [](Decoder& d) { return d.program().graphs_captured(); },
+          "Iteration graphs captured so far (one per batch size and draft length used)");
 
   nb::class_<DraftController>(m, "DraftController",
                               "The cost model behind draft_len='auto' (runtime/draft_controller.h)")
@@ -333,8 +348,8 @@ NB_MODULE(_core, m) {
   // ---- the acceptance step alone, for tests ------------------------------------------------
   m.def(
       "spec_trials",
-      [](F32Matrix target_logits, F32Matrix draft_logits, float temperature, int top_k,
-         float top_p, int n_trials, uint64_t first_seed) {
+      [](F32Matrix target_logits, F32Matrix draft_logits, float temperature, int top_k, float top_p,
+         int n_trials, uint64_t first_seed) {
         // target_logits [k+1, V], draft_logits [k, Vd]: fixed per position (no model). Each
         // trial draws d_0..d_{k-1} with the draft rule and runs the acceptance step, with seed
         // first_seed + trial. Returns [n_trials, k + 2]: the emitted tokens (-1 padded), then
@@ -372,4 +387,6 @@ NB_MODULE(_core, m) {
       },
       "target_logits"_a, "draft_logits"_a, "temperature"_a, "top_k"_a, "top_p"_a, "n_trials"_a,
       "first_seed"_a = 0, "Runs draft sampling and the acceptance step on fixed logits");
+
+  bind_ops_testing(m);
 }

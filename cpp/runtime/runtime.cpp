@@ -9,7 +9,68 @@
 #include "runtime/cpu_backend.h"
 #include "runtime/errors.h"
 
+#ifdef TRT_SPEC_WITH_CUDA
+#include "cuda/cuda_api.h"
+#include "cuda/cuda_backend.h"
+#endif
+
 namespace trt_spec {
+
+bool cuda_compiled() {
+#ifdef TRT_SPEC_WITH_CUDA
+  return true;
+#else
+  return false;
+#endif
+}
+
+bool cuda_available() {
+#ifdef TRT_SPEC_WITH_CUDA
+  return cuda_device_count() > 0;
+#else
+  return false;
+#endif
+}
+
+namespace {
+
+// The GPU index of "cuda" / "cuda:N"; -1 for anything else.
+int cuda_index(const std::string& device) {
+  if (device == "cuda") return 0;
+  if (device.rfind("cuda:", 0) != 0 || device.size() == 5 || device.size() > 8) return -1;
+  int i = 0;
+  for (size_t c = 5; c < device.size(); ++c) {
+    if (device[c] < '0' || device[c] > '9') return -1;
+    i = 10 * i + (device[c] - '0');
+  }
+  return i;
+}
+
+}  // namespace
+
+std::unique_ptr<Backend> make_backend(const std::string& device, int n_threads) {
+  if (device == "cpu" || (device == "auto" && !cuda_available()))
+    return std::make_unique<CpuBackend>(n_threads);
+  const int gpu = device == "auto" ? 0 : cuda_index(device);
+  if (gpu < 0)
+    throw InvalidArgument("unknown device '" + device + "' (this build has: " +
+                          (cuda_compiled() ? "auto, cpu, cuda, cuda:N)" : "auto, cpu)"));
+#ifdef TRT_SPEC_WITH_CUDA
+  std::string why;
+  const int count = cuda_device_count(&why);
+  if (count == 0)
+    throw InvalidArgument("device '" + device + "': no CUDA GPU is available on this machine (" +
+                          why + "); use device='cpu' or 'auto'");
+  if (gpu >= count)
+    throw InvalidArgument("device '" + device + "': this machine has " + std::to_string(count) +
+                          " CUDA GPU(s)");
+  return make_cuda_backend(gpu);
+#else
+  throw InvalidArgument("device '" + device +
+                        "': this build of trt-spec has no CUDA backend (no CUDA compiler was found "
+                        "when it was built); use device='cpu' or 'auto'");
+#endif
+}
 
 void check_token_ids(const std::vector<int32_t>& ids, int vocab, const char* what) {
   for (size_t i = 0; i < ids.size(); ++i) {
@@ -21,9 +82,8 @@ void check_token_ids(const std::vector<int32_t>& ids, int vocab, const char* wha
 }
 
 Runtime::Runtime(const std::string& path, const RuntimeOptions& opts) {
-  if (opts.device != "cpu")
-    throw InvalidArgument("unknown device '" + opts.device + "' (this build has: cpu)");
   if (opts.prefill_chunk < 1) throw InvalidArgument("prefill_chunk must be >= 1");
+  backend_ = make_backend(opts.device, opts.n_threads);
   file_ = std::make_unique<EngineFile>(path, opts.verify_checksums);
   const Json& build = file_->meta().at("build");
   max_seq_ = static_cast<int>(build.at("max_seq_len").as_int());
@@ -48,13 +108,19 @@ Runtime::Runtime(const std::string& path, const RuntimeOptions& opts) {
   if (has_draft)
     kv_bytes += static_cast<double>(
         kv_cache_bytes(ModelConfig::from_json(models.at("draft").at("config")), dlim));
-  const double ram = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
+  double ram = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
+  const char* where = "this machine's memory";
+#ifdef TRT_SPEC_WITH_CUDA
+  if (auto* gpu = dynamic_cast<CudaBackend*>(backend_.get())) {
+    ram = static_cast<double>(cuda_device_info(gpu->device()).free_bytes);
+    where = "the GPU's free memory";
+  }
+#endif
   if (kv_bytes > 0.9 * ram)
     throw Error("this engine's KV caches (max_seq_len " + std::to_string(max_seq_) +
                 " x max_batch " + std::to_string(max_batch_) + ") need " +
-                std::to_string(kv_bytes / 1e9) +
-                " GB, more than this machine's memory: rebuild with a smaller --max-seq-len");
-  backend_ = std::make_unique<CpuBackend>(opts.n_threads);
+                std::to_string(kv_bytes / 1e9) + " GB, more than " + where +
+                ": rebuild with a smaller --max-seq-len");
   target_ = std::make_unique<Model>(*file_, "target", *backend_, lim);
   if (has_draft) draft_ = std::make_unique<Model>(*file_, "draft", *backend_, dlim);
 }

@@ -16,7 +16,7 @@
 namespace trt_spec {
 
 struct RuntimeOptions {
-  std::string device = "cpu";  // the only backend so far
+  std::string device = "cpu";  // "cpu", "cuda" (or "cuda:N"), "auto" (see make_backend)
   int n_threads = 0;           // CPU threads; 0: one per core
   bool verify_checksums = true;
   int prefill_chunk = 256;  // token rows per forward during prefill
@@ -30,7 +30,7 @@ class Runtime {
   const EngineFile& file() const { return *file_; }
   Backend& backend() { return *backend_; }
   Model& target() { return *target_; }
-  Model* draft() { return draft_.get(); }  // null without a draft model
+  Model* draft() { return draft_.get(); }       // null without a draft model
   int draft_len() const { return draft_len_; }  // the most draft tokens per iteration; 0: none
   int max_seq_len() const { return max_seq_; }
   int max_batch() const { return max_batch_; }
@@ -46,6 +46,13 @@ class Runtime {
   std::unique_ptr<Model> target_, draft_;
   int max_seq_ = 0, max_batch_ = 1, draft_len_ = 0;
 };
+
+// Backend selection. device: "cpu"; "cuda" or "cuda:N" (GPU N, default 0); "auto": the GPU when
+// this build has the CUDA backend and a GPU is present, else the CPU. Throws InvalidArgument for
+// an unknown device or a CUDA device this machine or build cannot provide.
+std::unique_ptr<Backend> make_backend(const std::string& device, int n_threads);
+bool cuda_compiled();   // this build has the CUDA backend
+bool cuda_available();  // ... and a usable GPU is present
 
 // Checks that every id lies in [0, vocab); throws InvalidArgument naming the first bad one.
 void check_token_ids(const std::vector<int32_t>& ids, int vocab, const char* what);

@@ -53,6 +53,20 @@ void SpecProgram::set_slots(const int32_t* host_slots, int B) {
 void SpecProgram::run(int k, PhaseTimes* times) {
   if (k < 0 || k > max_k_) throw InvalidArgument("speculative program: bad draft length");
   if (B_ == 0) throw InvalidArgument("speculative program: no sequences set");
+  if (times == nullptr && use_graphs_ && be_.supports_graphs()) {
+    const std::pair<int, int> key{B_, k};
+    auto it = graphs_.find(key);
+    if (it == graphs_.end())  // first use of (B, k): capture (nullptr: the backend declined)
+      it = graphs_.emplace(key, be_.capture([this, k] { issue(k, nullptr); })).first;
+    if (it->second) {
+      it->second->launch();
+      return;
+    }
+  }
+  issue(k, times);
+}
+
+void SpecProgram::issue(int k, PhaseTimes* times) {
   const int B = B_;
   int32_t *tok = tok_.as<int32_t>(), *pos = pos_.as<int32_t>(), *rs = row_slots_.as<int32_t>();
   const int32_t* slots = slots_.as<int32_t>();

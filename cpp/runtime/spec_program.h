@@ -8,7 +8,12 @@
 // Every input of every op (tokens, positions, slots, lengths, random counters) is read from
 // backend memory written by the previous op: the host only picks (B, k) and, afterwards, reads
 // the SeqState array back. k = 0 is a plain target step (one verify row per sequence, the
-// token drawn as target-only decoding draws it). A GPU backend captures run(B, k) as one graph.
+// token drawn as target-only decoding draws it).
+//
+// Graphs: on a backend that supports them (CUDA), run(k) replays one graph per (B, k), captured
+// the first time that pair runs: the whole iteration is one launch. The graph reads the slots
+// buffer, so set_slots() with the same B reuses it. use_graphs(false) issues the same ops one by
+// one instead (for tests and timing).
 //
 // Draft step 0 re-feeds `prev` (the token at n_past - 1): after a rejection that position
 // already holds it (the write is idempotent); after a fully accepted block, or a k = 0
@@ -17,6 +22,9 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <memory>
+#include <utility>
 
 #include "runtime/backend.h"
 #include "runtime/model.h"
@@ -46,7 +54,14 @@ class SpecProgram {
   // times the phases when `times` is given (synchronising between them).
   void run(int k, PhaseTimes* times = nullptr);
 
+  // Graph replay where the backend has graphs (default on); off: the ops launched one by one.
+  void set_use_graphs(bool on) { use_graphs_ = on; }
+  bool use_graphs() const { return use_graphs_; }
+  int graphs_captured() const { return static_cast<int>(graphs_.size()); }
+
  private:
+  void issue(int k, PhaseTimes* times);  // the ops of one iteration for B_ sequences
+
   Backend& be_;
   Model& target_;
   Model* draft_;
@@ -57,6 +72,8 @@ class SpecProgram {
   BackendBuffer identity_, odd_;         // logit rows 0, 1, 2, .. and 1, 3, 5, ..
   BackendBuffer q_;                      // draft logits -> q  [max_k, max_batch, vocab_d]
   BackendBuffer logits_;                 // verify logits      [max_batch, max_k + 1, vocab_t]
+  bool use_graphs_ = true;
+  std::map<std::pair<int, int>, std::unique_ptr<BackendGraph>> graphs_;  // by (B, k)
 };
 
 }  // namespace trt_spec

@@ -1,0 +1,494 @@
+"""GPU benchmark of the CUDA backend: decode steps against the roofline, the speculative
+iteration per draft length K against its parts, transformers on the same shapes, and projected
+tokens/s. Needs a CUDA GPU and a CUDA build of trt-spec; everything is measured in one run.
+
+Engines hold random weights in real shapes (``trt_spec.build.random_engine``): the speed of a
+decode step depends on shapes and weight format only.
+
+* Decode step, target-only: one forward of one row in a CUDA graph (``_core.time_forward``),
+  and the engine's own k=0 iteration (forward + sampling + SeqState read back,
+  ``_core.time_iterations``), for the Qwen2.5 1.5B and 0.5B shapes (fp16) and a 7B Llama shape
+  (fp16 and q4). Roofline = bytes moved per step (every weight once + the KV cache read) /
+  bandwidth, the bandwidth measured in the same run with a device-to-device copy.
+* Iteration per K = 1..8 (1.5B target, 0.5B draft, fp16, batch 1): the whole iteration as one
+  graph and launched op by op, against verify (K+1 rows) + draft step 0 (2 rows) + (K-1) draft
+  steps (1 row), each timed alone in a graph. Graph overhead = iteration / parts - 1.
+* transformers (torch, fp16, random init, static KV cache, torch.compile if it works): decode
+  tokens/s of the same shapes, when torch with CUDA and transformers are installed.
+* Projected tokens/s per K = expected tokens per iteration / measured iteration time. The
+  expectation comes from an accepted-length histogram (``--hist``: JSON of the CPU bench,
+  ``trt-spec bench``); without one from an ASSUMED per-token acceptance (``--alpha``). It is a
+  projection, not a measurement of real-model generation.
+
+Writes ``benchmarks/results/gpu_<date>.{json,md}`` with device, commit and settings.
+``python benchmarks/bench_gpu.py --help``; ``benchmarks/run_gpu_checks.sh`` runs it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import gc
+import json
+import platform
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def git_commit() -> str:
+    try:
+        rev = subprocess.run(
+            ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(REPO), "status", "--porcelain", "--", "cpp"],
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+        return rev + ("+dirty" if dirty else "")
+    except Exception:
+        return "unknown"
+
+
+def log(msg: str) -> None:
+    print(f"[bench_gpu {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+# ---- engines -------------------------------------------------------------------------------------
+def make_engines(workdir: Path, args) -> dict[str, Path]:
+    from trt_spec.build.random_engine import SHAPES, write_random_engine
+
+    workdir.mkdir(parents=True, exist_ok=True)
+    plan = {"pair-f16": (SHAPES["qwen2.5-1.5b"], SHAPES["qwen2.5-0.5b"], "f16")}
+    if not args.skip_7b:
+        plan["llama7b-f16"] = (SHAPES["llama-7b"], None, "f16")
+        plan["llama7b-q4"] = (SHAPES["llama-7b"], None, "q4")
+    out = {}
+    for name, (target, draft, weights) in plan.items():
+        path = workdir / f"{name}-s{args.max_seq_len}.engine"
+        if not path.exists():
+            log(f"writing {path} (random weights)")
+            t0 = time.perf_counter()
+            write_random_engine(
+                path,
+                target,
+                draft=draft,
+                weights=weights,
+                max_seq_len=args.max_seq_len,
+                max_batch=1,
+                draft_len=8,
+                fast=True,
+            )
+            log(f"  {path.stat().st_size / 1e9:.2f} GB in {time.perf_counter() - t0:.0f} s")
+        out[name] = path
+    return out
+
+
+def kv_read_bytes(cfg: dict, context: int) -> int:
+    return 2 * cfg["n_layers"] * cfg["n_kv_heads"] * cfg["head_dim"] * 4 * context
+
+
+# ---- trt-spec measurements -----------------------------------------------------------------------
+def decode_steps(engines: dict[str, Path], bw_gbps: float, args) -> list[dict]:
+    from trt_spec import Engine, _core
+
+    rows = []
+    cases = [
+        ("pair-f16", "target", "qwen2.5-1.5b", "f16"),
+        ("pair-f16", "draft", "qwen2.5-0.5b", "f16"),
+    ]
+    if "llama7b-f16" in engines:
+        cases += [
+            ("llama7b-f16", "target", "llama-7b", "f16"),
+            ("llama7b-q4", "target", "llama-7b", "q4"),
+        ]
+    for eng, role, shape, weights in cases:
+        log(f"decode step: {shape} {weights}")
+        e = Engine(engines[eng], device="cuda", verify=False)
+        meta = e.metadata["models"][role]
+        cfg = meta["config"]
+        ctx = args.context
+        step = _core.time_forward(e._rt, role, 1, 1, ctx, args.iters, True)
+        step_nograph = _core.time_forward(e._rt, role, 1, 1, ctx, args.iters, False)
+        moved = meta["weight_bytes"] + kv_read_bytes(cfg, ctx)
+        roof = moved / (bw_gbps * 1e9)
+        row = {
+            "model": shape,
+            "weights": weights,
+            "context": ctx,
+            "weight_bytes": meta["weight_bytes"],
+            "bytes_moved": moved,
+            "step_ms": step * 1e3,
+            "step_no_graph_ms": step_nograph * 1e3,
+            "roofline_ms": roof * 1e3,
+            "of_roofline": roof / step,
+            "achieved_gbps": moved / step / 1e9,
+        }
+        if role == "target":  # the engine's own target-only iteration (sampling, read-back)
+            row["engine_step_ms"] = engine_iteration(e, 0, args) * 1e3
+        rows.append(row)
+        del e
+        gc.collect()
+    return rows
+
+
+def engine_iteration(e, k: int, args, graphs: bool = True) -> float:
+    """Seconds per iteration of the engine's decoder with draft length k, batch 1, greedy."""
+    from trt_spec import _core
+
+    dec = _core.Decoder(e._rt)
+    dec.draft_len = k
+    dec.use_graphs = graphs
+    prompt = [int(t) for t in np.random.default_rng(0).integers(0, e.vocab_size, args.context)]
+    dec.add(prompt, e.max_seq_len - args.context - 1, 0.0, 0, 1.0, 0, [])
+    dec.step()  # prefill
+    dec.step()  # one iteration: sets the program's sequences (and captures the graph)
+    _core.time_iterations(e._rt, dec, k, 3)  # warm-up
+    sec, n = _core.time_iterations(e._rt, dec, k, args.iters)
+    if n < args.iters // 2:
+        raise RuntimeError(f"only {n} iterations fit in max_seq_len")
+    return sec
+
+
+def iterations(engines: dict[str, Path], args) -> list[dict]:
+    from trt_spec import Engine, _core
+
+    e = Engine(engines["pair-f16"], device="cuda", verify=False)
+    ctx = args.context
+    draft1 = _core.time_forward(e._rt, "draft", 1, 1, ctx, args.iters, True)
+    draft0 = _core.time_forward(e._rt, "draft", 2, 1, ctx, args.iters, True)
+    rows = []
+    for k in range(1, 9):
+        log(f"iteration K={k}")
+        verify = _core.time_forward(e._rt, "target", k + 1, k + 1, ctx, args.iters, True)
+        parts = verify + draft0 + (k - 1) * draft1
+        it = engine_iteration(e, k, args, graphs=True)
+        it_plain = engine_iteration(e, k, args, graphs=False)
+        rows.append(
+            {
+                "k": k,
+                "iteration_ms": it * 1e3,
+                "iteration_no_graph_ms": it_plain * 1e3,
+                "verify_ms": verify * 1e3,
+                "draft_step0_ms": draft0 * 1e3,
+                "draft_step_ms": draft1 * 1e3,
+                "parts_ms": parts * 1e3,
+                "graph_overhead": it / parts - 1.0,
+                "graph_speedup": it_plain / it,
+            }
+        )
+    return rows
+
+
+# ---- projection ----------------------------------------------------------------------------------
+def load_histograms(path: Path) -> list[tuple[int | None, list[int]]]:
+    """(K or None, accepted-length histogram) of every entry holding an 'accepted_hist'."""
+    found: list[tuple[int | None, list[int]]] = []
+
+    def walk(x):
+        if isinstance(x, dict):
+            h = x.get("accepted_hist")
+            if isinstance(h, list) and sum(h) > 0:
+                k = x.get("draft_len", x.get("k"))
+                if isinstance(k, int) and not isinstance(k, bool):
+                    found.append((k, [int(c) for c in h[: k + 1]]))
+                elif k is None:
+                    found.append((None, [int(c) for c in h]))
+            for v in x.values():
+                walk(v)
+        elif isinstance(x, list):
+            for v in x:
+                walk(v)
+
+    walk(json.loads(path.read_text()))
+    return found
+
+
+def fit_alpha(hists: list[tuple[int | None, list[int]]]) -> float:
+    """Per-token acceptance of a truncated geometric model: accepted / (accepted + rejections)."""
+    acc = rej = 0
+    for k, h in hists:
+        top = k if k is not None else len(h) - 1
+        acc += sum(a * c for a, c in enumerate(h))
+        rej += sum(c for a, c in enumerate(h) if a < top)
+    return acc / (acc + rej) if acc + rej else 0.0
+
+
+def expected_tokens(alpha: float, k: int) -> float:
+    return float(k + 1) if alpha >= 1.0 else (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
+
+
+def projection(iters: list[dict], target_step_ms: float, args) -> dict:
+    hists = load_histograms(Path(args.hist)) if args.hist else []
+    if hists:
+        alpha = fit_alpha(hists)
+        source = f"measured histograms from {args.hist} (alpha fitted {alpha:.3f})"
+    else:
+        alpha = args.alpha
+        source = f"ASSUMED per-token acceptance alpha = {alpha} (no --hist given)"
+    rows = []
+    for it in iters:
+        k = it["k"]
+        exact = [h for kk, h in hists if kk == k]
+        if exact:
+            tot = [sum(c for c in col) for col in zip(*exact, strict=False)]
+            tokens = sum((a + 1) * c for a, c in enumerate(tot)) / sum(tot)
+            how = "histogram at this K"
+        else:
+            tokens = expected_tokens(alpha, k)
+            how = "geometric model"
+        rows.append(
+            {
+                "k": k,
+                "tokens_per_iteration": tokens,
+                "from": how,
+                "projected_tok_s": tokens / (it["iteration_ms"] / 1e3),
+            }
+        )
+    return {
+        "source": source,
+        "alpha": alpha,
+        "target_only_tok_s": 1e3 / target_step_ms,
+        "rows": rows,
+    }
+
+
+# ---- transformers --------------------------------------------------------------------------------
+def transformers_rows(args) -> list[dict]:
+    try:
+        import torch
+        import transformers
+        from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config
+    except Exception as e:
+        return [{"error": f"transformers/torch not importable: {e!r}"}]
+    if not torch.cuda.is_available():
+        return [{"error": "torch has no CUDA device"}]
+    from trt_spec.build.random_engine import SHAPES
+
+    def hf_config(cfg: dict):
+        common = dict(
+            vocab_size=cfg["vocab_size"],
+            hidden_size=cfg["dim"],
+            intermediate_size=cfg["ffn_dim"],
+            num_hidden_layers=cfg["n_layers"],
+            num_attention_heads=cfg["n_heads"],
+            num_key_value_heads=cfg["n_kv_heads"],
+            rms_norm_eps=cfg["rms_eps"],
+            rope_theta=cfg["rope_theta"],
+            tie_word_embeddings=cfg["tied_embeddings"],
+            max_position_embeddings=4096,
+        )
+        return Qwen2Config(**common) if cfg["arch"] == "qwen2" else LlamaConfig(**common)
+
+    names = ["qwen2.5-1.5b", "qwen2.5-0.5b"] + ([] if args.skip_7b else ["llama-7b"])
+    rows = []
+    for name in names:
+        for compiled in (False, True):
+            row = {
+                "model": name,
+                "weights": "fp16",
+                "torch": torch.__version__,
+                "transformers": transformers.__version__,
+                "torch_compile": compiled,
+            }
+            try:
+                with torch.device("cuda"):
+                    model = AutoModelForCausalLM.from_config(
+                        hf_config(SHAPES[name]), torch_dtype=torch.float16
+                    )
+                model.eval()
+                if compiled:
+                    model.forward = torch.compile(
+                        model.forward, mode="reduce-overhead", fullgraph=True
+                    )
+                ids = torch.randint(0, SHAPES[name]["vocab_size"], (1, args.context), device="cuda")
+                n = args.hf_new_tokens
+
+                def run(new: int, model=model, ids=ids) -> float:
+                    torch.cuda.synchronize()
+                    t0 = time.perf_counter()
+                    with torch.no_grad():
+                        model.generate(
+                            ids,
+                            max_new_tokens=new,
+                            min_new_tokens=new,
+                            do_sample=False,
+                            cache_implementation="static",
+                            pad_token_id=0,
+                        )
+                    torch.cuda.synchronize()
+                    return time.perf_counter() - t0
+
+                run(n + 1)  # warm-up (and compilation)
+                run(n + 1)
+                t_full = min(run(n + 1) for _ in range(2))
+                t_first = min(run(1) for _ in range(2))
+                step = (t_full - t_first) / n
+                row.update(step_ms=step * 1e3, decode_tok_s=1.0 / step)
+            except Exception as e:
+                row["error"] = f"{type(e).__name__}: {e}"[:500]
+            rows.append(row)
+            model = None
+            gc.collect()
+            torch.cuda.empty_cache()
+            log(f"transformers {name} compile={compiled}: {row.get('step_ms', row.get('error'))}")
+    return rows
+
+
+# ---- report --------------------------------------------------------------------------------------
+def fmt(x, spec: str = ".3f") -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def markdown(r: dict) -> str:
+    d = r["device"]
+    out = [
+        f"# GPU benchmark, {r['date']}",
+        "",
+        f"Device: {d.get('name')} (cc {d.get('compute_capability')}, {d.get('sm_count')} SMs, "
+        f"{d.get('total_bytes', 0) / 2**30:.0f} GiB). Commit {r['commit']}. "
+        f"Copy bandwidth measured in this run: {fmt(r['bandwidth_gbps'], '.0f')} GB/s "
+        f"(spec sheet peak {fmt(d.get('peak_bandwidth_gbps'), '.0f')} GB/s).",
+        f"Settings: {json.dumps(r['settings'])}. Random weights in the real shapes.",
+        "",
+        "## Target-only decode step (batch 1)",
+        "",
+        "| model | weights | step ms (graph) | no graph | engine step ms | roofline ms | "
+        "of roofline | achieved GB/s |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for s in r.get("decode_steps", []):
+        out.append(
+            f"| {s['model']} | {s['weights']} | {fmt(s['step_ms'])} | "
+            f"{fmt(s['step_no_graph_ms'])} | {fmt(s.get('engine_step_ms'))} | "
+            f"{fmt(s['roofline_ms'])} | {fmt(s['of_roofline'], '.0%')} | "
+            f"{fmt(s['achieved_gbps'], '.0f')} |"
+        )
+    out += [
+        "",
+        "Roofline: (weight bytes + KV bytes read) / measured copy bandwidth. Engine step: "
+        "the decoder's k=0 iteration (forward, sampling, SeqState read back).",
+        "",
+        "## Speculative iteration, 1.5B target + 0.5B draft, fp16, batch 1",
+        "",
+        "| K | iteration ms (graph) | no graph | verify | draft step 0 | draft step | "
+        "verify + K drafts | graph overhead | graph speedup |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for it in r.get("iterations", []):
+        out.append(
+            f"| {it['k']} | {fmt(it['iteration_ms'])} | {fmt(it['iteration_no_graph_ms'])} | "
+            f"{fmt(it['verify_ms'])} | {fmt(it['draft_step0_ms'])} | {fmt(it['draft_step_ms'])} "
+            f"| {fmt(it['parts_ms'])} | {fmt(it['graph_overhead'], '+.1%')} | "
+            f"{fmt(it['graph_speedup'], '.2f')}x |"
+        )
+    p = r.get("projection")
+    if p:
+        out += [
+            "",
+            "## Projected tokens/s (a PROJECTION, not a measurement)",
+            "",
+            f"Expected tokens per iteration from {p['source']}; divided by the measured "
+            f"iteration time. Target-only: {p['target_only_tok_s']:.0f} tok/s.",
+            "",
+            "| K | tokens / iteration | from | projected tok/s | vs target-only |",
+            "|---:|---:|---|---:|---:|",
+        ]
+        for row in p["rows"]:
+            out.append(
+                f"| {row['k']} | {row['tokens_per_iteration']:.2f} | {row['from']} | "
+                f"{row['projected_tok_s']:.0f} | "
+                f"{row['projected_tok_s'] / p['target_only_tok_s']:.2f}x |"
+            )
+    if r.get("transformers"):
+        out += [
+            "",
+            "## transformers on the same shapes (fp16, static KV cache)",
+            "",
+            "| model | torch.compile | step ms | decode tok/s | note |",
+            "|---|---|---:|---:|---|",
+        ]
+        for t in r["transformers"]:
+            out.append(
+                f"| {t.get('model', '-')} | {t.get('torch_compile', '-')} | "
+                f"{fmt(t.get('step_ms'))} | {fmt(t.get('decode_tok_s'), '.0f')} | "
+                f"{t.get('error', '')} |"
+            )
+    if r.get("errors"):
+        out += ["", "## Errors", ""] + [f"- {e}" for e in r["errors"]]
+    return "\n".join(out) + "\n"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--workdir", default="/tmp/trt-spec-gpu-bench", help="engine files")
+    ap.add_argument("--out-dir", default=str(REPO / "benchmarks" / "results"))
+    ap.add_argument("--tag", default=None, help="file name tag (default: the date)")
+    ap.add_argument("--context", type=int, default=128, help="positions in the KV cache")
+    ap.add_argument("--iters", type=int, default=50)
+    ap.add_argument("--max-seq-len", type=int, default=2048)
+    ap.add_argument("--hist", default=None, help="JSON with accepted_hist entries (CPU bench)")
+    ap.add_argument("--alpha", type=float, default=0.7, help="assumed acceptance without --hist")
+    ap.add_argument("--hf-new-tokens", type=int, default=64)
+    ap.add_argument("--skip-7b", action="store_true")
+    ap.add_argument("--skip-transformers", action="store_true")
+    args = ap.parse_args()
+
+    from trt_spec import _core
+
+    if not _core.cuda_available():
+        print("bench_gpu: needs a CUDA GPU and a CUDA build of trt-spec", file=sys.stderr)
+        return 2
+    date = dt.date.today().isoformat()
+    r: dict = {
+        "date": date,
+        "commit": git_commit(),
+        "host": platform.node(),
+        "device": dict(_core.cuda_device_info(0)),
+        "settings": vars(args),
+        "errors": [],
+    }
+    r["bandwidth_gbps"] = _core.cuda_bandwidth_gbps(0, 1 << 30, 20)
+    log(f"{r['device']['name']}: copy bandwidth {r['bandwidth_gbps']:.0f} GB/s")
+    engines = make_engines(Path(args.workdir), args)
+    for key, fn in (
+        ("decode_steps", lambda: decode_steps(engines, r["bandwidth_gbps"], args)),
+        ("iterations", lambda: iterations(engines, args)),
+    ):
+        try:
+            r[key] = fn()
+        except Exception:
+            r["errors"].append(f"{key}: {traceback.format_exc()[-1500:]}")
+            log(r["errors"][-1])
+    if r.get("iterations") and r.get("decode_steps"):
+        step = next(s for s in r["decode_steps"] if s["model"] == "qwen2.5-1.5b")
+        r["projection"] = projection(
+            r["iterations"], step.get("engine_step_ms", step["step_ms"]), args
+        )
+    if not args.skip_transformers:
+        r["transformers"] = transformers_rows(args)
+    r["bandwidth_gbps_end"] = _core.cuda_bandwidth_gbps(0, 1 << 30, 20)
+
+    out = Path(args.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    stem = out / f"gpu_{args.tag or date}"
+    stem.with_suffix(".json").write_text(json.dumps(r, indent=1, default=str))
+    md = markdown(r)
+    stem.with_suffix(".md").write_text(md)
+    print(md)
+    log(f"wrote {stem}.json and .md")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# The checks and numbers that need a CUDA GPU (a lent H100 / H200), in steps that each fit a
+# 10-minute command:
+#
+#   bash benchmarks/run_gpu_checks.sh build      # CUDA build (TRT_SPEC_CUDA=ON: fails without nvcc)
+#   bash benchmarks/run_gpu_checks.sh test       # pytest -m gpu: every kernel and whole models
+#   bash benchmarks/run_gpu_checks.sh sanitize   # compute-sanitizer memcheck on the GPU tests
+#   bash benchmarks/run_gpu_checks.sh bench      # benchmarks/bench_gpu.py (results/gpu_<date>.*)
+#   bash benchmarks/run_gpu_checks.sh all        # all four
+#
+# Logs and results go to $OUT when it is set (else benchmarks/results/gpu_logs); bench results
+# also to benchmarks/results/. Extra arguments after the step go to bench_gpu.py (e.g.
+# --hist benchmarks/results/spec_<date>.json, --skip-7b, --skip-transformers).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+step="${1:-all}"
+shift || true
+OUT="${OUT:-benchmarks/results/gpu_logs}"
+mkdir -p "$OUT"
+status=0
+
+run() {  # name, command...: runs it, keeps the log, records the exit code
+  local name="$1"
+  shift
+  echo "== $name: $*"
+  "$@" 2>&1 | tee "$OUT/$name.log"
+  local rc=${PIPESTATUS[0]}
+  echo "== $name: exit $rc" | tee -a "$OUT/summary.txt"
+  [[ $rc -eq 0 ]] || status=1
+}
+
+if [[ "$step" == build || "$step" == all ]]; then
+  nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1 || true
+  run build env CMAKE_ARGS="-DTRT_SPEC_CUDA=ON" pip install --no-build-isolation -q .
+  run cuda_available python -c \
+    "from trt_spec import _core; assert _core.cuda_available(), 'no GPU seen'; print(_core.cuda_device_info(0))"
+fi
+if [[ "$step" == test || "$step" == all ]]; then
+  run pytest_gpu python -m pytest -m gpu -q -rs -p no:cacheprovider
+  # The CPU suite still passes on a GPU machine (auto picks the GPU; Engine defaults may too).
+  run pytest_cuda_build python -m pytest -q -p no:cacheprovider tests/test_cuda_build.py
+fi
+if [[ "$step" == sanitize || "$step" == all ]]; then
+  # memcheck slows kernels 10-100x: the tiny-model and op tests (real shapes excluded).
+  run sanitizer compute-sanitizer --tool memcheck --leak-check full --error-exitcode 3 \
+    python -m pytest -m gpu -x -q -p no:cacheprovider -k "not real_shape" \
+    tests/test_cuda_ops.py tests/test_cuda_engine.py
+  run sanitizer_racecheck compute-sanitizer --tool racecheck --error-exitcode 3 \
+    python -m pytest -m gpu -x -q -p no:cacheprovider \
+    "tests/test_cuda_ops.py::test_sample_matches_cpu[1000]" \
+    "tests/test_cuda_ops.py::test_spec_accept[1000-1000-4]" \
+    "tests/test_cuda_ops.py::test_attention[pos1-slot1-12-2-128]"
+fi
+if [[ "$step" == bench || "$step" == all ]]; then
+  run bench python benchmarks/bench_gpu.py "$@"
+  cp benchmarks/results/gpu_*.json benchmarks/results/gpu_*.md "$OUT/" 2>/dev/null || true
+fi
+echo "== done ($step): $([[ $status -eq 0 ]] && echo ok || echo FAILURES, see $OUT)"
+exit $status

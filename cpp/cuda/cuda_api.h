@@ -1,0 +1,32 @@
+// cuda_api.h: what the rest of the runtime (plain C++, no CUDA headers) may ask of the CUDA
+// backend. Only compiled in with TRT_SPEC_WITH_CUDA; every function works on a machine without a
+// GPU or driver (the CUDA runtime is linked statically and loads the driver on first use).
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "runtime/backend.h"
+
+namespace trt_spec {
+
+// Usable CUDA devices; 0 without a driver or GPU, with the reason in *why.
+int cuda_device_count(std::string* why = nullptr);
+
+// The CUDA backend on one device; throws Error when the device cannot be used.
+std::unique_ptr<Backend> make_cuda_backend(int device);
+
+struct CudaDeviceInfo {
+  std::string name;
+  int cc_major = 0, cc_minor = 0, sm_count = 0;
+  size_t total_bytes = 0, free_bytes = 0;
+  double peak_bandwidth_gbps = 0.0;  // from the memory clock and bus width (0 if unknown)
+};
+CudaDeviceInfo cuda_device_info(int device);
+
+// Measured device-to-device copy bandwidth (read + write bytes per second, GB/s) with a buffer
+// of `bytes`, the best of `iters` copies.
+double cuda_copy_bandwidth_gbps(int device, size_t bytes, int iters);
+
+}  // namespace trt_spec

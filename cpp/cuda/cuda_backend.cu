@@ -1,0 +1,367 @@
+// cuda_backend.cu: CudaBackend (cuda_backend.h): device, memory, graphs and the transformer ops;
+// plus the device queries of cuda_api.h. Token selection is in cuda_sampling.cu.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "cuda/cuda_api.h"
+#include "cuda/cuda_backend.h"
+#include "cuda/cuda_check.h"
+#include "kernels/cuda/attention.cuh"
+#include "kernels/cuda/gemv.cuh"
+#include "kernels/cuda/norm_rope.cuh"
+#include "runtime/errors.h"
+
+namespace trt_spec {
+
+namespace {
+
+constexpr size_t kPinnedBytes = size_t{8} << 20;  // download() staging; larger copies go in parts
+
+class CudaGraph final : public BackendGraph {
+ public:
+  CudaGraph(cudaGraphExec_t exec, cudaStream_t stream, int device)
+      : exec_(exec), stream_(stream), device_(device) {}
+  ~CudaGraph() override { cudaGraphExecDestroy(exec_); }
+  void launch() override {
+    cuda_check(cudaSetDevice(device_), "cudaSetDevice");
+    cuda_check(cudaGraphLaunch(exec_, stream_), "cudaGraphLaunch");
+  }
+
+ private:
+  cudaGraphExec_t exec_;
+  cudaStream_t stream_;
+  int device_;
+};
+
+}  // namespace
+
+// ---- device queries (cuda_api.h) --------------------------------------------------------------
+
+int cuda_device_count(std::string* why) {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    cudaGetLastError();  // clear it
+    if (why) *why = cudaGetErrorString(e);
+    return 0;
+  }
+  if (n == 0 && why) *why = "no CUDA device found";
+  return n;
+}
+
+std::unique_ptr<Backend> make_cuda_backend(int device) {
+  return std::make_unique<CudaBackend>(device);
+}
+
+CudaDeviceInfo cuda_device_info(int device) {
+  cudaDeviceProp prop{};
+  cuda_check(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
+  CudaDeviceInfo info;
+  info.name = prop.name;
+  info.cc_major = prop.major;
+  info.cc_minor = prop.minor;
+  info.sm_count = prop.multiProcessorCount;
+  int clock_khz = 0, bus_bits = 0;
+  if (cudaDeviceGetAttribute(&clock_khz, cudaDevAttrMemoryClockRate, device) == cudaSuccess &&
+      cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, device) == cudaSuccess)
+    info.peak_bandwidth_gbps = 2.0 * clock_khz * 1e3 * (bus_bits / 8) / 1e9;  // DDR
+  cudaGetLastError();
+  cuda_check(cudaSetDevice(device), "cudaSetDevice");
+  cuda_check(cudaMemGetInfo(&info.free_bytes, &info.total_bytes), "cudaMemGetInfo");
+  return info;
+}
+
+double cuda_copy_bandwidth_gbps(int device, size_t bytes, int iters) {
+  cuda_check(cudaSetDevice(device), "cudaSetDevice");
+  void *a = nullptr, *b = nullptr;
+  cuda_check(cudaMalloc(&a, bytes), "cudaMalloc");
+  if (cudaMalloc(&b, bytes) != cudaSuccess) {
+    cudaFree(a);
+    throw Error("cudaMalloc failed for the bandwidth buffer");
+  }
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  double best = 0.0;
+  cudaMemset(a, 1, bytes);
+  cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice);  // warm-up
+  for (int i = 0; i < std::max(1, iters); ++i) {
+    cudaEventRecord(e0);
+    cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice);
+    cudaEventRecord(e1);
+    cudaEventSynchronize(e1);
+    float ms = 0.0f;
+    cudaEventElapsedTime(&ms, e0, e1);
+    if (ms > 0.0f) best = std::max(best, 2.0 * static_cast<double>(bytes) / (ms * 1e-3) / 1e9);
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  cudaFree(a);
+  cudaFree(b);
+  cuda_check(cudaGetLastError(), "bandwidth measurement");
+  return best;
+}
+
+// ---- construction, memory ---------------------------------------------------------------------
+
+CudaBackend::CudaBackend(int device) : device_(device) {
+  std::string why;
+  const int count = cuda_device_count(&why);
+  if (count == 0) throw Error("no CUDA device is available (" + why + ")");
+  if (device < 0 || device >= count)
+    throw InvalidArgument("CUDA device " + std::to_string(device) +
+                          " does not exist (this machine has " + std::to_string(count) + ")");
+  cuda_check(cudaSetDevice(device_), "cudaSetDevice");
+  cudaDeviceProp prop{};
+  cuda_check(cudaGetDeviceProperties(&prop, device_), "cudaGetDeviceProperties");
+  if (prop.major < 8)
+    throw Error(std::string("the CUDA backend needs compute capability 8.0 or newer; ") +
+                prop.name + " has " + std::to_string(prop.major) + "." +
+                std::to_string(prop.minor));
+  sm_count_ = prop.multiProcessorCount;
+  name_ = "cuda:" + std::to_string(device_) + " " + prop.name;
+  cudaStream_t s = nullptr;
+  cuda_check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
+  stream_ = s;
+  cuda_check(cudaMallocHost(&pinned_, kPinnedBytes), "cudaMallocHost");
+}
+
+CudaBackend::~CudaBackend() {
+  cudaSetDevice(device_);
+  cudaStreamSynchronize(stream_);
+  for (void* p : weights_) cudaFree(p);
+  for (Scratch& s : scratch_) cudaFree(s.p);
+  for (void* p : retired_) cudaFree(p);
+  cudaFreeHost(pinned_);
+  cudaStreamDestroy(stream_);
+}
+
+void CudaBackend::use_device() const {
+  thread_local int current = -1;
+  if (current != device_) {
+    cuda_check(cudaSetDevice(device_), "cudaSetDevice");
+    current = device_;
+  }
+}
+
+void CudaBackend::check_launch(const char* what) const {
+  cuda_check(cudaGetLastError(), what);
+}
+
+void* CudaBackend::alloc(size_t bytes) {
+  use_device();
+  void* p = nullptr;
+  const size_t n = align_up(bytes == 0 ? 64 : bytes, 64);
+  const cudaError_t e = cudaMalloc(&p, n);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    throw Error("out of GPU memory allocating " + std::to_string(bytes) + " bytes (" +
+                cudaGetErrorString(e) + ")");
+  }
+  cuda_check(cudaMemsetAsync(p, 0, n, stream_), "cudaMemsetAsync");
+  return p;
+}
+
+void CudaBackend::release(void* p) {
+  if (!p) return;
+  cudaSetDevice(device_);
+  cudaFree(p);  // (waits for the device; never throws: called from destructors)
+}
+
+void CudaBackend::upload(void* dst, const void* src, size_t bytes) {
+  use_device();
+  // Pageable source: the copy is staged before the call returns, so src may change afterwards.
+  cuda_check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_), "upload");
+}
+
+void CudaBackend::download(void* dst, const void* src, size_t bytes) {
+  use_device();
+  auto* out = static_cast<uint8_t*>(dst);
+  const auto* in = static_cast<const uint8_t*>(src);
+  // Through pinned memory: one DMA copy and one synchronisation per kPinnedBytes.
+  size_t off = 0;
+  do {
+    const size_t n = std::min(kPinnedBytes, bytes - off);
+    if (n > 0)
+      cuda_check(cudaMemcpyAsync(pinned_, in + off, n, cudaMemcpyDeviceToHost, stream_),
+                 "download");
+    cuda_check(cudaStreamSynchronize(stream_), "download (synchronize)");
+    if (n > 0) std::memcpy(out + off, pinned_, n);
+    off += n;
+  } while (off < bytes);
+}
+
+void CudaBackend::synchronize() {
+  use_device();
+  cuda_check(cudaStreamSynchronize(stream_), "synchronize");
+}
+
+WeightView CudaBackend::import_weight(const WeightView& host) {
+  use_device();
+  const size_t bytes = weight_blob_bytes(host.type, host.rows, host.cols);
+  void* p = nullptr;
+  const cudaError_t e = cudaMalloc(&p, bytes);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    throw Error("out of GPU memory loading the weights (" + std::to_string(bytes) +
+                " more bytes; " + cudaGetErrorString(e) + ")");
+  }
+  weights_.push_back(p);
+  cuda_check(cudaMemcpyAsync(p, host.data, bytes, cudaMemcpyHostToDevice, stream_),
+             "import_weight");
+  cuda_check(cudaStreamSynchronize(stream_), "import_weight (synchronize)");
+  WeightView v = host;
+  v.data = static_cast<const uint8_t*>(p);
+  return v;
+}
+
+// ---- scratch and graphs -----------------------------------------------------------------------
+
+void CudaBackend::grow(Scratch& s, size_t bytes) {
+  if (s.p) retired_.push_back(s.p);
+  s.p = nullptr;
+  s.bytes = 0;
+  const size_t n = align_up(bytes, 256);
+  const cudaError_t e = cudaMalloc(&s.p, n);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    s.p = nullptr;
+    throw Error("out of GPU memory allocating " + std::to_string(n) + " bytes of scratch");
+  }
+  s.bytes = n;
+}
+
+void* CudaBackend::scratch(ScratchId id, size_t bytes) {
+  Scratch& s = scratch_[id];
+  if (bytes <= s.bytes) return s.p;
+  if (sizing_) {
+    s.need = std::max(s.need, bytes);
+    return nullptr;
+  }
+  if (capturing_) throw Error("CUDA backend: a scratch buffer outgrew its sizing pass");
+  use_device();
+  grow(s, std::max({bytes, s.need, s.bytes + s.bytes / 2}));
+  return s.p;
+}
+
+std::unique_ptr<BackendGraph> CudaBackend::capture(const std::function<void()>& issue_ops) {
+  use_device();
+  // 1. Sizing pass: the ops record the scratch they need and launch nothing.
+  sizing_ = true;
+  try {
+    issue_ops();
+  } catch (...) {
+    sizing_ = false;
+    throw;
+  }
+  sizing_ = false;
+  for (Scratch& s : scratch_)
+    if (s.need > s.bytes) grow(s, s.need);
+  // 2. Capture.
+  cuda_check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal),
+             "cudaStreamBeginCapture");
+  capturing_ = true;
+  cudaGraph_t graph = nullptr;
+  try {
+    issue_ops();
+  } catch (...) {
+    capturing_ = false;
+    cudaStreamEndCapture(stream_, &graph);
+    if (graph) cudaGraphDestroy(graph);
+    cudaGetLastError();
+    throw;
+  }
+  capturing_ = false;
+  cuda_check(cudaStreamEndCapture(stream_, &graph), "cudaStreamEndCapture");
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
+  cudaGraphDestroy(graph);
+  cuda_check(e, "cudaGraphInstantiate");
+  return std::make_unique<CudaGraph>(exec, stream_, device_);
+}
+
+// ---- transformer ops --------------------------------------------------------------------------
+
+void CudaBackend::embed(WeightView table, const int32_t* tokens, int n, float* out) {
+  if (sizing() || n <= 0) return;
+  cuda::embed_kernel<<<n, cuda::kRowThreads, 0, stream_>>>(cuda::dev_weight(table), tokens, out);
+  check_launch("embed");
+}
+
+void CudaBackend::rmsnorm(const float* x, WeightView w, float eps, int n, int dim, float* out) {
+  if (sizing() || n <= 0) return;
+  cuda::rmsnorm_kernel<<<n, cuda::kRowThreads, 0, stream_>>>(
+      x, static_cast<const float*>(w.section(0)), eps, dim, out);
+  check_launch("rmsnorm");
+}
+
+void CudaBackend::linear(WeightView w, WeightView bias, const float* x, int n, float* out) {
+  if (sizing() || n <= 0) return;
+  const float* b = bias.data ? static_cast<const float*>(bias.section(0)) : nullptr;
+  cuda::launch_gemv(cuda::dev_weight(w), x, n, b, out, stream_);
+  check_launch("linear");
+}
+
+void CudaBackend::rope(float* qkv, const int32_t* pos, int n, const AttentionShape& s,
+                       const float* cos_table, const float* sin_table) {
+  if (sizing() || n <= 0) return;
+  cuda::rope_kernel<<<n, cuda::kRowThreads, 0, stream_>>>(qkv, pos, s.n_heads, s.n_kv_heads,
+                                                          s.head_dim, cos_table, sin_table);
+  check_launch("rope");
+}
+
+void CudaBackend::attention(const float* qkv, const int32_t* pos, const int32_t* slot, int n,
+                            const AttentionShape& s, KvCache& cache, int layer, float* out) {
+  if (s.head_dim > 32 * cuda::kAttnMaxPerLane || s.n_kv_heads <= 0 || s.n_heads % s.n_kv_heads != 0)
+    throw InvalidArgument(
+        "CUDA attention: head_dim must be <= 256 and n_heads a multiple of "
+        "n_kv_heads");
+  if (n <= 0) return;
+  // Splits of the positions per (row, head): enough blocks for every SM at decode, fixed per
+  // model so that a row's result never depends on n.
+  int splits = (2 * sm_count_ + s.n_heads - 1) / s.n_heads;
+  splits = std::max(1, std::min({splits, 64, std::max(1, cache.max_seq / 32)}));
+  const int64_t row_heads = static_cast<int64_t>(n) * s.n_heads;
+  float* partial = nullptr;
+  if (splits > 1)
+    partial = static_cast<float*>(scratch(
+        kAttnPartial, static_cast<size_t>(row_heads) * splits * (s.head_dim + 2) * sizeof(float)));
+  if (sizing()) return;
+  const cuda::KvView kv{cache.k,        cache.v,       cache.layers,
+                        cache.kv_heads, cache.max_seq, cache.head_dim};
+  cuda::kv_write_kernel<<<n, 256, 0, stream_>>>(qkv, pos, slot, s.n_heads, kv, layer);
+  check_launch("attention (kv write)");
+  cuda::attention_kernel<<<dim3(static_cast<unsigned>(row_heads), splits), cuda::kAttnThreads, 0,
+                           stream_>>>(qkv, pos, slot, s.n_heads, s.scale, kv, layer, out, partial);
+  check_launch("attention");
+  if (splits > 1) {
+    cuda::attention_combine_kernel<<<static_cast<unsigned>(row_heads), cuda::kAttnThreads, 0,
+                                     stream_>>>(partial, splits, s.n_heads, s.head_dim, out);
+    check_launch("attention (combine)");
+  }
+}
+
+void CudaBackend::swiglu(const float* gate_up, int n, int ffn, float* out) {
+  if (sizing() || n <= 0) return;
+  const int64_t count = static_cast<int64_t>(n) * ffn;
+  cuda::swiglu_kernel<<<cuda::elementwise_blocks(count, 256), 256, 0, stream_>>>(gate_up, n, ffn,
+                                                                                 out);
+  check_launch("swiglu");
+}
+
+void CudaBackend::add(float* x, const float* y, size_t count) {
+  if (sizing() || count == 0) return;
+  cuda::add_kernel<<<cuda::elementwise_blocks(static_cast<int64_t>(count), 256), 256, 0, stream_>>>(
+      x, y, static_cast<int64_t>(count));
+  check_launch("add");
+}
+
+void CudaBackend::gather_rows(const float* src, const int32_t* rows, int n, int dim, float* dst) {
+  if (sizing() || n <= 0) return;
+  cuda::gather_rows_kernel<<<n, cuda::kRowThreads, 0, stream_>>>(src, rows, dim, dst);
+  check_launch("gather_rows");
+}
+
+}  // namespace trt_spec

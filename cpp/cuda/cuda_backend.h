@@ -1,0 +1,93 @@
+// cuda_backend.h: the CUDA implementation of Backend (backend.h).
+//
+// Device memory for everything (weights copied once by import_weight, KV caches, scratch, row
+// metadata, sequence and sampling state), one non-blocking stream for every op, and graph
+// capture of whole op sequences (one speculative iteration = one CUDA graph, spec_program.cpp).
+// The kernels live in kernels/cuda/*.cuh; the ops are split over cuda_backend.cu (memory, graphs,
+// transformer ops) and cuda_sampling.cu (token selection).
+//
+// Scratch buffers grow on demand. A graph keeps pointing at the buffers it was captured with,
+// so an outgrown buffer is retired (kept until the backend goes), never freed early; capture()
+// first issues the ops in a sizing pass that launches nothing, so no buffer grows while
+// capturing.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "runtime/backend.h"
+
+struct CUstream_st;
+
+namespace trt_spec {
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(int device);
+  ~CudaBackend() override;
+
+  std::string name() const override { return name_; }
+  int threads() const override { return 1; }
+  bool runs_on_host() const override { return false; }
+
+  void* alloc(size_t bytes) override;
+  void release(void* p) override;
+  void upload(void* dst, const void* src, size_t bytes) override;
+  void download(void* dst, const void* src, size_t bytes) override;
+  void synchronize() override;
+  WeightView import_weight(const WeightView& host) override;
+
+  bool supports_graphs() const override { return true; }
+  std::unique_ptr<BackendGraph> capture(const std::function<void()>& issue_ops) override;
+
+  void embed(WeightView table, const int32_t* tokens, int n, float* out) override;
+  void rmsnorm(const float* x, WeightView w, float eps, int n, int dim, float* out) override;
+  void linear(WeightView w, WeightView bias, const float* x, int n, float* out) override;
+  void rope(float* qkv, const int32_t* pos, int n, const AttentionShape& shape,
+            const float* cos_table, const float* sin_table) override;
+  void attention(const float* qkv, const int32_t* pos, const int32_t* slot, int n,
+                 const AttentionShape& shape, KvCache& cache, int layer, float* out) override;
+  void swiglu(const float* gate_up, int n, int ffn, float* out) override;
+  void add(float* x, const float* y, size_t count) override;
+  void gather_rows(const float* src, const int32_t* rows, int n, int dim, float* dst) override;
+  void sample(const float* logits, int n, int vocab, const int32_t* slot, SamplingState* states,
+              int32_t* out_tokens) override;
+  void spec_rows(const SeqState* seqs, const int32_t* slots, int B, int first, int count,
+                 int32_t* tokens, int32_t* pos, int32_t* row_slots) override;
+  void spec_draft_sample(float* logits_q, int B, int vocab, int vocab_common, int j, SeqState* seqs,
+                         const int32_t* slots, const SamplingState* states) override;
+  void spec_accept(const float* logits, const float* q, int B, int k, int vocab, int vocab_draft,
+                   SeqState* seqs, const int32_t* slots, const SamplingState* states) override;
+
+  int device() const { return device_; }
+  CUstream_st* stream() const { return stream_; }
+
+ private:
+  enum ScratchId { kAttnPartial = 0, kAcceptProbs, kAcceptBest, kScratchCount };
+  struct Scratch {
+    void* p = nullptr;
+    size_t bytes = 0;
+    size_t need = 0;  // the most a sizing pass asked for
+  };
+  // A scratch buffer of at least `bytes`; nullptr during a sizing pass (which only records).
+  void* scratch(ScratchId id, size_t bytes);
+  void grow(Scratch& s, size_t bytes);
+  // Makes this backend's device current on the calling thread.
+  void use_device() const;
+  // Throws Error when the last launch failed.
+  void check_launch(const char* what) const;
+  // True during a sizing pass: ops record their scratch needs and launch nothing.
+  bool sizing() const { return sizing_; }
+
+  int device_ = 0;
+  int sm_count_ = 1;
+  std::string name_;
+  CUstream_st* stream_ = nullptr;
+  std::vector<void*> weights_;  // imported weight copies
+  Scratch scratch_[kScratchCount];
+  std::vector<void*> retired_;  // outgrown scratch that captured graphs may still use
+  void* pinned_ = nullptr;      // staging of download(), kPinnedBytes
+  bool sizing_ = false, capturing_ = false;
+};
+
+}  // namespace trt_spec

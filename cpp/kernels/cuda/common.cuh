@@ -1,0 +1,201 @@
+// common.cuh: shared device helpers of the CUDA kernels: weight views as raw pointers, f16/bf16
+// decoding, the element decode of every weight type (kernels/weight_format.h), and warp/block
+// reductions.
+//
+// Layering: the CUDA kernels take raw device pointers and plain structs only (the shared
+// headers weight_format.h, philox.h, sampling.h, speculative.h); no runtime types.
+#pragma once
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/weight_format.h"
+
+namespace trt_spec::cuda {
+
+constexpr unsigned kFullMask = 0xffffffffu;
+
+// One weight matrix W [rows, cols] in device memory, its sections as typed pointers.
+struct DevWeight {
+  WeightType type;
+  int64_t rows, cols;
+  const uint8_t* q;   // section 0: the values (f32 / f16 / bf16) or codes (q8 / q4)
+  const uint16_t* d;  // section 1 (q8, q4): f16 scale per group of 32   [rows, cols / 32]
+  const uint16_t* m;  // section 2 (q4): f16 offset per group of 32      [rows, cols / 32]
+};
+
+inline DevWeight dev_weight(const WeightView& w) {
+  DevWeight r{w.type, w.rows, w.cols, static_cast<const uint8_t*>(w.section(0)), nullptr, nullptr};
+  if (weight_section_count(w.type) > 1) r.d = static_cast<const uint16_t*>(w.section(1));
+  if (weight_section_count(w.type) > 2) r.m = static_cast<const uint16_t*>(w.section(2));
+  return r;
+}
+
+__device__ __forceinline__ float f16_bits_to_float(uint16_t h) {
+  return __half2float(__ushort_as_half(h));
+}
+
+__device__ __forceinline__ float bf16_bits_to_float(uint16_t h) {
+  return __uint_as_float(static_cast<uint32_t>(h) << 16);
+}
+
+// W[r, c] as float, for any type (the reference decode of quantize.cpp, one element).
+__device__ __forceinline__ float weight_at(const DevWeight& w, int64_t r, int64_t c) {
+  switch (w.type) {
+    case WeightType::F32: return reinterpret_cast<const float*>(w.q)[r * w.cols + c];
+    case WeightType::F16:
+      return f16_bits_to_float(reinterpret_cast<const uint16_t*>(w.q)[r * w.cols + c]);
+    case WeightType::BF16:
+      return bf16_bits_to_float(reinterpret_cast<const uint16_t*>(w.q)[r * w.cols + c]);
+    case WeightType::Q8: {
+      const int64_t groups = w.cols / kQuantGroup;
+      const float d = f16_bits_to_float(w.d[r * groups + c / kQuantGroup]);
+      return d * static_cast<float>(static_cast<int>(w.q[r * w.cols + c]) - 128);
+    }
+    case WeightType::Q4: {
+      const int64_t groups = w.cols / kQuantGroup;
+      const int64_t sb = c / kQ4SuperBlock, j = c % kQ4SuperBlock;
+      const uint8_t byte = w.q[r * (w.cols / 2) + sb * 32 + (j & 31)];
+      const int code = j < 32 ? (byte & 0xf) : (byte >> 4);
+      const int64_t g = r * groups + c / kQuantGroup;
+      return f16_bits_to_float(w.d[g]) * static_cast<float>(code) + f16_bits_to_float(w.m[g]);
+    }
+  }
+  return 0.0f;
+}
+
+// ---- reductions ---------------------------------------------------------------------------
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(kFullMask, v, o);
+  return v;
+}
+
+__device__ __forceinline__ unsigned long long warp_sum_u64(unsigned long long v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(kFullMask, v, o);
+  return v;
+}
+
+// Sum over the block (every thread gets it). All threads must call; blockDim.x % 32 == 0.
+__device__ __forceinline__ float block_sum(float v) {
+  __shared__ float part[32];
+  __shared__ float total;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  v = warp_sum(v);
+  if (lane == 0) part[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    float s = lane < nw ? part[lane] : 0.0f;
+    s = warp_sum(s);
+    if (lane == 0) total = s;
+  }
+  __syncthreads();
+  const float r = total;
+  __syncthreads();  // part / total may be reused by the next call
+  return r;
+}
+
+__device__ __forceinline__ unsigned long long block_sum_u64(unsigned long long v) {
+  __shared__ unsigned long long part[32];
+  __shared__ unsigned long long total;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  v = warp_sum_u64(v);
+  if (lane == 0) part[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    unsigned long long s = lane < nw ? part[lane] : 0ull;
+    s = warp_sum_u64(s);
+    if (lane == 0) total = s;
+  }
+  __syncthreads();
+  const unsigned long long r = total;
+  __syncthreads();
+  return r;
+}
+
+// Exclusive prefix sum over the block in thread order (every thread gets its own prefix and the
+// total).
+__device__ __forceinline__ unsigned long long block_exclusive_scan_u64(unsigned long long v,
+                                                                       unsigned long long* total) {
+  __shared__ unsigned long long part[32];
+  __shared__ unsigned long long sum_all;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  unsigned long long incl = v;  // inclusive scan within the warp
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const unsigned long long y = __shfl_up_sync(kFullMask, incl, o);
+    if (lane >= o) incl += y;
+  }
+  if (lane == 31) part[warp] = incl;
+  __syncthreads();
+  if (warp == 0) {
+    const unsigned long long p = lane < nw ? part[lane] : 0ull;
+    unsigned long long pi = p;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const unsigned long long y = __shfl_up_sync(kFullMask, pi, o);
+      if (lane >= o) pi += y;
+    }
+    if (lane < nw) part[lane] = pi - p;  // exclusive prefix of the warp totals
+    if (lane == 31) sum_all = pi;
+  }
+  __syncthreads();
+  const unsigned long long r = part[warp] + incl - v;
+  *total = sum_all;
+  __syncthreads();
+  return r;
+}
+
+// Block argmax (value, lowest index among equal maxima); every thread gets the result.
+struct ArgMax {
+  float v;
+  int i;
+};
+
+__device__ __forceinline__ ArgMax argmax_pick(ArgMax a, ArgMax b) {
+  if (b.i < 0) return a;
+  if (a.i < 0) return b;
+  return (b.v > a.v || (b.v == a.v && b.i < a.i)) ? b : a;
+}
+
+__device__ __forceinline__ ArgMax warp_argmax(ArgMax a) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    ArgMax b{__shfl_xor_sync(kFullMask, a.v, o), __shfl_xor_sync(kFullMask, a.i, o)};
+    a = argmax_pick(a, b);
+  }
+  return a;
+}
+
+__device__ __forceinline__ ArgMax block_argmax(ArgMax a) {
+  __shared__ ArgMax part[32];
+  __shared__ ArgMax best;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  a = warp_argmax(a);
+  if (lane == 0) part[warp] = a;
+  __syncthreads();
+  if (warp == 0) {
+    ArgMax b = lane < nw ? part[lane] : ArgMax{0.0f, -1};
+    b = warp_argmax(b);
+    if (lane == 0) best = b;
+  }
+  __syncthreads();
+  const ArgMax r = best;
+  __syncthreads();
+  return r;
+}
+
+// argmax of x [0, n) (lowest index among equal maxima; index 0 when n <= 0).
+__device__ __forceinline__ ArgMax block_argmax_row(const float* x, int n) {
+  ArgMax a{0.0f, -1};
+  for (int i = threadIdx.x; i < n; i += blockDim.x) a = argmax_pick(a, ArgMax{x[i], i});
+  a = block_argmax(a);
+  if (a.i < 0) a = ArgMax{n > 0 ? x[0] : 0.0f, 0};
+  return a;
+}
+
+}  // namespace trt_spec::cuda

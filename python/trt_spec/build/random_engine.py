@@ -1,0 +1,174 @@
+"""Engines with random weights in a real model's shapes, written without any checkpoint.
+
+For the GPU tests and benchmarks: the speed of a decode step depends only on the shapes and the
+weight format, and backend-against-backend checks need no trained weights. The file is the one
+the builder writes (same metadata layout as ``builder._write_model``), with a word-level
+tokenizer ``<t0> <t1> ...`` covering the vocabulary.
+
+    write_random_engine("pair.engine", SHAPES["qwen2.5-1.5b"], draft=SHAPES["qwen2.5-0.5b"],
+                        weights="f16")
+"""
+
+from __future__ import annotations
+
+import datetime
+from pathlib import Path
+
+import numpy as np
+
+from trt_spec import _core
+from trt_spec.build.builder import choose_type
+from trt_spec.build.writer import EngineWriter
+
+# Model configs in the engine schema (cpp/runtime/model.h ModelConfig).
+SHAPES: dict[str, dict] = {
+    "qwen2.5-1.5b": dict(
+        arch="qwen2", n_layers=28, dim=1536, n_heads=12, n_kv_heads=2, head_dim=128,
+        ffn_dim=8960, vocab_size=151936, rope_theta=1000000.0, rms_eps=1e-6,
+        tied_embeddings=True, qkv_bias=True,
+    ),
+    "qwen2.5-0.5b": dict(
+        arch="qwen2", n_layers=24, dim=896, n_heads=14, n_kv_heads=2, head_dim=64,
+        ffn_dim=4864, vocab_size=151936, rope_theta=1000000.0, rms_eps=1e-6,
+        tied_embeddings=False, qkv_bias=True,
+    ),
+    "llama-7b": dict(
+        arch="llama", n_layers=32, dim=4096, n_heads=32, n_kv_heads=32, head_dim=128,
+        ffn_dim=11008, vocab_size=32000, rope_theta=10000.0, rms_eps=1e-5,
+        tied_embeddings=False, qkv_bias=False,
+    ),
+}  # fmt: skip
+
+
+def tensor_shapes(cfg: dict) -> list[tuple[str, tuple[int, ...]]]:
+    """Engine tensors of a config, in the builder's file order."""
+    d, f, v = cfg["dim"], cfg["ffn_dim"], cfg["vocab_size"]
+    qkv = (cfg["n_heads"] + 2 * cfg["n_kv_heads"]) * cfg["head_dim"]
+    out: list[tuple[str, tuple[int, ...]]] = [("tok_embd.weight", (v, d))]
+    for i in range(cfg["n_layers"]):
+        p = f"blk.{i}."
+        out.append((p + "attn_norm.weight", (d,)))
+        out.append((p + "attn_qkv.weight", (qkv, d)))
+        if cfg["qkv_bias"]:
+            out.append((p + "attn_qkv.bias", (qkv,)))
+        out.append((p + "attn_output.weight", (d, cfg["n_heads"] * cfg["head_dim"])))
+        out.append((p + "ffn_norm.weight", (d,)))
+        out.append((p + "ffn_gate_up.weight", (2 * f, d)))
+        out.append((p + "ffn_down.weight", (d, f)))
+    out.append(("output_norm.weight", (d,)))
+    if not cfg["tied_embeddings"]:
+        out.append(("output.weight", (v, d)))
+    return out
+
+
+def parameter_count(cfg: dict) -> int:
+    return sum(int(np.prod(s)) for _, s in tensor_shapes(cfg))
+
+
+class _Random:
+    """Random float32 arrays; `fast` tiles one 16M-value pool (enough for timing runs)."""
+
+    def __init__(self, seed: int, fast: bool) -> None:
+        self.rng = np.random.default_rng(seed)
+        self.pool = self.rng.standard_normal(1 << 24, dtype=np.float32) if fast else None
+
+    def normal(self, shape: tuple[int, ...]) -> np.ndarray:
+        n = int(np.prod(shape))
+        if self.pool is None:
+            return self.rng.standard_normal(n, dtype=np.float32).reshape(shape)
+        start = int(self.rng.integers(0, self.pool.size))
+        reps = (start + n + self.pool.size - 1) // self.pool.size
+        return np.tile(self.pool, reps)[start : start + n].reshape(shape)
+
+
+def _init(name: str, shape: tuple[int, ...], cfg: dict, rnd: _Random) -> np.ndarray:
+    """Values that keep activations and logits in a realistic range through every layer."""
+    if name.endswith("norm.weight"):
+        return (1.0 + 0.1 * rnd.normal(shape)).astype(np.float32)
+    if name.endswith(".bias"):
+        return 0.1 * rnd.normal(shape)
+    if name == "tok_embd.weight":
+        return rnd.normal(shape) * (3.0 / np.sqrt(cfg["dim"]))  # also the tied head: logits ~ 3
+    return rnd.normal(shape) * (1.0 / np.sqrt(shape[1]))
+
+
+def _write_model(
+    writer: EngineWriter, role: str, cfg: dict, weights: str, rnd: _Random, progress
+) -> dict:
+    tensors: dict[str, dict] = {}
+    types: dict[str, int] = {}
+    total = 0
+    for name, shape in tensor_shapes(cfg):
+        w = _init(name, shape, cfg, rnd)
+        head = name == "output.weight" or (name == "tok_embd.weight" and cfg["tied_embeddings"])
+        type_name = choose_type(weights, name, shape, 16.0, head)
+        w2 = np.ascontiguousarray(w.reshape(1, -1) if w.ndim == 1 else w, dtype=np.float32)
+        blob = _core.quantize_weight(w2, _core.weight_type_from_name(type_name))
+        tensors[name] = writer.add(blob, type_name, shape)
+        types[type_name] = types.get(type_name, 0) + 1
+        total += blob.size
+        if progress:
+            progress(f"{role}: {name} {list(shape)} -> {type_name}")
+    return {
+        "source": {
+            "path": "random",
+            "format": "random",
+            "name": f"random {cfg['arch']} {cfg['n_layers']}L d{cfg['dim']}",
+            "sha256": None,
+            "context_length": 32768,
+            "tensor_types": ["F32"],
+        },
+        "config": dict(cfg),
+        "weights": weights,
+        "weight_bytes": total,
+        "tensor_type_counts": types,
+        "quant_error": {"metric": "none (random weights)", "max": 0.0, "mean": 0.0,
+                        "per_tensor": {}},
+        "tensors": tensors,
+    }  # fmt: skip
+
+
+def _tokenizer(vocab: int) -> tuple[str, dict]:
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    tok = Tokenizer(models.WordLevel({f"<t{i}>": i for i in range(vocab)}, unk_token="<t0>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    special = {
+        "bos_id": None, "eos_id": None, "pad_id": None, "unk_id": 0, "chat_template": None,
+        "add_bos": False, "add_eos": False, "eog_ids": [],
+    }  # fmt: skip
+    return tok.to_str(), special
+
+
+def write_random_engine(
+    path: str | Path,
+    target: dict,
+    *,
+    draft: dict | None = None,
+    weights: str = "f16",
+    max_seq_len: int = 1024,
+    max_batch: int = 1,
+    draft_len: int = 8,
+    seed: int = 0,
+    fast: bool = False,
+    progress=None,
+) -> Path:
+    """Write an engine of random weights: `target` (and `draft`) are configs like SHAPES'."""
+    path = Path(path)
+    rnd = _Random(seed, fast)
+    tok_json, special = _tokenizer(target["vocab_size"])
+    meta: dict = {
+        "format_version": _core.ENGINE_FORMAT_VERSION,
+        "producer": {"name": "trt-spec random_engine", "version": "0"},
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "build": {"max_seq_len": max_seq_len, "max_batch": max_batch, "weights": weights},
+        "tokenizer": {"json": tok_json, **special},
+        "models": {},
+    }
+    with EngineWriter(path) as writer:
+        meta["models"]["target"] = _write_model(writer, "target", target, weights, rnd, progress)
+        if draft is not None:
+            meta["models"]["draft"] = _write_model(writer, "draft", draft, weights, rnd, progress)
+            meta["build"]["draft_len"] = draft_len
+        writer.finish(meta)
+    return path

@@ -1,0 +1,148 @@
+"""The CUDA build on any machine (no GPU needed): the module imports, reports whether the CUDA
+backend is compiled in, refuses device="cuda" clearly without a GPU and falls back to the CPU for
+device="auto"; the test-only op bindings and the random real-shape engines work on the CPU (the
+GPU tests use both)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import numpy as np
+import pytest
+from cuda_helpers import DRAFT, N_ACC, N_GEN, N_NEW, N_PAST, OUT, RULES, params, seq_states
+from trt_spec import Engine, _core
+from trt_spec.build.random_engine import SHAPES, parameter_count, write_random_engine
+
+TINY = dict(
+    arch="qwen2",
+    n_layers=2,
+    dim=128,
+    n_heads=4,
+    n_kv_heads=2,
+    head_dim=32,
+    ffn_dim=256,
+    vocab_size=512,
+    rope_theta=10000.0,
+    rms_eps=1e-6,
+    tied_embeddings=True,
+    qkv_bias=True,
+)
+
+
+def _expect_cuda() -> bool:
+    """TRT_SPEC_EXPECT_CUDA=1/0 when set, else: built with CUDA iff nvcc is on PATH."""
+    env = os.environ.get("TRT_SPEC_EXPECT_CUDA")
+    if env is not None:
+        return env == "1"
+    return shutil.which("nvcc") is not None
+
+
+def test_import_reports_cuda_build() -> None:
+    import trt_spec  # noqa: F401  (the module imports without a GPU or driver)
+
+    assert isinstance(_core.cuda_compiled(), bool)
+    assert isinstance(_core.cuda_available(), bool)
+    if _expect_cuda():
+        assert _core.cuda_compiled(), "nvcc is on PATH but the CUDA backend was not built"
+    if _core.cuda_available():
+        assert _core.cuda_compiled()
+
+
+@pytest.fixture(scope="module")
+def tiny_engine(tmp_path_factory: pytest.TempPathFactory):
+    path = tmp_path_factory.mktemp("cudabuild") / "tiny.engine"
+    return write_random_engine(
+        path,
+        TINY,
+        draft=dict(TINY, n_layers=1, tied_embeddings=False),
+        weights="f32",
+        max_seq_len=128,
+        max_batch=2,
+        draft_len=4,
+    )
+
+
+@pytest.mark.skipif(_core.cuda_available(), reason="this machine has a GPU")
+@pytest.mark.parametrize("device", ["cuda", "cuda:0"])
+def test_cuda_device_without_gpu_is_a_clear_error(tiny_engine, device: str) -> None:
+    with pytest.raises(ValueError, match=r"no CUDA GPU is available|has no CUDA backend"):
+        Engine(tiny_engine, device=device)
+
+
+@pytest.mark.skipif(_core.cuda_available(), reason="this machine has a GPU")
+def test_auto_falls_back_to_cpu(tiny_engine) -> None:
+    e = Engine(tiny_engine, device="auto")
+    assert e.backend.startswith("cpu")
+    ids = e.generate([1, 2, 3], max_new_tokens=4, ignore_eos=True).token_ids
+    assert len(ids) == 4
+
+
+@pytest.mark.parametrize("device", ["metal", "cuda:x", "cuda:"])
+def test_unknown_device_names(tiny_engine, device: str) -> None:
+    with pytest.raises(ValueError, match="unknown device"):
+        Engine(tiny_engine, device=device)
+
+
+def test_random_real_shapes() -> None:
+    assert parameter_count(SHAPES["qwen2.5-1.5b"]) == pytest.approx(1.54e9, rel=0.02)
+    # The 0.5B as the engine holds it: its head stored apart (untied), 0.49e9 + 0.14e9.
+    assert parameter_count(SHAPES["qwen2.5-0.5b"]) == pytest.approx(0.63e9, rel=0.02)
+    assert parameter_count(SHAPES["llama-7b"]) == pytest.approx(6.74e9, rel=0.02)
+
+
+def test_random_engine_runs_and_graph_flag(tiny_engine) -> None:
+    e = Engine(tiny_engine, device="cpu", n_threads=2)
+    assert e.has_draft and e.config()["dim"] == 128
+    base = e.generate([5, 6, 7], max_new_tokens=12, speculate=False, ignore_eos=True).token_ids
+    spec = e.generate([5, 6, 7], max_new_tokens=12, draft_len=3, ignore_eos=True).token_ids
+    assert spec == base
+    dec = _core.Decoder(e._rt)
+    assert dec.use_graphs is True
+    dec.use_graphs = False
+    assert dec.use_graphs is False and dec.graphs_captured == 0
+
+
+# ---- the op bindings on the CPU (the harness of tests/test_cuda_ops.py) ----------------------
+def test_op_runner_linear_and_sampling_on_cpu() -> None:
+    r = _core.OpRunner("cpu")
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((64, 128), dtype=np.float32)
+    x = rng.standard_normal((3, 128), dtype=np.float32)
+    b = rng.standard_normal(64, dtype=np.float32)
+    blob = _core.quantize_weight(w, _core.WeightType.F32)
+    got = r.linear(blob, _core.WeightType.F32, 64, 128, x, b)
+    np.testing.assert_allclose(got, x @ w.T + b, rtol=1e-4, atol=1e-4)
+    logits = (3 * rng.standard_normal((4, 300))).astype(np.float32)
+    ps = [params(RULES[i], seed=i, step=5) for i in range(4)]
+    toks, steps = r.sample(logits, [0, 1, 2, 3], ps)
+    for i in range(4):
+        t, k, p, seed, step = ps[i]
+        assert toks[i] == _core.sample_row(logits[i], t, k, p, seed, step)
+    assert steps == [6, 6, 6, 6]
+
+
+def test_op_runner_spec_ops_on_cpu() -> None:
+    r = _core.OpRunner("cpu")
+    rng = np.random.default_rng(1)
+    seqs = seq_states(2, n_past=10, last=3, prev=2, n_gen=4)
+    tok, pos, rs = r.spec_rows(seqs, [1, 0], 0, 3)
+    assert tok[:3] == [3, 0, 0] and pos[:3] == [10, 11, 12] and rs == [1, 1, 1, 0, 0, 0]
+    k, V = 2, 50
+    p = [params((0.0, 0, 1.0), 0), params((1.0, 0, 1.0), 1)]
+    q = np.zeros((k * 2, V), np.float32)
+    for j in range(k):
+        qj, seqs = r.spec_draft_sample(
+            (3 * rng.standard_normal((2, V))).astype(np.float32), V, j, seqs, [0, 1], p
+        )
+        q[j * 2 : j * 2 + 2] = qj
+    assert np.allclose(q[1::2].sum(axis=1), 1.0, atol=1e-5)  # sampling rows became q_j
+    after = r.spec_accept(
+        rng.standard_normal((2 * (k + 1), V)).astype(np.float32), q, k, seqs, [0, 1], p
+    )
+    for s in range(2):
+        assert after[s, N_NEW] == after[s, N_ACC] + 1
+        assert after[s, N_PAST] == 10 + after[s, N_NEW] and after[s, N_GEN] == 4 + after[s, N_NEW]
+        assert list(after[s, OUT : OUT + after[s, N_ACC]]) == list(
+            seqs[s, DRAFT : DRAFT + after[s, N_ACC]]
+        )

@@ -1,0 +1,174 @@
+"""Whole models on the CUDA backend against the CPU backend, speculation against target-only on
+the GPU, and graph replay against the same ops launched one by one. Needs a GPU.
+
+Tiny models (tests/tiny_models.py, tests/spec_pairs.py) run every weight format and draft kind;
+the real shapes of the default pair (Qwen2.5 1.5B target, 0.5B draft, random weights) check the
+logits at full size (`real_shape` tests, also marked slow).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import spec_pairs
+from cuda_helpers import GPU
+from trt_spec import Engine, _core
+from trt_spec.build.random_engine import SHAPES, write_random_engine
+
+pytestmark = GPU
+
+PROMPTS = [[1, 2, 3, 4], [5, 9, 2], [7] * 10, [100, 200, 300, 17, 42, 8]]
+SAMPLING = dict(temperature=0.8, top_p=0.9, top_k=0)
+
+
+def rel_err(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.max(np.abs(a.astype(np.float64) - b)) / np.max(np.abs(b)))
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory: pytest.TempPathFactory):
+    return tmp_path_factory.mktemp("cuda")
+
+
+def both(path) -> tuple[Engine, Engine]:
+    return Engine(path, device="cuda"), Engine(path, device="cpu", n_threads=4)
+
+
+def test_backend_name(tiny) -> None:
+    path, _ = tiny.engine("qwen2", weights="f32")
+    e = Engine(path, device="cuda")
+    assert e.backend.startswith("cuda:0")
+    assert Engine(path, device="auto").backend.startswith("cuda")
+
+
+# ---- logits --------------------------------------------------------------------------------------
+@pytest.mark.parametrize("weights", ["f32", "f16", "bf16", "q8", "q4"])
+@pytest.mark.parametrize("arch,tied", [("qwen2", False), ("llama", True)])
+def test_logits_tiny(tiny, weights: str, arch: str, tied: bool) -> None:
+    path, _ = tiny.engine(arch, weights=weights, tied=tied)
+    g, c = both(path)
+    ids = list(range(1, 60, 3))
+    lg, lc = g.logits(ids), c.logits(ids)
+    # The CPU quantizes activations to int8 for q8 / q4 products; the GPU keeps them in float.
+    tol = 5e-2 if weights in ("q8", "q4") else 1e-4
+    assert rel_err(lg, lc) < tol
+    agree = np.mean(lg.argmax(axis=1) == lc.argmax(axis=1))
+    assert agree >= (0.9 if weights in ("q8", "q4") else 1.0)
+
+
+def test_prefill_chunks(tiny) -> None:
+    """A prompt longer than the prefill chunk runs in parts (and a 250-row forward)."""
+    path, _ = tiny.engine("qwen2", weights="f16")
+    ids = [int(i) for i in np.random.default_rng(0).integers(0, 384, 250)]
+    ref = _core.Runtime(str(path), "cpu", 4, True, 256).prompt_logits(ids)
+    for chunk in (64, 256):
+        got = _core.Runtime(str(path), "cuda", 0, True, chunk).prompt_logits(ids)
+        assert rel_err(got, ref) < 1e-4
+
+
+# ---- generation ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("weights", ["f32", "f16"])
+def test_greedy_and_sampled_generation_match_cpu(root, weights: str) -> None:
+    path = spec_pairs.make_pair(root, "noisy", draft_len=4, max_batch=4, weights=weights)
+    g, c = both(path)
+    for k in [0, 3]:
+        a = g.generate(PROMPTS, max_new_tokens=24, draft_len=k, ignore_eos=True)
+        b = c.generate(PROMPTS, max_new_tokens=24, draft_len=k, ignore_eos=True)
+        assert [r.token_ids for r in a] == [r.token_ids for r in b]
+        a = g.generate(PROMPTS, max_new_tokens=24, draft_len=k, seed=5, ignore_eos=True, **SAMPLING)
+        b = c.generate(PROMPTS, max_new_tokens=24, draft_len=k, seed=5, ignore_eos=True, **SAMPLING)
+        assert [r.token_ids for r in a] == [r.token_ids for r in b]
+
+
+@pytest.mark.parametrize("kind", ["same", "noisy", "negated", "padded", "random"])
+@pytest.mark.parametrize("batch", [1, 4])
+def test_greedy_speculation_equals_target_only(root, kind: str, batch: int) -> None:
+    e = Engine(spec_pairs.make_pair(root, kind, draft_len=8, max_batch=4), device="cuda")
+    prompts = PROMPTS[:batch]
+    base = e.generate(prompts, max_new_tokens=40, speculate=False, ignore_eos=True)
+    for k in [1, 2, 4, 8, "auto"]:
+        got = e.generate(prompts, max_new_tokens=40, draft_len=k, ignore_eos=True)
+        for b, r in zip(base, got, strict=True):
+            assert r.token_ids == b.token_ids, (kind, k)
+    if kind == "same":
+        s = e.generate(prompts[0], max_new_tokens=40, draft_len=4, ignore_eos=True).stats
+        assert s.acceptance_rate == 1.0
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_graph_replay_equals_kernel_by_kernel(root, temperature: float) -> None:
+    path = spec_pairs.make_pair(root, "noisy", draft_len=8, max_batch=4)
+    outs = []
+    for graphs in (True, False):
+        e = Engine(path, device="cuda")
+        e._dec.use_graphs = graphs
+        got = []
+        for k in (1, 4, 8):
+            res = e.generate(
+                PROMPTS,
+                max_new_tokens=32,
+                draft_len=k,
+                seed=3,
+                temperature=temperature,
+                top_p=0.95,
+                ignore_eos=True,
+            )
+            got.append([r.token_ids for r in res])
+        outs.append(got)
+        assert (e._dec.graphs_captured > 0) == graphs
+    assert outs[0] == outs[1]
+
+
+def test_graph_cache_per_batch_and_k(root) -> None:
+    e = Engine(spec_pairs.make_pair(root, "noisy", draft_len=4, max_batch=4), device="cuda")
+    dec = _core.Decoder(e._rt)
+    dec.draft_len = 2
+    for p in PROMPTS[:3]:
+        dec.add(p, 10, 0.0, 0, 1.0, 0, [])
+    while dec.running:
+        dec.step()
+    # Batches shrink as requests finish together: at least (3, 2) was captured once.
+    n = dec.graphs_captured
+    assert n >= 1
+    for p in PROMPTS[:3]:
+        dec.add(p, 10, 0.0, 0, 1.0, 0, [])
+    while dec.running:
+        dec.step()
+    assert dec.graphs_captured == n  # same (B, k) pairs: replayed, not captured again
+
+
+# ---- the default pair's real shapes, random weights ---------------------------------------------
+@pytest.fixture(scope="module")
+def real_pair(tmp_path_factory: pytest.TempPathFactory):
+    path = tmp_path_factory.mktemp("realshape") / "qwen-pair-f16.engine"
+    return write_random_engine(
+        path,
+        SHAPES["qwen2.5-1.5b"],
+        draft=SHAPES["qwen2.5-0.5b"],
+        weights="f16",
+        max_seq_len=512,
+        max_batch=2,
+        draft_len=8,
+        fast=True,
+    )
+
+
+@pytest.mark.slow
+def test_real_shape_logits(real_pair) -> None:
+    g, c = both(real_pair)
+    ids = [int(i) for i in np.random.default_rng(1).integers(0, 151936, 24)]
+    lg, lc = g.logits(ids), c.logits(ids)
+    assert rel_err(lg, lc) < 1e-2
+    assert np.mean(lg.argmax(axis=1) == lc.argmax(axis=1)) >= 0.95
+
+
+@pytest.mark.slow
+def test_real_shape_speculation_and_graphs(real_pair) -> None:
+    e = Engine(real_pair, device="cuda")
+    prompts = [[1, 2, 3, 4, 5], [151000, 7, 99]]
+    base = e.generate(prompts, max_new_tokens=24, speculate=False, ignore_eos=True)
+    spec = e.generate(prompts, max_new_tokens=24, draft_len=4, ignore_eos=True)
+    assert [r.token_ids for r in spec] == [r.token_ids for r in base]
+    e._dec.use_graphs = False
+    plain = e.generate(prompts, max_new_tokens=24, draft_len=4, ignore_eos=True)
+    assert [r.token_ids for r in plain] == [r.token_ids for r in base]

@@ -1,0 +1,235 @@
+"""Every op of the CUDA backend against the CPU backend (and, for the matrix products, against an
+exact float64 product of the dequantized weights), through _core.OpRunner. Needs a GPU.
+
+Tolerances: the GPU computes in float32 with its own summation order (fp16-level tolerances are
+ample); token choices (sampling, acceptance) must be identical given identical logits, since both
+backends follow one rule with the same Philox numbers.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from cuda_helpers import GPU, RULES, params, random_logits, seq_states
+from trt_spec import _core
+
+pytestmark = GPU
+
+TYPES = ["f32", "f16", "bf16", "q8", "q4"]
+
+
+@pytest.fixture(scope="module")
+def cpu():
+    return _core.OpRunner("cpu")
+
+
+@pytest.fixture(scope="module")
+def gpu():
+    return _core.OpRunner("cuda")
+
+
+def rel_err(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.max(np.abs(a.astype(np.float64) - b)) / max(np.max(np.abs(b)), 1e-30))
+
+
+# ---- matrix products ---------------------------------------------------------------------------
+@pytest.mark.parametrize("wtype", TYPES)
+@pytest.mark.parametrize("rows,cols", [(1000, 896), (300, 1536), (64, 128), (33, 4864)])
+def test_linear_all_row_counts(cpu, gpu, wtype: str, rows: int, cols: int) -> None:
+    rng = np.random.default_rng(rows + cols)
+    t = _core.weight_type_from_name(wtype)
+    w = (rng.standard_normal((rows, cols)) / np.sqrt(cols)).astype(np.float32)
+    blob = _core.quantize_weight(w, t)
+    exact_w = _core.dequantize_weight(blob, t, rows, cols).astype(np.float64)
+    bias = rng.standard_normal(rows).astype(np.float32)
+    x = rng.standard_normal((40, cols)).astype(np.float32)
+    one = gpu.linear(blob, t, rows, cols, x[:1], bias)
+    for n in [1, 2, 3, 4, 5, 8, 9, 16, 17, 40]:
+        ref = x[:n].astype(np.float64) @ exact_w.T + bias
+        got = gpu.linear(blob, t, rows, cols, x[:n], bias)
+        assert got.shape == (n, rows)
+        assert rel_err(got, ref) < 2e-5, (wtype, n)
+        # A row's result does not depend on the rest of the batch (bitwise).
+        np.testing.assert_array_equal(got[:1], one)
+        # The CPU backend quantizes activations to int8 for q8 / q4: only close to it there.
+        tol = 3e-2 if wtype in ("q8", "q4") else 1e-5
+        assert rel_err(got, cpu.linear(blob, t, rows, cols, x[:n], bias)) < tol
+    nobias = gpu.linear(blob, t, rows, cols, x[:3])
+    assert rel_err(nobias, x[:3].astype(np.float64) @ exact_w.T) < 2e-5
+
+
+@pytest.mark.parametrize("wtype", ["f32", "f16", "bf16"])
+def test_linear_odd_columns(gpu, wtype: str) -> None:
+    """Columns that are no multiple of 8: the scalar kernel."""
+    rng = np.random.default_rng(5)
+    t = _core.weight_type_from_name(wtype)
+    w = rng.standard_normal((50, 72 + 3)).astype(np.float32)
+    blob = _core.quantize_weight(w, t)
+    exact_w = _core.dequantize_weight(blob, t, 50, 75).astype(np.float64)
+    x = rng.standard_normal((6, 75)).astype(np.float32)
+    assert rel_err(gpu.linear(blob, t, 50, 75, x), x @ exact_w.T) < 2e-5
+
+
+@pytest.mark.parametrize("wtype", TYPES)
+def test_embed(cpu, gpu, wtype: str) -> None:
+    rng = np.random.default_rng(2)
+    t = _core.weight_type_from_name(wtype)
+    w = rng.standard_normal((500, 256)).astype(np.float32)
+    blob = _core.quantize_weight(w, t)
+    tokens = [0, 499, 17, 17, 250]
+    got = gpu.embed(blob, t, 500, 256, tokens)
+    exact = _core.dequantize_weight(blob, t, 500, 256)[tokens]
+    np.testing.assert_allclose(got, exact, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(got, cpu.embed(blob, t, 500, 256, tokens), rtol=1e-6, atol=1e-7)
+
+
+# ---- row ops -----------------------------------------------------------------------------------
+def test_rmsnorm_swiglu_add_gather(cpu, gpu) -> None:
+    rng = np.random.default_rng(3)
+    for dim in [128, 896, 1536, 4096]:
+        x = rng.standard_normal((7, dim)).astype(np.float32) * 3
+        g = rng.standard_normal(dim).astype(np.float32)
+        np.testing.assert_allclose(
+            gpu.rmsnorm(x, g, 1e-6), cpu.rmsnorm(x, g, 1e-6), rtol=2e-5, atol=1e-5
+        )
+    gu = rng.standard_normal((5, 2 * 1000)).astype(np.float32) * 4
+    np.testing.assert_allclose(gpu.swiglu(gu), cpu.swiglu(gu), rtol=1e-5, atol=1e-6)
+    a, b = (
+        rng.standard_normal(10007).astype(np.float32),
+        rng.standard_normal(10007).astype(np.float32),
+    )
+    np.testing.assert_array_equal(gpu.add(a, b), cpu.add(a, b))
+    src = rng.standard_normal((9, 300)).astype(np.float32)
+    np.testing.assert_array_equal(gpu.gather_rows(src, [8, 0, 3, 3]), src[[8, 0, 3, 3]])
+
+
+def _rope_tables(max_seq: int, head_dim: int, theta: float) -> tuple[np.ndarray, np.ndarray]:
+    half = head_dim // 2
+    inv = 1.0 / theta ** (np.arange(half, dtype=np.float32) * 2 / head_dim)
+    ang = np.arange(max_seq, dtype=np.float32)[:, None] * inv[None, :]
+    return np.cos(ang).astype(np.float32), np.sin(ang).astype(np.float32)
+
+
+@pytest.mark.parametrize("heads,kv,hd", [(12, 2, 128), (14, 2, 64), (4, 2, 32), (32, 32, 128)])
+def test_rope(cpu, gpu, heads: int, kv: int, hd: int) -> None:
+    rng = np.random.default_rng(hd)
+    c, s = _rope_tables(512, hd, 1e6)
+    qkv = rng.standard_normal((6, (heads + 2 * kv) * hd)).astype(np.float32)
+    pos = [0, 1, 100, 511, 7, 7]
+    np.testing.assert_allclose(
+        gpu.rope(qkv, pos, heads, kv, hd, c, s),
+        cpu.rope(qkv, pos, heads, kv, hd, c, s),
+        rtol=1e-5,
+        atol=1e-6,
+    )
+
+
+@pytest.mark.parametrize("heads,kv,hd", [(12, 2, 128), (14, 2, 64), (4, 2, 32), (8, 8, 80)])
+@pytest.mark.parametrize(
+    "pos,slot",
+    [
+        ([37], [1]),  # decode
+        ([20, 21, 22, 23, 24], [0] * 5),  # a verify block: causal inside it
+        ([5, 900, 63], [2, 0, 1]),  # a batch of sequences
+        ([2000, 2001], [1, 1]),  # long context: many splits
+        (list(range(0, 48)), [2] * 48),  # a prefill chunk
+    ],
+)
+def test_attention(cpu, gpu, heads, kv, hd, pos, slot) -> None:
+    rng = np.random.default_rng(len(pos) + hd)
+    slots, layers, max_seq, layer = 3, 2, 2048, 1
+    size = slots * layers * kv * max_seq * hd
+    kc = rng.standard_normal(size).astype(np.float32)
+    vc = rng.standard_normal(size).astype(np.float32)
+    qkv = rng.standard_normal((len(pos), (heads + 2 * kv) * hd)).astype(np.float32)
+    args = (qkv, pos, slot, heads, kv, hd, 1.0 / np.sqrt(hd), kc, vc, slots, layers, max_seq, layer)
+    out_g, k_g, v_g = gpu.attention(*args)
+    out_c, k_c, v_c = cpu.attention(*args)
+    np.testing.assert_array_equal(k_g, k_c)
+    np.testing.assert_array_equal(v_g, v_c)
+    assert rel_err(out_g, out_c.astype(np.float64)) < 1e-5
+    # Each row alone gives the same result (bitwise) as inside the batch.
+    for i in [0, len(pos) - 1]:
+        one, _, _ = gpu.attention(
+            qkv[i : i + 1],
+            [pos[i]],
+            [slot[i]],
+            heads,
+            kv,
+            hd,
+            1.0 / np.sqrt(hd),
+            k_g,
+            v_g,
+            slots,
+            layers,
+            max_seq,
+            layer,
+        )
+        np.testing.assert_array_equal(one[0], out_g[i])
+
+
+# ---- token selection ---------------------------------------------------------------------------
+@pytest.mark.parametrize("vocab", [1000, 151936])
+def test_sample_matches_cpu(cpu, gpu, vocab: int) -> None:
+    rng = np.random.default_rng(vocab)
+    trials = 24 if vocab > 100000 else 120
+    logits = random_logits(rng, (trials, vocab))
+    logits[0, [5, 9]] = logits[0].max() + 1.0  # tied maxima: the lower index wins
+    logits[1, :] = 0.5  # all equal
+    for rule in RULES:
+        ps = [params(rule, seed=1000 + i, step=i) for i in range(trials)]
+        g, gs = gpu.sample(logits, list(range(trials)), ps)
+        c, cs = cpu.sample(logits, list(range(trials)), ps)
+        assert g == c, rule
+        assert gs == cs
+    # One slot listed twice advances its step twice, drawing with step, then step + 1.
+    ps = [params((1.0, 0, 1.0), seed=3, step=7)]
+    assert gpu.sample(logits[:2], [0, 0], ps) == cpu.sample(logits[:2], [0, 0], ps)
+
+
+def test_spec_rows(cpu, gpu) -> None:
+    seqs = seq_states(
+        4, n_past=np.array([10, 3, 50, 7]), last=np.array([1, 2, 3, 4]), prev=np.array([5, 6, 7, 8])
+    )
+    seqs[:, 6:14] = np.arange(32).reshape(4, 8)
+    for first, count in [(-1, 2), (0, 5), (3, 1)]:
+        assert gpu.spec_rows(seqs, [2, 0, 3], first, count) == cpu.spec_rows(
+            seqs, [2, 0, 3], first, count
+        )
+
+
+@pytest.mark.parametrize("vocab,vocab_common", [(1000, 1000), (1100, 1000), (151936, 151665)])
+def test_spec_draft_sample(cpu, gpu, vocab: int, vocab_common: int) -> None:
+    rng = np.random.default_rng(vocab)
+    for trial in range(4):
+        ps = [params(RULES[(trial * 3 + b) % len(RULES)], seed=trial * 10 + b) for b in range(3)]
+        seqs = seq_states(3, n_gen=np.array([0, 5, 17]) + trial)
+        logits = random_logits(rng, (3, vocab))
+        for j in range(3):
+            qg, sg = gpu.spec_draft_sample(logits, vocab_common, j, seqs, [0, 1, 2], ps)
+            qc, sc = cpu.spec_draft_sample(logits, vocab_common, j, seqs, [0, 1, 2], ps)
+            np.testing.assert_array_equal(sg, sc)
+            np.testing.assert_allclose(qg, qc, rtol=1e-5, atol=1e-7)
+            seqs = sc
+
+
+@pytest.mark.parametrize("k", [0, 1, 4, 8])
+@pytest.mark.parametrize("vocab,vocab_draft", [(1000, 1000), (1000, 1024), (151936, 151936)])
+def test_spec_accept(cpu, gpu, k: int, vocab: int, vocab_draft: int) -> None:
+    rng = np.random.default_rng(k * 7 + vocab)
+    B = 3
+    for trial in range(3 if vocab > 10000 else 8):
+        ps = [params(RULES[(trial + 2 * b) % len(RULES)], seed=trial * 100 + b) for b in range(B)]
+        seqs = seq_states(B, n_past=20, last=11, prev=10, n_gen=np.array([3, 4, 5]) + trial)
+        target = random_logits(rng, (B * (k + 1), vocab), scale=2.0)
+        # Draft proposals from distributions near the target's (some accepted, some not).
+        q = np.zeros((k * B, vocab_draft), np.float32)
+        for j in range(k):
+            base = np.zeros((B, vocab_draft), np.float32)
+            base[:, :vocab] = target.reshape(B, k + 1, vocab)[:, j]
+            dl = (base + random_logits(rng, (B, vocab_draft), scale=0.7)).astype(np.float32)
+            qj, seqs = cpu.spec_draft_sample(dl, min(vocab, vocab_draft), j, seqs, [0, 1, 2], ps)
+            q[j * B : (j + 1) * B] = qj
+        g = gpu.spec_accept(target, q, k, seqs, [0, 1, 2], ps)
+        c = cpu.spec_accept(target, q, k, seqs, [0, 1, 2], ps)
+        np.testing.assert_array_equal(g, c)
