@@ -42,7 +42,7 @@ if [[ "$step" == test || "$step" == all ]]; then
 fi
 if [[ "$step" == sanitize || "$step" == all ]]; then
   # memcheck slows kernels 10-100x: the tiny-model and op tests (real shapes excluded).
-  run sanitizer compute-sanitizer --tool memcheck --leak-check full --error-exitcode 3 \
+  run sanitizer compute-sanitizer --tool memcheck --error-exitcode 3 \
     python -m pytest -m gpu -x -q -p no:cacheprovider -k "not real_shape" \
     tests/test_cuda_ops.py tests/test_cuda_engine.py
   run sanitizer_racecheck compute-sanitizer --tool racecheck --error-exitcode 3 \

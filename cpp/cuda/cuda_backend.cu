@@ -25,7 +25,9 @@ class CudaGraph final : public BackendGraph {
       : exec_(exec), stream_(stream), device_(device) {}
   ~CudaGraph() override { cudaGraphExecDestroy(exec_); }
   void launch() override {
-    cuda_check(cudaSetDevice(device_), "cudaSetDevice");
+    int current = -1;
+    if (cudaGetDevice(&current) != cudaSuccess || current != device_)
+      cuda_check(cudaSetDevice(device_), "cudaSetDevice");
     cuda_check(cudaGraphLaunch(exec_, stream_), "cudaGraphLaunch");
   }
 
@@ -139,11 +141,9 @@ CudaBackend::~CudaBackend() {
 }
 
 void CudaBackend::use_device() const {
-  thread_local int current = -1;
-  if (current != device_) {
+  int current = -1;
+  if (cudaGetDevice(&current) != cudaSuccess || current != device_)
     cuda_check(cudaSetDevice(device_), "cudaSetDevice");
-    current = device_;
-  }
 }
 
 void CudaBackend::check_launch(const char* what) const {

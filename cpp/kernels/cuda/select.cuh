@@ -10,7 +10,7 @@
 //     radix descent over the keys with 8-bit digits: a histogram of the remaining candidates per
 //     digit, the bucket the running sum reaches the target in, then the next digit inside it.
 //     Once a bucket holds at most kCompactCap candidates they are copied to shared memory and the
-//     remaining digits read only those.
+//     remaining digits read only those. Histogram updates are aggregated per warp and bucket.
 //   * block_index_draw is the inverse CDF in token-index order (pure temperature sampling,
 //     sample_dense, sample_residual): per-thread segment sums, a block scan, one thread walks
 //     the segment the target falls in.
@@ -107,55 +107,60 @@ __device__ bool block_key_search(const RowWeights& r, uint64_t floor, Reach reac
       sh.cnt[b] = 0;
     }
     __syncthreads();
-    // Run-length accumulation: consecutive matches of a thread mostly share a bucket in the
-    // first digits, so the shared atomics stay few.
-    int cur_b = -1;
-    uint64_t cur_mass = 0;
-    unsigned cur_cnt = 0;
-    auto visit = [&](uint64_t key, uint64_t val) {
-      const int b = static_cast<int>((key >> shift) & 0xffu);
-      if (b != cur_b) {
-        if (cur_b >= 0) {
-          atomicAdd(&sh.mass[cur_b], static_cast<unsigned long long>(cur_mass));
-          atomicAdd(&sh.cnt[cur_b], cur_cnt);
-        }
-        cur_b = b;
-        cur_mass = 0;
-        cur_cnt = 0;
-      }
-      cur_mass += val;
-      cur_cnt += 1;
-    };
     auto matches = [&](uint64_t key) {
       return (floor == 0 || key >= floor) &&
              (level == 0 || (key >> (shift + 8)) == (prefix >> (shift + 8)));
     };
-    if (source < 2) {
-      for (int i = threadIdx.x; i < r.n; i += blockDim.x) {
-        const uint64_t key = r.key(i);
-        if (!matches(key)) continue;
-        const uint64_t val = count ? 1ull : r.weight(i);
-        visit(key, val);
-        if (source == 1) {
-          const int at = atomicAdd(&sh.list_n, 1);  // < kCompactCap: the bucket's count
+    // One warp-wide step over element e (valid: e < count): the warp's matches are added to the
+    // histogram once per distinct bucket (a few in the first digits, where contention on the
+    // shared atomics would otherwise serialise the pass), and appended to the list in
+    // source 1. Called by all lanes together (the loops below are warp-uniform).
+    const int lane = threadIdx.x & 31;
+    auto step = [&](bool valid, uint64_t key, bool from_row, int e) {
+      const bool m = valid && matches(key);
+      const int b = m ? static_cast<int>((key >> shift) & 0xffu) : -1;
+      uint64_t val = 0;
+      if (m) val = count ? 1ull : (from_row ? r.weight(e) : sh.list_val[e]);
+      unsigned todo = __ballot_sync(kFullMask, m);
+      if (source == 1 && todo) {
+        const int first = __ffs(todo) - 1;
+        int at = 0;
+        if (lane == first) at = atomicAdd(&sh.list_n, __popc(todo));  // total <= kCompactCap
+        at = __shfl_sync(kFullMask, at, first) + __popc(todo & ((1u << lane) - 1u));
+        if (m) {
           sh.list_key[at] = key;
           sh.list_val[at] = val;
         }
       }
-    } else {
-      for (int e = threadIdx.x; e < sh.list_n; e += blockDim.x) {
-        const uint64_t key = sh.list_key[e];
-        if (matches(key)) visit(key, sh.list_val[e]);
+      while (todo) {
+        const int leader = __ffs(todo) - 1;
+        const int b0 = __shfl_sync(kFullMask, b, leader);
+        const unsigned same = __ballot_sync(kFullMask, b == b0);
+        const unsigned long long sum = warp_sum_u64(b == b0 ? val : 0ull);
+        if (lane == leader) {
+          atomicAdd(&sh.mass[b0], sum);
+          atomicAdd(&sh.cnt[b0], static_cast<unsigned>(__popc(same)));
+        }
+        todo &= ~same;
       }
-    }
-    if (cur_b >= 0) {
-      atomicAdd(&sh.mass[cur_b], static_cast<unsigned long long>(cur_mass));
-      atomicAdd(&sh.cnt[cur_b], cur_cnt);
+    };
+    if (source < 2) {
+      for (int base = 0; base < r.n; base += blockDim.x) {
+        const int i = base + threadIdx.x;
+        const bool valid = i < r.n;
+        step(valid, valid ? r.key(i) : 0ull, true, i);
+      }
+    } else {
+      const int count_list = sh.list_n;
+      for (int base = 0; base < count_list; base += blockDim.x) {
+        const int e = base + threadIdx.x;
+        const bool valid = e < count_list;
+        step(valid, valid ? sh.list_key[e] : 0ull, false, e);
+      }
     }
     __syncthreads();
     // Warp 0 picks the bucket: lane l holds buckets 255 - 8 l .. 248 - 8 l (descending).
     if (threadIdx.x < 32) {
-      const int lane = threadIdx.x;
       uint64_t lane_mass = 0;
       for (int j = 0; j < 8; ++j) lane_mass += sh.mass[255 - 8 * lane - j];
       uint64_t incl = lane_mass;
