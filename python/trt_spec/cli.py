@@ -11,7 +11,7 @@ import os
 import sys
 from pathlib import Path
 
-from trt_spec import models
+from trt_spec import bench, models
 from trt_spec.build.builder import DEFAULT_DRAFT_LEN, WEIGHT_FORMATS
 
 
@@ -156,6 +156,7 @@ def make_parser() -> argparse.ArgumentParser:
     i.add_argument("engine")
     i.add_argument("--no-verify", action="store_true", help="skip checksum verification")
     i.set_defaults(func=cmd_info)
+    bench.add_parser(sub)
     return p
 
 
