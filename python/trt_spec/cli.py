@@ -74,6 +74,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
         top_p=args.top_p,
         seed=args.seed,
         stop=args.stop or None,
+        draft_len=args.draft_len,
+        speculate=not args.no_speculate,
     )
     if args.json:
         r = engine.generate(prompt, **kwargs)
@@ -106,6 +108,15 @@ def cmd_info(args: argparse.Namespace) -> int:
             f"mean {m['quant_error']['mean']:.2e} max {m['quant_error']['max']:.2e}"
         )
     return 0
+
+
+def _draft_len(text: str) -> int | str:
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected 'auto' or an integer, got {text!r}") from None
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -150,6 +161,13 @@ def make_parser() -> argparse.ArgumentParser:
     g.add_argument("--stop", action="append", help="stop string (repeatable)")
     g.add_argument("--threads", type=int, default=None, help="CPU threads (default: all cores)")
     g.add_argument("--json", action="store_true", help="print one JSON object")
+    g.add_argument(
+        "--draft-len",
+        type=_draft_len,
+        default="auto",
+        help="draft tokens per iteration: 'auto' (default) or a number up to the engine's",
+    )
+    g.add_argument("--no-speculate", action="store_true", help="decode with the target only")
     g.set_defaults(func=cmd_generate)
 
     i = sub.add_parser("info", help="describe an engine file")
