@@ -3,11 +3,17 @@
 // reductions.
 //
 // Layering: the CUDA kernels take raw device pointers and plain structs only (the shared
-// headers weight_format.h, philox.h, sampling.h, speculative.h); no runtime types.
+// headers weight_format.h, philox.h, sampling.h, speculative.h); no runtime types. With
+// TRT_SPEC_CUDA_EMU the kernels compile as host code against tests/cpp/cuda_emu.h (tests on
+// machines without a GPU); launch helpers using <<<>>> are left out there.
 #pragma once
 
+#if defined(TRT_SPEC_CUDA_EMU)
+#include "cuda_emu.h"  // host emulation for tests without a GPU (tests/cpp/cuda_emu.h)
+#else
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+#endif
 
 #include <cstdint>
 

@@ -190,34 +190,44 @@ inline int gemv_chunk_cols(WeightType t) {
   return (t == WeightType::Q8 || t == WeightType::Q4) ? 16 : 8;
 }
 
+// Activation rows per tile for n rows: 1, 2, 4, 8 or 16 (more rows: several tiles).
+inline int gemv_tile_rows(int n) {
+  return n <= 1 ? 1 : (n <= 2 ? 2 : (n <= 4 ? 4 : (n <= 8 ? 8 : 16)));
+}
+
+// Whether gemv_kernel can take this product (else gemv_scalar_kernel).
+inline bool gemv_vectorized(const DevWeight& W, const float* x) {
+  return W.cols % gemv_chunk_cols(W.type) == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
+         (W.type != WeightType::F32 || reinterpret_cast<uintptr_t>(W.q) % 16 == 0);
+}
+
+// grid (tiles, row blocks) for tiles of `tile` rows (tile 1 and n tiles for the scalar kernel).
+inline dim3 gemv_grid(const DevWeight& W, int n, int tile) {
+  const int64_t row_blocks = (W.rows + kGemvWarps - 1) / kGemvWarps;
+  return dim3((n + tile - 1) / tile,
+              static_cast<unsigned>(row_blocks < 65535 ? row_blocks : 65535));
+}
+
+#if !defined(TRT_SPEC_CUDA_EMU)
 // Launches out [n, W.rows] = x [n, W.cols] @ W^T (+ bias) on a stream.
 template <WeightType T>
 inline void launch_gemv_typed(const DevWeight& W, const float* x, int n, const float* bias,
                               float* out, cudaStream_t stream) {
-  const int64_t row_blocks = (W.rows + kGemvWarps - 1) / kGemvWarps;
-  const unsigned gy = static_cast<unsigned>(row_blocks < 65535 ? row_blocks : 65535);
-  auto grid = [&](int rows_per_tile) { return dim3((n + rows_per_tile - 1) / rows_per_tile, gy); };
-  if (n <= 1)
-    gemv_kernel<T, 1><<<grid(1), kGemvThreads, 0, stream>>>(W, x, n, bias, out);
-  else if (n <= 2)
-    gemv_kernel<T, 2><<<grid(2), kGemvThreads, 0, stream>>>(W, x, n, bias, out);
-  else if (n <= 4)
-    gemv_kernel<T, 4><<<grid(4), kGemvThreads, 0, stream>>>(W, x, n, bias, out);
-  else if (n <= 8)
-    gemv_kernel<T, 8><<<grid(8), kGemvThreads, 0, stream>>>(W, x, n, bias, out);
-  else
-    gemv_kernel<T, 16><<<grid(16), kGemvThreads, 0, stream>>>(W, x, n, bias, out);
+  const int tile = gemv_tile_rows(n);
+  const dim3 grid = gemv_grid(W, n, tile);
+  switch (tile) {
+    case 1: gemv_kernel<T, 1><<<grid, kGemvThreads, 0, stream>>>(W, x, n, bias, out); break;
+    case 2: gemv_kernel<T, 2><<<grid, kGemvThreads, 0, stream>>>(W, x, n, bias, out); break;
+    case 4: gemv_kernel<T, 4><<<grid, kGemvThreads, 0, stream>>>(W, x, n, bias, out); break;
+    case 8: gemv_kernel<T, 8><<<grid, kGemvThreads, 0, stream>>>(W, x, n, bias, out); break;
+    default: gemv_kernel<T, 16><<<grid, kGemvThreads, 0, stream>>>(W, x, n, bias, out); break;
+  }
 }
 
 inline void launch_gemv(const DevWeight& W, const float* x, int n, const float* bias, float* out,
                         cudaStream_t stream) {
-  const bool vec = W.cols % gemv_chunk_cols(W.type) == 0 &&
-                   reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
-                   (W.type != WeightType::F32 || reinterpret_cast<uintptr_t>(W.q) % 16 == 0);
-  if (!vec) {
-    const int64_t row_blocks = (W.rows + kGemvWarps - 1) / kGemvWarps;
-    const dim3 grid(n, static_cast<unsigned>(row_blocks < 65535 ? row_blocks : 65535));
-    gemv_scalar_kernel<<<grid, kGemvThreads, 0, stream>>>(W, x, n, bias, out);
+  if (!gemv_vectorized(W, x)) {
+    gemv_scalar_kernel<<<gemv_grid(W, n, 1), kGemvThreads, 0, stream>>>(W, x, n, bias, out);
     return;
   }
   switch (W.type) {
@@ -228,5 +238,6 @@ inline void launch_gemv(const DevWeight& W, const float* x, int n, const float* 
     case WeightType::Q4: launch_gemv_typed<WeightType::Q4>(W, x, n, bias, out, stream); break;
   }
 }
+#endif
 
 }  // namespace trt_spec::cuda

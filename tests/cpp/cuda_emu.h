@@ -1,0 +1,200 @@
+// cuda_emu.h: just enough of CUDA to run the kernels of cpp/kernels/cuda/*.cuh on the CPU, for
+// tests on machines without a GPU (tests/test_cuda_emulated.py). Included by common.cuh when
+// TRT_SPEC_CUDA_EMU is defined; compiled with g++ -std=c++20 -pthread.
+//
+// A launch runs its blocks one after another; each block runs blockDim.x std::threads. Shared
+// memory is a function-static variable (one block at a time: the same semantics), __syncthreads
+// is a barrier over the block, and warp shuffles / ballots exchange values through a per-warp
+// buffer between two barriers of the warp's 32 threads. Every warp-level primitive must
+// therefore be reached by all 32 lanes of the warp, which the kernels guarantee anyway (they are
+// called with the full mask). Atomics are GCC atomics. Float results differ from a GPU in the
+// last bits (host libm, no fused intrinsics); token choices and indexing are what this checks.
+#pragma once
+
+#include <barrier>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __shared__ static
+#define __launch_bounds__(...)
+
+struct dim3 {
+  unsigned x = 1, y = 1, z = 1;
+  dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
+};
+struct float4 {
+  float x, y, z, w;
+};
+struct uint4 {
+  uint32_t x, y, z, w;
+};
+struct uint2 {
+  uint32_t x, y;
+};
+using cudaStream_t = void*;
+
+inline thread_local dim3 threadIdx, blockIdx, blockDim, gridDim;
+
+// CUDA's integer min / max for device code.
+inline int min(int a, int b) {
+  return a < b ? a : b;
+}
+inline int max(int a, int b) {
+  return a > b ? a : b;
+}
+
+namespace cuda_emu {
+
+struct Warp {
+  std::barrier<> bar{32};
+  uint64_t slot[32];
+};
+struct Block {
+  explicit Block(int threads) : bar(threads) {
+    for (int w = 0; w < (threads + 31) / 32; ++w) warps.push_back(std::make_unique<Warp>());
+  }
+  std::barrier<> bar;
+  std::vector<std::unique_ptr<Warp>> warps;
+};
+inline thread_local Block* tl_block = nullptr;
+
+inline int lane() {
+  return static_cast<int>(threadIdx.x & 31);
+}
+
+template <class T>
+uint64_t to_bits(T v) {
+  uint64_t b = 0;
+  std::memcpy(&b, &v, sizeof(T));
+  return b;
+}
+template <class T>
+T from_bits(uint64_t b) {
+  T v;
+  std::memcpy(&v, &b, sizeof(T));
+  return v;
+}
+
+// Every lane publishes v; returns the value of lane src (its own when src is out of range).
+template <class T>
+T exchange(T v, int src) {
+  Warp& w = *tl_block->warps[threadIdx.x / 32];
+  w.slot[lane()] = to_bits(v);
+  w.bar.arrive_and_wait();
+  const T r = (src >= 0 && src < 32) ? from_bits<T>(w.slot[src]) : v;
+  w.bar.arrive_and_wait();
+  return r;
+}
+
+// Runs kernel(args...) over grid x block threads, block by block.
+template <class Kernel, class... Args>
+void launch(dim3 grid, dim3 block, Kernel kernel, Args... args) {
+  const int threads = static_cast<int>(block.x);
+  for (unsigned by = 0; by < grid.y; ++by) {
+    for (unsigned bx = 0; bx < grid.x; ++bx) {
+      Block blk(threads);
+      std::vector<std::thread> pool;
+      pool.reserve(threads);
+      for (int t = 0; t < threads; ++t)
+        pool.emplace_back([&, t] {
+          threadIdx = dim3(t);
+          blockIdx = dim3(bx, by);
+          blockDim = block;
+          gridDim = grid;
+          tl_block = &blk;
+          kernel(args...);
+        });
+      for (auto& th : pool) th.join();
+    }
+  }
+}
+
+}  // namespace cuda_emu
+
+inline void __syncthreads() {
+  cuda_emu::tl_block->bar.arrive_and_wait();
+}
+
+template <class T>
+T __shfl_xor_sync(unsigned, T v, int mask) {
+  return cuda_emu::exchange(v, cuda_emu::lane() ^ mask);
+}
+template <class T>
+T __shfl_up_sync(unsigned, T v, unsigned d) {
+  return cuda_emu::exchange(v, cuda_emu::lane() - static_cast<int>(d));
+}
+template <class T>
+T __shfl_sync(unsigned, T v, int src) {
+  return cuda_emu::exchange(v, src);
+}
+inline unsigned __ballot_sync(unsigned, bool pred) {
+  cuda_emu::Warp& w = *cuda_emu::tl_block->warps[threadIdx.x / 32];
+  w.slot[cuda_emu::lane()] = pred ? 1 : 0;
+  w.bar.arrive_and_wait();
+  unsigned m = 0;
+  for (int l = 0; l < 32; ++l) m |= static_cast<unsigned>(w.slot[l] != 0) << l;
+  w.bar.arrive_and_wait();
+  return m;
+}
+
+template <class T>
+T atomicAdd(T* p, T v) {
+  return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST);
+}
+inline int atomicMax(int* p, int v) {
+  int old = __atomic_load_n(p, __ATOMIC_SEQ_CST);
+  while (old < v &&
+         !__atomic_compare_exchange_n(p, &old, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
+  }
+  return old;
+}
+
+template <class T>
+T __ldg(const T* p) {
+  return *p;
+}
+inline int __ffs(unsigned x) {
+  return __builtin_ffs(static_cast<int>(x));
+}
+inline int __popc(unsigned x) {
+  return __builtin_popcount(x);
+}
+inline unsigned long long __umul64hi(unsigned long long a, unsigned long long b) {
+  return static_cast<unsigned long long>((static_cast<unsigned __int128>(a) * b) >> 64);
+}
+inline unsigned long long __float2ull_rn(float x) {
+  return static_cast<unsigned long long>(std::nearbyint(static_cast<double>(x)));
+}
+inline uint32_t __float_as_uint(float f) {
+  return cuda_emu::from_bits<uint32_t>(cuda_emu::to_bits(f));
+}
+inline float __uint_as_float(uint32_t u) {
+  return cuda_emu::from_bits<float>(cuda_emu::to_bits(u));
+}
+
+// Half precision: bits only (exact conversion, as __half2float).
+struct __half {
+  uint16_t bits;
+};
+inline __half __ushort_as_half(unsigned short h) {
+  return __half{h};
+}
+inline float __half2float(__half h) {
+  const uint32_t sign = static_cast<uint32_t>(h.bits & 0x8000) << 16;
+  const uint32_t exp = (h.bits >> 10) & 0x1f, mant = h.bits & 0x3ff;
+  if (exp == 0) {
+    const float v = static_cast<float>(mant) * 5.9604644775390625e-8f;
+    return sign ? -v : v;
+  }
+  if (exp == 31) return __uint_as_float(sign | 0x7f800000u | (mant << 13));
+  return __uint_as_float(sign | ((exp + 112) << 23) | (mant << 13));
+}

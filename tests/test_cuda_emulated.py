@@ -1,0 +1,326 @@
+"""The CUDA kernels run on the CPU through a small CUDA emulation (tests/cpp/cuda_emu.h): every
+kernel of cpp/kernels/cuda/ against the CPU backend and exact references, on any machine.
+
+Compiles tests/cpp/cuda_emu_ops.cpp with g++ (the kernels as host code: threads for CUDA threads,
+barriers for __syncthreads and warp shuffles) and calls it through ctypes with the same grids
+and blocks as the CUDA backend. This checks the kernels' indexing, weight decoding, reductions,
+the sampling rule's selection algorithm and the acceptance walk; the GPU tests (test_cuda_ops.py,
+marker gpu) check the real thing.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+from cuda_helpers import RULES, params, random_logits, seq_states
+from trt_spec import _core
+
+REPO = Path(__file__).resolve().parents[1]
+TYPES = ["f32", "f16", "bf16", "q8", "q4"]
+STATE = np.dtype(
+    [("t", "<f4"), ("k", "<i4"), ("p", "<f4"), ("pad", "<i4"), ("seed", "<u8"), ("step", "<u8")]
+)
+
+pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
+
+
+@pytest.fixture(scope="module")
+def emu(tmp_path_factory: pytest.TempPathFactory):
+    lib = tmp_path_factory.mktemp("cudaemu") / "libcuda_emu.so"
+    cmd = [
+        "g++",
+        "-std=c++20",
+        "-O1",
+        "-pthread",
+        "-shared",
+        "-fPIC",
+        "-DTRT_SPEC_CUDA_EMU",
+        f"-I{REPO / 'cpp'}",
+        f"-I{REPO / 'tests' / 'cpp'}",
+        str(REPO / "tests" / "cpp" / "cuda_emu_ops.cpp"),
+        "-o",
+        str(lib),
+    ]
+    subprocess.run(cmd, check=True)
+    so = ctypes.CDLL(str(lib))
+    assert so.emu_sampling_state_bytes() == STATE.itemsize
+    assert so.emu_seq_state_bytes() == 4 * _core.SEQ_STATE_INTS
+    return so
+
+
+@pytest.fixture(scope="module")
+def cpu():
+    return _core.OpRunner("cpu")
+
+
+def P(a: np.ndarray | None):
+    return ctypes.c_void_p(0 if a is None else a.ctypes.data)
+
+
+I64, I32, F32 = ctypes.c_int64, ctypes.c_int, ctypes.c_float
+# Threads of the emulated sampling blocks: the backend runs 512; the algorithms take any multiple
+# of 32, and fewer threads keep the emulation fast (one test runs 512).
+T = I32(64)
+
+
+def states(ps: list[tuple]) -> np.ndarray:
+    s = np.zeros(len(ps), STATE)
+    for i, (t, k, p, seed, step) in enumerate(ps):
+        s[i] = (t, k, p, 0, seed, step)
+    return s
+
+
+def rel_err(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.max(np.abs(a.astype(np.float64) - b)) / max(np.max(np.abs(b)), 1e-30))
+
+
+# ---- matrix products, row ops ------------------------------------------------------------------
+@pytest.mark.parametrize("wtype", TYPES)
+def test_gemv(emu, wtype: str) -> None:
+    rng = np.random.default_rng(1)
+    rows, cols = 24, 192
+    t = _core.weight_type_from_name(wtype)
+    w = rng.standard_normal((rows, cols)).astype(np.float32)
+    blob = _core.quantize_weight(w, t)
+    exact = _core.dequantize_weight(blob, t, rows, cols).astype(np.float64)
+    bias = rng.standard_normal(rows).astype(np.float32)
+    x = rng.standard_normal((19, cols)).astype(np.float32)
+    first = None
+    for n, tile in [(1, 0), (3, 0), (8, 0), (19, 0), (5, 16)]:
+        out = np.zeros((n, rows), np.float32)
+        vec = emu.emu_gemv(
+            t.value, P(blob), I64(rows), I64(cols), P(x), I32(n), P(bias), P(out), I32(tile)
+        )
+        assert vec == 1
+        assert rel_err(out, x[:n].astype(np.float64) @ exact.T + bias) < 1e-5, (n, tile)
+        if first is None:
+            first = out[0].copy()
+        np.testing.assert_array_equal(out[0], first)  # a row's result whatever the batch
+
+
+def test_gemv_scalar_path(emu) -> None:
+    rng = np.random.default_rng(2)
+    rows, cols = 10, 75
+    w = rng.standard_normal((rows, cols)).astype(np.float32)
+    blob = _core.quantize_weight(w, _core.WeightType.F16)
+    exact = _core.dequantize_weight(blob, _core.WeightType.F16, rows, cols).astype(np.float64)
+    x = rng.standard_normal((3, cols)).astype(np.float32)
+    out = np.zeros((3, rows), np.float32)
+    vec = emu.emu_gemv(
+        _core.WeightType.F16.value,
+        P(blob),
+        I64(rows),
+        I64(cols),
+        P(x),
+        I32(3),
+        P(None),
+        P(out),
+        I32(0),
+    )
+    assert vec == 0
+    assert rel_err(out, x @ exact.T) < 1e-5
+
+
+@pytest.mark.parametrize("wtype", TYPES)
+def test_embed(emu, wtype: str) -> None:
+    rng = np.random.default_rng(3)
+    t = _core.weight_type_from_name(wtype)
+    w = rng.standard_normal((40, 128)).astype(np.float32)
+    blob = _core.quantize_weight(w, t)
+    tok = np.array([0, 39, 7, 7], np.int32)
+    out = np.zeros((4, 128), np.float32)
+    emu.emu_embed(t.value, P(blob), I64(40), I64(128), P(tok), I32(4), P(out))
+    exact = _core.dequantize_weight(blob, t, 40, 128)[tok]
+    np.testing.assert_allclose(out, exact, rtol=1e-6, atol=1e-7)
+
+
+def test_rmsnorm_rope_swiglu(emu, cpu) -> None:
+    rng = np.random.default_rng(4)
+    x = (3 * rng.standard_normal((3, 300))).astype(np.float32)
+    g = rng.standard_normal(300).astype(np.float32)
+    out = np.zeros_like(x)
+    emu.emu_rmsnorm(P(x), P(g), F32(1e-6), I32(3), I32(300), P(out))
+    np.testing.assert_allclose(out, cpu.rmsnorm(x, g, 1e-6), rtol=2e-5, atol=1e-6)
+
+    nh, nkv, hd = 4, 2, 32
+    half = hd // 2
+    ang = np.arange(64, dtype=np.float32)[:, None] * (
+        1.0 / 10000 ** (np.arange(half, dtype=np.float32) * 2 / hd)
+    )
+    c, s = np.cos(ang).astype(np.float32), np.sin(ang).astype(np.float32)
+    qkv = rng.standard_normal((3, (nh + 2 * nkv) * hd)).astype(np.float32)
+    pos = np.array([0, 5, 63], np.int32)
+    got = qkv.copy()
+    emu.emu_rope(P(got), P(pos), I32(3), I32(nh), I32(nkv), I32(hd), P(c), P(s))
+    np.testing.assert_allclose(
+        got, cpu.rope(qkv, list(pos), nh, nkv, hd, c, s), rtol=1e-5, atol=1e-6
+    )
+
+    gu = (3 * rng.standard_normal((2, 2 * 100))).astype(np.float32)
+    out = np.zeros((2, 100), np.float32)
+    emu.emu_swiglu(P(gu), I32(2), I32(100), P(out))
+    np.testing.assert_allclose(out, cpu.swiglu(gu), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("splits", [1, 3])
+@pytest.mark.parametrize("nh,nkv,hd", [(4, 2, 32), (2, 1, 80)])
+def test_attention(emu, cpu, splits: int, nh: int, nkv: int, hd: int) -> None:
+    rng = np.random.default_rng(splits + hd)
+    slots, layers, max_seq, layer = 2, 2, 64, 1
+    size = slots * layers * nkv * max_seq * hd
+    k = rng.standard_normal(size).astype(np.float32)
+    v = rng.standard_normal(size).astype(np.float32)
+    pos = np.array([9, 10, 11, 40], np.int32)  # a verify block of slot 0, a row of slot 1
+    slot = np.array([0, 0, 0, 1], np.int32)
+    n = len(pos)
+    qkv = rng.standard_normal((n, (nh + 2 * nkv) * hd)).astype(np.float32)
+    out_c, k_c, v_c = cpu.attention(
+        qkv,
+        list(pos),
+        list(slot),
+        nh,
+        nkv,
+        hd,
+        1 / np.sqrt(hd),
+        k,
+        v,
+        slots,
+        layers,
+        max_seq,
+        layer,
+    )
+    kg, vg = k.copy(), v.copy()
+    out = np.zeros((n, nh * hd), np.float32)
+    partial = np.zeros(n * nh * splits * (hd + 2), np.float32)
+    emu.emu_attention(
+        P(qkv),
+        P(pos),
+        P(slot),
+        I32(n),
+        I32(nh),
+        I32(nkv),
+        I32(hd),
+        F32(1 / np.sqrt(hd)),
+        P(kg),
+        P(vg),
+        I32(layers),
+        I32(max_seq),
+        I32(layer),
+        I32(splits),
+        P(partial),
+        P(out),
+    )
+    np.testing.assert_array_equal(kg, k_c)
+    np.testing.assert_array_equal(vg, v_c)
+    assert rel_err(out, out_c.astype(np.float64)) < 1e-5
+
+
+# ---- token selection ---------------------------------------------------------------------------
+def test_sample(emu, cpu) -> None:
+    rng = np.random.default_rng(5)
+    n, V = 6, 700
+    logits = random_logits(rng, (n, V))
+    logits[0, [3, 11]] = logits[0].max() + 1.0  # tied maxima
+    logits[1, :] = 0.25  # all equal
+    logits[2, :] = np.round(logits[2])  # many ties
+    for rule in RULES:
+        ps = [params(rule, seed=40 + i, step=3 * i) for i in range(n)]
+        st = states(ps)
+        out = np.zeros(n, np.int32)
+        threads = I32(512) if rule == RULES[5] else T
+        emu.emu_sample(
+            P(logits), I32(n), I32(V), P(np.arange(n, dtype=np.int32)), P(st), P(out), threads
+        )
+        want, steps = cpu.sample(logits, list(range(n)), ps)
+        assert list(out) == want, rule
+        assert list(st["step"]) == steps
+
+
+def test_sample_many_seeds(emu) -> None:
+    """Top-p / top-k boundaries and draws over many seeds, one row at a time."""
+    rng = np.random.default_rng(6)
+    V = 300
+    for trial in range(24):
+        logits = random_logits(rng, (1, V), scale=float(rng.uniform(0.5, 6.0)))
+        rule = RULES[1 + trial % (len(RULES) - 1)]
+        st = states([params(rule, seed=trial, step=trial)])
+        out = np.zeros(1, np.int32)
+        emu.emu_sample(P(logits), I32(1), I32(V), P(np.zeros(1, np.int32)), P(st), P(out), T)
+        t, k, p, seed, step = params(rule, seed=trial, step=trial)
+        assert out[0] == _core.sample_row(logits[0], t, k, p, seed, step), (trial, rule)
+
+
+def test_spec_rows(emu, cpu) -> None:
+    seqs = seq_states(
+        3, n_past=np.array([4, 9, 30]), last=np.array([1, 2, 3]), prev=np.array([7, 8, 9])
+    )
+    seqs[:, 6:12] = np.arange(18).reshape(3, 6)
+    slots = np.array([2, 0], np.int32)
+    for first, count in [(-1, 2), (0, 4), (2, 1)]:
+        tok, pos, rs = (np.zeros(2 * count, np.int32) for _ in range(3))
+        emu.emu_spec_rows(P(seqs), P(slots), I32(2), I32(first), I32(count), P(tok), P(pos), P(rs))
+        assert (list(tok), list(pos), list(rs)) == tuple(
+            cpu.spec_rows(seqs, list(slots), first, count)
+        )
+
+
+@pytest.mark.parametrize("vocab,common", [(500, 500), (520, 500)])
+def test_spec_draft_sample(emu, cpu, vocab: int, common: int) -> None:
+    rng = np.random.default_rng(vocab)
+    B = 4
+    ps = [params(RULES[i], seed=i) for i in (0, 1, 4, 5)]
+    seqs = seq_states(B, n_gen=np.array([0, 3, 8, 1]))
+    slots = np.arange(B, dtype=np.int32)
+    for j in range(3):
+        logits = random_logits(rng, (B, vocab))
+        qc, sc = cpu.spec_draft_sample(logits, common, j, seqs, list(slots), ps)
+        qg, sg = logits.copy(), seqs.copy()
+        emu.emu_spec_draft_sample(
+            P(qg), I32(B), I32(vocab), I32(common), I32(j), P(sg), P(slots), P(states(ps)), T
+        )
+        np.testing.assert_array_equal(sg, sc)
+        np.testing.assert_allclose(qg, qc, rtol=1e-5, atol=1e-7)
+        seqs = sc
+
+
+@pytest.mark.parametrize("k", [0, 1, 3])
+def test_spec_accept(emu, cpu, k: int) -> None:
+    rng = np.random.default_rng(10 + k)
+    B, V, Vd = 3, 400, 420
+    slots = np.array([1, 2, 0], np.int32)
+    for trial in range(4):
+        ps = [params(RULES[(trial + 3 * b) % len(RULES)], seed=100 * trial + b) for b in range(B)]
+        seqs = seq_states(B, n_past=12, last=5, prev=4, n_gen=np.array([2, 6, 9]))
+        target = random_logits(rng, (B * (k + 1), V), scale=2.0)
+        q = np.zeros((k * B, Vd), np.float32)
+        for j in range(k):
+            dl = np.zeros((B, Vd), np.float32)
+            # Row b of the batch is slot slots[b]: its draft logits near its target row j.
+            dl[:, :V] = target.reshape(B, k + 1, V)[:, j]
+            dl += random_logits(rng, (B, Vd), scale=0.8)
+            qj, seqs = cpu.spec_draft_sample(dl, V, j, seqs, list(slots), ps)
+            q[j * B : (j + 1) * B] = qj
+        want = cpu.spec_accept(target, q, k, seqs, list(slots), ps)
+        got = seqs.copy()
+        Pbuf = np.zeros(max(B * k * V, 1), np.float32)
+        best = np.zeros(B * (k + 1), np.int32)
+        emu.emu_spec_accept(
+            P(target),
+            P(q if k else None),
+            I32(B),
+            I32(k),
+            I32(V),
+            I32(Vd),
+            P(got),
+            P(slots),
+            P(states(ps)),
+            P(Pbuf),
+            P(best),
+            T,
+        )
+        np.testing.assert_array_equal(got, want)
