@@ -307,6 +307,8 @@ def transformers_rows(args) -> list[dict]:
                         hf_config(SHAPES[name]), torch_dtype=torch.float16
                     )
                 model.eval()
+                # transformers' own compile-on-static-cache off: the compiled row compiles here.
+                model.generation_config.disable_compile = True
                 if compiled:
                     model.forward = torch.compile(
                         model.forward, mode="reduce-overhead", fullgraph=True

@@ -30,10 +30,15 @@ run() {  # name, command...: runs it, keeps the log, records the exit code
 }
 
 if [[ "$step" == build || "$step" == all ]]; then
-  nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1 || true
+  # The toolkit must suit the driver (CUDA 13 needs driver >= 580; CUDA 12.x toolkits build this
+  # code too): both versions go to the log.
+  { nvidia-smi; nvcc --version; } > "$OUT/versions.txt" 2>&1 || true
+  cat "$OUT/versions.txt"
   run build env CMAKE_ARGS="-DTRT_SPEC_CUDA=ON" pip install --no-build-isolation -q .
+  # OpRunner("cuda") raises with the reason (e.g. "CUDA driver version is insufficient") if the
+  # GPU cannot be used.
   run cuda_available python -c \
-    "from trt_spec import _core; assert _core.cuda_available(), 'no GPU seen'; print(_core.cuda_device_info(0))"
+    "from trt_spec import _core; print(_core.OpRunner('cuda').name); print(_core.cuda_device_info(0))"
 fi
 if [[ "$step" == test || "$step" == all ]]; then
   run pytest_gpu python -m pytest -m gpu -q -rs -p no:cacheprovider

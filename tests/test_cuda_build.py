@@ -49,6 +49,16 @@ def test_import_reports_cuda_build() -> None:
         assert _core.cuda_compiled()
 
 
+@pytest.mark.skipif(shutil.which("ldd") is None, reason="needs ldd")
+def test_module_needs_no_cuda_libraries() -> None:
+    """The CUDA runtime is linked statically and the driver loaded on first use: importing
+    needs neither libcudart nor libcuda."""
+    import subprocess
+
+    deps = subprocess.run(["ldd", _core.__file__], capture_output=True, text=True).stdout
+    assert "libcudart" not in deps and "libcuda.so" not in deps, deps
+
+
 @pytest.fixture(scope="module")
 def tiny_engine(tmp_path_factory: pytest.TempPathFactory):
     path = tmp_path_factory.mktemp("cudabuild") / "tiny.engine"
