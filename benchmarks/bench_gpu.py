@@ -354,6 +354,7 @@ def fmt(x, spec: str = ".3f") -> str:
 
 def markdown(r: dict) -> str:
     d = r["device"]
+    r.setdefault("bandwidth_gbps", None)
     out = [
         f"# GPU benchmark, {r['date']}",
         "",
@@ -444,6 +445,13 @@ def main() -> int:
     ap.add_argument("--hf-new-tokens", type=int, default=64)
     ap.add_argument("--skip-7b", action="store_true")
     ap.add_argument("--skip-transformers", action="store_true")
+    ap.add_argument(
+        "--part",
+        choices=["all", "engines", "trt", "transformers"],
+        default="all",
+        help="engines: only write the engine files; trt / transformers: only those measurements, "
+        "merged into the report of the same --tag (to split a run into shorter commands)",
+    )
     args = ap.parse_args()
 
     from trt_spec import _core
@@ -452,38 +460,42 @@ def main() -> int:
         print("bench_gpu: needs a CUDA GPU and a CUDA build of trt-spec", file=sys.stderr)
         return 2
     date = dt.date.today().isoformat()
-    r: dict = {
-        "date": date,
-        "commit": git_commit(),
-        "host": platform.node(),
-        "device": dict(_core.cuda_device_info(0)),
-        "settings": vars(args),
-        "errors": [],
-    }
-    r["bandwidth_gbps"] = _core.cuda_bandwidth_gbps(0, 1 << 30, 20)
-    log(f"{r['device']['name']}: copy bandwidth {r['bandwidth_gbps']:.0f} GB/s")
-    engines = make_engines(Path(args.workdir), args)
-    for key, fn in (
-        ("decode_steps", lambda: decode_steps(engines, r["bandwidth_gbps"], args)),
-        ("iterations", lambda: iterations(engines, args)),
-    ):
-        try:
-            r[key] = fn()
-        except Exception:
-            r["errors"].append(f"{key}: {traceback.format_exc()[-1500:]}")
-            log(r["errors"][-1])
-    if r.get("iterations") and r.get("decode_steps"):
-        step = next(s for s in r["decode_steps"] if s["model"] == "qwen2.5-1.5b")
-        r["projection"] = projection(
-            r["iterations"], step.get("engine_step_ms", step["step_ms"]), args
-        )
-    if not args.skip_transformers:
-        r["transformers"] = transformers_rows(args)
-    r["bandwidth_gbps_end"] = _core.cuda_bandwidth_gbps(0, 1 << 30, 20)
-
     out = Path(args.out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     stem = out / f"gpu_{args.tag or date}"
+    if args.part == "engines":
+        make_engines(Path(args.workdir), args)
+        return 0
+    r: dict = {}
+    if args.part != "all" and stem.with_suffix(".json").exists():
+        r = json.loads(stem.with_suffix(".json").read_text())  # the other part of this run
+    r.update(
+        date=date, commit=git_commit(), host=platform.node(), device=dict(_core.cuda_device_info(0))
+    )
+    r.setdefault("settings", {})[args.part] = vars(args)
+    r.setdefault("errors", [])
+    if args.part in ("all", "trt"):
+        r["bandwidth_gbps"] = _core.cuda_bandwidth_gbps(0, 1 << 30, 20)
+        log(f"{r['device']['name']}: copy bandwidth {r['bandwidth_gbps']:.0f} GB/s")
+        engines = make_engines(Path(args.workdir), args)
+        for key, fn in (
+            ("decode_steps", lambda: decode_steps(engines, r["bandwidth_gbps"], args)),
+            ("iterations", lambda: iterations(engines, args)),
+        ):
+            try:
+                r[key] = fn()
+            except Exception:
+                r["errors"].append(f"{key}: {traceback.format_exc()[-1500:]}")
+                log(r["errors"][-1])
+        if r.get("iterations") and r.get("decode_steps"):
+            step = next(s for s in r["decode_steps"] if s["model"] == "qwen2.5-1.5b")
+            r["projection"] = projection(
+                r["iterations"], step.get("engine_step_ms", step["step_ms"]), args
+            )
+        r["bandwidth_gbps_end"] = _core.cuda_bandwidth_gbps(0, 1 << 30, 20)
+    if args.part in ("all", "transformers") and not args.skip_transformers:
+        r["transformers"] = transformers_rows(args)
+
+    out.mkdir(parents=True, exist_ok=True)
     stem.with_suffix(".json").write_text(json.dumps(r, indent=1, default=str))
     md = markdown(r)
     stem.with_suffix(".md").write_text(md)

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# The checks and numbers that need a CUDA GPU (a lent H100 / H200), in steps that each fit a
-# 10-minute command:
+# The checks and numbers that need a CUDA GPU (a lent H100 / H200), in steps meant to run as
+# separate commands (each should fit 10 minutes):
 #
 #   bash benchmarks/run_gpu_checks.sh build      # CUDA build (TRT_SPEC_CUDA=ON: fails without nvcc)
 #   bash benchmarks/run_gpu_checks.sh test       # pytest -m gpu: every kernel and whole models
-#   bash benchmarks/run_gpu_checks.sh sanitize   # compute-sanitizer memcheck on the GPU tests
-#   bash benchmarks/run_gpu_checks.sh bench      # benchmarks/bench_gpu.py (results/gpu_<date>.*)
-#   bash benchmarks/run_gpu_checks.sh all        # all four
+#   bash benchmarks/run_gpu_checks.sh sanitize   # compute-sanitizer memcheck / racecheck
+#   bash benchmarks/run_gpu_checks.sh engines    # write the benchmark's random-weight engines
+#   bash benchmarks/run_gpu_checks.sh bench      # bench_gpu.py: trt-spec numbers
+#   bash benchmarks/run_gpu_checks.sh bench_hf   # bench_gpu.py: transformers, same report
+#   bash benchmarks/run_gpu_checks.sh all        # everything in one go
 #
 # Logs and results go to $OUT when it is set (else benchmarks/results/gpu_logs); bench results
 # also to benchmarks/results/. Extra arguments after the step go to bench_gpu.py (e.g.
@@ -42,13 +44,13 @@ if [[ "$step" == build || "$step" == all ]]; then
 fi
 if [[ "$step" == test || "$step" == all ]]; then
   run pytest_gpu python -m pytest -m gpu -q -rs -p no:cacheprovider
-  # The CPU suite still passes on a GPU machine (auto picks the GPU; Engine defaults may too).
+  # The build checks (device names, auto picking the GPU) on a GPU machine.
   run pytest_cuda_build python -m pytest -q -p no:cacheprovider tests/test_cuda_build.py
 fi
 if [[ "$step" == sanitize || "$step" == all ]]; then
   # memcheck slows kernels 10-100x: the tiny-model and op tests (real shapes excluded).
   run sanitizer compute-sanitizer --tool memcheck --error-exitcode 3 \
-    python -m pytest -m gpu -x -q -p no:cacheprovider -k "not real_shape" \
+    python -m pytest -m gpu -x -q -p no:cacheprovider -k "not real_shape and not 151936" \
     tests/test_cuda_ops.py tests/test_cuda_engine.py
   run sanitizer_racecheck compute-sanitizer --tool racecheck --error-exitcode 3 \
     python -m pytest -m gpu -x -q -p no:cacheprovider \
@@ -56,9 +58,18 @@ if [[ "$step" == sanitize || "$step" == all ]]; then
     "tests/test_cuda_ops.py::test_spec_accept[1000-1000-4]" \
     "tests/test_cuda_ops.py::test_attention[pos1-slot1-12-2-128]"
 fi
+TAG="${TAG:-$(date +%F)}"
+if [[ "$step" == engines || "$step" == all ]]; then
+  run bench_engines python benchmarks/bench_gpu.py --part engines "$@"
+fi
 if [[ "$step" == bench || "$step" == all ]]; then
-  run bench python benchmarks/bench_gpu.py "$@"
-  cp benchmarks/results/gpu_*.json benchmarks/results/gpu_*.md "$OUT/" 2>/dev/null || true
+  run bench python benchmarks/bench_gpu.py --part trt --tag "$TAG" "$@"
+fi
+if [[ "$step" == bench_hf || "$step" == all ]]; then
+  run bench_hf python benchmarks/bench_gpu.py --part transformers --tag "$TAG" "$@"
+fi
+if [[ "$step" == bench* || "$step" == all ]]; then
+  cp benchmarks/results/gpu_"$TAG".json benchmarks/results/gpu_"$TAG".md "$OUT/" 2>/dev/null || true
 fi
 echo "== done ($step): $([[ $status -eq 0 ]] && echo ok || echo FAILURES, see $OUT)"
 exit $status
