@@ -3,7 +3,7 @@
 # With --fix, rewrites the files instead of failing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cpp_files=$(git ls-files 'cpp/*.h' 'cpp/*.cpp' 'tests/cpp/*.cpp' 'benchmarks/cpp/*.cpp')
+cpp_files=$(git ls-files 'cpp/*.h' 'cpp/*.cpp' 'cpp/*.cu' 'cpp/*.cuh' 'tests/cpp/*.cpp' 'tests/cpp/*.h' 'benchmarks/cpp/*.cpp')
 if [[ "${1:-}" == "--fix" ]]; then
   ruff check --fix python tests benchmarks
   ruff format python tests benchmarks

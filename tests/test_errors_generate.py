@@ -184,7 +184,7 @@ def test_bad_thread_count(engine_path, n):
         Engine(engine_path, n_threads=n)
 
 
-@pytest.mark.parametrize("device", ["cuda", "cuda:0", "", "metal"])
+@pytest.mark.parametrize("device", ["", "metal", "cuda:x"])
 def test_unknown_device(engine_path, device):
     with pytest.raises(ValueError, match=rf"unknown device '{re.escape(device)}' \(this build has"):
         Engine(engine_path, device=device)

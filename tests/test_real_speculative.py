@@ -57,4 +57,5 @@ def test_greedy_speculation_is_exact_on_the_default_pair(pair_engine, reference,
 
 
 def _first_diff(a: list[int], b: list[int]) -> int:
-    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+    diffs = (i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y)
+    return next(diffs, min(len(a), len(b)))

@@ -45,9 +45,8 @@ class CpuBackend final : public Backend {
               int32_t* out_tokens) override;
   void spec_rows(const SeqState* seqs, const int32_t* slots, int B, int first, int count,
                  int32_t* tokens, int32_t* pos, int32_t* row_slots) override;
-  void spec_draft_sample(float* logits_q, int B, int vocab, int vocab_common, int j,
-                         SeqState* seqs, const int32_t* slots,
-                         const SamplingState* states) override;
+  void spec_draft_sample(float* logits_q, int B, int vocab, int vocab_common, int j, SeqState* seqs,
+                         const int32_t* slots, const SamplingState* states) override;
   void spec_accept(const float* logits, const float* q, int B, int k, int vocab, int vocab_draft,
                    SeqState* seqs, const int32_t* slots, const SamplingState* states) override;
 
@@ -60,7 +59,7 @@ class CpuBackend final : public Backend {
   size_t qscratch_bytes_ = 0;
   std::mutex map_mu_;
   std::unordered_map<void*, size_t> mapped_;  // mmap-ed allocations and their sizes
-  std::vector<float> p_scratch_;               // spec_accept's dense p rows [B, k, vocab]
+  std::vector<float> p_scratch_;              // spec_accept's dense p rows [B, k, vocab]
 };
 
 // Draws one token from logits [vocab] by the rule in kernels/sampling.h (exposed for tests).

@@ -52,7 +52,8 @@ void kept_tokens(const float* logits, int n, const SamplingParams& p, Kept& k) {
     for (int i = 0; i < n; ++i) all += weight(i);
     need = static_cast<double>(p.top_p) * all;
     const float cut = mx - kCut * p.temperature;
-    auto end = std::partition(k.idx.begin(), k.idx.end(), [&](int32_t i) { return logits[i] >= cut; });
+    auto end =
+        std::partition(k.idx.begin(), k.idx.end(), [&](int32_t i) { return logits[i] >= cut; });
     double above = 0.0;
     for (auto it = k.idx.begin(); it != end; ++it) above += weight(*it);
     if (above >= need) {
@@ -146,22 +147,21 @@ void sampling_probs(const float* logits, int n_valid, int vocab, const SamplingP
   }
   thread_local Kept k;
   kept_tokens(logits, n_valid, p, k);
-  for (size_t i = 0; i < k.idx.size(); ++i)
-    probs[k.idx[i]] = static_cast<float>(k.w[i] / k.total);
+  for (size_t i = 0; i < k.idx.size(); ++i) probs[k.idx[i]] = static_cast<float>(k.w[i] / k.total);
 }
 
 void CpuBackend::sample(const float* logits, int n, int vocab, const int32_t* slot,
                         SamplingState* states, int32_t* out_tokens) {
   for (int i = 0; i < n; ++i) {
     SamplingState& st = states[slot[i]];
-    out_tokens[i] = sample_row(logits + static_cast<int64_t>(i) * vocab, vocab, st.params, st.step,
-                               0);
+    out_tokens[i] =
+        sample_row(logits + static_cast<int64_t>(i) * vocab, vocab, st.params, st.step, 0);
     st.step += 1;
   }
 }
 
-void CpuBackend::spec_rows(const SeqState* seqs, const int32_t* slots, int B, int first,
-                           int count, int32_t* tokens, int32_t* pos, int32_t* row_slots) {
+void CpuBackend::spec_rows(const SeqState* seqs, const int32_t* slots, int B, int first, int count,
+                           int32_t* tokens, int32_t* pos, int32_t* row_slots) {
   for (int b = 0; b < B; ++b) {
     const SeqState& s = seqs[slots[b]];
     for (int r = 0; r < count; ++r) {

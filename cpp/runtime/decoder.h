@@ -24,10 +24,10 @@ namespace trt_spec {
 
 // Per-request counters (reset by add()).
 struct RequestStats {
-  int iterations = 0;  // decode iterations (prefill excluded), drafting or not
+  int iterations = 0;       // decode iterations (prefill excluded), drafting or not
   int spec_iterations = 0;  // iterations that drafted (k > 0)
   int drafted = 0, accepted = 0;
-  int emitted = 0;                // tokens kept from iterations (prefill's first token excluded)
+  int emitted = 0;                 // tokens kept from iterations (prefill's first token excluded)
   std::vector<int> accepted_hist;  // [max_k + 1]: drafting iterations by accepted length
   double prefill_s = 0.0, draft_s = 0.0, verify_s = 0.0, catch_up_s = 0.0;
 };

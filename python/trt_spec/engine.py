@@ -92,7 +92,8 @@ class Engine:
 
     Args:
         path: the ``.engine`` file written by ``trt-spec build``.
-        device: ``"cpu"`` (the CUDA backend comes with a later release).
+        device: ``"auto"`` (a CUDA GPU when the build has CUDA and one is present, else the
+            CPU), ``"cuda"`` / ``"cuda:N"`` or ``"cpu"``.
         n_threads: CPU threads (default: one per core).
         verify: check every tensor's checksum while loading (about 0.2 s per GB).
     """
@@ -101,7 +102,7 @@ class Engine:
         self,
         path: str | PathLike[str],
         *,
-        device: str = "cpu",
+        device: str = "auto",
         n_threads: int | None = None,
         verify: bool = True,
     ) -> None:
