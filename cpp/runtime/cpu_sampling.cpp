@@ -106,20 +106,14 @@ int32_t sample_dense(const float* probs, int n, float u) {
 // Draw from normalize(max(0, p - q)); q is zero at ids >= nq. Falls back to p when the
 // residual has no mass (p == q, where a rejection cannot happen but for rounding).
 int32_t sample_residual(const float* p, int n, const float* q, int nq, float u) {
-  double total = 0.0;
-  for (int i = 0; i < n; ++i) total += std::max(0.0f, p[i] - (i < nq ? q[i] : 0.0f));
-  if (!(total > 0.0)) return sample_dense(p, n, u);
-  const double target = static_cast<double>(u) * total;
-  double acc = 0.0;
-  int32_t last_nonzero = 0;
+  thread_local std::vector<float> r;
+  r.resize(n);
+  bool any = false;
   for (int i = 0; i < n; ++i) {
-    float r = std::max(0.0f, p[i] - (i < nq ? q[i] : 0.0f));
-    if (r <= 0.0f) continue;
-    acc += r;
-    last_nonzero = i;
-    if (acc > target) return i;
+    r[i] = std::max(0.0f, p[i] - (i < nq ? q[i] : 0.0f));
+    any = any || r[i] > 0.0f;
   }
-  return last_nonzero;
+  return sample_dense(any ? r.data() : p, n, u);
 }
 
 }  // namespace

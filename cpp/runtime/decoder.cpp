@@ -193,24 +193,22 @@ std::vector<Decoder::Event> Decoder::step() {
   }
   // Phase times cost nothing on a backend that runs on the host; elsewhere they would add a
   // synchronisation inside the iteration, so only the whole iteration is timed.
+  const bool on_host = rt_.backend().runs_on_host();
   const double t0 = now_s();
-  if (rt_.backend().runs_on_host()) {
-    program_.run(k, &last_times_);
-  } else {
-    program_.run(k);
-    last_times_ = PhaseTimes{};
-  }
+  last_times_ = PhaseTimes{};
+  program_.run(k, on_host ? &last_times_ : nullptr);
   last_B_ = B;
   last_k_ = k;
 
   std::vector<SeqState> seqs(slots_.size());
   rt_.backend().download(seqs.data(), program_.seqs(), sizeof(SeqState) * seqs.size());
-  if (!rt_.backend().runs_on_host()) last_times_.verify_s = now_s() - t0;  // the whole iteration
   const double total_s = now_s() - t0;
-  if (rt_.backend().runs_on_host())
+  if (on_host) {
     controller_.observe(B, k, total_s, last_times_.draft_s, last_times_.verify_s);
-  else
+  } else {
+    last_times_.verify_s = total_s;  // the whole iteration
     controller_.observe(B, k, total_s, -1.0, -1.0);
+  }
   for (int slot : active) {
     Slot& s = slots_[slot];
     s.seq = seqs[slot];

@@ -41,7 +41,6 @@ class DraftController {
 
   // The model's iteration time; negative when not enough is measured for B yet.
   double predicted_time(int B, int k) const;
-  double draft_step_s(int B) const { return costs_[B].draft_step; }
 
   static constexpr int kFirstK = 4;
   static constexpr int kExplore = 16;

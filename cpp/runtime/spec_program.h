@@ -43,7 +43,6 @@ class SpecProgram {
   // draft may be null (target-only engines: k must be 0). max_k: the engine's draft length.
   SpecProgram(Backend& be, Model& target, Model* draft, int max_batch, int max_k);
 
-  int max_k() const { return max_k_; }
   // Backend-memory state, indexed by KV slot.
   SeqState* seqs() { return seqs_.as<SeqState>(); }
   SamplingState* states() { return states_.as<SamplingState>(); }
