@@ -240,41 +240,6 @@ def test_auto_runs_and_reports(root) -> None:
     assert r.stats.spec_iterations > 0  # it measured drafting before choosing
 
 
-def _costs(draft_step: float, step: float, per_row: float, k: int) -> float:
-    return k * draft_step + step + per_row * k
-
-
-@pytest.mark.parametrize(
-    "draft_step, per_row, alpha",
-    [(0.5, 0.35, 0.9), (0.5, 0.35, 0.5), (0.1, 0.05, 0.9), (0.1, 0.05, 0.3), (0.6, 1.0, 0.9)],
-)
-def test_controller_picks_the_model_optimum(draft_step: float, per_row: float, alpha: float):
-    """Fed exact phase costs, the controller picks argmax_k E(alpha, k) / T(k)."""
-    K = 8
-    c = _core.DraftController(1, K)
-    assert c.choose(1, [alpha], K) == 4  # nothing measured: a drafting iteration first
-    c.observe(1, 4, _costs(draft_step, 1.0, per_row, 4), 4 * draft_step, 1.0 + 4 * per_row)
-    assert c.choose(1, [alpha], K) == 0  # then a plain target step
-    c.observe(1, 0, 1.0, 0.0, 1.0)
-    c.observe(1, 8, _costs(draft_step, 1.0, per_row, 8), 8 * draft_step, 1.0 + 8 * per_row)
-    rates = [
-        _core.expected_tokens(alpha, k) / _costs(draft_step, 1.0, per_row, k) for k in range(K + 1)
-    ]
-    best = int(np.argmax(rates))
-    for k in range(K + 1):
-        assert c.predicted_time(1, k) == pytest.approx(_costs(draft_step, 1.0, per_row, k))
-    picks = [c.choose(1, [alpha], K) for _ in range(40)]
-    assert picks.count(best) >= 36  # the rest are probes of neighbours
-    assert all(abs(p - best) <= 1 for p in picks)
-    assert c.choose(1, [alpha], 2) == min(best, 2) or rates[min(best, 2)] <= max(rates[:3])
-
-
-def test_expected_tokens() -> None:
-    assert _core.expected_tokens(0.0, 4) == 1.0
-    assert _core.expected_tokens(1.0, 4) == 5.0
-    assert _core.expected_tokens(0.5, 2) == pytest.approx(1.75)
-
-
 # ---- the engine file -------------------------------------------------------------------------
 def test_engine_stores_draft_len_and_both_models(root) -> None:
     e = pair(root, "padded", draft_len=3, max_batch=1)

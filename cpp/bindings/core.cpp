@@ -338,10 +338,24 @@ NB_MODULE(_core, m) {
   nb::class_<DraftController>(m, "DraftController",
                               "The cost model behind draft_len='auto' (runtime/draft_controller.h)")
       .def(nb::init<int, int>(), "max_batch"_a, "max_k"_a)
-      .def("choose", &DraftController::choose, "batch"_a, "alphas"_a, "k_limit"_a)
+      .def("choose", &DraftController::choose, "batch"_a, "alphas"_a, "k_limit"_a, "lag"_a = 0)
       .def("observe", &DraftController::observe, "batch"_a, "k"_a, "total_s"_a, "draft_s"_a = -1.0,
            "verify_s"_a = -1.0)
+      .def("observe_acceptance", &DraftController::observe_acceptance, "n_accepted"_a, "k"_a)
+      .def("observe_catch_up", &DraftController::observe_catch_up, "tokens"_a, "seconds"_a)
+      .def("prior", &DraftController::prior)
+      .def_prop_ro("long_run_alpha", &DraftController::long_run_alpha)
+      .def_prop_ro("catch_up_per_token", &DraftController::catch_up_per_token)
       .def("predicted_time", &DraftController::predicted_time, "batch"_a, "k"_a);
+  nb::class_<AcceptanceEstimate>(m, "AcceptanceEstimate",
+                                 "A sequence's running per-token acceptance (draft_controller.h)")
+      .def(nb::init<>())
+      .def_rw("accepted", &AcceptanceEstimate::accepted)
+      .def_rw("rejected", &AcceptanceEstimate::rejected)
+      .def("observe", &AcceptanceEstimate::observe, "n_accepted"_a, "k"_a,
+           "decay"_a = AcceptanceEstimate::kDecay)
+      .def("relax", &AcceptanceEstimate::relax, "mean"_a)
+      .def_prop_ro("alpha", &AcceptanceEstimate::alpha);
   m.def("expected_tokens", &expected_tokens, "alpha"_a, "k"_a,
         "Mean tokens an iteration drafting k emits at per-token acceptance alpha");
 

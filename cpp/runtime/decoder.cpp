@@ -144,10 +144,12 @@ void Decoder::catch_up_draft(Slot& s, int slot) {
   const int upto = s.seq.n_past - 1;
   if (s.draft_valid >= upto) return;
   const double t0 = now_s();
-  forward_rows(*rt_.draft(), s.tokens.data() + s.draft_valid, upto - s.draft_valid, s.draft_valid,
-               slot, false);
+  const int n = upto - s.draft_valid;
+  forward_rows(*rt_.draft(), s.tokens.data() + s.draft_valid, n, s.draft_valid, slot, false);
   s.draft_valid = upto;
-  s.stats.catch_up_s += now_s() - t0;
+  const double dt = now_s() - t0;
+  s.stats.catch_up_s += dt;
+  controller_.observe_catch_up(n, dt);
 }
 
 int Decoder::choose_k(const std::vector<int>& active) {
@@ -162,8 +164,13 @@ int Decoder::choose_k(const std::vector<int>& active) {
   limit = std::max(0, std::min(limit, most_left - 1));
   if (draft_len_ >= 0) return std::min(draft_len_, limit);
   std::vector<double> alphas;
-  for (int slot : active) alphas.push_back(slots_[slot].est.alpha());
-  return controller_.choose(static_cast<int>(active.size()), alphas, limit);
+  int lag = 0;
+  for (int slot : active) {
+    const Slot& s = slots_[slot];
+    alphas.push_back(s.est.alpha());
+    lag += std::max(0, s.seq.n_past - 1 - s.draft_valid);
+  }
+  return controller_.choose(static_cast<int>(active.size()), alphas, limit, lag);
 }
 
 std::vector<Decoder::Event> Decoder::step() {
@@ -224,6 +231,8 @@ std::vector<Decoder::Event> Decoder::step() {
       s.est.observe(s.seq.n_acc, k);
       controller_.observe_acceptance(s.seq.n_acc, k);
       s.draft_valid = s.seq.n_past - 1;
+    } else if (rt_.draft()) {
+      s.est.relax(controller_.long_run_alpha());  // nothing observed: back toward the mean
     }
     Event e{slot, {}};
     for (int i = 0; i < s.seq.n_new; ++i) {

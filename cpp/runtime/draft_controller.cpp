@@ -36,11 +36,16 @@ double interpolate(const std::vector<double>& v, int i, int first, double grow) 
 
 }  // namespace
 
-void AcceptanceEstimate::observe(int n_accepted, int k) {
+void AcceptanceEstimate::observe(int n_accepted, int k, double decay) {
   if (k <= 0) return;
-  constexpr double kDecay = 0.92;  // about the last dozen iterations count
-  accepted = accepted * kDecay + n_accepted;
-  rejected = rejected * kDecay + (n_accepted < k ? 1.0 : 0.0);
+  accepted = accepted * decay + n_accepted;
+  rejected = rejected * decay + (n_accepted < k ? 1.0 : 0.0);
+}
+
+void AcceptanceEstimate::relax(double mean) {
+  const double mass = accepted + rejected;  // the evidence's weight is kept, its ratio moves
+  accepted += kRelax * (mean * mass - accepted);
+  rejected = mass - accepted;
 }
 
 double expected_tokens(double alpha, int k) {
@@ -66,12 +71,23 @@ void DraftController::observe(int B, int k, double total_s, double draft_s, doub
 }
 
 void DraftController::observe_acceptance(int n_accepted, int k) {
-  recent_.observe(n_accepted, k);
+  long_run_.observe(n_accepted, k, kLongDecay);
+}
+
+void DraftController::observe_catch_up(int tokens, double seconds) {
+  if (tokens > 0) ema(catch_up_, seconds / tokens, kEma);
+}
+
+double DraftController::catch_up_per_token() const {
+  if (catch_up_ >= 0.0) return catch_up_;
+  double step = -1.0;
+  for (const Costs& c : costs_) step = std::max(step, c.draft_step);
+  return std::max(step, 0.0);
 }
 
 AcceptanceEstimate DraftController::prior() const {
   AcceptanceEstimate e;
-  const double a = recent_.alpha();
+  const double a = long_run_.alpha();
   e.accepted = 4.0 * a;
   e.rejected = 4.0 * (1.0 - a);
   return e;
@@ -87,7 +103,12 @@ double DraftController::predicted_time(int B, int k) const {
   return interpolate(c.total, k, 0, 0.5);
 }
 
-int DraftController::choose(int B, const std::vector<double>& alphas, int k_limit) {
+double DraftController::rate(int B, int k, double alpha_sum) const {
+  const double t = predicted_time(B, k);
+  return t > 0.0 ? alpha_sum / t : -1.0;
+}
+
+int DraftController::choose(int B, const std::vector<double>& alphas, int k_limit, int lag) {
   k_limit = std::min(k_limit, max_k_);
   if (k_limit <= 0) return 0;
   Costs& c = costs_[B];
@@ -96,30 +117,41 @@ int DraftController::choose(int B, const std::vector<double>& alphas, int k_limi
   for (int k = 1; k <= max_k_; ++k) drafted = drafted || c.total[k] >= 0.0;
   if (!drafted) return std::min(k_limit, kFirstK);
   if (c.total[0] < 0.0) return 0;
+  const double t0 = predicted_time(B, 0), cu = catch_up_per_token();
+  // The regime: does drafting pay at the long-run acceptance?
+  double long_best = 0.0;
+  for (int k = 1; k <= max_k_; ++k)
+    long_best = std::max(long_best, rate(B, k, B * expected_tokens(long_run_.alpha(), k)));
+  const double ratio = long_best * t0 / B;  // against target-only
+  if (c.drafting_pays && ratio < 1.0 - kRegimeMargin) c.drafting_pays = false;
+  if (!c.drafting_pays && ratio > 1.0 + kRegimeMargin) c.drafting_pays = true;
+
   int best = 0;
-  double best_rate = -1.0;
-  for (int k = 0; k <= k_limit; ++k) {
-    const double t = predicted_time(B, k);
-    if (t <= 0.0) continue;
+  double best_rate = B / (t0 + (c.drafting_pays ? B * cu : 0.0));
+  for (int k = 1; k <= k_limit; ++k) {
     double tokens = 0.0;
     for (double a : alphas) tokens += expected_tokens(a, k);
-    if (tokens / t > best_rate) {
-      best_rate = tokens / t;
+    const double r = rate(B, k, tokens);
+    if (r > best_rate) {
+      best_rate = r;
       best = k;
     }
   }
   // Probe a neighbour of the best k now and then: its cost may have been mis-estimated, and
-  // at k = 0 the acceptance is not observed at all. Probes from k = 0 back off.
+  // at k = 0 the acceptance is not observed at all. Probes from k = 0 back off and wait for
+  // a short lag.
   if (++c.since_probe >= c.probe_every) {
-    c.since_probe = 0;
-    c.probes += 1;
     if (best == 0) {
+      if (lag * cu > kCheapLag * t0) return 0;  // due: at the next cheap moment
+      c.since_probe = 0;
       c.probe_every = std::min(2 * c.probe_every, kMaxExplore);
       return 1;
     }
+    c.since_probe = 0;
+    c.probes += 1;
     c.probe_every = kExplore;
     const int n = c.probes % 2 == 0 ? best + 1 : best - 1;
-    if (n >= 0 && n <= k_limit) return n;
+    if (n >= 1 && n <= k_limit) return n;
   }
   return best;
 }

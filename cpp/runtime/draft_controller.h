@@ -8,9 +8,20 @@
 // T(B, k) is the running average of measured iterations where k has run; otherwise, on a
 // backend that times phases (CPU), k * draft_step(B) + verify(B, k + 1 rows) from measured
 // phases, verify times of unmeasured row counts interpolated; otherwise interpolated between
-// measured k. The first iterations measure what the model needs (kFirstK, then k = 0); then a
-// neighbour of the best k is measured again every so often, less often while the best is 0
-// (drafting again then costs the draft a catch-up over the tokens it skipped).
+// measured k. The first iterations measure what the model needs (kFirstK, then k = 0).
+//
+// k = 0 leaves each sequence one token the draft has not read; the next drafting iteration
+// first runs those through the draft (the catch-up, about half a draft step per token here).
+// Whether that cost counts depends on the regime, judged from the long-run acceptance a_L:
+//   - drafting pays at a_L (max_k B E(a_L, k) / T(B, k) > B / T(B, 0)): a k = 0 stretch is a
+//     dip that will end, so k = 0 is charged T(B, 0) + B * catch-up per token;
+//   - it does not: k = 0 may last for good and costs T(B, 0). Drafting is then probed only
+//     when the lag to catch up is short (after a prefill, which feeds the draft), with
+//     backoff, since a probe after a long stretch would pay the whole catch-up.
+// The regime switches with a 3% margin. While k = 0 nothing is observed, so a sequence's
+// estimate relaxes toward a_L (AcceptanceEstimate::relax): a short bad stretch does not stop
+// it from drafting for the rest of its request. Drafting iterations probe a neighbour of the
+// best k every kExplore iterations to keep its measured cost current.
 #pragma once
 
 #include <vector>
@@ -20,8 +31,13 @@ namespace trt_spec {
 // Running per-token acceptance of one sequence: decaying counts over a prior.
 struct AcceptanceEstimate {
   double accepted = 3.0, rejected = 1.0;
-  void observe(int n_accepted, int k);
+  void observe(int n_accepted, int k, double decay = kDecay);
+  // One iteration without drafting: a step of kRelax toward the acceptance `mean`.
+  void relax(double mean);
   double alpha() const { return accepted / (accepted + rejected); }
+
+  static constexpr double kDecay = 0.92;  // about the last dozen iterations count
+  static constexpr double kRelax = 0.1;
 };
 
 double expected_tokens(double alpha, int k);
@@ -30,14 +46,20 @@ class DraftController {
  public:
   DraftController(int max_batch, int max_k);
 
-  // k for the next iteration of B sequences with acceptances alphas[b], at most k_limit.
-  int choose(int B, const std::vector<double>& alphas, int k_limit);
+  // k for the next iteration of B sequences with acceptances alphas[b], at most k_limit;
+  // lag: tokens the draft has still to catch up, summed over the B sequences.
+  int choose(int B, const std::vector<double>& alphas, int k_limit, int lag = 0);
   // Records an iteration: its total time, and its phases when measured (draft_s < 0: not).
   void observe(int B, int k, double total_s, double draft_s, double verify_s);
   // Records the accepted length of one sequence (for the prior of later requests).
   void observe_acceptance(int n_accepted, int k);
-  // The estimate a new request starts from: the acceptance of recent requests, weight 4.
+  // Records a draft catch-up over `tokens` tokens (one sequence).
+  void observe_catch_up(int tokens, double seconds);
+  // The estimate a new request starts from: the long-run acceptance, weight 4.
   AcceptanceEstimate prior() const;
+  double long_run_alpha() const { return long_run_.alpha(); }
+  // Seconds per token of a catch-up (measured; before that, a draft step; 0 if neither).
+  double catch_up_per_token() const;
 
   // The model's iteration time; negative when not enough is measured for B yet.
   double predicted_time(int B, int k) const;
@@ -46,6 +68,9 @@ class DraftController {
   static constexpr int kExplore = 16;
   static constexpr int kMaxExplore = 256;
   static constexpr double kEma = 0.25;
+  static constexpr double kLongDecay = 0.99;  // the long-run acceptance: about 100 iterations
+  static constexpr double kRegimeMargin = 0.03;
+  static constexpr double kCheapLag = 0.25;  // probe from k = 0 while catch-up < this * T(B, 0)
 
  private:
   struct Costs {
@@ -53,10 +78,13 @@ class DraftController {
     std::vector<double> verify;  // [max_k + 2]: seconds per verify pass of m rows; -1 unknown
     std::vector<double> total;   // [max_k + 1]: seconds per iteration with k drafts
     int since_probe = 0, probe_every = kExplore, probes = 0;
+    bool drafting_pays = true;  // the regime (see above)
   };
+  double rate(int B, int k, double alpha_sum) const;  // tokens per second; -1 if unknown
   int max_k_;
   std::vector<Costs> costs_;  // [max_batch + 1]
-  AcceptanceEstimate recent_;
+  double catch_up_ = -1.0;    // seconds per token
+  AcceptanceEstimate long_run_;
 };
 
 }  // namespace trt_spec

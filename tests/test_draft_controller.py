@@ -1,0 +1,231 @@
+"""draft_len="auto": the C++ DraftController, alone and replayed over acceptance traces.
+
+The replay runs the controller as the Decoder does (per-sequence AcceptanceEstimate, relax()
+at k = 0, the draft's catch-up lag) over traces of which draft token the target accepts, with
+iteration costs measured on the default pair. Greedy acceptance depends on the position only,
+so a trace recorded at K = 8 fixes every policy's outcome: a policy choosing k at position j
+keeps min(k, run[j]) tokens, run[j] being the number of consecutive draft agreements from j.
+Traces: tests/data/auto_traces_q4_t0.json (30 HumanEval prompts, real pair) and Markov
+agreement sequences (a good and a bad state) for drafts from useless to near perfect.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+from trt_spec import _core
+
+DATA = json.loads((Path(__file__).parent / "data" / "auto_traces_q4_t0.json").read_text())
+N_NEW = DATA["max_new_tokens"]
+K_MAX = DATA["draft_len"]
+
+
+def _interp(table: dict[str, float], x: int) -> float:
+    pts = sorted((int(k), v) for k, v in table.items())
+    xs, ys = [p[0] for p in pts], [p[1] for p in pts]
+    if x >= xs[-1]:
+        return ys[-1] * x / xs[-1]
+    return float(np.interp(x, xs, ys))
+
+
+def verify_s(rows: int) -> float:
+    return _interp(DATA["verify_ms"], rows) / 1e3
+
+
+def draft_s(k: int) -> float:
+    return 0.0 if k == 0 else (DATA["draft_first_ms"] + (k - 1) * DATA["draft_step_ms"]) / 1e3
+
+
+def catch_up_s(tokens: int) -> float:
+    return _interp(DATA["catch_up_ms"], tokens) / 1e3
+
+
+def runs_from_trace(trace: list[int]) -> list[int]:
+    """run[j]: consecutive draft agreements from generated position j (the K = 8 trace's
+    bonus positions, never checked, count as agreements)."""
+    agree = [True] * (N_NEW + K_MAX + 2)
+    j = 1  # position 0 is the prefill's token
+    for emitted in trace:
+        if emitted - 1 < K_MAX:
+            agree[j + emitted - 1] = False
+        j += emitted
+    run = [0] * (len(agree) + 1)
+    for i in range(len(agree) - 1, -1, -1):
+        run[i] = run[i + 1] + 1 if agree[i] else 0
+    return run
+
+
+def markov_runs(rng: random.Random, p_good: float, p_bad: float, switch: float) -> list[int]:
+    agree, good = [], True
+    for _ in range(N_NEW + K_MAX + 2):
+        if rng.random() < switch:
+            good = not good
+        agree.append(rng.random() < (p_good if good else p_bad))
+    run = [0] * (len(agree) + 1)
+    for i in range(len(agree) - 1, -1, -1):
+        run[i] = run[i + 1] + 1 if agree[i] else 0
+    return run
+
+
+def replay(runs: list[list[int]], k: int | None) -> float:
+    """Tokens per second of decoding every request in turn, with fixed k or auto (None)."""
+    c = _core.DraftController(1, K_MAX)
+    total_s = tokens = 0.0
+    for run in runs:
+        c.observe_catch_up(64, catch_up_s(64))  # the prefill feeds the draft the prompt
+        est, lag, g = c.prior(), 0, 1
+        while g < N_NEW:
+            limit = min(K_MAX, N_NEW - g - 1)
+            if limit <= 0:
+                kk = 0
+            elif k is None:
+                kk = c.choose(1, [est.alpha], limit, lag)
+            else:
+                kk = min(k, limit)
+            if kk > 0 and lag > 0:
+                total_s += catch_up_s(lag)
+                c.observe_catch_up(lag, catch_up_s(lag))
+                lag = 0
+            t = draft_s(kk) + verify_s(kk + 1)
+            total_s += t
+            c.observe(1, kk, t, draft_s(kk), verify_s(kk + 1))
+            acc = min(kk, run[g])
+            if kk > 0:
+                est.observe(acc, kk)
+                c.observe_acceptance(acc, kk)
+            else:
+                est.relax(c.long_run_alpha)
+                lag += 1
+            g += acc + 1
+        tokens += N_NEW - 1
+    return tokens / total_s
+
+
+def _check_auto(runs: list[list[int]]) -> tuple[float, float, float]:
+    base = replay(runs, 0)
+    best = max(replay(runs, k) for k in (1, 2, 3, 4, 8))
+    auto = replay(runs, None)
+    return auto, base, best
+
+
+def test_auto_on_the_real_pair_traces() -> None:
+    """The default pair, greedy: auto within 3% of the best fixed K (the issue allows 5%)."""
+    runs = [runs_from_trace(t) for t in DATA["traces"]]
+    # The replay reproduces the benchmark's fixed-K rates (spec_q4_t0.md: 18.25, 20.63, 20.69).
+    assert replay(runs, 0) == pytest.approx(18.28, rel=0.01)
+    assert replay(runs, 1) == pytest.approx(20.63, rel=0.01)
+    assert replay(runs, 2) == pytest.approx(20.69, rel=0.01)
+    auto, base, best = _check_auto(runs)
+    assert auto >= 0.97 * best and auto >= 1.1 * base, (auto, base, best)
+
+
+@pytest.mark.parametrize(
+    "p_good, p_bad, switch",
+    [
+        (0.85, 0.85, 0.0),  # steady, drafting pays
+        (0.92, 0.5, 0.05),  # short bad stretches
+        (0.95, 0.3, 0.02),  # long bad stretches
+        (0.7, 0.7, 0.0),  # break-even
+        (0.5, 0.5, 0.0),  # drafting loses 12%
+        (0.3, 0.3, 0.0),
+        (0.05, 0.05, 0.0),  # useless draft
+        (0.9, 0.0, 0.03),  # all or nothing
+    ],
+)
+def test_auto_on_markov_traces(p_good: float, p_bad: float, switch: float) -> None:
+    """Whatever the draft's quality: auto at least 0.97x target-only and 0.97x the best
+    fixed K (the issue: 0.95x and within 5%)."""
+    rng = random.Random(hash((p_good, p_bad, switch)) & 0xFFFF)
+    runs = [markov_runs(rng, p_good, p_bad, switch) for _ in range(30)]
+    auto, base, best = _check_auto(runs)
+    assert auto >= 0.97 * max(base, best), (auto, base, best)
+
+
+# ---- the controller alone ---------------------------------------------------------------------
+def _costs(draft_step: float, step: float, per_row: float, k: int) -> float:
+    return k * draft_step + step + per_row * k
+
+
+def _fed(draft_step: float, per_row: float, alpha: float, catch_up: float) -> _core.DraftController:
+    """A controller fed exact phase costs, long-run acceptance alpha and a catch-up cost."""
+    c = _core.DraftController(1, 8)
+    assert c.choose(1, [alpha], 8) == 4  # nothing measured: a drafting iteration first
+    c.observe(1, 4, _costs(draft_step, 1.0, per_row, 4), 4 * draft_step, 1.0 + 4 * per_row)
+    assert c.choose(1, [alpha], 8) == 0  # then a plain target step
+    c.observe(1, 0, 1.0, 0.0, 1.0)
+    c.observe(1, 8, _costs(draft_step, 1.0, per_row, 8), 8 * draft_step, 1.0 + 8 * per_row)
+    x = 0.0
+    for _ in range(1000):  # k = 1 iterations keeping a fraction alpha of their drafts
+        x += alpha
+        c.observe_acceptance(int(x >= 1.0), 1)
+        x -= int(x >= 1.0)
+    assert c.long_run_alpha == pytest.approx(alpha, abs=0.02)
+    c.observe_catch_up(10, 10 * catch_up)
+    return c
+
+
+@pytest.mark.parametrize(
+    "draft_step, per_row, alpha",
+    [(0.5, 0.35, 0.9), (0.5, 0.35, 0.5), (0.1, 0.05, 0.9), (0.1, 0.05, 0.3), (0.6, 1.0, 0.9)],
+)
+def test_controller_picks_the_model_optimum(draft_step: float, per_row: float, alpha: float):
+    """Fed exact phase costs, the controller picks argmax_k E(alpha, k) / T(k), k = 0 charged
+    the catch-up when drafting pays at the long-run acceptance."""
+    c = _fed(draft_step, per_row, alpha, catch_up=0.2)
+    a_long = c.long_run_alpha
+
+    def rate(a: float, k: int) -> float:
+        return _core.expected_tokens(a, k) / _costs(draft_step, 1.0, per_row, k)
+
+    rates = [rate(alpha, k) for k in range(9)]
+    long_pays = max(rate(a_long, k) for k in range(1, 9))
+    rates[0] = 1.0 / (1.0 + (0.2 if long_pays > 1.0 else 0.0))
+    best = int(np.argmax(rates))
+    for k in range(9):
+        assert c.predicted_time(1, k) == pytest.approx(_costs(draft_step, 1.0, per_row, k))
+    picks = [c.choose(1, [alpha], 8) for _ in range(40)]
+    assert picks.count(best) >= 36  # the rest are probes of neighbours
+    assert all(abs(p - best) <= 1 for p in picks)
+
+
+def test_catch_up_keeps_a_short_dip_drafting() -> None:
+    """A sequence whose estimate dips while the long-run acceptance says drafting pays: k = 0
+    would save 3% of a step but costs a 25%-of-a-step catch-up later, so it keeps drafting."""
+    c = _fed(0.4, 0.3, 0.9, catch_up=0.25)
+    dip = 0.62  # 1.62 / 1.7 = 0.953 of target-only
+    assert c.choose(1, [dip], 8) == 1
+    # Without the catch-up charge (a draft so bad that k = 0 is the regime) it would stop.
+    c = _fed(0.4, 0.3, 0.3, catch_up=0.25)
+    assert c.choose(1, [dip], 8) == 0
+
+
+def test_probe_from_zero_waits_for_a_short_lag() -> None:
+    """In the k = 0 regime drafting is probed, with backoff, only while the lag is short."""
+    c = _fed(0.4, 0.3, 0.2, catch_up=0.25)
+    assert [c.choose(1, [0.2], 8, lag=100) for _ in range(300)] == [0] * 300
+    picks = [c.choose(1, [0.2], 8, lag=0) for _ in range(300)]
+    assert picks[0] == 1 and 2 <= picks.count(1) <= 6  # due at once, then 32, 64, 128, 256
+
+
+def test_estimate_relaxes_toward_the_long_run() -> None:
+    e = _core.AcceptanceEstimate()
+    for _ in range(30):
+        e.observe(0, 4)  # a bad stretch
+    low = e.alpha
+    assert low < 0.2
+    for _ in range(20):
+        e.relax(0.9)
+    assert 0.75 < e.alpha < 0.9
+    mass = e.accepted + e.rejected
+    e.relax(0.5)
+    assert e.accepted + e.rejected == pytest.approx(mass)
+
+
+def test_expected_tokens() -> None:
+    assert _core.expected_tokens(0.0, 4) == 1.0
+    assert _core.expected_tokens(1.0, 4) == 5.0
+    assert _core.expected_tokens(0.5, 2) == pytest.approx(1.75)
