@@ -240,6 +240,17 @@ def test_auto_runs_and_reports(root) -> None:
     assert r.stats.spec_iterations > 0  # it measured drafting before choosing
 
 
+def test_auto_stops_drafting_with_a_draft_that_always_misses(root) -> None:
+    """Once the long-run acceptance says drafting never pays, auto decodes target-only and
+    probes drafting only right after a prefill (no long catch-up), with backoff."""
+    e = pair(root, "negated", draft_len=4, max_batch=1)
+    base = e.generate(PROMPTS[1], max_new_tokens=60, speculate=False, ignore_eos=True)
+    for _ in range(3):
+        r = e.generate(PROMPTS[1], max_new_tokens=60, ignore_eos=True)
+        assert r.token_ids == base.token_ids
+    assert r.stats.spec_iterations <= 1 and r.stats.iterations == 59
+
+
 # ---- the engine file -------------------------------------------------------------------------
 def test_engine_stores_draft_len_and_both_models(root) -> None:
     e = pair(root, "padded", draft_len=3, max_batch=1)

@@ -252,6 +252,11 @@ def bench_engine(
     name = f"{engine.weights} ({Path(path).name})"
     for k in (0, ks[-1]):  # warm-up: caches, thread pool, both models
         engine.generate(prompts[0], max_new_tokens=8, ignore_eos=True, draft_len=k)
+    # auto decodes on an Engine of its own: its controller learns the costs and the acceptance
+    # from its own iterations only, not from the fixed-K runs.
+    engines = {"auto": Engine(path, n_threads=threads)} if args.auto else {}
+    for e in engines.values():
+        e.generate(prompts[0], max_new_tokens=8, ignore_eos=True)
     results = []
     for temp in args.temperatures:
         runs: dict[str, list[dict[str, Any]]] = {label: [] for label, _ in configs}
@@ -259,7 +264,7 @@ def bench_engine(
             ref: list[int] = []
             line = []
             for label, k in configs:
-                r = engine.generate(
+                r = engines.get(label, engine).generate(
                     prompt,
                     max_new_tokens=args.max_new_tokens,
                     temperature=temp,
@@ -290,7 +295,7 @@ def bench_engine(
                 "checks": _checks(aggs, temp),
             }
         )
-    del engine
+    del engine, engines
     gc.collect()
     return results
 
