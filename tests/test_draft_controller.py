@@ -53,10 +53,7 @@ def runs_from_trace(trace: list[int]) -> list[int]:
         if emitted - 1 < K_MAX:
             agree[j + emitted - 1] = False
         j += emitted
-    run = [0] * (len(agree) + 1)
-    for i in range(len(agree) - 1, -1, -1):
-        run[i] = run[i + 1] + 1 if agree[i] else 0
-    return run
+    return runs_from_agreement(agree)
 
 
 def markov_runs(rng: random.Random, p_good: float, p_bad: float, switch: float) -> list[int]:
@@ -65,6 +62,11 @@ def markov_runs(rng: random.Random, p_good: float, p_bad: float, switch: float) 
         if rng.random() < switch:
             good = not good
         agree.append(rng.random() < (p_good if good else p_bad))
+    return runs_from_agreement(agree)
+
+
+def runs_from_agreement(agree: list[bool]) -> list[int]:
+    """run[j]: how many positions from j on the draft agrees with the target in a row."""
     run = [0] * (len(agree) + 1)
     for i in range(len(agree) - 1, -1, -1):
         run[i] = run[i + 1] + 1 if agree[i] else 0
@@ -190,6 +192,7 @@ def test_controller_picks_the_model_optimum(draft_step: float, per_row: float, a
     picks = [c.choose(1, [alpha], 8) for _ in range(40)]
     assert picks.count(best) >= 36  # the rest are probes of neighbours
     assert all(abs(p - best) <= 1 for p in picks)
+    assert c.choose(1, [alpha], 2) == min(best, 2) or rates[min(best, 2)] <= max(rates[:3])
 
 
 def test_catch_up_keeps_a_short_dip_drafting() -> None:

@@ -141,12 +141,11 @@ std::vector<int32_t> Decoder::prefill(int slot) {
 
 // Brings the draft's cache to positions [0, n_past - 1) (the iteration feeds n_past - 1 itself).
 void Decoder::catch_up_draft(Slot& s, int slot) {
-  const int upto = s.seq.n_past - 1;
-  if (s.draft_valid >= upto) return;
+  const int n = s.draft_lag();
+  if (n == 0) return;
   const double t0 = now_s();
-  const int n = upto - s.draft_valid;
   forward_rows(*rt_.draft(), s.tokens.data() + s.draft_valid, n, s.draft_valid, slot, false);
-  s.draft_valid = upto;
+  s.draft_valid += n;
   const double dt = now_s() - t0;
   s.stats.catch_up_s += dt;
   controller_.observe_catch_up(n, dt);
@@ -168,7 +167,7 @@ int Decoder::choose_k(const std::vector<int>& active) {
   for (int slot : active) {
     const Slot& s = slots_[slot];
     alphas.push_back(s.est.alpha());
-    lag += std::max(0, s.seq.n_past - 1 - s.draft_valid);
+    lag += s.draft_lag();
   }
   return controller_.choose(static_cast<int>(active.size()), alphas, limit, lag);
 }

@@ -13,6 +13,7 @@
 // max_new_tokens, where more could not be used).
 #pragma once
 
+#include <algorithm>
 #include <vector>
 
 #include "runtime/draft_controller.h"
@@ -73,6 +74,8 @@ class Decoder {
     SeqState seq;                 // host copy, read back after each iteration
     AcceptanceEstimate est;
     RequestStats stats;
+    // Tokens the draft has still to read before it can draft (the iteration feeds n_past - 1).
+    int draft_lag() const { return std::max(0, seq.n_past - 1 - draft_valid); }
   };
   std::vector<int32_t> prefill(int slot);
   void catch_up_draft(Slot& s, int slot);
