@@ -1,7 +1,7 @@
 """Helpers for the bad-input tests: read, edit and re-serialise engine files.
 
 :func:`reserialise` writes the same tensor data with new JSON metadata, a recomputed metadata
-checksum and a fresh 64-byte header (layout of ``cpp/runtime/engine_file.h``).
+checksum and a fresh 64-byte header (layout of ``cpp/format/engine_file.h``).
 """
 
 from __future__ import annotations

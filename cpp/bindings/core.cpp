@@ -16,11 +16,11 @@
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/quantize.h"
 #include "kernels/philox.h"
-#include "runtime/cpu_backend.h"
-#include "runtime/decoder.h"
-#include "runtime/engine_file.h"
-#include "runtime/errors.h"
-#include "runtime/runtime.h"
+#include "backend/cpu/cpu_backend.h"
+#include "engine/decoder.h"
+#include "format/engine_file.h"
+#include "common/errors.h"
+#include "engine/runtime.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;

@@ -23,14 +23,14 @@
 #include <optional>
 #include <tuple>
 
-#include "runtime/backend.h"
-#include "runtime/decoder.h"
-#include "runtime/errors.h"
-#include "runtime/request.h"
-#include "runtime/runtime.h"
+#include "backend/backend.h"
+#include "engine/decoder.h"
+#include "common/errors.h"
+#include "engine/request.h"
+#include "engine/runtime.h"
 
 #ifdef TRT_SPEC_WITH_CUDA
-#include "cuda/cuda_api.h"
+#include "backend/cuda/cuda_api.h"
 #endif
 
 namespace nb = nanobind;

@@ -13,7 +13,7 @@
 #include "kernels/cuda/select.cuh"
 #include "kernels/philox.h"
 #include "kernels/sampling.h"
-#include "kernels/speculative.h"
+#include "spec/speculative.h"
 
 namespace trt_spec::cuda {
 

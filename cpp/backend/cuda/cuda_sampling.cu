@@ -6,10 +6,10 @@
 #include <algorithm>
 #include <cstddef>
 
-#include "cuda/cuda_backend.h"
-#include "cuda/cuda_check.h"
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_check.h"
 #include "kernels/cuda/sampling.cuh"
-#include "runtime/errors.h"
+#include "common/errors.h"
 
 namespace trt_spec {
 

@@ -1,10 +1,10 @@
 // json.cpp: recursive-descent parser for json.h (RFC 8259, UTF-8 passed through as bytes).
-#include "runtime/json.h"
+#include "format/json.h"
 
 #include <cmath>
 #include <cstdlib>
 
-#include "runtime/errors.h"
+#include "common/errors.h"
 
 namespace trt_spec {
 

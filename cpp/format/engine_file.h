@@ -20,7 +20,7 @@
 #include <string>
 
 #include "kernels/weight_format.h"
-#include "runtime/json.h"
+#include "format/json.h"
 
 namespace trt_spec {
 

@@ -1,5 +1,5 @@
 // engine_file.cpp: header checks, JSON parse, tensor table and checksums (engine_file.h).
-#include "runtime/engine_file.h"
+#include "format/engine_file.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -9,7 +9,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "runtime/errors.h"
+#include "common/errors.h"
 
 namespace trt_spec {
 

@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "kernels/philox.h"
-#include "kernels/speculative.h"
-#include "runtime/cpu_backend.h"
+#include "spec/speculative.h"
+#include "backend/cpu/cpu_backend.h"
 
 namespace trt_spec {
 

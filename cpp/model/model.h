@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "runtime/backend.h"
-#include "runtime/engine_file.h"
+#include "backend/backend.h"
+#include "format/engine_file.h"
 
 namespace trt_spec {
 

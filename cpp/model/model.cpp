@@ -1,9 +1,9 @@
 // model.cpp: weights lookup, cache/scratch allocation and the forward pass (model.h).
-#include "runtime/model.h"
+#include "model/model.h"
 
 #include <cmath>
 
-#include "runtime/errors.h"
+#include "common/errors.h"
 
 namespace trt_spec {
 

@@ -1,12 +1,12 @@
 // decoder.cpp: prefill, draft catch-up, the per-iteration choice of k and the bookkeeping of
 // emitted tokens (decoder.h).
-#include "runtime/decoder.h"
+#include "engine/decoder.h"
 
 #include <algorithm>
 #include <chrono>
 #include <numeric>
 
-#include "runtime/errors.h"
+#include "common/errors.h"
 
 namespace trt_spec {
 

@@ -16,10 +16,10 @@
 #include <algorithm>
 #include <vector>
 
-#include "runtime/draft_controller.h"
-#include "runtime/request.h"
-#include "runtime/runtime.h"
-#include "runtime/spec_program.h"
+#include "spec/draft_controller.h"
+#include "engine/request.h"
+#include "engine/runtime.h"
+#include "spec/spec_program.h"
 
 namespace trt_spec {
 

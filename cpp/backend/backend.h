@@ -21,7 +21,7 @@
 #include <utility>
 
 #include "kernels/sampling.h"
-#include "kernels/speculative.h"
+#include "spec/speculative.h"
 #include "kernels/weight_format.h"
 
 namespace trt_spec {

@@ -9,9 +9,9 @@
 #include <memory>
 #include <string>
 
-#include "runtime/backend.h"
-#include "runtime/engine_file.h"
-#include "runtime/model.h"
+#include "backend/backend.h"
+#include "format/engine_file.h"
+#include "model/model.h"
 
 namespace trt_spec {
 

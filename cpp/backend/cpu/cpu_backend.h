@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "kernels/cpu/matmul.h"
-#include "runtime/backend.h"
-#include "runtime/thread_pool.h"
+#include "backend/backend.h"
+#include "backend/cpu/thread_pool.h"
 
 namespace trt_spec {
 

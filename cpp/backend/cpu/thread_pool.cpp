@@ -1,5 +1,5 @@
 // thread_pool.cpp: spin-then-sleep worker pool (thread_pool.h).
-#include "runtime/thread_pool.h"
+#include "backend/cpu/thread_pool.h"
 
 #include <chrono>
 #include <cstdlib>

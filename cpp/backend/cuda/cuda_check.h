@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "runtime/errors.h"
+#include "common/errors.h"
 
 namespace trt_spec {
 

@@ -1,17 +1,17 @@
 // runtime.cpp: engine opening and backend selection (runtime.h).
-#include "runtime/runtime.h"
+#include "engine/runtime.h"
 
 #include <unistd.h>
 
 #include <algorithm>
 #include <numeric>
 
-#include "runtime/cpu_backend.h"
-#include "runtime/errors.h"
+#include "backend/cpu/cpu_backend.h"
+#include "common/errors.h"
 
 #ifdef TRT_SPEC_WITH_CUDA
-#include "cuda/cuda_api.h"
-#include "cuda/cuda_backend.h"
+#include "backend/cuda/cuda_api.h"
+#include "backend/cuda/cuda_backend.h"
 #endif
 
 namespace trt_spec {

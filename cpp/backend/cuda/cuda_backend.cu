@@ -5,13 +5,13 @@
 #include <algorithm>
 #include <cstring>
 
-#include "cuda/cuda_api.h"
-#include "cuda/cuda_backend.h"
-#include "cuda/cuda_check.h"
+#include "backend/cuda/cuda_api.h"
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_check.h"
 #include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/gemv.cuh"
 #include "kernels/cuda/norm_rope.cuh"
-#include "runtime/errors.h"
+#include "common/errors.h"
 
 namespace trt_spec {
 

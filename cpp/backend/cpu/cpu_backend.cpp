@@ -1,5 +1,5 @@
 // cpu_backend.cpp: CpuBackend ops (cpu_backend.h). Compiled with the AVX2 floor flags.
-#include "runtime/cpu_backend.h"
+#include "backend/cpu/cpu_backend.h"
 
 #include <immintrin.h>
 #include <sys/mman.h>
@@ -12,7 +12,7 @@
 #include <thread>
 
 #include "kernels/cpu/quantize.h"
-#include "runtime/errors.h"
+#include "common/errors.h"
 
 namespace trt_spec {
 

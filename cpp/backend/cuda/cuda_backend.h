@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/backend.h"
+#include "backend/backend.h"
 
 struct CUstream_st;
 

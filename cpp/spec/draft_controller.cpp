@@ -1,5 +1,5 @@
 // draft_controller.cpp: the cost model and choice of draft_len="auto" (draft_controller.h).
-#include "runtime/draft_controller.h"
+#include "spec/draft_controller.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,10 +1,10 @@
 // request.cpp: request validation (request.h).
-#include "runtime/request.h"
+#include "engine/request.h"
 
 #include <cmath>
 
-#include "runtime/errors.h"
-#include "runtime/runtime.h"
+#include "common/errors.h"
+#include "engine/runtime.h"
 
 namespace trt_spec {
 

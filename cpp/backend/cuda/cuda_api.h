@@ -7,7 +7,7 @@
 #include <memory>
 #include <string>
 
-#include "runtime/backend.h"
+#include "backend/backend.h"
 
 namespace trt_spec {
 

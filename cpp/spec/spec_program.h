@@ -26,8 +26,8 @@
 #include <memory>
 #include <utility>
 
-#include "runtime/backend.h"
-#include "runtime/model.h"
+#include "backend/backend.h"
+#include "model/model.h"
 
 namespace trt_spec {
 

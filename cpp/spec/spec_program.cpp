@@ -1,12 +1,12 @@
 // spec_program.cpp: the ops of one speculative iteration (spec_program.h).
-#include "runtime/spec_program.h"
+#include "spec/spec_program.h"
 
 #include <algorithm>
 #include <chrono>
 #include <numeric>
 #include <vector>
 
-#include "runtime/errors.h"
+#include "common/errors.h"
 
 namespace trt_spec {
 
