@@ -2,16 +2,35 @@
 
 Tests that need the real GGUF files carry ``@pytest.mark.models``; the files come from the
 cache that ``trt-spec fetch-models`` fills (fetched here on first use).
+
+The test-only native module ``_trt_spec_testing`` is built beside ``trt_spec._core`` but not
+installed (the wheel does not ship it): it is found in the package build folder
+(``build/<wheel tag>/``, where ``pip install .`` leaves it) or in ``$TRT_SPEC_TESTING_DIR``.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
 import pytest
 
+REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).parent))
+
+
+def _testing_module_dir() -> Path | None:
+    env = os.environ.get("TRT_SPEC_TESTING_DIR")
+    if env:
+        return Path(env)
+    hits = sorted(REPO.glob("build/*/_trt_spec_testing*.so"), key=lambda p: p.stat().st_mtime)
+    return hits[-1].parent if hits else None
+
+
+_dir = _testing_module_dir()
+if _dir is not None:
+    sys.path.insert(0, str(_dir))
 
 import tiny_models  # noqa: E402
 from engine_file_tools import PROMPT, SEQ, read_metadata  # noqa: E402

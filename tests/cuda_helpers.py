@@ -1,9 +1,11 @@
-"""Shared pieces of the CUDA tests: the skip marker, SeqState arrays, sampling parameter sets."""
+"""Shared pieces of the CUDA and speculative-op tests: the GPU skip marker, SeqState arrays (the
+layout exported by the test module), sampling parameter sets."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+from native import T
 from trt_spec import _core
 
 # Every test in a module with `pytestmark = GPU` is marked `gpu` and skipped without a GPU.
@@ -12,15 +14,33 @@ GPU = [
     pytest.mark.skipif(not _core.cuda_available(), reason="needs a CUDA GPU and the CUDA build"),
 ]
 
-# SeqState (kernels/speculative.h) as int32 [slots, SEQ_STATE_INTS]: these field offsets.
-N_PAST, LAST, PREV, N_GEN, N_NEW, N_ACC, DRAFT = 0, 1, 2, 3, 4, 5, 6
-OUT = DRAFT + _core.MAX_DRAFT_LEN
+# SeqState (spec/seq_state.h) as a numpy structured type, from the C++ struct's own offsets.
+SEQ = np.dtype(
+    {
+        "names": list(T.SEQ_STATE_FIELDS),
+        "formats": [
+            np.dtype(t) if n == 1 else (np.dtype(t), (n,)) for _, t, n in T.SEQ_STATE_FIELDS.values()
+        ],
+        "offsets": [off for off, _, _ in T.SEQ_STATE_FIELDS.values()],
+        "itemsize": T.SEQ_STATE_BYTES,
+    }
+)
+SOURCE = {name: i for i, name in enumerate(_core.DRAFT_SOURCES)}
 
 
-def seq_states(n_slots: int, *, n_past=0, last=0, prev=0, n_gen=0) -> np.ndarray:
-    s = np.zeros((n_slots, _core.SEQ_STATE_INTS), np.int32)
-    s[:, N_PAST], s[:, LAST], s[:, PREV], s[:, N_GEN] = n_past, last, prev, n_gen
-    return s
+def seq_states(n_slots: int, **fields) -> np.ndarray:
+    """SeqState records; keyword fields set (broadcast) per slot. Returned as the int32 words
+    the test module takes ([slots, SEQ_STATE_INTS]); see `fields()` to read them back."""
+    s = np.zeros(n_slots, SEQ)
+    for name, v in fields.items():
+        s[name] = v
+    return s.view(np.int32).reshape(n_slots, T.SEQ_STATE_INTS)
+
+
+def fields(words: np.ndarray) -> np.ndarray:
+    """int32 SeqState words [slots, SEQ_STATE_INTS] (or one slot's list) -> records."""
+    a = np.ascontiguousarray(np.asarray(words, np.int32).reshape(-1, T.SEQ_STATE_INTS))
+    return a.view(SEQ).reshape(-1)
 
 
 # (temperature, top_k, top_p): every branch of the rule (greedy, index order, top-k, top-p,

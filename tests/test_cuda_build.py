@@ -10,7 +10,8 @@ import shutil
 
 import numpy as np
 import pytest
-from cuda_helpers import DRAFT, N_ACC, N_GEN, N_NEW, N_PAST, OUT, RULES, params, seq_states
+from cuda_helpers import RULES, SOURCE, fields, params, seq_states
+from native import T, wt
 from trt_spec import Engine, _core
 from trt_spec.build.random_engine import SHAPES, parameter_count, write_random_engine
 
@@ -107,37 +108,35 @@ def test_random_engine_runs_and_graph_flag(tiny_engine) -> None:
     base = e.generate([5, 6, 7], max_new_tokens=12, speculate=False, ignore_eos=True).token_ids
     spec = e.generate([5, 6, 7], max_new_tokens=12, draft_len=3, ignore_eos=True).token_ids
     assert spec == base
-    dec = _core.Decoder(e._rt)
-    assert dec.use_graphs is True
-    dec.use_graphs = False
-    assert dec.use_graphs is False and dec.graphs_captured == 0
+    assert e.use_graphs is True
+    e.use_graphs = False
+    assert e.use_graphs is False and e.graphs_captured == 0
 
 
 # ---- the op bindings on the CPU (the harness of tests/test_cuda_ops.py) ----------------------
 def test_op_runner_linear_and_sampling_on_cpu() -> None:
-    r = _core.OpRunner("cpu")
+    r = T.OpRunner("cpu")
     rng = np.random.default_rng(0)
     w = rng.standard_normal((64, 128), dtype=np.float32)
     x = rng.standard_normal((3, 128), dtype=np.float32)
     b = rng.standard_normal(64, dtype=np.float32)
     blob = _core.quantize_weight(w, _core.WeightType.F32)
-    got = r.linear(blob, _core.WeightType.F32, 64, 128, x, b)
+    got = r.linear(blob, wt(_core.WeightType.F32), 64, 128, x, b)
     np.testing.assert_allclose(got, x @ w.T + b, rtol=1e-4, atol=1e-4)
     logits = (3 * rng.standard_normal((4, 300))).astype(np.float32)
     ps = [params(RULES[i], seed=i, step=5) for i in range(4)]
     toks, steps = r.sample(logits, [0, 1, 2, 3], ps)
     for i in range(4):
         t, k, p, seed, step = ps[i]
-        assert toks[i] == _core.sample_row(logits[i], t, k, p, seed, step)
+        assert toks[i] == T.sample_row(logits[i], t, k, p, seed, step)
     assert steps == [6, 6, 6, 6]
 
 
 def test_op_runner_spec_ops_on_cpu() -> None:
-    r = _core.OpRunner("cpu")
+    r = T.OpRunner("cpu")
     rng = np.random.default_rng(1)
-    seqs = seq_states(2, n_past=10, last=3, prev=2, n_gen=4)
-    tok, pos, rs = r.spec_rows(seqs, [1, 0], 0, 3)
-    assert tok[:3] == [3, 0, 0] and pos[:3] == [10, 11, 12] and rs == [1, 1, 1, 0, 0, 0]
+    model = 1 << SOURCE["model"]
+    seqs = seq_states(2, n_past=10, last=3, prev=2, n_gen=4, max_nodes=16, sources=model)
     k, V = 2, 50
     p = [params((0.0, 0, 1.0), 0), params((1.0, 0, 1.0), 1)]
     q = np.zeros((k * 2, V), np.float32)
@@ -147,12 +146,18 @@ def test_op_runner_spec_ops_on_cpu() -> None:
         )
         q[j * 2 : j * 2 + 2] = qj
     assert np.allclose(q[1::2].sum(axis=1), 1.0, atol=1e-5)  # sampling rows became q_j
-    after = r.spec_accept(
-        rng.standard_normal((2 * (k + 1), V)).astype(np.float32), q, k, seqs, [0, 1], p
+    tok, pos, rs, idx, base, bits, seqs = r.spec_verify_rows(seqs, [1, 0], k, SOURCE["model"])
+    drafted = fields(seqs)
+    assert tok[:3] == [3, *drafted[1]["tree_token"][:2]] and pos[:3] == [10, 11, 12]
+    assert rs == [1, 1, 1, 0, 0, 0] and idx[:3] == [10, 11, 12] and bits[:3] == [1, 3, 7]
+    hist = np.zeros((2, 32), np.int32)
+    after, h, moves = r.spec_accept(
+        rng.standard_normal((2 * (k + 1), V)).astype(np.float32), q, k, seqs, [0, 1], p, hist
     )
+    f = fields(after)
     for s in range(2):
-        assert after[s, N_NEW] == after[s, N_ACC] + 1
-        assert after[s, N_PAST] == 10 + after[s, N_NEW] and after[s, N_GEN] == 4 + after[s, N_NEW]
-        assert list(after[s, OUT : OUT + after[s, N_ACC]]) == list(
-            seqs[s, DRAFT : DRAFT + after[s, N_ACC]]
-        )
+        assert f[s]["n_new"] == f[s]["n_acc"] + 1
+        assert f[s]["n_past"] == 10 + f[s]["n_new"] and f[s]["n_gen"] == 4 + f[s]["n_new"]
+        n = f[s]["n_acc"]
+        assert list(f[s]["out"][:n]) == list(drafted[s]["tree_token"][:n])
+        assert list(h[s, 11 : 11 + f[s]["n_new"]]) == list(f[s]["out"][: f[s]["n_new"]])

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from cuda_helpers import RULES, params, random_logits, seq_states
+from cuda_helpers import RULES, SOURCE, fields, params, random_logits, seq_states
+from native import T as native
 from trt_spec import _core
 
 REPO = Path(__file__).resolve().parents[1]
@@ -49,13 +50,13 @@ def emu(tmp_path_factory: pytest.TempPathFactory):
     subprocess.run(cmd, check=True)
     so = ctypes.CDLL(str(lib))
     assert so.emu_sampling_state_bytes() == STATE.itemsize
-    assert so.emu_seq_state_bytes() == 4 * _core.SEQ_STATE_INTS
+    assert so.emu_seq_state_bytes() == native.SEQ_STATE_BYTES
     return so
 
 
 @pytest.fixture(scope="module")
 def cpu():
-    return _core.OpRunner("cpu")
+    return native.OpRunner("cpu")
 
 
 def P(a: np.ndarray | None):
@@ -169,55 +170,77 @@ def test_rmsnorm_rope_swiglu(emu, cpu) -> None:
 
 @pytest.mark.parametrize("splits", [1, 3])
 @pytest.mark.parametrize("nh,nkv,hd", [(4, 2, 32), (2, 1, 80)])
-def test_attention(emu, cpu, splits: int, nh: int, nkv: int, hd: int) -> None:
-    rng = np.random.default_rng(splits + hd)
+@pytest.mark.parametrize("tree", [False, True])
+def test_attention(emu, cpu, splits: int, nh: int, nkv: int, hd: int, tree: bool) -> None:
+    """Causal rows (a verify block of slot 0, a row of slot 1) or, with `tree`, the verify rows
+    of a draft tree: siblings share positions, write distinct cache indices and see only their
+    ancestors."""
+    rng = np.random.default_rng(splits + hd + tree)
     slots, layers, max_seq, layer = 2, 2, 64, 1
     size = slots * layers * nkv * max_seq * hd
     k = rng.standard_normal(size).astype(np.float32)
     v = rng.standard_normal(size).astype(np.float32)
-    pos = np.array([9, 10, 11, 40], np.int32)  # a verify block of slot 0, a row of slot 1
-    slot = np.array([0, 0, 0, 1], np.int32)
+    if tree:  # root at 9; nodes 0, 1 children of the root, node 2 child of node 1; slot 1 alone
+        pos = np.array([9, 10, 10, 11, 40], np.int32)
+        kv_idx = np.array([9, 10, 11, 12, 40], np.int32)
+        base = np.array([9, 9, 9, 9, 40], np.int32)
+        bits = np.array([0b1, 0b11, 0b101, 0b1101, 0b1], np.uint64)
+        slot = np.array([0, 0, 0, 0, 1], np.int32)
+    else:
+        pos = np.array([9, 10, 11, 40], np.int32)
+        kv_idx = base = bits = None
+        slot = np.array([0, 0, 0, 1], np.int32)
     n = len(pos)
     qkv = rng.standard_normal((n, (nh + 2 * nkv) * hd)).astype(np.float32)
+    extra = {} if not tree else dict(
+        kv_idx=list(kv_idx), tree_base=list(base), tree_bits=[int(b) for b in bits]
+    )
     out_c, k_c, v_c = cpu.attention(
-        qkv,
-        list(pos),
-        list(slot),
-        nh,
-        nkv,
-        hd,
-        1 / np.sqrt(hd),
-        k,
-        v,
-        slots,
-        layers,
-        max_seq,
-        layer,
+        qkv, list(pos), list(slot), nh, nkv, hd, 1 / np.sqrt(hd), k, v, slots, layers, max_seq,
+        layer, **extra,
     )
     kg, vg = k.copy(), v.copy()
     out = np.zeros((n, nh * hd), np.float32)
     partial = np.zeros(n * nh * splits * (hd + 2), np.float32)
     emu.emu_attention(
-        P(qkv),
-        P(pos),
-        P(slot),
-        I32(n),
-        I32(nh),
-        I32(nkv),
-        I32(hd),
-        F32(1 / np.sqrt(hd)),
-        P(kg),
-        P(vg),
-        I32(layers),
-        I32(max_seq),
-        I32(layer),
-        I32(splits),
-        P(partial),
-        P(out),
+        P(qkv), P(pos), P(slot), P(kv_idx), P(base), P(bits), I32(n), I32(nh), I32(nkv), I32(hd),
+        F32(1 / np.sqrt(hd)), P(kg), P(vg), I32(layers), I32(max_seq), I32(layer), I32(splits),
+        P(partial), P(out),
     )
     np.testing.assert_array_equal(kg, k_c)
     np.testing.assert_array_equal(vg, v_c)
     assert rel_err(out, out_c.astype(np.float64)) < 1e-5
+    if tree:  # node 2 sees [0, 9), the root, node 1 and itself: a chain of those rows
+        o2, _, _ = cpu.attention(
+            qkv[[0, 2, 3]], [9, 10, 11], [0, 0, 0], nh, nkv, hd, 1 / np.sqrt(hd), k, v, slots,
+            layers, max_seq, layer,
+        )
+        np.testing.assert_allclose(out_c[3], o2[2], rtol=1e-5, atol=1e-6)
+
+
+def test_kv_copy(emu, cpu) -> None:
+    rng = np.random.default_rng(3)
+    slots, layers, nkv, max_seq, hd = 2, 3, 2, 32, 16
+    size = slots * layers * nkv * max_seq * hd
+    k = rng.standard_normal(size).astype(np.float32)
+    v = rng.standard_normal(size).astype(np.float32)
+    slot = np.array([0, 0, 0, 1, 1], np.int32)
+    src = np.array([12, 14, -1, 7, 20], np.int32)  # in order; -1 and src == dst: no move
+    dst = np.array([11, 12, 13, 7, 8], np.int32)
+    kc, vc = cpu.kv_copy(k, v, slots, layers, nkv, max_seq, hd, list(slot), list(src), list(dst))
+    kg, vg = k.copy(), v.copy()
+    emu.emu_kv_copy(
+        P(kg), P(vg), I32(slots), I32(layers), I32(nkv), I32(max_seq), I32(hd), P(slot), P(src),
+        P(dst), I32(len(slot)),
+    )
+    np.testing.assert_array_equal(kg, kc)
+    np.testing.assert_array_equal(vg, vc)
+    cache = k.reshape(slots, layers, nkv, max_seq, hd)
+    moved = kc.reshape(slots, layers, nkv, max_seq, hd)
+    np.testing.assert_array_equal(moved[0, :, :, 11], cache[0, :, :, 12])
+    np.testing.assert_array_equal(moved[0, :, :, 12], cache[0, :, :, 14])
+    np.testing.assert_array_equal(moved[1, :, :, 8], cache[1, :, :, 20])
+    np.testing.assert_array_equal(moved[0, :, :, 13], cache[0, :, :, 13])
 
 
 # ---- token selection ---------------------------------------------------------------------------
@@ -252,21 +275,29 @@ def test_sample_many_seeds(emu) -> None:
         out = np.zeros(1, np.int32)
         emu.emu_sample(P(logits), I32(1), I32(V), P(np.zeros(1, np.int32)), P(st), P(out), T)
         t, k, p, seed, step = params(rule, seed=trial, step=trial)
-        assert out[0] == _core.sample_row(logits[0], t, k, p, seed, step), (trial, rule)
+        assert out[0] == native.sample_row(logits[0], t, k, p, seed, step), (trial, rule)
 
 
-def test_spec_rows(emu, cpu) -> None:
+def test_spec_draft_rows(emu, cpu) -> None:
     seqs = seq_states(
         3, n_past=np.array([4, 9, 30]), last=np.array([1, 2, 3]), prev=np.array([7, 8, 9])
     )
-    seqs[:, 6:12] = np.arange(18).reshape(3, 6)
+    f = fields(seqs)
+    f["tree_token"][:, :6] = np.arange(18).reshape(3, 6)
     slots = np.array([2, 0], np.int32)
-    for first, count in [(-1, 2), (0, 4), (2, 1)]:
-        tok, pos, rs = (np.zeros(2 * count, np.int32) for _ in range(3))
-        emu.emu_spec_rows(P(seqs), P(slots), I32(2), I32(first), I32(count), P(tok), P(pos), P(rs))
-        assert (list(tok), list(pos), list(rs)) == tuple(
-            cpu.spec_rows(seqs, list(slots), first, count)
-        )
+    for j in (0, 1, 3):
+        rows = 2 * (2 if j == 0 else 1)
+        tok, pos, rs = (np.zeros(rows, np.int32) for _ in range(3))
+        emu.emu_spec_draft_rows(P(seqs), P(slots), I32(2), I32(j), P(tok), P(pos), P(rs))
+        want = [2 * [0]] if False else None
+        for b, sl in enumerate(slots):
+            s = f[sl]
+            if j == 0:
+                assert list(tok[2 * b : 2 * b + 2]) == [s["prev"], s["last"]]
+                assert list(pos[2 * b : 2 * b + 2]) == [s["n_past"] - 1, s["n_past"]]
+            else:
+                assert tok[b] == s["tree_token"][j - 1] and pos[b] == s["n_past"] + j
+        assert want is None and set(rs) == set(slots)
 
 
 @pytest.mark.parametrize("vocab,common", [(500, 500), (520, 500)])
@@ -288,39 +319,123 @@ def test_spec_draft_sample(emu, cpu, vocab: int, common: int) -> None:
         seqs = sc
 
 
-@pytest.mark.parametrize("k", [0, 1, 3])
-def test_spec_accept(emu, cpu, k: int) -> None:
+def _tree_seqs(rng: np.random.Generator, B: int, V: int, n_nodes: int) -> np.ndarray:
+    """SeqStates holding random one-hot (lookup) trees: parents before children, siblings with
+    distinct tokens, lookup_n = n_nodes."""
+    seqs = seq_states(
+        B, n_past=12, last=5, prev=4, n_gen=np.arange(B) * 3 + 2, max_nodes=16,
+        sources=(1 << SOURCE["model"]) | (1 << SOURCE["lookup"]), lookup_n=n_nodes,
+    )
+    f = fields(seqs)
+    for b in range(B):
+        used: dict[int, set[int]] = {}
+        for i in range(n_nodes):
+            par = int(rng.integers(-1, i)) if i else -1
+            tok = int(rng.integers(0, V))
+            while tok in used.setdefault(par, set()):
+                tok = int(rng.integers(0, V))
+            used[par].add(tok)
+            f[b]["tree_token"][i], f[b]["tree_parent"][i] = tok, par
+            f[b]["tree_depth"][i] = 1 if par < 0 else f[b]["tree_depth"][par] + 1
+        f[b]["tree_n"] = n_nodes
+    return seqs
+
+
+@pytest.mark.parametrize("k,source", [(0, "none"), (3, "model"), (4, "lookup"), (6, "lookup")])
+def test_spec_verify_rows(emu, cpu, k: int, source: str) -> None:
+    rng = np.random.default_rng(k)
+    B = 3
+    seqs = _tree_seqs(rng, B, 300, n_nodes=5)
+    fields(seqs)["max_nodes"][1] = 2  # a request capping its nodes
+    slots = np.array([2, 0, 1], np.int32)
+    want = cpu.spec_verify_rows(seqs, list(slots), k, SOURCE[source])
+    rows = B * (k + 1)
+    got = [np.zeros(rows, np.int32) for _ in range(5)] + [np.zeros(rows, np.uint64)]
+    sg = seqs.copy()
+    emu.emu_spec_verify_rows(P(sg), P(slots), I32(B), I32(k), I32(SOURCE[source]), *map(P, got))
+    for a, b in zip(got, want[:6], strict=True):
+        assert list(a) == list(b)
+    np.testing.assert_array_equal(sg, want[6])
+    n = fields(want[6])["tree_n"]
+    assert n[0] == (0 if k == 0 else min(k, 5 if source == "lookup" else k))  # uncapped
+    assert n[1] <= 2  # capped
+
+
+@pytest.mark.parametrize("k,source", [(0, "none"), (1, "model"), (3, "model"), (5, "lookup")])
+def test_spec_accept(emu, cpu, k: int, source: str) -> None:
+    """Acceptance, commit, history append and cache moves: the emulated kernels against the CPU
+    ops, for draft-model chains (dense q) and lookup trees (one-hot), every sampling rule."""
     rng = np.random.default_rng(10 + k)
-    B, V, Vd = 3, 400, 420
+    B, V, Vd, max_seq = 3, 400, 420, 40
     slots = np.array([1, 2, 0], np.int32)
     for trial in range(4):
         ps = [params(RULES[(trial + 3 * b) % len(RULES)], seed=100 * trial + b) for b in range(B)]
-        seqs = seq_states(B, n_past=12, last=5, prev=4, n_gen=np.array([2, 6, 9]))
         target = random_logits(rng, (B * (k + 1), V), scale=2.0)
         q = np.zeros((k * B, Vd), np.float32)
-        for j in range(k):
-            dl = np.zeros((B, Vd), np.float32)
-            # Row b of the batch is slot slots[b]: its draft logits near its target row j.
-            dl[:, :V] = target.reshape(B, k + 1, V)[:, j]
-            dl += random_logits(rng, (B, Vd), scale=0.8)
-            qj, seqs = cpu.spec_draft_sample(dl, V, j, seqs, list(slots), ps)
-            q[j * B : (j + 1) * B] = qj
-        want = cpu.spec_accept(target, q, k, seqs, list(slots), ps)
+        if source == "lookup":
+            seqs = _tree_seqs(rng, B, V, n_nodes=k)
+            # Make acceptance likely: boost each node's token in its parent's row.
+            f = fields(seqs)
+            for b, sl in enumerate(slots):
+                for i in range(k):
+                    row = b * (k + 1) + f[sl]["tree_parent"][i] + 1
+                    target[row, f[sl]["tree_token"][i]] += 3.0
+        else:
+            seqs = seq_states(B, n_past=12, last=5, prev=4, n_gen=np.array([2, 6, 9]),
+                              max_nodes=16, sources=1 << SOURCE["model"])
+            for j in range(k):
+                dl = np.zeros((B, Vd), np.float32)
+                # Row b of the batch is slot slots[b]: its draft logits near its target row j.
+                dl[:, :V] = target.reshape(B, k + 1, V)[:, j]
+                dl += random_logits(rng, (B, Vd), scale=0.8)
+                qj, seqs = cpu.spec_draft_sample(dl, V, j, seqs, list(slots), ps)
+                q[j * B : (j + 1) * B] = qj
+        seqs = cpu.spec_verify_rows(seqs, list(slots), k, SOURCE[source])[6]
+        hist = rng.integers(0, V, (B, max_seq)).astype(np.int32)
+        want_s, want_h, want_m = cpu.spec_accept(target, q, k, seqs, list(slots), ps, hist)
         got = seqs.copy()
-        Pbuf = np.zeros(max(B * k * V, 1), np.float32)
+        hg = hist.copy()
+        Pbuf = np.zeros(B * (k + 1) * V, np.float32)
         best = np.zeros(B * (k + 1), np.int32)
+        mv = [np.zeros(B * 16, np.int32) for _ in range(3)]
         emu.emu_spec_accept(
-            P(target),
-            P(q if k else None),
-            I32(B),
-            I32(k),
-            I32(V),
-            I32(Vd),
-            P(got),
-            P(slots),
-            P(states(ps)),
-            P(Pbuf),
-            P(best),
-            T,
+            P(target), P(q if k else None), I32(B), I32(k), I32(V), I32(Vd), P(got), P(slots),
+            P(states(ps)), P(Pbuf), P(best), P(hg), I32(max_seq), *map(P, mv), T,
         )
-        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(got, want_s)
+        np.testing.assert_array_equal(hg, want_h)
+        for a, b in zip(mv, want_m, strict=True):
+            assert list(a) == list(b)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_spec_lookup(emu, cpu, seed: int) -> None:
+    """Prompt lookup's kernel (matches found by a whole block, in order) equals the CPU op and
+    the serial rule, on texts with many repeats, with and without a prediction."""
+    rng = np.random.default_rng(seed)
+    B, max_seq = 3, 300
+    slots = np.array([2, 0, 1], np.int32)
+    hist = rng.integers(0, 6 if seed % 2 else 40, (B, max_seq)).astype(np.int32)
+    pred = np.zeros((B, max_seq), np.int32)
+    m = [0, 50, 280]
+    for b in range(B):
+        pred[b, : m[b]] = rng.integers(0, 6, m[b])
+    seqs = seq_states(
+        B, n_past=np.array([30, 120, 250]), max_nodes=np.array([8, 16, 3]),
+        pred_len=np.array(m), sources=np.array([1 << SOURCE["lookup"]] * 2 + [0]),
+    )
+    want = cpu.spec_lookup(seqs, list(slots), hist, pred)
+    got = seqs.copy()
+    emu.emu_spec_lookup(P(got), P(slots), I32(B), P(hist), P(pred), I32(max_seq), T)
+    np.testing.assert_array_equal(got, want)
+    f = fields(want)
+    for b in range(B):
+        if not f[b]["sources"]:
+            assert f[b]["lookup_n"] == 0
+            continue
+        n = f[b]["n_past"] + 1
+        tok, par, _, _ = native.lookup_propose(list(hist[b, :n]), list(pred[b, : m[b]]),
+                                              int(f[b]["max_nodes"]))
+        assert f[b]["lookup_n"] == len(tok)
+        assert list(f[b]["tree_token"][: len(tok)]) == tok
+        assert list(f[b]["tree_parent"][: len(tok)]) == par

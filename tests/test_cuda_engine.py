@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import spec_pairs
 from cuda_helpers import GPU
+from native import T
 from trt_spec import Engine, _core
 from trt_spec.build.random_engine import SHAPES, write_random_engine
 
@@ -60,9 +61,9 @@ def test_prefill_chunks(tiny) -> None:
     """A prompt longer than the prefill chunk runs in parts (and a 250-row forward)."""
     path, _ = tiny.engine("qwen2", weights="f16")
     ids = [int(i) for i in np.random.default_rng(0).integers(0, 384, 250)]
-    ref = _core.Runtime(str(path), "cpu", 4, True, 256).prompt_logits(ids)
+    ref = Engine(path, device="cpu", n_threads=4).logits(ids)
     for chunk in (64, 256):
-        got = _core.Runtime(str(path), "cuda", 0, True, chunk).prompt_logits(ids)
+        got = Engine(path, device="cuda", prefill_chunk=chunk).logits(ids)
         assert rel_err(got, ref) < 1e-4
 
 
@@ -101,7 +102,7 @@ def test_graph_replay_equals_kernel_by_kernel(root, temperature: float) -> None:
     outs = []
     for graphs in (True, False):
         e = Engine(path, device="cuda")
-        e._dec.use_graphs = graphs
+        e.use_graphs = graphs
         got = []
         for k in (1, 4, 8):
             res = e.generate(
@@ -115,26 +116,26 @@ def test_graph_replay_equals_kernel_by_kernel(root, temperature: float) -> None:
             )
             got.append([r.token_ids for r in res])
         outs.append(got)
-        assert (e._dec.graphs_captured > 0) == graphs
+        assert (e.graphs_captured > 0) == graphs
     assert outs[0] == outs[1]
 
 
 def test_graph_cache_per_batch_and_k(root) -> None:
-    e = Engine(spec_pairs.make_pair(root, "noisy", draft_len=4, max_batch=4), device="cuda")
-    dec = _core.Decoder(e._rt)
-    dec.draft_len = 2
-    for p in PROMPTS[:3]:
-        dec.add(p, 10, 0.0, 0, 1.0, 0, [])
-    while dec.running:
-        dec.step()
-    # Batches shrink as requests finish together: at least (3, 2) was captured once.
-    n = dec.graphs_captured
+    path = spec_pairs.make_pair(root, "noisy", draft_len=4, max_batch=4)
+    s = T.Session(str(path), "cuda")
+
+    def run_three() -> None:
+        for p in PROMPTS[:3]:
+            s.submit(p, 10, 0.0, 0, 1.0, 0, [], [], [], "model", 2)
+        while s.has_work:
+            s.step()
+
+    run_three()
+    # Batches shrink as requests finish together: at least (model, 3, 2) was captured once.
+    n = s.graphs_captured
     assert n >= 1
-    for p in PROMPTS[:3]:
-        dec.add(p, 10, 0.0, 0, 1.0, 0, [])
-    while dec.running:
-        dec.step()
-    assert dec.graphs_captured == n  # same (B, k) pairs: replayed, not captured again
+    run_three()
+    assert s.graphs_captured == n  # the same (source, B, k): replayed, not captured again
 
 
 # ---- the default pair's real shapes, random weights ---------------------------------------------
@@ -169,6 +170,6 @@ def test_real_shape_speculation_and_graphs(real_pair) -> None:
     base = e.generate(prompts, max_new_tokens=24, speculate=False, ignore_eos=True)
     spec = e.generate(prompts, max_new_tokens=24, draft_len=4, ignore_eos=True)
     assert [r.token_ids for r in spec] == [r.token_ids for r in base]
-    e._dec.use_graphs = False
+    e.use_graphs = False
     plain = e.generate(prompts, max_new_tokens=24, draft_len=4, ignore_eos=True)
     assert [r.token_ids for r in plain] == [r.token_ids for r in base]

@@ -1,5 +1,6 @@
 """Every op of the CUDA backend against the CPU backend (and, for the matrix products, against an
-exact float64 product of the dequantized weights), through _core.OpRunner. Needs a GPU.
+exact float64 product of the dequantized weights), through the test module's OpRunner. Needs a
+GPU. The speculative ops (spec/spec_ops.h) too: the CUDA SpecOps against the CPU's.
 
 Tolerances: the GPU computes in float32 with its own summation order (fp16-level tolerances are
 ample); token choices (sampling, acceptance) must be identical given identical logits, since both
@@ -10,7 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from cuda_helpers import GPU, RULES, params, random_logits, seq_states
+from cuda_helpers import GPU, RULES, SOURCE, fields, params, random_logits, seq_states
+from native import T, wt
+from test_cuda_emulated import _tree_seqs
 from trt_spec import _core
 
 pytestmark = GPU
@@ -20,12 +23,12 @@ TYPES = ["f32", "f16", "bf16", "q8", "q4"]
 
 @pytest.fixture(scope="module")
 def cpu():
-    return _core.OpRunner("cpu")
+    return T.OpRunner("cpu")
 
 
 @pytest.fixture(scope="module")
 def gpu():
-    return _core.OpRunner("cuda")
+    return T.OpRunner("cuda")
 
 
 def rel_err(a: np.ndarray, b: np.ndarray) -> float:
@@ -43,18 +46,18 @@ def test_linear_all_row_counts(cpu, gpu, wtype: str, rows: int, cols: int) -> No
     exact_w = _core.dequantize_weight(blob, t, rows, cols).astype(np.float64)
     bias = rng.standard_normal(rows).astype(np.float32)
     x = rng.standard_normal((40, cols)).astype(np.float32)
-    one = gpu.linear(blob, t, rows, cols, x[:1], bias)
+    one = gpu.linear(blob, wt(t), rows, cols, x[:1], bias)
     for n in [1, 2, 3, 4, 5, 8, 9, 16, 17, 40]:
         ref = x[:n].astype(np.float64) @ exact_w.T + bias
-        got = gpu.linear(blob, t, rows, cols, x[:n], bias)
+        got = gpu.linear(blob, wt(t), rows, cols, x[:n], bias)
         assert got.shape == (n, rows)
         assert rel_err(got, ref) < 2e-5, (wtype, n)
         # A row's result does not depend on the rest of the batch (bitwise).
         np.testing.assert_array_equal(got[:1], one)
         # The CPU backend quantizes activations to int8 for q8 / q4: only close to it there.
         tol = 3e-2 if wtype in ("q8", "q4") else 1e-5
-        assert rel_err(got, cpu.linear(blob, t, rows, cols, x[:n], bias)) < tol
-    nobias = gpu.linear(blob, t, rows, cols, x[:3])
+        assert rel_err(got, cpu.linear(blob, wt(t), rows, cols, x[:n], bias)) < tol
+    nobias = gpu.linear(blob, wt(t), rows, cols, x[:3])
     assert rel_err(nobias, x[:3].astype(np.float64) @ exact_w.T) < 2e-5
 
 
@@ -67,7 +70,7 @@ def test_linear_odd_columns(gpu, wtype: str) -> None:
     blob = _core.quantize_weight(w, t)
     exact_w = _core.dequantize_weight(blob, t, 50, 75).astype(np.float64)
     x = rng.standard_normal((6, 75)).astype(np.float32)
-    assert rel_err(gpu.linear(blob, t, 50, 75, x), x @ exact_w.T) < 2e-5
+    assert rel_err(gpu.linear(blob, wt(t), 50, 75, x), x @ exact_w.T) < 2e-5
 
 
 @pytest.mark.parametrize("wtype", TYPES)
@@ -77,10 +80,10 @@ def test_embed(cpu, gpu, wtype: str) -> None:
     w = rng.standard_normal((500, 256)).astype(np.float32)
     blob = _core.quantize_weight(w, t)
     tokens = [0, 499, 17, 17, 250]
-    got = gpu.embed(blob, t, 500, 256, tokens)
+    got = gpu.embed(blob, wt(t), 500, 256, tokens)
     exact = _core.dequantize_weight(blob, t, 500, 256)[tokens]
     np.testing.assert_allclose(got, exact, rtol=1e-6, atol=1e-7)
-    np.testing.assert_allclose(got, cpu.embed(blob, t, 500, 256, tokens), rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(got, cpu.embed(blob, wt(t), 500, 256, tokens), rtol=1e-6, atol=1e-7)
 
 
 # ---- row ops -----------------------------------------------------------------------------------
@@ -169,6 +172,30 @@ def test_attention(cpu, gpu, heads, kv, hd, pos, slot) -> None:
 
 
 # ---- token selection ---------------------------------------------------------------------------
+@pytest.mark.parametrize("heads,kv,hd", [(12, 2, 128), (14, 2, 64)])
+def test_attention_tree(cpu, gpu, heads, kv, hd) -> None:
+    """The verify rows of draft trees: siblings share positions, write distinct cache indices,
+    and see only their ancestors (tree masks), beside a causal row of another slot."""
+    rng = np.random.default_rng(hd)
+    slots, layers, max_seq, layer = 2, 2, 1024, 0
+    size = slots * layers * kv * max_seq * hd
+    kc = rng.standard_normal(size).astype(np.float32)
+    vc = rng.standard_normal(size).astype(np.float32)
+    pos = [700, 701, 701, 702, 703, 40]
+    kv_idx = [700, 701, 702, 703, 704, 40]
+    base = [700] * 5 + [40]
+    bits = [0b1, 0b11, 0b101, 0b1101, 0b11101, 0b1]
+    slot = [0] * 5 + [1]
+    qkv = rng.standard_normal((len(pos), (heads + 2 * kv) * hd)).astype(np.float32)
+    args = (qkv, pos, slot, heads, kv, hd, 1.0 / np.sqrt(hd), kc, vc, slots, layers, max_seq, layer)
+    extra = dict(kv_idx=kv_idx, tree_base=base, tree_bits=bits)
+    out_g, k_g, v_g = gpu.attention(*args, **extra)
+    out_c, k_c, v_c = cpu.attention(*args, **extra)
+    np.testing.assert_array_equal(k_g, k_c)
+    np.testing.assert_array_equal(v_g, v_c)
+    assert rel_err(out_g, out_c.astype(np.float64)) < 1e-5
+
+
 @pytest.mark.parametrize("vocab", [1000, 151936])
 def test_sample_matches_cpu(cpu, gpu, vocab: int) -> None:
     rng = np.random.default_rng(vocab)
@@ -187,15 +214,16 @@ def test_sample_matches_cpu(cpu, gpu, vocab: int) -> None:
     assert gpu.sample(logits[:2], [0, 0], ps) == cpu.sample(logits[:2], [0, 0], ps)
 
 
-def test_spec_rows(cpu, gpu) -> None:
-    seqs = seq_states(
-        4, n_past=np.array([10, 3, 50, 7]), last=np.array([1, 2, 3, 4]), prev=np.array([5, 6, 7, 8])
-    )
-    seqs[:, 6:14] = np.arange(32).reshape(4, 8)
-    for first, count in [(-1, 2), (0, 5), (3, 1)]:
-        assert gpu.spec_rows(seqs, [2, 0, 3], first, count) == cpu.spec_rows(
-            seqs, [2, 0, 3], first, count
-        )
+def test_spec_draft_rows_and_verify_rows(cpu, gpu) -> None:
+    rng = np.random.default_rng(1)
+    seqs = _tree_seqs(rng, 4, 1000, n_nodes=6)
+    fields(seqs)["max_nodes"][2] = 3
+    for k, source in [(0, "none"), (4, "model"), (6, "lookup"), (8, "lookup")]:
+        g = gpu.spec_verify_rows(seqs, [2, 0, 3], k, SOURCE[source])
+        c = cpu.spec_verify_rows(seqs, [2, 0, 3], k, SOURCE[source])
+        for a, b in zip(g[:6], c[:6], strict=True):
+            assert list(a) == list(b)
+        np.testing.assert_array_equal(g[6], c[6])
 
 
 @pytest.mark.parametrize("vocab,vocab_common", [(1000, 1000), (1100, 1000), (151936, 151665)])
@@ -215,21 +243,52 @@ def test_spec_draft_sample(cpu, gpu, vocab: int, vocab_common: int) -> None:
 
 @pytest.mark.parametrize("k", [0, 1, 4, 8])
 @pytest.mark.parametrize("vocab,vocab_draft", [(1000, 1000), (1000, 1024), (151936, 151936)])
-def test_spec_accept(cpu, gpu, k: int, vocab: int, vocab_draft: int) -> None:
+@pytest.mark.parametrize("source", ["model", "lookup"])
+def test_spec_accept(cpu, gpu, k: int, vocab: int, vocab_draft: int, source: str) -> None:
     rng = np.random.default_rng(k * 7 + vocab)
-    B = 3
+    B, max_seq = 3, 64
     for trial in range(3 if vocab > 10000 else 8):
         ps = [params(RULES[(trial + 2 * b) % len(RULES)], seed=trial * 100 + b) for b in range(B)]
-        seqs = seq_states(B, n_past=20, last=11, prev=10, n_gen=np.array([3, 4, 5]) + trial)
         target = random_logits(rng, (B * (k + 1), vocab), scale=2.0)
-        # Draft proposals from distributions near the target's (some accepted, some not).
         q = np.zeros((k * B, vocab_draft), np.float32)
-        for j in range(k):
-            base = np.zeros((B, vocab_draft), np.float32)
-            base[:, :vocab] = target.reshape(B, k + 1, vocab)[:, j]
-            dl = (base + random_logits(rng, (B, vocab_draft), scale=0.7)).astype(np.float32)
-            qj, seqs = cpu.spec_draft_sample(dl, min(vocab, vocab_draft), j, seqs, [0, 1, 2], ps)
-            q[j * B : (j + 1) * B] = qj
-        g = gpu.spec_accept(target, q, k, seqs, [0, 1, 2], ps)
-        c = cpu.spec_accept(target, q, k, seqs, [0, 1, 2], ps)
-        np.testing.assert_array_equal(g, c)
+        if source == "lookup":
+            seqs = _tree_seqs(rng, B, vocab, n_nodes=k)
+            f = fields(seqs)
+            for b in range(B):  # make acceptance likely: boost each node in its parent's row
+                for i in range(k):
+                    target[b * (k + 1) + f[b]["tree_parent"][i] + 1, f[b]["tree_token"][i]] += 3
+        else:
+            seqs = seq_states(B, n_past=20, last=11, prev=10, n_gen=np.array([3, 4, 5]) + trial,
+                              max_nodes=16, sources=1 << SOURCE["model"])
+            # Draft proposals from distributions near the target's (some accepted, some not).
+            for j in range(k):
+                base = np.zeros((B, vocab_draft), np.float32)
+                base[:, :vocab] = target.reshape(B, k + 1, vocab)[:, j]
+                dl = (base + random_logits(rng, (B, vocab_draft), scale=0.7)).astype(np.float32)
+                qj, seqs = cpu.spec_draft_sample(
+                    dl, min(vocab, vocab_draft), j, seqs, [0, 1, 2], ps
+                )
+                q[j * B : (j + 1) * B] = qj
+        seqs = cpu.spec_verify_rows(seqs, [0, 1, 2], k, SOURCE[source if k else "none"])[6]
+        hist = rng.integers(0, vocab, (B, max_seq)).astype(np.int32)
+        g = gpu.spec_accept(target, q, k, seqs, [0, 1, 2], ps, hist)
+        c = cpu.spec_accept(target, q, k, seqs, [0, 1, 2], ps, hist)
+        np.testing.assert_array_equal(g[0], c[0])
+        np.testing.assert_array_equal(g[1], c[1])
+        for a, b in zip(g[2], c[2], strict=True):
+            assert list(a) == list(b)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_spec_lookup(cpu, gpu, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    B, max_seq = 4, 4096
+    hist = rng.integers(0, 8 if seed % 2 else 200, (B, max_seq)).astype(np.int32)
+    pred = rng.integers(0, 8, (B, max_seq)).astype(np.int32)
+    seqs = seq_states(
+        B, n_past=np.array([40, 1000, 3000, 4094]), max_nodes=16,
+        pred_len=np.array([0, 100, 4000, 10]), sources=1 << SOURCE["lookup"],
+    )
+    g = gpu.spec_lookup(seqs, [3, 1, 0, 2], hist, pred)
+    c = cpu.spec_lookup(seqs, [3, 1, 0, 2], hist, pred)
+    np.testing.assert_array_equal(g, c)

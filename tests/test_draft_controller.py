@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from trt_spec import _core
+from native import T
 
 DATA = json.loads((Path(__file__).parent / "data" / "auto_traces_q4_t0.json").read_text())
 N_NEW = DATA["max_new_tokens"]
@@ -75,7 +75,7 @@ def runs_from_agreement(agree: list[bool]) -> list[int]:
 
 def replay(runs: list[list[int]], k: int | None) -> float:
     """Tokens per second of decoding every request in turn, with fixed k or auto (None)."""
-    c = _core.DraftController(1, K_MAX)
+    c = T.DraftController(1, K_MAX)
     total_s = tokens = 0.0
     for run in runs:
         c.observe_catch_up(64, catch_up_s(64))  # the prefill feeds the draft the prompt
@@ -152,9 +152,9 @@ def _costs(draft_step: float, step: float, per_row: float, k: int) -> float:
     return k * draft_step + step + per_row * k
 
 
-def _fed(draft_step: float, per_row: float, alpha: float, catch_up: float) -> _core.DraftController:
+def _fed(draft_step: float, per_row: float, alpha: float, catch_up: float) -> T.DraftController:
     """A controller fed exact phase costs, long-run acceptance alpha and a catch-up cost."""
-    c = _core.DraftController(1, 8)
+    c = T.DraftController(1, 8)
     assert c.choose(1, [alpha], 8) == 4  # nothing measured: a drafting iteration first
     c.observe(1, 4, _costs(draft_step, 1.0, per_row, 4), 4 * draft_step, 1.0 + 4 * per_row)
     assert c.choose(1, [alpha], 8) == 0  # then a plain target step
@@ -181,7 +181,7 @@ def test_controller_picks_the_model_optimum(draft_step: float, per_row: float, a
     a_long = c.long_run_alpha
 
     def rate(a: float, k: int) -> float:
-        return _core.expected_tokens(a, k) / _costs(draft_step, 1.0, per_row, k)
+        return T.expected_tokens(a, k) / _costs(draft_step, 1.0, per_row, k)
 
     rates = [rate(alpha, k) for k in range(9)]
     long_pays = max(rate(a_long, k) for k in range(1, 9))
@@ -190,8 +190,11 @@ def test_controller_picks_the_model_optimum(draft_step: float, per_row: float, a
     for k in range(9):
         assert c.predicted_time(1, k) == pytest.approx(_costs(draft_step, 1.0, per_row, k))
     picks = [c.choose(1, [alpha], 8) for _ in range(40)]
-    assert picks.count(best) >= 36  # the rest are probes of neighbours
-    assert all(abs(p - best) <= 1 for p in picks)
+    assert picks.count(best) >= 35  # the rest are probes of neighbours
+    # ... and, while drafting, one plain step every kZeroEvery (32) iterations, re-measured.
+    zeros = picks.count(0) if best > 0 else 0
+    assert zeros <= 2
+    assert all(abs(p - best) <= 1 or (p == 0 and best > 0) for p in picks)
     assert c.choose(1, [alpha], 2) == min(best, 2) or rates[min(best, 2)] <= max(rates[:3])
 
 
@@ -215,7 +218,7 @@ def test_probe_from_zero_waits_for_a_short_lag() -> None:
 
 
 def test_estimate_relaxes_toward_the_long_run() -> None:
-    e = _core.AcceptanceEstimate()
+    e = T.AcceptanceEstimate()
     for _ in range(30):
         e.observe(0, 4)  # a bad stretch
     low = e.alpha
@@ -229,6 +232,6 @@ def test_estimate_relaxes_toward_the_long_run() -> None:
 
 
 def test_expected_tokens() -> None:
-    assert _core.expected_tokens(0.0, 4) == 1.0
-    assert _core.expected_tokens(1.0, 4) == 5.0
-    assert _core.expected_tokens(0.5, 2) == pytest.approx(1.75)
+    assert T.expected_tokens(0.0, 4) == 1.0
+    assert T.expected_tokens(1.0, 4) == 5.0
+    assert T.expected_tokens(0.5, 2) == pytest.approx(1.75)

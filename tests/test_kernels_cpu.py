@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from native import T, wt
 from trt_spec import _core
 
 WT = _core.WeightType
-ISAS = _core.cpu_isas()
+ISAS = T.cpu_isas()
 ALL_TYPES = ["F32", "F16", "BF16", "Q8", "Q4"]
 QUANT = {"Q8", "Q4"}
 SECTION_ALIGN = 64
@@ -246,7 +247,7 @@ def _weights(t: str, rows: int, cols: int):
 def check_matmul(isa: str, t: str, rows: int, cols: int, M: int, r0: int, r1: int):
     blob, wd = _weights(t, rows, cols)
     x = np.random.default_rng(M * 7 + cols).standard_normal((M, cols)).astype(np.float32)
-    y = _core.cpu_matmul(blob, getattr(WT, t), rows, cols, x, isa, r0, r1)
+    y = T.cpu_matmul(blob, wt(getattr(WT, t)), rows, cols, x, isa, r0, r1)
     assert y.shape == (M, rows) and y.dtype == np.float32
     assert not y[:, :r0].any() and not y[:, r1:].any()
     y = y[:, r0:r1].astype(np.float64)
@@ -304,15 +305,15 @@ def test_isas_agree(isa, t):
     """Every ISA gives the same answer up to summation order."""
     blob, _ = _weights(t, 130, 1536)
     x = np.random.default_rng(5).standard_normal((5, 1536)).astype(np.float32)
-    y = _core.cpu_matmul(blob, getattr(WT, t), 130, 1536, x, isa)
-    y0 = _core.cpu_matmul(blob, getattr(WT, t), 130, 1536, x, ISAS[0])
+    y = T.cpu_matmul(blob, wt(getattr(WT, t)), 130, 1536, x, isa)
+    y0 = T.cpu_matmul(blob, wt(getattr(WT, t)), 130, 1536, x, ISAS[0])
     np.testing.assert_allclose(y, y0, rtol=1e-4, atol=1e-4 * np.abs(y0).max())
 
 
 def test_matmul_bad_isa():
     blob, _ = _weights("F32", 7, 64)
     with pytest.raises(Exception):  # noqa: B017
-        _core.cpu_matmul(blob, WT.F32, 7, 64, np.zeros((1, 64), np.float32), "sse9")
+        T.cpu_matmul(blob, wt(WT.F32), 7, 64, np.zeros((1, 64), np.float32), "sse9")
 
 
 @pytest.mark.parametrize("t", ALL_TYPES)
@@ -326,10 +327,10 @@ def test_rows_are_bit_identical_whatever_m(isa, t):
     x = np.random.default_rng(5).normal(size=(64, cols)).astype(np.float32)
     single = np.stack(
         [
-            _core.cpu_matmul(blob, getattr(WT, t), rows, cols, x[i : i + 1], isa)[0]
+            T.cpu_matmul(blob, wt(getattr(WT, t)), rows, cols, x[i : i + 1], isa)[0]
             for i in range(64)
         ]
     )
     for m in (2, 5, 9, 10, 17, 36, 64):
-        got = _core.cpu_matmul(blob, getattr(WT, t), rows, cols, x[:m], isa)
+        got = T.cpu_matmul(blob, wt(getattr(WT, t)), rows, cols, x[:m], isa)
         assert np.array_equal(got.view(np.uint32), single[:m].view(np.uint32)), m

@@ -47,12 +47,10 @@ def test_fp32_logits_prefill_chunking(tiny) -> None:
 def test_multi_token_forward_over_the_kv_cache(tiny, chunk: int) -> None:
     """Rows fed `chunk` at a time after earlier rows are cached: chunk=1 is the decode step,
     chunk>1 the M-token pass that verification uses (each weight read once for all M rows)."""
-    from trt_spec import _core
-
     path, model = tiny.engine("llama", "f32")
     ids = PROMPT[:40]
-    rt = _core.Runtime(str(path), "cpu", 0, True, chunk)
-    assert rel_error(rt.prompt_logits(ids), reference_logits(model, ids)) < 1e-4
+    e = Engine(path, prefill_chunk=chunk)
+    assert rel_error(e.logits(ids), reference_logits(model, ids)) < 1e-4
 
 
 def test_bf16_checkpoint_reads_exactly(tiny) -> None:

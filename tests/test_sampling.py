@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from scipy import stats as sps
-from trt_spec import _core
+from native import T
 
 N = 30_000
 
@@ -18,7 +18,7 @@ N = 30_000
 def draw(logits: np.ndarray, n: int = N, **kw) -> np.ndarray:
     logits = np.ascontiguousarray(logits, dtype=np.float32)
     seed = kw.pop("seed", 1234)
-    return np.array([_core.sample_row(logits, seed=seed, step=s, **kw) for s in range(n)])
+    return np.array([T.sample_row(logits, seed=seed, step=s, **kw) for s in range(n)])
 
 
 def expected(logits: np.ndarray, temperature: float, top_k: int, top_p: float) -> np.ndarray:
@@ -55,7 +55,7 @@ def test_draws_follow_the_target_distribution(temperature, top_k, top_p) -> None
 
 def test_greedy_is_argmax_lowest_index_on_ties() -> None:
     logits = np.array([1.0, 5.0, 5.0, 2.0], dtype=np.float32)
-    assert _core.sample_row(logits, 0.0, 0, 1.0, seed=9, step=0) == 1
+    assert T.sample_row(logits, 0.0, 0, 1.0, seed=9, step=0) == 1
 
 
 def test_draws_are_a_pure_function_of_seed_and_step() -> None:
@@ -66,18 +66,18 @@ def test_draws_are_a_pure_function_of_seed_and_step() -> None:
 
 
 def test_philox_uniform_is_uniform_and_known() -> None:
-    u = np.array([_core.philox_uniform(42, s, 0, 0) for s in range(20_000)])
+    u = np.array([T.philox_uniform(42, s, 0, 0) for s in range(20_000)])
     assert ((u >= 0) & (u < 1)).all()
     assert sps.kstest(u, "uniform").pvalue > 1e-4
     # Philox4x32-10 known-answer (Random123 test vector: counter 0, key 0 -> 0x6627e8d5 first
     # word): the uniform is that word's top 24 bits / 2^24.
-    assert _core.philox_uniform(0, 0, 0, 0) == pytest.approx((0x6627E8D5 >> 8) / 2**24)
+    assert T.philox_uniform(0, 0, 0, 0) == pytest.approx((0x6627E8D5 >> 8) / 2**24)
 
 
 def test_invalid_parameters_raise() -> None:
     with pytest.raises(ValueError, match="temperature"):
-        _core.sample_row(LOGITS, -1.0, 0, 1.0, seed=0, step=0)
+        T.sample_row(LOGITS, -1.0, 0, 1.0, seed=0, step=0)
     with pytest.raises(ValueError, match="top_p"):
-        _core.sample_row(LOGITS, 1.0, 0, 0.0, seed=0, step=0)
+        T.sample_row(LOGITS, 1.0, 0, 0.0, seed=0, step=0)
     with pytest.raises(ValueError, match="top_k"):
-        _core.sample_row(LOGITS, 1.0, -2, 1.0, seed=0, step=0)
+        T.sample_row(LOGITS, 1.0, -2, 1.0, seed=0, step=0)

@@ -1,4 +1,4 @@
-"""The acceptance step alone (draft sampling + accept, `_core.spec_trials`) against its closed form.
+"""The acceptance step alone (draft sampling + accept, `T.spec_trials`) against its closed form.
 
 For fixed per-position target and draft distributions p_j, q_j, speculative sampling must emit
 a first token distributed as p_0 whatever q_0 is, accept the first draft token with
@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from scipy import stats
-from trt_spec import _core
+from native import T
 
 N = 100_000
 ALPHA = 1e-4  # false-failure rate per chi-square test
@@ -62,7 +62,7 @@ CASES = {
 def test_first_token_follows_target(case: str) -> None:
     p, q = map(np.asarray, CASES[case])
     p1 = np.array([0.1, 0.2, 0.3, 0.1, 0.2, 0.1])
-    out = _core.spec_trials(log(np.stack([p, p1])), log(q[None]), 1.0, 0, 1.0, N)
+    out = T.spec_trials(log(np.stack([p, p1])), log(q[None]), 1.0, 0, 1.0, N)
     first = np.bincount(out[:, 0], minlength=len(p))
     assert chi2_matches(first, p) > ALPHA
     accept_rate = (out[:, -1] == 1).mean()
@@ -83,7 +83,7 @@ def test_two_drafts_chain() -> None:
     rng = np.random.default_rng(0)
     p = rng.dirichlet(np.ones(8), size=3)
     q = rng.dirichlet(np.ones(8), size=2)
-    out = _core.spec_trials(log(p), log(q), 1.0, 0, 1.0, N, first_seed=10**6)
+    out = T.spec_trials(log(p), log(q), 1.0, 0, 1.0, N, first_seed=10**6)
     assert chi2_matches(np.bincount(out[:, 0], minlength=8), p[0]) > ALPHA
     second = out[out[:, -1] >= 1][:, 1]
     assert chi2_matches(np.bincount(second, minlength=8), p[1]) > ALPHA
@@ -97,7 +97,7 @@ def test_filtered_rule_temperature_top_p() -> None:
     rng = np.random.default_rng(1)
     lt = rng.normal(0, 1.5, size=(2, 12)).astype(np.float32)
     ld = (lt[:1] + rng.normal(0, 1.0, size=(1, 12))).astype(np.float32)
-    out = _core.spec_trials(lt, ld, 0.7, 0, 0.9, N)
+    out = T.spec_trials(lt, ld, 0.7, 0, 0.9, N)
     p0 = rule_probs(lt[0], 0.7, top_p=0.9)
     q0 = rule_probs(ld[0], 0.7, top_p=0.9)
     assert chi2_matches(np.bincount(out[:, 0], minlength=12), p0) > ALPHA
@@ -110,17 +110,17 @@ def test_top_k_rule() -> None:
     rng = np.random.default_rng(2)
     lt = rng.normal(0, 1.0, size=(2, 10)).astype(np.float32)
     ld = rng.normal(0, 1.0, size=(1, 10)).astype(np.float32)
-    out = _core.spec_trials(lt, ld, 1.0, 3, 1.0, N // 2)
+    out = T.spec_trials(lt, ld, 1.0, 3, 1.0, N // 2)
     assert chi2_matches(np.bincount(out[:, 0], minlength=10), rule_probs(lt[0], 1.0, 3)) > ALPHA
 
 
 def test_greedy_acceptance_is_argmax_match() -> None:
     lt = np.array([[0, 3, 1, 0], [2, 0, 0, 0], [0, 0, 0, 5]], np.float32)
     same = lt[:2].copy()
-    out = _core.spec_trials(lt, same, 0.0, 0, 1.0, 3)
+    out = T.spec_trials(lt, same, 0.0, 0, 1.0, 3)
     assert (out == [1, 0, 3, 2]).all()  # both drafts kept, then the bonus argmax
     other = np.array([[0, 3, 1, 0], [0, 9, 0, 0]], np.float32)
-    out = _core.spec_trials(lt, other, 0.0, 0, 1.0, 2)
+    out = T.spec_trials(lt, other, 0.0, 0, 1.0, 2)
     assert (out == [1, 0, -1, 1]).all()  # d_1 = 1 rejected, corrected to the target's 0
 
 
@@ -128,7 +128,7 @@ def test_draft_vocab_padding() -> None:
     """A draft whose vocabulary has extra (padding) ids never proposes them."""
     lt = log([[0.25, 0.25, 0.25, 0.25], [0.25, 0.25, 0.25, 0.25]])
     ld = np.array([[0, 0, 0, 0, 50, 50]], np.float32)  # the mass sits on padding ids 4, 5
-    out = _core.spec_trials(lt, ld, 1.0, 0, 1.0, 20_000)
+    out = T.spec_trials(lt, ld, 1.0, 0, 1.0, 20_000)
     assert out[:, 0].max() < 4
     assert chi2_matches(np.bincount(out[:, 0], minlength=4), np.full(4, 0.25)) > ALPHA
 
@@ -137,7 +137,7 @@ def test_same_seed_same_draws() -> None:
     rng = np.random.default_rng(3)
     lt = rng.normal(size=(3, 9)).astype(np.float32)
     ld = rng.normal(size=(2, 9)).astype(np.float32)
-    a = _core.spec_trials(lt, ld, 1.0, 0, 1.0, 500, first_seed=42)
-    b = _core.spec_trials(lt, ld, 1.0, 0, 1.0, 500, first_seed=42)
-    c = _core.spec_trials(lt, ld, 1.0, 0, 1.0, 500, first_seed=43)
+    a = T.spec_trials(lt, ld, 1.0, 0, 1.0, 500, first_seed=42)
+    b = T.spec_trials(lt, ld, 1.0, 0, 1.0, 500, first_seed=42)
+    c = T.spec_trials(lt, ld, 1.0, 0, 1.0, 500, first_seed=43)
     assert (a == b).all() and not (a == c).all()

@@ -1,15 +1,21 @@
-"""Speculative decoding on tiny target/draft pairs (tests/spec_pairs.py): exactness, the output
-distribution, KV rollback, stops inside accepted blocks, batches and statistics."""
+"""Speculative decoding on tiny target/draft pairs (tests/spec_pairs.py), every draft source:
+greedy exactness, the output distribution, KV rollback (tree moves included), stops inside
+accepted blocks, limits and statistics."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 import spec_pairs
+from cuda_helpers import fields
+from native import T
 from test_spec_acceptance import ALPHA, chi2_matches, rule_probs
-from trt_spec import Engine, _core
+from trt_spec import Engine
 
 PROMPTS = [[1, 2, 3, 4], [5, 9, 2], [7] * 10, [100, 200, 300, 17, 42, 8], [3]]
+# A prediction whose repeats make prompt lookup propose trees (several continuations of one
+# n-gram) for prompts that share its n-grams.
+PREDICTION = [1, 2, 3, 4, 5, 6, 1, 2, 3, 4, 7, 8, 9, 2, 3, 4, 10, 11, 12, 1, 2, 3, 4, 5, 13]
 
 
 @pytest.fixture(scope="module")
@@ -21,23 +27,57 @@ def pair(root, kind: str, **kw) -> Engine:
     return Engine(spec_pairs.make_pair(root, kind, **kw))
 
 
+def run(session, ids: list[int]) -> dict[int, tuple[list[int], str, dict]]:
+    """Steps a test Session until the requests `ids` finish: id -> (tokens, reason, stats)."""
+    out: dict[int, list] = {i: [[], "", {}] for i in ids}
+    while session.has_work:
+        for rid, toks, _text, done, reason, stats in session.step():
+            if rid in out:
+                out[rid][0].extend(toks)
+                if done:
+                    out[rid][1], out[rid][2] = reason, stats
+    return {i: (v[0], v[1], v[2]) for i, v in out.items()}
+
+
 # ---- greedy exactness ------------------------------------------------------------------------
 @pytest.mark.parametrize("kind", ["same", "noisy", "negated", "padded"])
 @pytest.mark.parametrize("batch", [1, 4])
-def test_greedy_speculation_equals_target_only(root, kind: str, batch: int) -> None:
+@pytest.mark.parametrize("draft", ["model", "lookup", "auto"])
+def test_greedy_speculation_equals_target_only(root, kind: str, batch: int, draft: str) -> None:
     e = pair(root, kind, draft_len=4, max_batch=4)
     prompts = PROMPTS[:batch] if batch > 1 else PROMPTS[:1]
     base = e.generate(prompts, max_new_tokens=40, speculate=False, ignore_eos=True)
     for k in [1, 2, 3, 4, "auto"]:
-        got = e.generate(prompts, max_new_tokens=40, draft_len=k, ignore_eos=True)
+        got = e.generate(
+            prompts, max_new_tokens=40, draft=draft, draft_len=k, ignore_eos=True,
+            prediction=PREDICTION,
+        )
         for b, g in zip(base, got, strict=True):
-            assert g.token_ids == b.token_ids, (kind, k)
+            assert g.token_ids == b.token_ids, (kind, draft, k)
             assert g.stats.new_tokens == 40
-    same = e.generate(prompts[0], max_new_tokens=40, draft_len=4, ignore_eos=True).stats
+    if draft != "model":
+        return
+    same = e.generate(prompts[0], max_new_tokens=40, draft="model", draft_len=4, ignore_eos=True)
     if kind == "same":
-        assert same.acceptance_rate == 1.0 and same.tokens_per_iteration > 4.0
+        assert same.stats.acceptance_rate == 1.0 and same.stats.tokens_per_iteration > 4.0
     if kind == "negated":
-        assert same.accepted == 0 and same.drafted > 0  # a draft that always misses
+        assert same.stats.accepted == 0 and same.stats.drafted > 0  # a draft that always misses
+
+
+def test_lookup_trees_are_exact_and_accepted(root) -> None:
+    """A text that repeats with variations: lookup proposes trees (several continuations), and
+    greedy output stays the target-only output token for token."""
+    e = pair(root, "random", draft_len=8, max_batch=2)
+    base = e.generate(PROMPTS[0], max_new_tokens=60, speculate=False, ignore_eos=True)
+    # The answer itself as the prediction: lookup should be accepted nearly always.
+    r = e.generate(
+        PROMPTS[0], max_new_tokens=60, draft="lookup", ignore_eos=True,
+        prediction=base.token_ids,
+    )
+    assert r.token_ids == base.token_ids
+    assert r.stats.by_source["lookup"]["iterations"] > 0
+    assert r.stats.acceptance_rate > 0.8 and r.stats.tokens_per_iteration > 3.0
+    assert r.stats.prediction_accepted == r.stats.accepted > 0
 
 
 def test_batch_larger_than_max_batch_is_queued(root) -> None:
@@ -53,21 +93,21 @@ def test_batch_larger_than_max_batch_is_queued(root) -> None:
 
 
 # ---- the output distribution -----------------------------------------------------------------
-def _first_tokens(e: Engine, n: int, k: int, temperature: float, top_p: float) -> np.ndarray:
-    """Tokens 1-3 of n sampled completions of [1, 2, 3], 4 requests at a time (seeds 0..n-1)."""
-    dec = _core.Decoder(e._rt)
-    dec.draft_len = k
+def _first_tokens(
+    path, n: int, draft: str, k: int, temperature: float, top_p: float, prediction: list[int]
+) -> np.ndarray:
+    """Tokens 1-3 of n sampled completions of [1, 2, 3] (seeds 0..n-1), 4 slots at a time."""
+    s = T.Session(str(path), "cpu", 2)
     out = np.zeros((n, 3), np.int64)
-    for start in range(0, n, 4):
-        slots = {
-            dec.add([1, 2, 3], 3, temperature, 0, top_p, s, []): s for s in range(start, start + 4)
+    for start in range(0, n, 512):
+        ids = {
+            s.submit(
+                [1, 2, 3], 3, temperature, 0, top_p, seed, [], [], prediction, draft, k
+            ): seed
+            for seed in range(start, min(n, start + 512))
         }
-        got: dict[int, list[int]] = {s: [] for s in slots}
-        while dec.running:
-            for slot, toks in dec.step():
-                got[slot].extend(toks)
-        for slot, seed in slots.items():
-            out[seed] = got[slot]
+        for rid, (toks, _, _) in run(s, list(ids)).items():
+            out[ids[rid]] = toks
     return out
 
 
@@ -89,75 +129,115 @@ def _exact_joint(e: Engine, temperature: float, top_p: float) -> tuple[np.ndarra
     return j12, j23
 
 
-@pytest.mark.parametrize("temperature, top_p", [(1.0, 1.0), (0.7, 0.9)])
-def test_sampled_distribution_is_the_targets(root, temperature: float, top_p: float) -> None:
-    """100k completions with and without speculation: the joint distributions of tokens
-    (1, 2) and (2, 3) match the target's exact ones (chi-square)."""
-    e = pair(root, "random", draft_len=2, max_batch=4, small_vocab=True)
+# Predictions (16-token vocabulary) that make lookup propose, after the prompt [1, 2, 3]: a chain
+# (one continuation of "1 2 3"), or trees branching at the first and at the second token.
+LOOKUP_CHAIN = [1, 2, 3, 4, 5, 6, 7]
+LOOKUP_TREE = [1, 2, 3, 4, 5, 6, 1, 2, 3, 7, 8, 9, 1, 2, 3, 4, 9, 10]
+
+
+@pytest.mark.parametrize(
+    "temperature, top_p, draft, k, prediction",
+    [
+        (1.0, 1.0, "none", 0, []),
+        (1.0, 1.0, "model", 2, []),
+        (0.7, 0.9, "none", 0, []),
+        (0.7, 0.9, "model", 2, []),
+        (1.0, 1.0, "lookup", 2, LOOKUP_CHAIN),
+        (1.0, 1.0, "lookup", 4, LOOKUP_TREE),
+        (0.7, 0.9, "lookup", 4, LOOKUP_TREE),
+    ],
+)
+def test_sampled_distribution_is_the_targets(
+    root, temperature: float, top_p: float, draft: str, k: int, prediction: list[int]
+) -> None:
+    """100k completions: the joint distributions of tokens (1, 2) and (2, 3) match the target's
+    exact ones (chi-square), without speculation, with the draft model's chains, and with
+    prompt lookup's one-hot chains and trees."""
+    path = spec_pairs.make_pair(root, "random", draft_len=4, max_batch=4, small_vocab=True)
+    e = Engine(path)
     j12, j23 = _exact_joint(e, temperature, top_p)
     V = e.vocab_size
     n = 100_000
-    for k in (0, 2):
-        toks = _first_tokens(e, n, k, temperature, top_p)
-        c12 = np.bincount(toks[:, 0] * V + toks[:, 1], minlength=V * V)
-        c23 = np.bincount(toks[:, 1] * V + toks[:, 2], minlength=V * V)
-        # Merge sparse cells (expected < 5) into one so the chi-square approximation holds.
-        for counts, probs in ((c12, j12.ravel()), (c23, j23.ravel())):
-            small = probs * n < 5
-            c = np.append(counts[~small], counts[small].sum())
-            p = np.append(probs[~small], probs[small].sum())
-            assert chi2_matches(c, p) > ALPHA, (k, temperature)
+    toks = _first_tokens(path, n, draft, k, temperature, top_p, prediction)
+    c12 = np.bincount(toks[:, 0] * V + toks[:, 1], minlength=V * V)
+    c23 = np.bincount(toks[:, 1] * V + toks[:, 2], minlength=V * V)
+    # Merge sparse cells (expected < 5) into one so the chi-square approximation holds.
+    for counts, probs in ((c12, j12.ravel()), (c23, j23.ravel())):
+        small = probs * n < 5
+        c = np.append(counts[~small], counts[small].sum())
+        p = np.append(probs[~small], probs[small].sum())
+        assert chi2_matches(c, p) > ALPHA, (draft, k, temperature)
 
 
 def test_sampling_same_seed_same_output(root) -> None:
     e = pair(root, "noisy", draft_len=4, max_batch=4)
-    a = e.generate(PROMPTS[0], max_new_tokens=30, temperature=0.8, seed=5, draft_len=3)
-    b = e.generate(PROMPTS[0], max_new_tokens=30, temperature=0.8, seed=5, draft_len=3)
-    c = e.generate(PROMPTS[0], max_new_tokens=30, temperature=0.8, seed=6, draft_len=3)
-    assert a.token_ids == b.token_ids != c.token_ids
-    # A request's draws do not depend on its slot or its batch companions.
-    batch = e.generate(
-        [PROMPTS[1], PROMPTS[0]], max_new_tokens=30, temperature=0.8, seed=5, draft_len=3
-    )
-    assert batch[1].token_ids == a.token_ids
+    for draft in ("model", "lookup"):
+        kw = dict(max_new_tokens=30, temperature=0.8, draft=draft, draft_len=3,
+                  prediction=PREDICTION)
+        a = e.generate(PROMPTS[0], seed=5, **kw)
+        b = e.generate(PROMPTS[0], seed=5, **kw)
+        c = e.generate(PROMPTS[0], seed=6, **kw)
+        assert a.token_ids == b.token_ids != c.token_ids
+        # A request's draws do not depend on its slot or its batch companions.
+        batch = e.generate([PROMPTS[1], PROMPTS[0]], seed=5, **kw)
+        assert batch[1].token_ids == a.token_ids
 
 
 # ---- KV rollback -----------------------------------------------------------------------------
-def test_kv_caches_equal_fresh_prefill_after_rollbacks(root) -> None:
-    """After many iterations with random accepted lengths, both caches hold exactly what a
-    fresh prefill of the accepted sequence writes."""
+@pytest.mark.parametrize("draft", ["model", "lookup"])
+def test_kv_caches_equal_fresh_prefill_after_rollbacks(root, draft: str) -> None:
+    """After many iterations with varied accepted lengths, the caches hold exactly what a fresh
+    prefill of the accepted sequence writes. The draft model samples (random lengths); lookup
+    decodes greedily from a prediction that holds a corrupted copy of the answer before the
+    answer itself, so its trees branch and the right branch is often not the first node: the
+    accepted nodes' cache entries must move to their positions."""
     path = spec_pairs.make_pair(root, "noisy", draft_len=4, max_batch=2)
-    e = Engine(path)
-    dec = _core.Decoder(e._rt)
-    dec.draft_len = 4
-    slot = dec.add(PROMPTS[0], 80, 1.0, 0, 1.0, 3, [])
-    toks = list(PROMPTS[0])
-    while dec.running:
-        for _, new in dec.step():
-            toks.extend(new)
-    hist = dec.stats(slot)["accepted_hist"]
-    assert sum(1 for h in hist if h > 0) >= 3  # accepted lengths did vary
-    n_past = dec.context_len(slot)
-    assert n_past == len(toks) - 1  # the newest token is not in the cache yet
-    fresh = Engine(path)
-    fdec = _core.Decoder(fresh._rt)
-    fdec.draft_len = 1  # the prefill also runs the draft over the prompt
-    fslot = fdec.add(toks[:n_past], 1, 0.0, 0, 1.0, 0, [])
-    fdec.step()
-    for role, n in (("target", n_past), ("draft", n_past - 1)):
-        k1, v1 = e._rt.kv_cache(role, slot, n)
-        k2, v2 = fresh._rt.kv_cache(role, fslot, n)
+    s = T.Session(str(path), "cpu", 2)
+    if draft == "model":
+        rid = s.submit(PROMPTS[0], 80, 1.0, 0, 1.0, 3, [], [], [], "model", 4)
+    else:
+        base = Engine(path).generate(PROMPTS[0], max_new_tokens=60, speculate=False,
+                                     ignore_eos=True).token_ids
+        corrupt = [(t + 7) % 384 if i % 5 == 4 else t for i, t in enumerate(base)]
+        rid = s.submit(PROMPTS[0], 60, 0.0, 0, 1.0, 3, [], [], corrupt + base, "lookup", 4)
+    slot, stats, moved = -1, {}, False
+    while s.has_work:
+        for ev in s.step():
+            if ev[3]:
+                stats = ev[5]
+        slot = max(slot, s.slot_of(rid))
+        if s.slot_of(rid) >= 0:
+            st = fields(s.seq_state(rid))[0]
+            moved = moved or any(st["path"][d] != d for d in range(st["n_acc"]))
+    hist = stats["accepted_hist"]
+    assert sum(1 for h in hist if h > 0) >= (3 if draft == "model" else 2)  # lengths varied
+    assert moved or draft == "model"  # accepted tree nodes off the first branch did move
+    st = fields(s.slot_state(slot))[0]
+    n_past = int(st["n_past"])
+    toks = s.history(slot, n_past)
+    assert toks[: len(PROMPTS[0])] == PROMPTS[0]
+    fresh = T.Session(str(path), "cpu", 2)
+    fid = fresh.submit(toks, 1, 0.0, 0, 1.0, 0, [], [], [], "model", 1)
+    run(fresh, [fid])
+    roles = [("target", n_past)] + ([("draft", n_past - 1)] if draft == "model" else [])
+    for role, n in roles:
+        k1, v1 = s.kv_cache(role, slot, n)
+        k2, v2 = fresh.kv_cache(role, 0, n)  # (the only request of a fresh session: slot 0)
         np.testing.assert_allclose(k1, k2, rtol=1e-5, atol=1e-6, err_msg=role)
         np.testing.assert_allclose(v1, v2, rtol=1e-5, atol=1e-6, err_msg=role)
 
 
 # ---- stops and limits ------------------------------------------------------------------------
-def test_stop_token_inside_accepted_block(root) -> None:
+@pytest.mark.parametrize("draft", ["model", "lookup"])
+def test_stop_token_inside_accepted_block(root, draft: str) -> None:
     e = pair(root, "same", draft_len=4, max_batch=1)
     base = e.generate(PROMPTS[0], max_new_tokens=30, speculate=False, ignore_eos=True).token_ids
     stop = base[6]
     cut = base.index(stop)
-    r = e.generate(PROMPTS[0], max_new_tokens=30, draft_len=4, stop=stop, ignore_eos=True)
+    r = e.generate(
+        PROMPTS[0], max_new_tokens=30, draft=draft, draft_len=4, stop=stop, ignore_eos=True,
+        prediction=base,
+    )
     assert r.token_ids == base[: cut + 1] and r.finish_reason == "stop_token"
     assert r.stats.tokens_per_iteration > 1.0  # the stop did fall inside an accepted block
 
@@ -165,21 +245,31 @@ def test_stop_token_inside_accepted_block(root) -> None:
 def test_stop_string_inside_accepted_block(root) -> None:
     e = pair(root, "same", draft_len=4, max_batch=1)
     base = e.generate(PROMPTS[0], max_new_tokens=30, speculate=False, ignore_eos=True)
-    stop = e.decode(base.token_ids[5:7])
+    # Two tokens of well-formed text (stop strings match the output's UTF-8 bytes; a random
+    # model's invalid bytes decode to U+FFFD, which no byte sequence matches).
+    i = next(
+        i for i in range(4, 28) if "\ufffd" not in e.decode(base.token_ids[i : i + 2]).strip("")
+        and e.decode(base.token_ids[i : i + 2])
+    )
+    stop = e.decode(base.token_ids[i : i + 2])
     assert stop and stop in base.text
     r = e.generate(PROMPTS[0], max_new_tokens=30, draft_len=4, stop=stop, ignore_eos=True)
     assert r.finish_reason == "stop_string" and stop not in r.text
     assert r.text == base.text[: base.text.index(stop)]
-    assert len(r.token_ids) <= 7 and r.token_ids == base.token_ids[: len(r.token_ids)]
+    assert len(r.token_ids) <= i + 2 and r.token_ids == base.token_ids[: len(r.token_ids)]
 
 
 @pytest.mark.parametrize("n", [1, 2, 5, 7, 11])
 def test_max_new_tokens_mid_block(root, n: int) -> None:
     e = pair(root, "same", draft_len=4, max_batch=1)
     base = e.generate(PROMPTS[0], max_new_tokens=n, speculate=False, ignore_eos=True)
-    r = e.generate(PROMPTS[0], max_new_tokens=n, draft_len=4, ignore_eos=True)
-    assert r.token_ids == base.token_ids and len(r.token_ids) == n
-    assert r.finish_reason == "max_new_tokens"
+    for draft in ("model", "lookup"):
+        r = e.generate(
+            PROMPTS[0], max_new_tokens=n, draft=draft, draft_len=4, ignore_eos=True,
+            prediction=base.token_ids,
+        )
+        assert r.token_ids == base.token_ids and len(r.token_ids) == n
+        assert r.finish_reason == "max_new_tokens"
 
 
 def test_prompt_near_max_seq_len(root) -> None:
@@ -188,19 +278,25 @@ def test_prompt_near_max_seq_len(root) -> None:
     prompt = list(range(10, 47))[:36]
     base = e.generate(prompt, max_new_tokens=50, speculate=False, ignore_eos=True)
     assert base.finish_reason == "max_seq_len" and len(base.token_ids) == 40 - 36 + 1
-    for k in (1, 4, 8, "auto"):
-        r = e.generate(prompt, max_new_tokens=50, draft_len=k, ignore_eos=True)
-        assert r.token_ids == base.token_ids and r.finish_reason == "max_seq_len"
+    for draft in ("model", "lookup", "auto"):
+        for k in (1, 4, 8, "auto"):
+            r = e.generate(
+                prompt, max_new_tokens=50, draft=draft, draft_len=k, ignore_eos=True,
+                prediction=prompt + base.token_ids,
+            )
+            assert r.token_ids == base.token_ids and r.finish_reason == "max_seq_len"
     full = e.generate(list(range(40)), max_new_tokens=5, draft_len=8, ignore_eos=True)
     assert len(full.token_ids) == 1 and full.finish_reason == "max_seq_len"
 
 
 def test_k1_and_target_only_mode(root) -> None:
     e = pair(root, "same", draft_len=4, max_batch=1)
-    r = e.generate(PROMPTS[0], max_new_tokens=21, draft_len=1, ignore_eos=True)
+    r = e.generate(PROMPTS[0], max_new_tokens=21, draft="model", draft_len=1, ignore_eos=True)
     assert r.stats.accepted_hist == (0, 10, 0, 0, 0) and r.stats.iterations == 10
+    assert r.stats.sources == "m" * 10
     t = e.generate(PROMPTS[0], max_new_tokens=21, speculate=False, ignore_eos=True).stats
     assert t.spec_iterations == 0 and t.drafted == 0 and t.iterations == 20
+    assert t.sources == "n" * 20
     z = e.generate(PROMPTS[0], max_new_tokens=21, draft_len=0, ignore_eos=True).stats
     assert z.spec_iterations == 0
 
@@ -209,7 +305,8 @@ def test_k1_and_target_only_mode(root) -> None:
 def test_statistics_are_consistent(root) -> None:
     e = pair(root, "noisy", draft_len=4, max_batch=1)
     s = e.generate(
-        PROMPTS[3], max_new_tokens=50, temperature=1.0, draft_len=4, ignore_eos=True
+        PROMPTS[3], max_new_tokens=50, temperature=1.0, draft="model", draft_len=4,
+        ignore_eos=True,
     ).stats
     assert s.new_tokens == 50 and s.spec_iterations == s.iterations
     assert sum(s.accepted_hist) == s.spec_iterations
@@ -218,13 +315,33 @@ def test_statistics_are_consistent(root) -> None:
     assert s.acceptance_rate == pytest.approx(s.accepted / s.drafted)
     # Tokens after the prefill's first one, per iteration (the last block may be cut).
     assert s.tokens_per_iteration == pytest.approx(49 / s.iterations)
-    assert s.draft_s > 0 and s.verify_s > 0 and s.draft_len == "4"
-    assert "acceptance" in str(s)
+    assert s.draft_s > 0 and s.verify_s > 0 and s.draft_len == "4" and s.draft == "model"
+    assert s.by_source["model"] == {
+        "iterations": s.iterations, "drafted": s.drafted, "accepted": s.accepted
+    }
+    assert len(s.sources) == s.iterations and "acceptance" in str(s)
+
+
+def test_prediction_statistics(root) -> None:
+    """Draft tokens copied from the prediction: accepted ones and rejected ones are counted."""
+    e = pair(root, "same", draft_len=6, max_batch=1)
+    base = e.generate(PROMPTS[0], max_new_tokens=40, speculate=False, ignore_eos=True).token_ids
+    wrong = [(t + 1) % 300 for t in base]  # same n-grams nowhere: lookup finds nothing
+    half = base[:20] + wrong[20:]  # right for 20 tokens, then wrong
+    s = e.generate(
+        PROMPTS[0], max_new_tokens=40, draft="lookup", ignore_eos=True, prediction=half
+    ).stats
+    assert s.prediction_accepted > 10 and s.prediction_accepted <= s.accepted
+    assert s.prediction_rejected >= 1
+    assert s.prediction_accepted + s.prediction_rejected <= s.drafted
+    assert "prediction" in str(s)
 
 
 def test_stream_yields_each_iteration(root) -> None:
     e = pair(root, "same", draft_len=4, max_batch=1)
-    stream = e.generate(PROMPTS[0], max_new_tokens=21, draft_len=4, ignore_eos=True, stream=True)
+    stream = e.generate(
+        PROMPTS[0], max_new_tokens=21, draft="model", draft_len=4, ignore_eos=True, stream=True
+    )
     pieces = list(stream)
     r = stream.result
     assert r is not None and "".join(pieces) == r.text
@@ -235,9 +352,9 @@ def test_stream_yields_each_iteration(root) -> None:
 def test_auto_runs_and_reports(root) -> None:
     e = pair(root, "same", draft_len=8, max_batch=1)
     base = e.generate(PROMPTS[0], max_new_tokens=60, speculate=False, ignore_eos=True)
-    r = e.generate(PROMPTS[0], max_new_tokens=60, ignore_eos=True)  # draft_len="auto"
+    r = e.generate(PROMPTS[0], max_new_tokens=60, ignore_eos=True)  # draft / draft_len auto
     assert r.token_ids == base.token_ids and r.stats.draft_len == "auto"
-    assert r.stats.spec_iterations > 0  # it measured drafting before choosing
+    assert r.stats.draft == "auto" and r.stats.spec_iterations > 0
 
 
 def test_auto_stops_drafting_with_a_draft_that_always_misses(root) -> None:
@@ -246,9 +363,20 @@ def test_auto_stops_drafting_with_a_draft_that_always_misses(root) -> None:
     e = pair(root, "negated", draft_len=4, max_batch=1)
     base = e.generate(PROMPTS[1], max_new_tokens=60, speculate=False, ignore_eos=True)
     for _ in range(3):
-        r = e.generate(PROMPTS[1], max_new_tokens=60, ignore_eos=True)
+        r = e.generate(PROMPTS[1], max_new_tokens=60, draft="model", ignore_eos=True)
         assert r.token_ids == base.token_ids
     assert r.stats.spec_iterations <= 1 and r.stats.iterations == 59
+
+
+def test_engine_without_draft_model_speculates_with_lookup(tiny) -> None:
+    path, _ = tiny.engine("qwen2", weights="f32", max_seq_len=256)
+    e = Engine(path)
+    assert not e.has_draft and e.draft_len == 8
+    base = e.generate(PROMPTS[0], max_new_tokens=40, speculate=False, ignore_eos=True)
+    r = e.generate(PROMPTS[0], max_new_tokens=40, ignore_eos=True, prediction=base.token_ids)
+    assert r.token_ids == base.token_ids
+    assert r.stats.by_source["lookup"]["iterations"] > 0 and r.stats.accepted > 0
+    assert r.stats.iterations < 39
 
 
 # ---- the engine file -------------------------------------------------------------------------
@@ -285,11 +413,14 @@ def test_cli_generate_speculates(root, capsys) -> None:
 
     path = spec_pairs.make_pair(root, "same", draft_len=4, max_batch=1)
     args = ["generate", str(path), "def f(x):", "--max-new-tokens", "12", "--json"]
-    assert main(args + ["--draft-len", "3"]) == 0
+    assert main(args + ["--draft-len", "3", "--draft", "model"]) == 0
     spec = json.loads(capsys.readouterr().out)
     assert spec["stats"]["draft_len"] == "3" and spec["stats"]["accepted"] > 0
     assert main(args + ["--no-speculate"]) == 0
     plain = json.loads(capsys.readouterr().out)
     assert plain["token_ids"] == spec["token_ids"] and plain["stats"]["drafted"] == 0
+    assert main(args + ["--draft", "lookup", "--prediction", "def f(x): return x"]) == 0
+    look = json.loads(capsys.readouterr().out)
+    assert look["token_ids"] == spec["token_ids"] and look["stats"]["draft"] == "lookup"
     assert main(args + ["--draft-len", "9"]) == 1
     assert "draft_len must be" in capsys.readouterr().err

@@ -7,10 +7,14 @@
 // does depends on host data written between ops, so a GPU backend can capture a sequence of
 // ops as one graph. Ops may run asynchronously; synchronize() waits for all of them.
 //
-// Row metadata: a batch of n token rows carries, in backend memory,
-//   tokens int32 [n], pos int32 [n] (position of the row in its sequence), slot int32 [n]
-//   (KV-cache slot of the row's sequence). Prefill, decode, multi-token verify and batches of
-//   sequences are all just different n and row metadata.
+// Row metadata (struct Rows): a batch of n token rows carries, in backend memory, tokens, the
+// position of each row in its sequence (RoPE), the KV-cache slot of its sequence, and
+// optionally the cache index its k and v go to and a tree mask (the verify pass of a draft
+// tree, spec/draft_tree.h). Prefill, decode, multi-token verify, trees and batches of sequences
+// are all just different n and row metadata.
+//
+// The backend knows nothing of speculation: the speculative iteration's own ops (proposals,
+// acceptance, prompt lookup) live in spec/ (spec_ops.h) and run on the same device.
 #pragma once
 
 #include <cstddef>
@@ -21,7 +25,6 @@
 #include <utility>
 
 #include "kernels/sampling.h"
-#include "spec/speculative.h"
 #include "kernels/weight_format.h"
 
 namespace trt_spec {
@@ -35,6 +38,20 @@ struct KvCache {
   size_t slot_layer_offset(int slot, int layer) const {
     return ((static_cast<size_t>(slot) * layers + layer) * kv_heads) * max_seq * head_dim;
   }
+};
+
+// Row metadata of n rows (backend memory; the optional arrays may be null).
+struct Rows {
+  const int32_t* tokens = nullptr;  // [n]
+  const int32_t* pos = nullptr;     // [n] position in the sequence (RoPE)
+  const int32_t* slot = nullptr;    // [n] KV-cache slot of the row's sequence
+  // [n] the cache index the row's k and v are written to, and the last index it attends;
+  // null: pos. (A tree's siblings share a position but not a cache index.)
+  const int32_t* kv_idx = nullptr;
+  // [n] with tree_bits: a cache index t >= tree_base[i] counts for row i only where bit
+  // (t - tree_base[i]) of tree_bits[i] is set. Null: every index up to kv_idx (causal).
+  const int32_t* tree_base = nullptr;
+  const uint64_t* tree_bits = nullptr;
 };
 
 struct AttentionShape {
@@ -87,7 +104,8 @@ class Backend {
     return nullptr;
   }
 
-  // out [n, table.cols] = rows tokens[i] of table
+  // out [n, table.cols] = rows tokens[i] of table; zeros for an id outside [0, table.rows) (a
+  // target token a smaller draft vocabulary lacks never reads past the table)
   virtual void embed(WeightView table, const int32_t* tokens, int n, float* out) = 0;
   // out [n, dim] = x * rsqrt(mean(x^2) + eps) * w      (w: f32 [dim])
   virtual void rmsnorm(const float* x, WeightView w, float eps, int n, int dim, float* out) = 0;
@@ -97,11 +115,17 @@ class Backend {
   // by position pos[i] (rotate-half convention); cos/sin tables are f32 [max_seq, head_dim/2].
   virtual void rope(float* qkv, const int32_t* pos, int n, const AttentionShape& shape,
                     const float* cos_table, const float* sin_table) = 0;
-  // Writes the k, v parts of each qkv row into cache (slot[i], layer, :, pos[i]), then
-  // out [n, n_heads head_dim] = causal attention of each row's q over its slot's positions
-  // [0, pos[i]].
-  virtual void attention(const float* qkv, const int32_t* pos, const int32_t* slot, int n,
-                         const AttentionShape& shape, KvCache& cache, int layer, float* out) = 0;
+  // Writes the k, v parts of each qkv row into cache (slot[i], layer, :, kv_idx[i]), then
+  // out [n, n_heads head_dim] = attention of each row's q over its slot's cache indices
+  // [0, kv_idx[i]] (under the tree mask, if any), in ascending index order: a row's result
+  // depends on its own q and entries only, never on the other rows.
+  virtual void attention(const float* qkv, const Rows& rows, int n, const AttentionShape& shape,
+                         KvCache& cache, int layer, float* out) = 0;
+  // For i < n with src[i] >= 0 and src[i] != dst[i], in order: every layer's and kv head's
+  // cache entry (slot[i], src[i]) is copied to (slot[i], dst[i]) (accepted tree nodes move to
+  // their positions).
+  virtual void kv_copy(KvCache& cache, const int32_t* slot, const int32_t* src,
+                       const int32_t* dst, int n) = 0;
   // out [n, ffn] = silu(gate_up[:, :ffn]) * gate_up[:, ffn:]     (gate_up [n, 2 ffn])
   virtual void swiglu(const float* gate_up, int n, int ffn, float* out) = 0;
   // x [count] += y [count]
@@ -113,25 +137,6 @@ class Backend {
   virtual void sample(const float* logits, int n, int vocab, const int32_t* slot,
                       SamplingState* states, int32_t* out_tokens) = 0;
 
-  // ---- The speculative iteration (kernels/speculative.h). Row b = 0 .. B-1 of these ops is
-  // the sequence in KV slot slots[b], whose state is seqs[slots[b]].
-  //
-  // Row metadata of `count` rows per sequence: row r of sequence b holds the token of offset
-  // i = first + r (i = -1: prev, 0: last, i >= 1: draft[i - 1]) at position n_past + i.
-  // Draft step 0 is (first -1, count 2), draft step j > 0 is (j, 1), verify is (0, k + 1).
-  virtual void spec_rows(const SeqState* seqs, const int32_t* slots, int B, int first, int count,
-                         int32_t* tokens, int32_t* pos, int32_t* row_slots) = 0;
-  // Draft step j: draws d_j of each sequence from the draft's logits [B, vocab] (only ids below
-  // vocab_common may be drawn) into seqs[.].draft[j], and, for sequences that sample
-  // (temperature > 0), turns the row in place into q_j, the dense distribution it was drawn from.
-  virtual void spec_draft_sample(float* logits_q, int B, int vocab, int vocab_common, int j,
-                                 SeqState* seqs, const int32_t* slots,
-                                 const SamplingState* states) = 0;
-  // Acceptance, output and rollback of every sequence: target logits [B, k + 1, vocab], draft
-  // distributions q [k, B, vocab_draft] (from spec_draft_sample); ends with spec_commit().
-  virtual void spec_accept(const float* logits, const float* q, int B, int k, int vocab,
-                           int vocab_draft, SeqState* seqs, const int32_t* slots,
-                           const SamplingState* states) = 0;
 };
 
 // Owning handle to backend memory (released with the handle).

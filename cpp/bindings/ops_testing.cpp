@@ -1,12 +1,6 @@
-// ops_testing.cpp: test and benchmark bindings of trt_spec._core (bind_ops_testing, called from
-// core.cpp).
-//
-//   OpRunner(device)    runs single Backend ops on host arrays on a chosen backend ("cpu",
-//                       "cuda"), so tests compare every op of the CUDA backend with the CPU's
-//   time_forward        seconds per Model::forward of a number of rows (in a graph or not)
-//   time_iterations     seconds per speculative iteration of a Decoder's current sequences,
-//                       each with its SeqState read back (the decode loop minus bookkeeping)
-//   cuda_device_info, cuda_bandwidth_gbps   the GPU and its measured copy bandwidth
+// ops_testing.cpp: OpRunner of the test module (testing.cpp): single backend ops and speculative
+// ops (spec_ops.h) on host arrays, on a chosen backend ("cpu", "cuda"), so that tests compare
+// every op of the CUDA backend with the CPU's.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
@@ -24,14 +18,11 @@
 #include <tuple>
 
 #include "backend/backend.h"
-#include "engine/decoder.h"
+#include "bindings/common.h"
 #include "common/errors.h"
 #include "engine/request.h"
 #include "engine/runtime.h"
-
-#ifdef TRT_SPEC_WITH_CUDA
-#include "backend/cuda/cuda_api.h"
-#endif
+#include "spec/spec_ops.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -39,8 +30,7 @@ using namespace trt_spec;
 
 namespace {
 
-template <typename T, int D>
-using HostArray = nb::ndarray<const T, nb::ndim<D>, nb::c_contig, nb::device::cpu>;
+using bindings::HostArray;
 
 constexpr int kSeqInts = sizeof(SeqState) / sizeof(int32_t);
 static_assert(sizeof(SeqState) % sizeof(int32_t) == 0, "SeqState is int32 fields");
@@ -52,15 +42,21 @@ nb::ndarray<nb::numpy, T> to_numpy(std::vector<T>&& v, std::initializer_list<siz
   return nb::ndarray<nb::numpy, T>(heap->data(), shape, owner);
 }
 
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
 // Single backend ops on host arrays: inputs are copied to backend memory, outputs back.
 class OpRunner {
  public:
   explicit OpRunner(const std::string& device) : be_(make_backend(device, 2)) {}
   Backend& be() { return *be_; }
+  // The backend's speculative ops, with scratch for B sequences, k nodes, vocab V.
+  SpecOps& spec(int B, int k, int V) {
+    if (!spec_ || B > spec_B_ || k > spec_k_ || V > spec_V_) {
+      spec_B_ = std::max(B, spec_B_);
+      spec_k_ = std::max(k, spec_k_);
+      spec_V_ = std::max(V, spec_V_);
+      spec_ = make_spec_ops(*be_, spec_B_, spec_k_, spec_V_);
+    }
+    return *spec_;
+  }
 
   // Backend memory holding a copy of host data.
   BackendBuffer put(const void* data, size_t bytes) {
@@ -104,7 +100,17 @@ class OpRunner {
 
  private:
   std::unique_ptr<Backend> be_;
+  std::unique_ptr<SpecOps> spec_;
+  int spec_B_ = 0, spec_k_ = 0, spec_V_ = 0;
   std::vector<std::shared_ptr<uint8_t>> keep_;
+};
+
+// Host state of a speculative op call: sequences, sampling states, history and prediction
+// ([slots, max_seq] each), in backend memory.
+struct SpecArgs {
+  BackendBuffer seqs, states, history, prediction, slots;
+  SpecState st;
+  int n_seqs = 0, max_seq = 0;
 };
 
 std::vector<SeqState> seqs_from(const HostArray<int32_t, 2>& a) {
@@ -126,9 +132,27 @@ void check_slots(const std::vector<int32_t>& slots, size_t n_states) {
     if (s < 0 || static_cast<size_t>(s) >= n_states) throw InvalidArgument("slot out of range");
 }
 
+SpecArgs spec_args(OpRunner& r, const std::vector<SeqState>& seqs,
+                   std::vector<SamplingState> states, std::vector<int32_t> history,
+                   std::vector<int32_t> prediction, int max_seq) {
+  SpecArgs a;
+  a.n_seqs = static_cast<int>(seqs.size());
+  a.max_seq = max_seq;
+  states.resize(seqs.size());
+  history.resize(seqs.size() * max_seq);
+  prediction.resize(seqs.size() * max_seq);
+  a.seqs = r.put(seqs);
+  a.states = r.put(states);
+  a.history = r.put(history);
+  a.prediction = r.put(prediction);
+  a.st = SpecState{a.seqs.as<SeqState>(), a.states.as<SamplingState>(), a.history.as<int32_t>(),
+                   a.prediction.as<int32_t>(), max_seq};
+  return a;
+}
+
 }  // namespace
 
-void bind_ops_testing(nb::module_& m) {
+void bind_op_runner(nb::module_& m) {
   m.attr("SEQ_STATE_INTS") = kSeqInts;
 
   using F2 = HostArray<float, 2>;
@@ -142,8 +166,9 @@ void bind_ops_testing(nb::module_& m) {
       .def_prop_ro("name", [](OpRunner& r) { return r.be().name(); })
       .def(
           "linear",
-          [](OpRunner& r, HostArray<uint8_t, 1> blob, WeightType t, int64_t rows, int64_t cols,
+          [](OpRunner& r, HostArray<uint8_t, 1> blob, int type, int64_t rows, int64_t cols,
              F2 x, std::optional<F1> bias) {
+            const WeightType t = static_cast<WeightType>(type);
             const int n = static_cast<int>(x.shape(0));
             if (static_cast<int64_t>(x.shape(1)) != cols) throw InvalidArgument("x columns");
             WeightView w = r.weight(blob, t, rows, cols), b{};
@@ -162,8 +187,9 @@ void bind_ops_testing(nb::module_& m) {
           "out [n, rows] = x @ W^T (+ bias)")
       .def(
           "embed",
-          [](OpRunner& r, HostArray<uint8_t, 1> blob, WeightType t, int64_t rows, int64_t cols,
+          [](OpRunner& r, HostArray<uint8_t, 1> blob, int type, int64_t rows, int64_t cols,
              const std::vector<int32_t>& tokens) {
+            const WeightType t = static_cast<WeightType>(type);
             check_token_ids(tokens, static_cast<int>(rows), "tokens");
             const int n = static_cast<int>(tokens.size());
             WeightView w = r.weight(blob, t, rows, cols);
@@ -209,7 +235,8 @@ void bind_ops_testing(nb::module_& m) {
           "attention",
           [](OpRunner& r, F2 qkv, const std::vector<int32_t>& pos, const std::vector<int32_t>& slot,
              int n_heads, int n_kv_heads, int head_dim, float scale, F1 k_cache, F1 v_cache,
-             int slots, int layers, int max_seq, int layer) {
+             int slots, int layers, int max_seq, int layer, const std::vector<int32_t>& kv_idx,
+             const std::vector<int32_t>& tree_base, const std::vector<uint64_t>& tree_bits) {
             const int n = static_cast<int>(qkv.shape(0));
             const size_t cache =
                 static_cast<size_t>(slots) * layers * n_kv_heads * max_seq * head_dim;
@@ -218,17 +245,31 @@ void bind_ops_testing(nb::module_& m) {
                 layer >= layers ||
                 static_cast<int>(qkv.shape(1)) != (n_heads + 2 * n_kv_heads) * head_dim)
               throw InvalidArgument("attention shapes");
-            for (int i = 0; i < n; ++i)
-              if (pos[i] < 0 || pos[i] >= max_seq || slot[i] < 0 || slot[i] >= slots)
-                throw InvalidArgument("attention: pos or slot out of range");
+            const bool tree = !tree_bits.empty();
+            if ((!kv_idx.empty() && static_cast<int>(kv_idx.size()) != n) ||
+                (tree && (static_cast<int>(tree_bits.size()) != n ||
+                          static_cast<int>(tree_base.size()) != n)))
+              throw InvalidArgument("attention: kv_idx / tree arrays need one entry per row");
+            for (int i = 0; i < n; ++i) {
+              const int idx = kv_idx.empty() ? pos[i] : kv_idx[i];
+              if (pos[i] < 0 || pos[i] >= max_seq || idx < 0 || idx >= max_seq || slot[i] < 0 ||
+                  slot[i] >= slots)
+                throw InvalidArgument("attention: pos, kv_idx or slot out of range");
+            }
             BackendBuffer qb = r.put(qkv.data(), qkv.size() * 4), pb = r.put(pos), sb = r.put(slot);
+            BackendBuffer ib = kv_idx.empty() ? BackendBuffer() : r.put(kv_idx);
+            BackendBuffer tbase = tree ? r.put(tree_base) : BackendBuffer();
+            BackendBuffer tbits = tree ? r.put(tree_bits) : BackendBuffer();
+            Rows rows{nullptr, pb.as<int32_t>(), sb.as<int32_t>(),
+                      kv_idx.empty() ? nullptr : ib.as<int32_t>(),
+                      tree ? tbase.as<int32_t>() : nullptr, tree ? tbits.as<uint64_t>() : nullptr};
             BackendBuffer kb = r.put(k_cache.data(), cache * 4),
                           vb = r.put(v_cache.data(), cache * 4);
             KvCache kv{kb.as<float>(), vb.as<float>(), slots,   layers,
                        n_kv_heads,     max_seq,        head_dim};
             const size_t out_n = static_cast<size_t>(n) * n_heads * head_dim;
             BackendBuffer out(r.be(), out_n * 4);
-            r.be().attention(qb.as<float>(), pb.as<int32_t>(), sb.as<int32_t>(), n,
+            r.be().attention(qb.as<float>(), rows, n,
                              AttentionShape{n_heads, n_kv_heads, head_dim, scale}, kv, layer,
                              out.as<float>());
             return std::make_tuple(
@@ -239,8 +280,34 @@ void bind_ops_testing(nb::module_& m) {
           },
           "qkv"_a, "pos"_a, "slot"_a, "n_heads"_a, "n_kv_heads"_a, "head_dim"_a, "scale"_a,
           "k_cache"_a, "v_cache"_a, "slots"_a, "layers"_a, "max_seq"_a, "layer"_a,
+          "kv_idx"_a = std::vector<int32_t>{}, "tree_base"_a = std::vector<int32_t>{},
+          "tree_bits"_a = std::vector<uint64_t>{},
           "(out [n, n_heads head_dim], k_cache, v_cache); caches flat [slots, layers, kv_heads, "
           "max_seq, head_dim]")
+      .def(
+          "kv_copy",
+          [](OpRunner& r, F1 k_cache, F1 v_cache, int slots, int layers, int kv_heads, int max_seq,
+             int head_dim, const std::vector<int32_t>& slot, const std::vector<int32_t>& src,
+             const std::vector<int32_t>& dst) {
+            const size_t cache = static_cast<size_t>(slots) * layers * kv_heads * max_seq * head_dim;
+            const int n = static_cast<int>(slot.size());
+            if (k_cache.shape(0) != cache || v_cache.shape(0) != cache ||
+                static_cast<int>(src.size()) != n || static_cast<int>(dst.size()) != n)
+              throw InvalidArgument("kv_copy shapes");
+            for (int i = 0; i < n; ++i)
+              if (slot[i] < 0 || slot[i] >= slots || src[i] >= max_seq || dst[i] < 0 ||
+                  dst[i] >= max_seq)
+                throw InvalidArgument("kv_copy: slot or index out of range");
+            BackendBuffer kb = r.put(k_cache.data(), cache * 4),
+                          vb = r.put(v_cache.data(), cache * 4);
+            BackendBuffer sb = r.put(slot), srb = r.put(src), db = r.put(dst);
+            KvCache kv{kb.as<float>(), vb.as<float>(), slots, layers, kv_heads, max_seq, head_dim};
+            r.be().kv_copy(kv, sb.as<int32_t>(), srb.as<int32_t>(), db.as<int32_t>(), n);
+            return std::make_tuple(to_numpy(r.get<float>(kb, cache), {cache}),
+                                   to_numpy(r.get<float>(vb, cache), {cache}));
+          },
+          "k_cache"_a, "v_cache"_a, "slots"_a, "layers"_a, "kv_heads"_a, "max_seq"_a,
+          "head_dim"_a, "slot"_a, "src"_a, "dst"_a, "(k_cache, v_cache) after the copies")
       .def(
           "swiglu",
           [](OpRunner& r, F2 gate_up) {
@@ -292,20 +359,6 @@ void bind_ops_testing(nb::module_& m) {
           "logits"_a, "slots"_a, "params"_a,
           "(tokens, steps per slot); params per slot: (temperature, top_k, top_p, seed, step)")
       .def(
-          "spec_rows",
-          [](OpRunner& r, I2 seqs, const std::vector<int32_t>& slots, int first, int count) {
-            std::vector<SeqState> s = seqs_from(seqs);
-            check_slots(slots, s.size());
-            const int B = static_cast<int>(slots.size()), rows = B * count;
-            BackendBuffer sb = r.put(s), slb = r.put(slots), tok(r.be(), rows * 4),
-                          pos(r.be(), rows * 4), rs(r.be(), rows * 4);
-            r.be().spec_rows(sb.as<SeqState>(), slb.as<int32_t>(), B, first, count,
-                             tok.as<int32_t>(), pos.as<int32_t>(), rs.as<int32_t>());
-            return std::make_tuple(r.get<int32_t>(tok, rows), r.get<int32_t>(pos, rows),
-                                   r.get<int32_t>(rs, rows));
-          },
-          "seqs"_a, "slots"_a, "first"_a, "count"_a, "(tokens, pos, row_slots)")
-      .def(
           "spec_draft_sample",
           [](OpRunner& r, F2 logits, int vocab_common, int j, I2 seqs,
              const std::vector<int32_t>& slots, const Params& params) {
@@ -316,140 +369,87 @@ void bind_ops_testing(nb::module_& m) {
             if (static_cast<int>(slots.size()) != B || j < 0 || j >= kMaxDraftLen ||
                 vocab_common < 1 || vocab_common > V)
               throw InvalidArgument("spec_draft_sample arguments");
-            BackendBuffer lb = r.put(logits.data(), logits.size() * 4), sb = r.put(s),
-                          slb = r.put(slots), stb = r.put(st);
-            r.be().spec_draft_sample(lb.as<float>(), B, V, vocab_common, j, sb.as<SeqState>(),
-                                     slb.as<int32_t>(), stb.as<SamplingState>());
+            SpecArgs a = spec_args(r, s, st, {}, {}, 1);
+            BackendBuffer lb = r.put(logits.data(), logits.size() * 4), slb = r.put(slots);
+            r.spec(B, j + 1, V).draft_sample(a.st, slb.as<int32_t>(), B, j, lb.as<float>(), V,
+                                             vocab_common);
             return std::make_tuple(
                 to_numpy(r.get<float>(lb, logits.size()), {logits.shape(0), logits.shape(1)}),
-                seqs_to(r.get<SeqState>(sb, s.size())));
+                seqs_to(r.get<SeqState>(a.seqs, s.size())));
           },
           "logits"_a, "vocab_common"_a, "j"_a, "seqs"_a, "slots"_a, "params"_a,
-          "(logits turned into q rows where sampling, seqs with draft[j] set)")
+          "(logits turned into q rows where sampling, seqs with chain node j set)")
+      .def(
+          "spec_verify_rows",
+          [](OpRunner& r, I2 seqs, const std::vector<int32_t>& slots, int k, int source) {
+            std::vector<SeqState> s = seqs_from(seqs);
+            check_slots(slots, s.size());
+            if (k < 0 || k > kMaxDraftLen || source < 0 || source >= kDraftSourceCount)
+              throw InvalidArgument("spec_verify_rows arguments");
+            const int B = static_cast<int>(slots.size()), rows = B * (k + 1);
+            SpecArgs a = spec_args(r, s, {}, {}, {}, 1);
+            BackendBuffer slb = r.put(slots), tok(r.be(), rows * 4), pos(r.be(), rows * 4),
+                          rs(r.be(), rows * 4), idx(r.be(), rows * 4), base(r.be(), rows * 4),
+                          bits(r.be(), rows * 8);
+            RowBuffers out{tok.as<int32_t>(), pos.as<int32_t>(),  rs.as<int32_t>(),
+                           idx.as<int32_t>(), base.as<int32_t>(), bits.as<uint64_t>()};
+            r.spec(B, k, 1).verify_rows(a.st, slb.as<int32_t>(), B, k,
+                                        static_cast<DraftSource>(source), out);
+            return std::make_tuple(r.get<int32_t>(tok, rows), r.get<int32_t>(pos, rows),
+                                   r.get<int32_t>(rs, rows), r.get<int32_t>(idx, rows),
+                                   r.get<int32_t>(base, rows), r.get<uint64_t>(bits, rows),
+                                   seqs_to(r.get<SeqState>(a.seqs, s.size())));
+          },
+          "seqs"_a, "slots"_a, "k"_a, "source"_a,
+          "(tokens, pos, row_slots, kv_idx, tree_base, tree_bits, seqs) of the verify rows")
       .def(
           "spec_accept",
           [](OpRunner& r, F2 logits, F2 q, int k, I2 seqs, const std::vector<int32_t>& slots,
-             const Params& params) {
+             const Params& params, I2 history) {
             std::vector<SeqState> s = seqs_from(seqs);
             std::vector<SamplingState> st = r.states(params);
             check_slots(slots, std::min(s.size(), st.size()));
             const int B = static_cast<int>(slots.size()), V = static_cast<int>(logits.shape(1));
             const int Vd = static_cast<int>(q.shape(1));
             if (k < 0 || k > kMaxDraftLen || static_cast<int>(logits.shape(0)) != B * (k + 1) ||
-                static_cast<int>(q.shape(0)) != B * k || (k > 0 && Vd < 1))
-              throw InvalidArgument("spec_accept: logits [B (k+1), V], q [k B, Vd]");
+                static_cast<int>(q.shape(0)) != B * k ||
+                history.shape(0) != s.size() || history.shape(1) < 1)
+              throw InvalidArgument(
+                  "spec_accept: logits [B (k+1), V], q [k B, Vd], history [slots, max_seq]");
+            std::vector<int32_t> h(history.data(), history.data() + history.size());
+            SpecArgs a = spec_args(r, s, st, h, {}, static_cast<int>(history.shape(1)));
             BackendBuffer lb = r.put(logits.data(), logits.size() * 4),
-                          qb = r.put(q.data(), q.size() * 4), sb = r.put(s), slb = r.put(slots),
-                          stb = r.put(st);
-            r.be().spec_accept(lb.as<float>(), k > 0 ? qb.as<float>() : nullptr, B, k, V, Vd,
-                               sb.as<SeqState>(), slb.as<int32_t>(), stb.as<SamplingState>());
-            return seqs_to(r.get<SeqState>(sb, s.size()));
+                          qb = r.put(q.data(), std::max<size_t>(q.size(), 1) * 4), slb = r.put(slots);
+            const int M = B * kMaxDraftNodes;
+            BackendBuffer ms(r.be(), M * 4), msrc(r.be(), M * 4), mdst(r.be(), M * 4);
+            r.spec(B, k, V).accept(a.st, slb.as<int32_t>(), B, k, lb.as<float>(), V,
+                                   k > 0 ? qb.as<float>() : nullptr, Vd,
+                                   KvMoves{ms.as<int32_t>(), msrc.as<int32_t>(), mdst.as<int32_t>()});
+            std::vector<int32_t> hout = r.get<int32_t>(a.history, h.size());
+            return std::make_tuple(
+                seqs_to(r.get<SeqState>(a.seqs, s.size())),
+                to_numpy(std::move(hout), {history.shape(0), history.shape(1)}),
+                std::make_tuple(r.get<int32_t>(ms, M), r.get<int32_t>(msrc, M),
+                                r.get<int32_t>(mdst, M)));
           },
-          "logits"_a, "q"_a, "k"_a, "seqs"_a, "slots"_a, "params"_a,
-          "seqs after acceptance, output and rollback");
-
-  m.def(
-      "time_forward",
-      [](Runtime& rt, const std::string& role, int rows, int n_logits, int context, int iters,
-         bool graph) {
-        Model* mdl = role == "target" ? &rt.target() : (role == "draft" ? rt.draft() : nullptr);
-        if (!mdl) throw InvalidArgument("no model '" + role + "' in this engine");
-        if (rows < 1 || rows > mdl->limits().max_rows || n_logits < 0 || n_logits > rows ||
-            context < 0 || context + rows > rt.max_seq_len() || iters < 1)
-          throw InvalidArgument("time_forward: rows, context or iters out of range");
-        nb::gil_scoped_release release;
-        Backend& be = rt.backend();
-        const int V = mdl->config().vocab_size;
-        std::vector<int32_t> tok(rows), pos(rows), slot(rows, 0), lr(rows);
-        for (int i = 0; i < rows; ++i) tok[i] = (i * 7919 + 13) % V;
-        std::iota(pos.begin(), pos.end(), context);
-        std::iota(lr.begin(), lr.end(), 0);
-        BackendBuffer tb(be, rows * 4), pb(be, rows * 4), sb(be, rows * 4), lb(be, rows * 4);
-        BackendBuffer logits(be, static_cast<size_t>(std::max(n_logits, 1)) * V * 4);
-        be.upload(tb.as<void>(), tok.data(), rows * 4);
-        be.upload(pb.as<void>(), pos.data(), rows * 4);
-        be.upload(sb.as<void>(), slot.data(), rows * 4);
-        be.upload(lb.as<void>(), lr.data(), rows * 4);
-        auto issue = [&] {
-          mdl->forward(tb.as<int32_t>(), pb.as<int32_t>(), sb.as<int32_t>(), rows, lb.as<int32_t>(),
-                       n_logits, logits.as<float>());
-        };
-        std::unique_ptr<BackendGraph> g = graph ? be.capture(issue) : nullptr;
-        auto once = [&] { g ? g->launch() : issue(); };
-        once();
-        be.synchronize();
-        const double t0 = now_s();
-        for (int i = 0; i < iters; ++i) once();
-        be.synchronize();
-        return (now_s() - t0) / iters;
-      },
-      "runtime"_a, "role"_a, "rows"_a, "n_logits"_a, "context"_a, "iters"_a, "graph"_a = true,
-      "Seconds per forward of `rows` rows at positions context.. of KV slot 0 (overwritten)");
-
-  m.def(
-      "time_iterations",
-      [](Runtime& rt, Decoder& dec, int k, int iters) {
-        // The decoder must have run an iteration of sequences in slots [0, B) (requests added
-        // to a fresh decoder). Stops before any could run out of positions.
-        if (k < 0 || k > rt.draft_len() || dec.last_batch() < 1)
-          throw InvalidArgument("time_iterations: bad k, or the decoder has not iterated yet");
-        nb::gil_scoped_release release;
-        Backend& be = rt.backend();
-        SpecProgram& prog = dec.program();
-        const int B = dec.last_batch();
-        std::vector<SeqState> seqs(rt.max_batch());
-        auto room = [&] {
-          for (int b = 0; b < B; ++b)
-            if (seqs[b].n_past + k + 1 >= rt.max_seq_len()) return false;
-          return true;
-        };
-        be.download(seqs.data(), prog.seqs(), sizeof(SeqState) * seqs.size());
-        int done = 0;
-        const double t0 = now_s();
-        while (done < iters && room()) {
-          prog.run(k);
-          be.download(seqs.data(), prog.seqs(), sizeof(SeqState) * seqs.size());
-          ++done;
-        }
-        const double dt = now_s() - t0;
-        return std::make_tuple(done ? dt / done : 0.0, done);
-      },
-      "runtime"_a, "decoder"_a, "k"_a, "iters"_a,
-      "(seconds per iteration, iterations run) of the decoder's current sequences (their state "
-      "advances; the decoder's host bookkeeping does not)");
-
-  m.def(
-      "cuda_device_info",
-      [](int device) {
-#ifdef TRT_SPEC_WITH_CUDA
-        if (cuda_device_count() <= device) throw InvalidArgument("no such CUDA device");
-        CudaDeviceInfo i = cuda_device_info(device);
-        nb::dict d;
-        d["name"] = i.name;
-        d["compute_capability"] = std::to_string(i.cc_major) + "." + std::to_string(i.cc_minor);
-        d["sm_count"] = i.sm_count;
-        d["total_bytes"] = i.total_bytes;
-        d["free_bytes"] = i.free_bytes;
-        d["peak_bandwidth_gbps"] = i.peak_bandwidth_gbps;
-        return d;
-#else
-        throw Error("this build has no CUDA backend");
-        return nb::dict();
-#endif
-      },
-      "device"_a = 0, "Name, compute capability, SMs, memory and peak bandwidth of a GPU");
-  m.def(
-      "cuda_bandwidth_gbps",
-      [](int device, size_t bytes, int iters) {
-#ifdef TRT_SPEC_WITH_CUDA
-        if (cuda_device_count() <= device) throw InvalidArgument("no such CUDA device");
-        nb::gil_scoped_release release;
-        return cuda_copy_bandwidth_gbps(device, bytes, iters);
-#else
-        throw Error("this build has no CUDA backend");
-        return 0.0;
-#endif
-      },
-      "device"_a = 0, "bytes"_a = size_t{1} << 30, "iters"_a = 20,
-      "Measured device-to-device copy bandwidth, GB/s (bytes read + written)");
+          "logits"_a, "q"_a, "k"_a, "seqs"_a, "slots"_a, "params"_a, "history"_a,
+          "(seqs, history, (move slot, src, dst)) after acceptance, commit and history append")
+      .def(
+          "spec_lookup",
+          [](OpRunner& r, I2 seqs, const std::vector<int32_t>& slots, I2 history, I2 prediction) {
+            std::vector<SeqState> s = seqs_from(seqs);
+            check_slots(slots, s.size());
+            if (history.shape(0) != s.size() || prediction.shape(0) != s.size() ||
+                history.shape(1) != prediction.shape(1))
+              throw InvalidArgument("spec_lookup: history and prediction [slots, max_seq]");
+            const int B = static_cast<int>(slots.size());
+            std::vector<int32_t> h(history.data(), history.data() + history.size());
+            std::vector<int32_t> p(prediction.data(), prediction.data() + prediction.size());
+            SpecArgs a = spec_args(r, s, {}, h, p, static_cast<int>(history.shape(1)));
+            BackendBuffer slb = r.put(slots);
+            r.spec(B, 1, 1).lookup(a.st, slb.as<int32_t>(), B);
+            return seqs_to(r.get<SeqState>(a.seqs, s.size()));
+          },
+          "seqs"_a, "slots"_a, "history"_a, "prediction"_a,
+          "seqs with each sequence's lookup tree and lookup_n");
 }

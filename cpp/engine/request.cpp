@@ -1,4 +1,4 @@
-// request.cpp: request validation (request.h).
+// request.cpp: request validation and draft settings (request.h).
 #include "engine/request.h"
 
 #include <cmath>
@@ -8,12 +8,14 @@
 
 namespace trt_spec {
 
-const char* stop_reason_name(StopReason r) {
+const char* finish_reason_name(FinishReason r) {
   switch (r) {
-    case StopReason::kNone: return "";
-    case StopReason::kStopToken: return "stop_token";
-    case StopReason::kMaxNewTokens: return "max_new_tokens";
-    case StopReason::kMaxSeqLen: return "max_seq_len";
+    case FinishReason::kNone: return "";
+    case FinishReason::kStopToken: return "stop_token";
+    case FinishReason::kStopString: return "stop_string";
+    case FinishReason::kMaxNewTokens: return "max_new_tokens";
+    case FinishReason::kMaxSeqLen: return "max_seq_len";
+    case FinishReason::kCancelled: return "cancelled";
   }
   return "";
 }
@@ -27,19 +29,49 @@ void validate_sampling(const SamplingParams& s) {
   if (s.top_k < 0) throw InvalidArgument("top_k must be >= 0, got " + std::to_string(s.top_k));
 }
 
-void validate_request(const GenerateRequest& req, int vocab, int max_seq_len) {
-  const SamplingParams& s = req.sampling;
+void validate_request(const GenerateRequest& req, const RequestLimits& lim) {
   if (req.prompt.empty())
     throw InvalidArgument("the prompt is empty (it needs at least one token)");
-  if (static_cast<int64_t>(req.prompt.size()) > max_seq_len)
+  if (static_cast<int64_t>(req.prompt.size()) > lim.max_seq_len)
     throw InvalidArgument("the prompt has " + std::to_string(req.prompt.size()) +
                           " tokens, more than this engine's max_seq_len of " +
-                          std::to_string(max_seq_len) + " (rebuild with a larger --max-seq-len)");
-  check_token_ids(req.prompt, vocab, "the prompt");
-  check_token_ids(req.stop_ids, vocab, "stop");
+                          std::to_string(lim.max_seq_len) +
+                          " (rebuild with a larger --max-seq-len)");
+  check_token_ids(req.prompt, lim.vocab, "the prompt");
+  check_token_ids(req.stop_ids, lim.vocab, "stop");
+  check_token_ids(req.prediction, lim.vocab, "the prediction");
   if (req.max_new_tokens < 0)
     throw InvalidArgument("max_new_tokens must be >= 0, got " + std::to_string(req.max_new_tokens));
-  validate_sampling(s);
+  for (const std::string& s : req.stop_strings)
+    if (s.empty()) throw InvalidArgument("stop strings must not be empty");
+  validate_sampling(req.sampling);
+  const std::string& d = req.draft;
+  if (d != "auto" && d != "model" && d != "lookup" && d != "none")
+    throw InvalidArgument("draft must be 'auto', 'model', 'lookup' or 'none', got '" + d + "'");
+  if (d == "model" && !lim.has_draft_model)
+    throw InvalidArgument("draft='model': this engine has no draft model (use 'lookup' or 'auto')");
+  if (d != "none" && d != "auto" && lim.max_draft_len == 0)
+    throw InvalidArgument("draft='" + d + "': this engine was built with --draft-len 0");
+  if (req.draft_len < -1 || req.draft_len > lim.max_draft_len) {
+    if (lim.max_draft_len == 0)
+      throw InvalidArgument("draft_len " + std::to_string(req.draft_len) +
+                            ": this engine does not speculate (use 0 or 'auto')");
+    throw InvalidArgument("draft_len must be 'auto' or in [0, " + std::to_string(lim.max_draft_len) +
+                          "] (the engine's --draft-len), got " + std::to_string(req.draft_len));
+  }
+}
+
+int32_t request_sources(const GenerateRequest& req, const RequestLimits& lim) {
+  if (req.draft == "none" || req.draft_len == 0 || lim.max_draft_len == 0) return 0;
+  int32_t s = 0;
+  if ((req.draft == "auto" || req.draft == "model") && lim.has_draft_model)
+    s |= draft_source_bit(DraftSource::kModel);
+  if (req.draft == "auto" || req.draft == "lookup") s |= draft_source_bit(DraftSource::kLookup);
+  return s;
+}
+
+int request_max_nodes(const GenerateRequest& req, const RequestLimits& lim) {
+  return req.draft_len < 0 ? lim.max_draft_len : req.draft_len;
 }
 
 }  // namespace trt_spec

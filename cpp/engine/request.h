@@ -1,4 +1,5 @@
-// request.h: what one generation request asks for, how it ended, and its validation.
+// request.h: what one generation request asks for, how it ended, and its validation (the one
+// place requests are checked; the Python layer only converts types).
 #pragma once
 
 #include <cstdint>
@@ -6,6 +7,7 @@
 #include <vector>
 
 #include "kernels/sampling.h"
+#include "spec/draft_tree.h"
 
 namespace trt_spec {
 
@@ -13,14 +15,37 @@ struct GenerateRequest {
   std::vector<int32_t> prompt;
   int max_new_tokens = 128;
   SamplingParams sampling;
-  std::vector<int32_t> stop_ids;  // generation ends after emitting one of these (EOS included)
+  std::vector<int32_t> stop_ids;          // generation ends after emitting one (EOS included)
+  std::vector<std::string> stop_strings;  // ... or once the output text contains one (cut there)
+  std::vector<int32_t> prediction;        // predicted output (a lookup source; max_seq_len used)
+  std::string draft = "auto";             // draft source: "auto", "model", "lookup" or "none"
+  int draft_len = -1;                     // -1: auto; 0: no draft; k: k draft tokens
 };
 
-enum class StopReason { kNone, kStopToken, kMaxNewTokens, kMaxSeqLen };
-const char* stop_reason_name(StopReason r);
+enum class FinishReason {
+  kNone,
+  kStopToken,
+  kStopString,
+  kMaxNewTokens,
+  kMaxSeqLen,
+  kCancelled
+};
+const char* finish_reason_name(FinishReason r);
+constexpr const char* kDraftModes[] = {"auto", "model", "lookup", "none"};
+
+// What an engine offers a request: its limits and which draft sources exist.
+struct RequestLimits {
+  int vocab = 0;
+  int max_seq_len = 0;
+  int max_draft_len = 0;  // 0: no speculation at all
+  bool has_draft_model = false;
+};
 
 // Throw InvalidArgument with a message naming the parameter.
 void validate_sampling(const SamplingParams& s);
-void validate_request(const GenerateRequest& req, int vocab, int max_seq_len);
+void validate_request(const GenerateRequest& req, const RequestLimits& lim);
+// The allowed sources (bits draft_source_bit) of a valid request, and its node cap.
+int32_t request_sources(const GenerateRequest& req, const RequestLimits& lim);
+int request_max_nodes(const GenerateRequest& req, const RequestLimits& lim);
 
 }  // namespace trt_spec

@@ -8,6 +8,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "common/errors.h"
+#include "spec/seq_state.h"
 
 #ifdef TRT_SPEC_WITH_CUDA
 #include "backend/cuda/cuda_api.h"
@@ -92,13 +93,13 @@ Runtime::Runtime(const std::string& path, const RuntimeOptions& opts) {
     throw EngineFileError("engine metadata: max_seq_len and max_batch must be positive");
   const Json& models = file_->meta().at("models");
   const bool has_draft = models.has("draft");
-  if (has_draft) {
-    // Engines from before --draft-len was stored draft 4 tokens at most.
-    draft_len_ = static_cast<int>(build.get_int("draft_len", 4));
-    if (draft_len_ < 1 || draft_len_ > kMaxDraftLen)
-      throw EngineFileError("engine metadata: draft_len must be in [1, " +
-                            std::to_string(kMaxDraftLen) + "]");
-  }
+  // The most draft tokens per iteration, any source. Engines from before --draft-len was stored
+  // drafted 4 tokens at most with a draft model, and none without.
+  draft_len_ = static_cast<int>(build.get_int("draft_len", has_draft ? 4 : 0));
+  if (draft_len_ < (has_draft ? 1 : 0) || draft_len_ > kMaxDraftLen)
+    throw EngineFileError("engine metadata: draft_len must be in [" +
+                          std::to_string(has_draft ? 1 : 0) + ", " + std::to_string(kMaxDraftLen) +
+                          "]");
   const int chunk = std::min(opts.prefill_chunk, max_seq_);
   ModelLimits lim{max_seq_, max_batch_, std::max(chunk, max_batch_ * (draft_len_ + 1))};
   ModelLimits dlim{max_seq_, max_batch_, std::max(chunk, 2 * max_batch_)};
@@ -131,14 +132,15 @@ Runtime::~Runtime() {
   backend_.reset();
 }
 
-std::vector<float> Runtime::prompt_logits(const std::vector<int32_t>& tokens) {
+std::vector<float> Runtime::prompt_logits(const std::vector<int32_t>& tokens, int chunk) {
   const int n = static_cast<int>(tokens.size());
   if (n == 0) throw InvalidArgument("prompt_logits needs at least one token");
   if (n > max_seq_)
     throw InvalidArgument("prompt has " + std::to_string(n) + " tokens; max_seq_len is " +
                           std::to_string(max_seq_));
   check_token_ids(tokens, vocab_size(), "prompt");
-  const int R = target_->limits().max_rows, V = vocab_size();
+  const int max_rows = target_->limits().max_rows, V = vocab_size();
+  const int R = chunk > 0 ? std::min(chunk, max_rows) : max_rows;
   Backend& be = *backend_;
   BackendBuffer tok(be, R * 4), pos(be, R * 4), slot(be, R * 4), rows(be, R * 4);
   BackendBuffer logits(be, static_cast<size_t>(R) * V * 4);
@@ -152,7 +154,7 @@ std::vector<float> Runtime::prompt_logits(const std::vector<int32_t>& tokens) {
     std::iota(p.begin(), p.begin() + m, start);
     be.upload(tok.as<void>(), tokens.data() + start, m * 4);
     be.upload(pos.as<void>(), p.data(), m * 4);
-    target_->forward(tok.as<int32_t>(), pos.as<int32_t>(), slot.as<int32_t>(), m,
+    target_->forward(Rows{tok.as<int32_t>(), pos.as<int32_t>(), slot.as<int32_t>()}, m,
                      rows.as<int32_t>(), m, logits.as<float>());
     be.download(out.data() + static_cast<size_t>(start) * V, logits.as<void>(),
                 static_cast<size_t>(m) * V * 4);

@@ -31,14 +31,16 @@ class Runtime {
   Backend& backend() { return *backend_; }
   Model& target() { return *target_; }
   Model* draft() { return draft_.get(); }       // null without a draft model
-  int draft_len() const { return draft_len_; }  // the most draft tokens per iteration; 0: none
+  // The most draft tokens per iteration (tree nodes, any source); 0: no speculation.
+  int draft_len() const { return draft_len_; }
   int max_seq_len() const { return max_seq_; }
   int max_batch() const { return max_batch_; }
   int vocab_size() const { return target_->config().vocab_size; }
 
   // Full logits [n, vocab] of a prompt run from position 0 in KV slot 0 (for tests and
   // scoring); overwrites that slot's cache.
-  std::vector<float> prompt_logits(const std::vector<int32_t>& tokens);
+  // chunk: rows per forward (0: the target's row budget).
+  std::vector<float> prompt_logits(const std::vector<int32_t>& tokens, int chunk = 0);
 
  private:
   std::unique_ptr<EngineFile> file_;

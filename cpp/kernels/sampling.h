@@ -5,7 +5,7 @@
 //   otherwise: z = logits / temperature; candidates are all tokens, or with top_k > 0 the k
 //   largest z (ties to the lower index); p = softmax(z) over candidates; with top_p < 1 keep
 //   the shortest prefix, in order of decreasing p, whose mass reaches top_p; renormalise; draw
-//   u = philox_uniform(seed, step, lane, 0) and take the first candidate, in that order
+//   u = philox_uniform(seed, step, lane, kSampleStream) and take the first candidate, in that order
 //   (token-index order when neither top_k nor top_p is active), whose cumulative mass exceeds
 //   u * total.
 #pragma once
@@ -13,6 +13,9 @@
 #include <cstdint>
 
 namespace trt_spec {
+
+// The Philox stream of the rule's draws (speculative decoding keeps its other streams apart).
+constexpr uint32_t kSampleStream = 0;
 
 struct SamplingParams {
   float temperature = 0.0f;  // 0: greedy

@@ -111,21 +111,21 @@ size_t Model::kv_bytes() const {
   return kv_cache_bytes(cfg_, limits_);
 }
 
-void Model::forward(const int32_t* tokens, const int32_t* pos, const int32_t* slot, int n,
-                    const int32_t* logit_rows, int n_logits, float* logits_out) {
+void Model::forward(const Rows& rows, int n, const int32_t* logit_rows, int n_logits,
+                    float* logits_out) {
   if (n <= 0 || n > limits_.max_rows || n_logits < 0 || n_logits > n)
     throw InvalidArgument("forward: bad row count");
   const int D = cfg_.dim;
   float *x = x_.as<float>(), *h = h_.as<float>(), *qkv = qkv_.as<float>(), *att = att_.as<float>(),
         *proj = proj_.as<float>(), *gate_up = gate_up_.as<float>(), *act = act_.as<float>(),
         *sel = sel_.as<float>();
-  be_.embed(tok_embd_, tokens, n, x);  // [n, D]
+  be_.embed(tok_embd_, rows.tokens, n, x);  // [n, D]
   for (int l = 0; l < cfg_.n_layers; ++l) {
     const Layer& L = layers_[l];
     be_.rmsnorm(x, L.attn_norm, cfg_.rms_eps, n, D, h);  // [n, D]
     be_.linear(L.attn_qkv, L.attn_qkv_bias, h, n, qkv);  // [n, qkv_dim]
-    be_.rope(qkv, pos, n, attn_, cos_.as<float>(), sin_.as<float>());
-    be_.attention(qkv, pos, slot, n, attn_, kv_, l, att);  // [n, heads * head_dim]
+    be_.rope(qkv, rows.pos, n, attn_, cos_.as<float>(), sin_.as<float>());
+    be_.attention(qkv, rows, n, attn_, kv_, l, att);  // [n, heads * head_dim]
     be_.linear(L.attn_o, WeightView{}, att, n, proj);      // [n, D]
     be_.add(x, proj, static_cast<size_t>(n) * D);
     be_.rmsnorm(x, L.ffn_norm, cfg_.rms_eps, n, D, h);

@@ -2,8 +2,8 @@
 //
 // The model owns its backend-resident weights, KV cache and scratch, all allocated once at
 // load for max_rows token rows per forward and max_batch KV slots. forward() runs any number
-// of rows (prefill, one decode token, K+1 verify rows, several sequences) described by row
-// metadata in backend memory (backend.h).
+// of rows (prefill, one decode token, the k+1 verify rows of a draft chain or tree, several
+// sequences) described by row metadata in backend memory (backend.h Rows).
 #pragma once
 
 #include <string>
@@ -45,10 +45,10 @@ class Model {
   size_t weight_bytes() const { return weight_bytes_; }
   size_t kv_bytes() const;
 
-  // Rows [n] of tokens / pos / slot (backend memory). Writes logits [n_logits, vocab] for the
-  // rows listed in logit_rows [n_logits] (backend memory) to logits_out.
-  void forward(const int32_t* tokens, const int32_t* pos, const int32_t* slot, int n,
-               const int32_t* logit_rows, int n_logits, float* logits_out);
+  // n rows (backend memory). Writes logits [n_logits, vocab] for the rows listed in
+  // logit_rows [n_logits] (backend memory) to logits_out.
+  void forward(const Rows& rows, int n, const int32_t* logit_rows, int n_logits,
+               float* logits_out);
 
   KvCache& kv() { return kv_; }
 

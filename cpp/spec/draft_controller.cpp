@@ -6,53 +6,6 @@
 
 namespace trt_spec {
 
-namespace {
-
-void ema(double& slot, double x, double w) {
-  slot = slot < 0.0 ? x : (1.0 - w) * slot + w * x;
-}
-
-// v[i] where measured (>= 0), else interpolated between the nearest measured entries, or
-// extrapolated from the two nearest on one side (one point only: flat plus `grow` per step).
-// Entries below `first` are ignored. -1 when nothing is measured.
-double interpolate(const std::vector<double>& v, int i, int first, double grow) {
-  if (v[i] >= 0.0) return v[i];
-  const int n = static_cast<int>(v.size());
-  int lo = -1, hi = -1;
-  for (int j = i - 1; j >= first && lo < 0; --j)
-    if (v[j] >= 0.0) lo = j;
-  for (int j = i + 1; j < n && hi < 0; ++j)
-    if (v[j] >= 0.0) hi = j;
-  if (lo >= 0 && hi >= 0) return v[lo] + (v[hi] - v[lo]) * (i - lo) / (hi - lo);
-  const int a = lo >= 0 ? lo : hi;
-  if (a < 0) return -1.0;
-  const int dir = lo >= 0 ? -1 : 1;
-  int b = -1;
-  for (int j = a + dir; j >= first && j < n && b < 0; j += dir)
-    if (v[j] >= 0.0) b = j;
-  const double slope = b >= 0 ? (v[a] - v[b]) / (a - b) : grow * v[a];
-  return std::max(0.0, v[a] + slope * (i - a));
-}
-
-}  // namespace
-
-void AcceptanceEstimate::observe(int n_accepted, int k, double decay) {
-  if (k <= 0) return;
-  accepted = accepted * decay + n_accepted;
-  rejected = rejected * decay + (n_accepted < k ? 1.0 : 0.0);
-}
-
-void AcceptanceEstimate::relax(double mean) {
-  const double mass = accepted + rejected;  // the evidence's weight is kept, its ratio moves
-  accepted += kRelax * (mean * mass - accepted);
-  rejected = mass - accepted;
-}
-
-double expected_tokens(double alpha, int k) {
-  if (alpha >= 1.0) return k + 1.0;
-  return (1.0 - std::pow(alpha, k + 1)) / (1.0 - alpha);
-}
-
 DraftController::DraftController(int max_batch, int max_k) : max_k_(max_k) {
   costs_.resize(max_batch + 1);
   for (Costs& c : costs_) {
@@ -103,9 +56,23 @@ double DraftController::predicted_time(int B, int k) const {
   return interpolate(c.total, k, 0, 0.5);
 }
 
-double DraftController::rate(int B, int k, double alpha_sum) const {
+double DraftController::rate(int B, int k, double tokens) const {
   const double t = predicted_time(B, k);
-  return t > 0.0 ? alpha_sum / t : -1.0;
+  return t > 0.0 ? tokens / t : -1.0;
+}
+
+double DraftController::verify_time(int B, int rows) const {
+  if (B <= 0 || B >= static_cast<int>(costs_.size()) || rows < 1) return -1.0;
+  const Costs& c = costs_[B];
+  if (rows < static_cast<int>(c.verify.size())) return interpolate(c.verify, rows, 1, 0.1);
+  const double v = interpolate(c.verify, static_cast<int>(c.verify.size()) - 1, 1, 0.1);
+  return v < 0.0 ? v : v * (1.0 + 0.1 * (rows - static_cast<int>(c.verify.size()) + 1));
+}
+
+void DraftController::observe_verify(int B, int rows, double seconds) {
+  if (B <= 0 || B >= static_cast<int>(costs_.size()) || rows < 1 || seconds < 0.0) return;
+  Costs& c = costs_[B];
+  if (rows < static_cast<int>(c.verify.size())) ema(c.verify[rows], seconds, kEma);
 }
 
 int DraftController::choose(int B, const std::vector<double>& alphas, int k_limit, int lag) {
@@ -136,6 +103,12 @@ int DraftController::choose(int B, const std::vector<double>& alphas, int k_limi
       best_rate = r;
       best = k;
     }
+  }
+  if (best == 0) {
+    c.since_zero = 0;
+  } else if (++c.since_zero >= kZeroEvery && lag * cu <= kCheapLag * t0) {
+    c.since_zero = 0;  // re-measure the plain step now and then
+    return 0;
   }
   // Probe a neighbour of the best k now and then: its cost may have been mis-estimated, and
   // at k = 0 the acceptance is not observed at all. Probes from k = 0 back off and wait for

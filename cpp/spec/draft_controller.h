@@ -1,5 +1,6 @@
-// draft_controller.h: draft_len="auto": picks the draft length k of each iteration from the
-// measured costs and the running acceptance.
+// draft_controller.h: the draft model's draft-length controller (draft_len="auto"): picks the
+// draft length k of each iteration from the measured costs and the running acceptance. (Prompt
+// lookup has its own, lookup_controller.h; the scheduler compares their offers.)
 //
 // Model: with per-token acceptance a, an iteration drafting k tokens emits on average
 //   E(a, k) = 1 + a + .. + a^k = (1 - a^(k+1)) / (1 - a)
@@ -21,26 +22,16 @@
 // The regime switches with a 3% margin. While k = 0 nothing is observed, so a sequence's
 // estimate relaxes toward a_L (AcceptanceEstimate::relax): a short bad stretch does not stop
 // it from drafting for the rest of its request. Drafting iterations probe a neighbour of the
-// best k every kExplore iterations to keep its measured cost current.
+// best k every kExplore iterations to keep its measured cost current, and, every kZeroEvery
+// drafting iterations, k = 0 itself (while the lag is short), so that one noisy measurement
+// of the plain step cannot keep it drafting for good.
 #pragma once
 
 #include <vector>
 
+#include "spec/acceptance.h"
+
 namespace trt_spec {
-
-// Running per-token acceptance of one sequence: decaying counts over a prior.
-struct AcceptanceEstimate {
-  double accepted = 3.0, rejected = 1.0;
-  void observe(int n_accepted, int k, double decay = kDecay);
-  // One iteration without drafting: a step of kRelax toward the acceptance `mean`.
-  void relax(double mean);
-  double alpha() const { return accepted / (accepted + rejected); }
-
-  static constexpr double kDecay = 0.92;  // about the last dozen iterations count
-  static constexpr double kRelax = 0.1;
-};
-
-double expected_tokens(double alpha, int k);
 
 class DraftController {
  public:
@@ -63,9 +54,21 @@ class DraftController {
 
   // The model's iteration time; negative when not enough is measured for B yet.
   double predicted_time(int B, int k) const;
+  // Predicted tokens per second of drafting k for B sequences whose expected tokens sum to
+  // `tokens` (-1 when unknown).
+  double rate(int B, int k, double tokens) const;
+  // Seconds of a verify pass of `rows` rows per sequence for B sequences, measured or
+  // interpolated (-1 when nothing is measured). Other proposers' iterations are verify passes.
+  double verify_time(int B, int rows) const;
+  // Records a verify pass timed by another proposer's iteration.
+  void observe_verify(int B, int rows, double seconds);
+  // Whether drafting pays at the long-run acceptance for B sequences (the regime): then every
+  // token emitted without the draft model costs it catch_up_per_token() later.
+  bool drafting_pays(int B) const { return costs_[B].drafting_pays; }
 
   static constexpr int kFirstK = 4;
   static constexpr int kExplore = 16;
+  static constexpr int kZeroEvery = 32;
   static constexpr int kMaxExplore = 256;
   static constexpr double kEma = 0.25;
   static constexpr double kLongDecay = 0.99;  // the long-run acceptance: about 100 iterations
@@ -78,9 +81,9 @@ class DraftController {
     std::vector<double> verify;  // [max_k + 2]: seconds per verify pass of m rows; -1 unknown
     std::vector<double> total;   // [max_k + 1]: seconds per iteration with k drafts
     int since_probe = 0, probe_every = kExplore, probes = 0;
+    int since_zero = 0;  // drafting iterations since the last k = 0
     bool drafting_pays = true;  // the regime (see above)
   };
-  double rate(int B, int k, double alpha_sum) const;  // tokens per second; -1 if unknown
   int max_k_;
   std::vector<Costs> costs_;  // [max_batch + 1]
   double catch_up_ = -1.0;    // seconds per token

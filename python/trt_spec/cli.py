@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from trt_spec import bench, models
+from trt_spec._core import DRAFT_MODES
 from trt_spec.build.builder import DEFAULT_DRAFT_LEN, WEIGHT_FORMATS
 
 
@@ -74,8 +75,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
         top_p=args.top_p,
         seed=args.seed,
         stop=args.stop or None,
+        draft=args.draft,
         draft_len=args.draft_len,
         speculate=not args.no_speculate,
+        prediction=_prediction(args),
     )
     if args.json:
         r = engine.generate(prompt, **kwargs)
@@ -110,6 +113,14 @@ def cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
+def _prediction(args: argparse.Namespace) -> str | None:
+    if args.prediction is not None and args.prediction_file is not None:
+        raise ValueError("give --prediction or --prediction-file, not both")
+    if args.prediction_file is not None:
+        return Path(args.prediction_file).read_text(encoding="utf-8")
+    return args.prediction
+
+
 def _draft_len(text: str) -> int | str:
     if text == "auto":
         return text
@@ -138,7 +149,8 @@ def make_parser() -> argparse.ArgumentParser:
         "--draft-len",
         type=int,
         default=DEFAULT_DRAFT_LEN,
-        help=f"most draft tokens per iteration (default {DEFAULT_DRAFT_LEN}; needs --draft)",
+        help=f"most draft tokens per iteration, from the draft model or prompt lookup (default "
+        f"{DEFAULT_DRAFT_LEN}; 0: never speculate)",
     )
     b.add_argument(
         "--weights",
@@ -167,6 +179,16 @@ def make_parser() -> argparse.ArgumentParser:
         default="auto",
         help="draft tokens per iteration: 'auto' (default) or a number up to the engine's",
     )
+    g.add_argument(
+        "--draft",
+        default="auto",
+        choices=list(DRAFT_MODES),
+        help="draft source: auto (default: per iteration), model, lookup (prompt lookup) or none",
+    )
+    g.add_argument(
+        "--prediction", default=None, help="text the answer will probably repeat (lookup drafts it)"
+    )
+    g.add_argument("--prediction-file", default=None, help="--prediction read from a file")
     g.add_argument("--no-speculate", action="store_true", help="decode with the target only")
     g.set_defaults(func=cmd_generate)
 

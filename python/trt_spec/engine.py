@@ -1,14 +1,23 @@
 """The Python API: :class:`Engine` loads an engine file and generates text or tokens.
 
-The C++ runtime (``trt_spec._core``) does the model work and token selection; this layer turns
-prompts into token ids (tokenizer and chat template from the engine's metadata), decodes the
-tokens as they come, applies stop strings, and measures the statistics.
+The C++ scheduler (``trt_spec._core.Scheduler``) owns every request: validation, the queue and
+KV slots, prefill, speculative iterations, stop ids and stop strings, cancellation and the
+statistics. This layer turns prompts into token ids (tokenizer and chat template from the
+engine's metadata), hands requests over, and turns the scheduler's events into text, results
+and streams.
+
+Threads: one Engine may be used from several threads at once. Every call's requests join the
+same scheduler, so concurrent calls decode together in one batch (up to the engine's
+``max_batch``; more wait in its queue); whichever thread is waiting steps the scheduler for
+everyone.
 """
 
 from __future__ import annotations
 
+import codecs
 import json
 import threading
+from collections import deque
 from collections.abc import Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from os import PathLike
@@ -17,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from trt_spec import _core
-from trt_spec.stats import GenerationStats, StatsClock
+from trt_spec.stats import GenerationStats, stats_from_runtime
 from trt_spec.tokenizer import TextCodec
 
 Message = Mapping[str, Any]
@@ -25,13 +34,15 @@ PromptInput = str | Sequence[int] | np.ndarray | Sequence[Message]
 
 __all__ = ["Engine", "GenerationResult", "GenerationStats", "GenerationStream"]
 
+DRAFT_MODES: tuple[str, ...] = tuple(_core.DRAFT_MODES)
+
 
 @dataclass(frozen=True)
 class GenerationResult:
     text: str
     token_ids: list[int]  # new tokens (a final EOS / stop token included)
     prompt_token_ids: list[int]
-    finish_reason: str  # "stop_token", "stop_string", "max_new_tokens" or "max_seq_len"
+    finish_reason: str  # one of _core.FINISH_REASONS
     stats: GenerationStats
 
 
@@ -57,34 +68,30 @@ class GenerationStream(Iterator[str]):
         self._run.close()
 
 
-class _StopStrings:
-    """Finds stop strings in streamed text, holding back what could still become one."""
+class _Pending:
+    """One submitted request as this layer sees it: its events, text and final result."""
 
-    def __init__(self, stops: Sequence[str]) -> None:
-        self.stops = [s for s in stops if s]
-        self.hold = max((len(s) for s in self.stops), default=1) - 1
-        self.text = ""
-        self.emitted = 0
+    def __init__(self, ids: list[int], draft: str, draft_len: str) -> None:
+        self.ids = ids
+        self.draft = draft
+        self.draft_len = draft_len
+        self.events: deque[tuple] = deque()
+        self.tokens: list[int] = []
+        self.parts: list[str] = []
+        self.utf8 = codecs.getincrementaldecoder("utf-8")("replace")
+        self.result: GenerationResult | None = None
 
-    def feed(self, piece: str) -> tuple[str, bool]:
-        """Returns (text safe to emit now, whether a stop string was found)."""
-        self.text += piece
-        hits = [i for i in (self.text.find(s) for s in self.stops) if i >= 0]
-        if hits:
-            cut = min(hits)
-            out = self.text[self.emitted : cut]
-            self.text = self.text[:cut]
-            self.emitted = cut
-            return out, True
-        safe = max(self.emitted, len(self.text) - self.hold) if self.stops else len(self.text)
-        out = self.text[self.emitted : safe]
-        self.emitted = safe
-        return out, False
-
-    def flush(self) -> str:
-        out = self.text[self.emitted :]
-        self.emitted = len(self.text)
-        return out
+    def take(self, event: tuple) -> str:
+        """Applies one scheduler event; returns the new text."""
+        _, tokens, text, finished, reason, stats = event
+        self.tokens.extend(tokens)
+        piece = self.utf8.decode(text, final=finished)
+        if piece:
+            self.parts.append(piece)
+        if finished:
+            st = stats_from_runtime(stats, reason, self.draft, self.draft_len)
+            self.result = GenerationResult("".join(self.parts), self.tokens, self.ids, reason, st)
+        return piece
 
 
 class Engine:
@@ -96,6 +103,9 @@ class Engine:
             CPU), ``"cuda"`` / ``"cuda:N"`` or ``"cpu"``.
         n_threads: CPU threads (default: one per core).
         verify: check every tensor's checksum while loading (about 0.2 s per GB).
+        prefill_chunk: prompt rows per forward while nothing else decodes.
+        interleave_chunk: prompt rows per scheduler step while other requests decode (a long
+            prompt then delays their next tokens by one such chunk at a time).
     """
 
     def __init__(
@@ -105,23 +115,32 @@ class Engine:
         device: str = "auto",
         n_threads: int | None = None,
         verify: bool = True,
+        prefill_chunk: int = 256,
+        interleave_chunk: int = 64,
     ) -> None:
         if n_threads is not None and n_threads < 1:
             raise ValueError(f"n_threads must be >= 1, got {n_threads}")
         self.path = str(path)
-        self._rt = _core.Runtime(self.path, device, n_threads or 0, verify)
+        self._rt = _core.Runtime(self.path, device, n_threads or 0, verify, prefill_chunk)
         try:
             self.metadata: dict[str, Any] = json.loads(self._rt.metadata_json)
             tok = self.metadata["tokenizer"]
             special = {k: v for k, v in tok.items() if k != "json"}
             self.tokenizer = TextCodec(tok["json"], special)
             self._eog = [int(i) for i in special.get("eog_ids") or []]
+            table = self.tokenizer.output_bytes()
         except Exception as e:  # the C++ side checked everything but the tokenizer section
             raise _core.EngineFileError(
                 f"{self.path}: the engine's tokenizer metadata is missing or invalid ({e!r})"
             ) from e
-        self._lock = threading.Lock()
-        self._dec = _core.Decoder(self._rt)
+        # Ids the tokenizer lacks (padded embeddings) have no text; ids past the model's
+        # vocabulary are never generated.
+        table = table[: self.vocab_size] + [b""] * (self.vocab_size - len(table))
+        self._sched = _core.Scheduler(self._rt, table, prefill_chunk, interleave_chunk)
+        self._prefill_chunk = prefill_chunk
+        self._lock = threading.Lock()  # the scheduler: one caller at a time
+        self._mu = threading.Lock()  # the inboxes
+        self._inbox: dict[int, _Pending] = {}
 
     # ---- properties ---------------------------------------------------------------------------
     @property
@@ -143,6 +162,31 @@ class Engine:
     @property
     def has_draft(self) -> bool:
         return "draft" in self.metadata["models"]
+
+    @property
+    def draft_len(self) -> int:
+        """The most draft tokens per iteration this engine allows (0: it never speculates)."""
+        return self._rt.draft_len
+
+    @property
+    def max_batch(self) -> int:
+        return self._rt.max_batch
+
+    @property
+    def use_graphs(self) -> bool:
+        """Replay each speculative iteration as one captured graph (CUDA; default True).
+        False launches the same kernels one by one (for debugging and comparisons)."""
+        return self._sched.use_graphs
+
+    @use_graphs.setter
+    def use_graphs(self, on: bool) -> None:
+        with self._lock:
+            self._sched.use_graphs = bool(on)
+
+    @property
+    def graphs_captured(self) -> int:
+        """Iteration graphs captured so far (one per draft source, batch size and length)."""
+        return self._sched.graphs_captured
 
     def config(self, role: str = "target") -> dict[str, Any]:
         return dict(self.metadata["models"][role]["config"])
@@ -174,11 +218,7 @@ class Engine:
             text = self.tokenizer.apply_chat_template(list(prompt), add_generation_prompt=True)
             return self.tokenizer.encode(text, add_special=False)
         if isinstance(prompt, Sequence):
-            ids = list(prompt)
-            for t in ids:
-                if isinstance(t, bool) or not isinstance(t, (int, np.integer)):
-                    raise ValueError(f"token ids must be integers, got {type(t).__name__}")
-            return self._checked_ids([int(t) for t in ids], "the prompt")
+            return self._checked_ids(_int_list(prompt, "token ids"), "the prompt")
         raise ValueError(
             f"prompt must be a str, a sequence of token ids or a list of chat messages, "
             f"got {type(prompt).__name__}"
@@ -198,21 +238,17 @@ class Engine:
         return self.tokenizer.decode(list(token_ids), skip_special=skip_special)
 
     def logits(self, prompt: PromptInput) -> np.ndarray:
-        """Target logits [n, vocab] at every prompt position (float32)."""
+        """Target logits [n, vocab] at every prompt position (float32).
+
+        Runs once no request is decoding (it borrows KV slot 0), finishing any in flight first.
+        """
         ids = self.encode(prompt)
         with self._lock:
-            return self._rt.prompt_logits(ids)
+            while self._sched.has_work:
+                self._dispatch(self._sched.step())
+            return self._rt.prompt_logits(ids, self._prefill_chunk)
 
     # ---- generation ---------------------------------------------------------------------------
-    @property
-    def draft_len(self) -> int:
-        """The most draft tokens per iteration this engine allows (0: no draft model)."""
-        return self._rt.draft_len
-
-    @property
-    def max_batch(self) -> int:
-        return self._rt.max_batch
-
     def generate(
         self,
         prompt: PromptInput | Sequence[PromptInput],
@@ -225,8 +261,10 @@ class Engine:
         stop: str | int | Sequence[str | int] | None = None,
         ignore_eos: bool = False,
         stream: bool = False,
+        draft: str = "auto",
         draft_len: int | str = "auto",
         speculate: bool = True,
+        prediction: str | Sequence[int] | None = None,
     ) -> GenerationResult | list[GenerationResult] | GenerationStream:
         """Generate a completion, or one per prompt of a batch.
 
@@ -238,65 +276,133 @@ class Engine:
         strings and/or token ids that end the completion (the end-of-generation tokens always
         do, unless ``ignore_eos``).
 
-        Speculation (engines with a draft model): each iteration drafts ``draft_len`` tokens
-        and verifies them in one target pass; ``"auto"`` picks the length per iteration from
-        measured costs and acceptance (0 included), an integer fixes it (at most the engine's
-        ``draft_len``), and ``speculate=False`` decodes target-only. The output follows the
-        target's distribution either way (greedy: token for token the same).
+        Speculation: each iteration a draft source proposes tokens and the target verifies them
+        in one pass. ``draft`` picks the source: ``"model"`` (the engine's draft model),
+        ``"lookup"`` (prompt lookup: continuations of the newest n-gram found earlier in the
+        prompt, the text so far or ``prediction``), ``"auto"`` (per iteration, whichever the
+        measured costs and acceptance favour, or none) or ``"none"``. ``draft_len`` fixes the
+        draft tokens per iteration (at most the engine's ``draft_len``) or lets ``"auto"`` pick
+        them; ``speculate=False`` is ``draft="none"``. ``prediction``: text (or token ids) the
+        answer will probably repeat, such as the file being edited (OpenAI's Predicted
+        Outputs); lookup drafts from it. The output follows the target's distribution whatever
+        the source (greedy: token for token the same).
 
         With ``stream=True`` (one prompt) the call returns a :class:`GenerationStream` that
-        yields text as each iteration's tokens are accepted.
+        yields text as each iteration's tokens become final.
         """
-        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int):
-            raise ValueError("max_new_tokens must be an integer")
-        if isinstance(top_k, bool) or not isinstance(top_k, int):
-            raise ValueError("top_k must be an integer")
-        for name, v in (("temperature", temperature), ("top_p", top_p)):
-            if isinstance(v, bool) or not isinstance(v, (int, float)):
-                raise ValueError(f"{name} must be a number")
-        k = self._draft_len_code(draft_len, speculate)
+        max_new_tokens = _int(max_new_tokens, "max_new_tokens")
+        top_k = _int(top_k, "top_k")
+        temperature = _number(temperature, "temperature")
+        top_p = _number(top_p, "top_p")
+        if not isinstance(speculate, bool):
+            raise ValueError("speculate must be True or False")
+        if not isinstance(draft, str):
+            raise ValueError(f"draft must be one of {DRAFT_MODES}, got {draft!r}")
+        draft_code = _draft_len_code(draft_len)
+        mode = draft if speculate else "none"
         prompts = self._batch(prompt)
         single = prompts is None
         if single:
             prompts = [prompt]
-        seeds = self._seeds(seed, len(prompts))
         if stream and not single:
             raise ValueError("stream=True takes one prompt, not a batch")
+        seeds = _seeds(seed, len(prompts))
+        stop_strings, stop_ids = self._stops(stop, ignore_eos)
+        pred = self._prediction(prediction)
         # No request can produce more than max_seq_len tokens; top_k >= vocab keeps everything.
         max_new_tokens = min(max_new_tokens, self.max_seq_len)
         top_k = min(top_k, self.vocab_size)
-        stop_strings, stop_ids = self._stops(stop, ignore_eos)
-        reqs = [_Request(self.encode(p), seeds[i], stop_strings) for i, p in enumerate(prompts)]
-        sampling = (max_new_tokens, float(temperature), top_k, float(top_p))
-        it = self._run(reqs, sampling, stop_ids, k, "auto" if k < 0 else str(k))
-        next(it)  # validates: bad parameters raise here, not on the first read of a stream
-        if stream:
-            return GenerationStream(_texts(it, reqs))
-        for _ in it:
-            pass
-        results = [r.result for r in reqs]
-        assert all(r is not None for r in results)
-        return results[0] if single else results  # type: ignore[return-value]
-
-    def _draft_len_code(self, draft_len: int | str, speculate: bool) -> int:
-        """-1 for auto, else the fixed draft length (0: target-only)."""
-        if not isinstance(speculate, bool):
-            raise ValueError("speculate must be True or False")
-        if draft_len == "auto":
-            code = -1
-        elif isinstance(draft_len, int) and not isinstance(draft_len, bool):
-            code = draft_len
-            if code < 0 or code > self.draft_len:
-                have = (
-                    f"in [0, {self.draft_len}] (the engine's --draft-len)"
-                    if self.draft_len
-                    else "0: this engine has no draft model"
+        encoded = [self.encode(p) for p in prompts]
+        rids: list[int] = []
+        try:
+            for ids, s in zip(encoded, seeds, strict=True):
+                rids.append(
+                    self._submit(
+                        _Pending(ids, mode, "auto" if draft_code < 0 else str(draft_code)),
+                        prompt=ids,
+                        max_new_tokens=max_new_tokens,
+                        temperature=temperature,
+                        top_k=top_k,
+                        top_p=top_p,
+                        seed=s,
+                        stop_ids=stop_ids,
+                        stop_strings=stop_strings,
+                        prediction=pred,
+                        draft=mode,
+                        draft_len=draft_code,
+                    )
                 )
-                raise ValueError(f"draft_len must be 'auto' or {have}, got {code}")
-        else:
-            raise ValueError(f"draft_len must be 'auto' or an integer, got {draft_len!r}")
-        return code if speculate and self.draft_len > 0 else 0
+        except BaseException:
+            for r in rids:
+                self._abandon(r)
+            raise
+        if stream:
+            return GenerationStream(self._stream(rids[0]))
+        try:
+            results = [self._result(r) for r in rids]
+        finally:
+            for r in rids:
+                self._abandon(r)
+        return results[0] if single else results
 
+    # ---- the scheduler, shared by every thread ---------------------------------------------------
+    def _submit(self, pending: _Pending, **request: Any) -> int:
+        with self._lock:
+            rid = self._sched.submit(**request)
+            with self._mu:
+                self._inbox[rid] = pending
+        return rid
+
+    def _dispatch(self, events: list[tuple]) -> None:
+        with self._mu:
+            for ev in events:
+                p = self._inbox.get(ev[0])
+                if p is not None:  # (an abandoned request's last events are dropped)
+                    p.events.append(ev)
+
+    def _events(self, rid: int) -> list[tuple]:
+        """Waits for the request's next events, stepping the scheduler when nobody else is."""
+        while True:
+            with self._mu:
+                p = self._inbox[rid]
+                if p.events:
+                    out = list(p.events)
+                    p.events.clear()
+                    return out
+            with self._lock:
+                with self._mu:
+                    if p.events:
+                        continue
+                self._dispatch(self._sched.step())
+
+    def _abandon(self, rid: int) -> None:
+        """Forgets a request; one still running is cancelled (its slot frees at the next step)."""
+        with self._mu:
+            p = self._inbox.pop(rid, None)
+        if p is not None and p.result is None:
+            with self._lock:
+                self._sched.cancel(rid)
+
+    def _result(self, rid: int) -> GenerationResult:
+        p = self._inbox[rid]
+        while p.result is None:
+            for ev in self._events(rid):
+                p.take(ev)
+        return p.result
+
+    def _stream(self, rid: int) -> Generator[str, None, GenerationResult]:
+        p = self._inbox[rid]
+        try:
+            while p.result is None:
+                for ev in self._events(rid):
+                    piece = p.take(ev)
+                    if piece:
+                        yield piece
+            return p.result
+        finally:
+            self._abandon(rid)
+
+    # ---- arguments ------------------------------------------------------------------------------
     @staticmethod
     def _batch(prompt: Any) -> list[PromptInput] | None:
         """The prompts of a batch, or None for a single prompt."""
@@ -310,21 +416,6 @@ class Engine:
         ):
             return items  # token-id lists or chat conversations
         return None
-
-    @staticmethod
-    def _seeds(seed: int | Sequence[int], n: int) -> list[int]:
-        if isinstance(seed, (list, tuple)):
-            seeds = list(seed)
-        elif isinstance(seed, int):
-            seeds = [seed] * n
-        else:
-            raise ValueError("seed must be an integer in [0, 2**64), or a list of them")
-        if len(seeds) != n:
-            raise ValueError(f"got {len(seeds)} seeds for {n} prompts")
-        for s in seeds:
-            if isinstance(s, bool) or not isinstance(s, int) or not 0 <= s < 2**64:
-                raise ValueError("seed must be an integer in [0, 2**64)")
-        return seeds
 
     def _stops(
         self, stop: str | int | Sequence[str | int] | None, ignore_eos: bool
@@ -345,109 +436,60 @@ class Engine:
             stop_ids += self._eog
         return [s for s in stops if isinstance(s, str)], stop_ids
 
-    def _run(
-        self,
-        reqs: list[_Request],
-        sampling: tuple[int, float, int, float],
-        stop_ids: list[int],
-        k: int,
-        k_name: str,
-    ) -> Generator[tuple[int, str], None, None]:
-        """Decodes every request, at most max_batch at a time; yields (request, text piece)."""
-        if not self._lock.acquire(blocking=False):
-            raise RuntimeError("this Engine is already generating (one request at a time)")
-        dec = self._dec
-        by_slot: dict[int, int] = {}  # running slot -> request index
-        try:
-            dec.draft_len = k
-            pending = list(range(len(reqs)))
-
-            def admit() -> None:
-                while pending and len(by_slot) < self.max_batch:
-                    i = pending.pop(0)
-                    r = reqs[i]
-                    slot = dec.add(r.ids, *sampling[:4], r.seed, stop_ids)
-                    r.begin(self.tokenizer)
-                    if dec.done(slot):  # max_new_tokens == 0
-                        r.end(dec.stop_reason(slot), dec.stats(slot), k_name)
-                    else:
-                        by_slot[slot] = i
-
-            admit()  # validates the first request
-            yield (-1, "")
-            while by_slot or pending:
-                for slot, new in dec.step():
-                    r = reqs[by_slot[slot]]
-                    piece, hit = r.feed(new)
-                    if piece:
-                        yield (by_slot[slot], piece)
-                    if hit and not dec.done(slot):
-                        dec.cancel(slot)
-                    if hit or dec.done(slot):
-                        tail = r.end(
-                            "stop_string" if hit else dec.stop_reason(slot), dec.stats(slot), k_name
-                        )
-                        if tail:
-                            yield (by_slot[slot], tail)
-                        del by_slot[slot]
-                admit()
-        finally:
-            for slot in by_slot:  # an abandoned stream or an error: free the slots
-                dec.cancel(slot)
-            self._lock.release()
+    def _prediction(self, prediction: str | Sequence[int] | None) -> list[int]:
+        if prediction is None:
+            return []
+        if isinstance(prediction, str):
+            return self.tokenizer.encode(prediction, add_special=False)
+        if isinstance(prediction, (list, tuple, np.ndarray)):
+            return self._checked_ids(_int_list(prediction, "prediction ids"), "the prediction")
+        raise ValueError("prediction must be text, a list of token ids, or None")
 
 
-class _Request:
-    """One prompt of a generate() call: its tokens, text, stop strings and clock."""
-
-    def __init__(self, ids: list[int], seed: int, stop_strings: list[str]) -> None:
-        self.ids = ids
-        self.seed = seed
-        self.stop_strings = stop_strings
-        self.out: list[int] = []
-        self.parts: list[str] = []
-        self.result: GenerationResult | None = None
-
-    def begin(self, tokenizer: TextCodec) -> None:
-        self.clock = StatsClock(len(self.ids))
-        self.decoder = tokenizer.stream_decoder(skip_special=True)
-        self.matcher = _StopStrings(self.stop_strings)
-
-    def feed(self, new: list[int]) -> tuple[str, bool]:
-        """Takes an iteration's tokens; a stop string cuts them after the token completing it."""
-        pieces: list[str] = []
-        kept, hit = 0, False
-        for t in new:
-            kept += 1
-            piece, hit = self.matcher.feed(self.decoder.push([t]))
-            pieces.append(piece)
-            if hit:
-                break
-        self.clock.tokens_arrived(kept)
-        self.out.extend(new[:kept])
-        text = "".join(pieces)
-        if text:
-            self.parts.append(text)
-        return text, hit
-
-    def end(self, reason: str, runtime: dict, k_name: str) -> str:
-        tail = ""
-        if reason != "stop_string":
-            tail, hit = self.matcher.feed(self.decoder.flush())
-            tail += "" if hit else self.matcher.flush()
-            reason = "stop_string" if hit else reason
-            if tail:
-                self.parts.append(tail)
-        stats = self.clock.finish(len(self.out), reason, runtime, k_name)
-        self.result = GenerationResult("".join(self.parts), self.out, list(self.ids), reason, stats)
-        return tail
+def _int(v: Any, name: str) -> int:
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+        raise ValueError(f"{name} must be an integer, got {v!r}")
+    if not -(2**31) <= int(v) < 2**31:
+        raise ValueError(f"{name} is out of range: {v}")
+    return int(v)
 
 
-def _texts(
-    run: Generator[tuple[int, str], None, None], reqs: list[_Request]
-) -> Generator[str, None, GenerationResult]:
-    for _, piece in run:
-        if piece:
-            yield piece
-    assert reqs[0].result is not None
-    return reqs[0].result
+def _number(v: Any, name: str) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
+        raise ValueError(f"{name} must be a number, got {v!r}")
+    return float(v)
+
+
+def _int_list(values: Any, what: str) -> list[int]:
+    out = []
+    for t in values:
+        if isinstance(t, bool) or not isinstance(t, (int, np.integer)):
+            raise ValueError(f"{what} must be integers, got {type(t).__name__}")
+        out.append(int(t))
+    return out
+
+
+def _draft_len_code(draft_len: int | str) -> int:
+    """-1 for auto, else the fixed draft length (range-checked by the scheduler)."""
+    if draft_len == "auto":
+        return -1
+    if isinstance(draft_len, (int, np.integer)) and not isinstance(draft_len, bool):
+        if not 0 <= int(draft_len) < 2**31:
+            raise ValueError(f"draft_len must be 'auto' or an integer >= 0, got {draft_len}")
+        return int(draft_len)
+    raise ValueError(f"draft_len must be 'auto' or an integer, got {draft_len!r}")
+
+
+def _seeds(seed: int | Sequence[int], n: int) -> list[int]:
+    if isinstance(seed, (list, tuple)):
+        seeds = list(seed)
+    elif isinstance(seed, int) and not isinstance(seed, bool):
+        seeds = [seed] * n
+    else:
+        raise ValueError("seed must be an integer in [0, 2**64), or a list of them")
+    if len(seeds) != n:
+        raise ValueError(f"got {len(seeds)} seeds for {n} prompts")
+    for s in seeds:
+        if isinstance(s, bool) or not isinstance(s, int) or not 0 <= s < 2**64:
+            raise ValueError("seed must be an integer in [0, 2**64)")
+    return seeds

@@ -557,6 +557,32 @@ class TextCodec:
             self._token_bytes = table
         return self._token_bytes
 
+    def output_bytes(self) -> list[bytes]:
+        """The text of each token id inside generated output, as UTF-8 bytes (special tokens:
+        none), for the runtime's scheduler: it emits text and matches stop strings with it.
+
+        Byte-level decoders: exactly ``token_bytes()``, so the output text equals
+        ``decode(ids, skip_special=True)``. Other decoders (Metaspace, WordPiece, none): each
+        token's text as it decodes after a plain letter, which keeps the spaces a decoder puts
+        between tokens or derives from a word-boundary marker mid-text.
+        """
+        if self.byte_level:
+            table = list(self.token_bytes())
+        else:
+            anchor = self._tok.token_to_id("a")
+            if anchor is None:
+                anchor = 0
+            base = self._tok.decode([anchor], skip_special_tokens=False)
+            table = []
+            for index in range(self.vocab_size):
+                text = self._tok.decode([anchor, index], skip_special_tokens=False)
+                piece = text[len(base) :] if text.startswith(base) else text
+                table.append(piece.encode("utf-8"))
+        for i in self.special_ids:
+            if 0 <= i < len(table):
+                table[i] = b""
+        return table
+
     def stream_decoder(self, skip_special: bool = False) -> StreamDecoder:
         return StreamDecoder(self, skip_special)
 

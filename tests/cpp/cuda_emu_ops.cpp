@@ -1,6 +1,8 @@
-// cuda_emu_ops.cpp: the CUDA kernels (cpp/kernels/cuda/*.cuh) compiled as host code against
-// cuda_emu.h, behind a C interface for tests/test_cuda_emulated.py (ctypes). Each function
-// launches the same kernels, grids and blocks as CudaBackend does (cpp/cuda/*.cu), on host memory.
+// cuda_emu_ops.cpp: the CUDA kernels (cpp/kernels/cuda/*.cuh, cpp/spec/spec_kernels.cuh)
+// compiled as host code against cuda_emu.h, behind a C interface for
+// tests/test_cuda_emulated.py (ctypes), on host memory. The transformer ops launch the same
+// kernels, grids and blocks as CudaBackend does (cpp/backend/cuda/*.cu); the speculative ops call
+// the CUDA SpecOps' own launch functions (cpp/spec/spec_launch.cuh).
 //
 //   g++ -std=c++20 -O1 -pthread -shared -fPIC -DTRT_SPEC_CUDA_EMU -Icpp -Itests/cpp \
 //       tests/cpp/cuda_emu_ops.cpp -o libcuda_emu.so
@@ -10,6 +12,7 @@
 #include "kernels/cuda/gemv.cuh"
 #include "kernels/cuda/norm_rope.cuh"
 #include "kernels/cuda/sampling.cuh"
+#include "spec/spec_launch.cuh"
 
 using namespace trt_spec;
 using namespace trt_spec::cuda;
@@ -85,16 +88,26 @@ void emu_swiglu(const float* gate_up, int n, int ffn, float* out) {
 }
 
 // k, v: the cache [slots, layers, nkv, max_seq, hd]; partial: [n nh splits (hd + 2)] scratch.
-void emu_attention(const float* qkv, const int32_t* pos, const int32_t* slot, int n, int nh,
-                   int nkv, int hd, float scale, float* k, float* v, int layers, int max_seq,
-                   int layer, int splits, float* partial, float* out) {
+// kv_idx, tree_base, tree_bits: null or [n] (backend.h Rows).
+void emu_attention(const float* qkv, const int32_t* pos, const int32_t* slot, const int32_t* kv_idx,
+                   const int32_t* tree_base, const uint64_t* tree_bits, int n, int nh, int nkv,
+                   int hd, float scale, float* k, float* v, int layers, int max_seq, int layer,
+                   int splits, float* partial, float* out) {
   const KvView kv{k, v, layers, nkv, max_seq, hd};
-  launch(dim3(n), 256, kv_write_kernel, qkv, pos, slot, nh, kv, layer);
-  launch(dim3(n * nh, splits), kAttnThreads, attention_kernel, qkv, pos, slot, nh, scale, kv, layer,
-         out, partial);
+  const RowsView rows{pos, slot, kv_idx, tree_base, tree_bits};
+  launch(dim3(n), 256, kv_write_kernel, qkv, rows, nh, kv, layer);
+  launch(dim3(n * nh, splits), kAttnThreads, attention_kernel, qkv, rows, nh, scale, kv, layer, out,
+         partial);
   if (splits > 1)
     launch(dim3(n * nh), kAttnThreads, attention_combine_kernel, static_cast<const float*>(partial),
            splits, nh, hd, out);
+}
+
+void emu_kv_copy(float* k, float* v, int slots, int layers, int nkv, int max_seq, int hd,
+                 const int32_t* slot, const int32_t* src, const int32_t* dst, int n) {
+  (void)slots;
+  const KvView kv{k, v, layers, nkv, max_seq, hd};
+  launch(dim3(1), 256, kv_copy_kernel, kv, slot, src, dst, n);
 }
 
 // threads: of the sampling blocks (the backend's kSampleThreads = 512; fewer keep the emulation
@@ -105,27 +118,41 @@ void emu_sample(const float* logits, int n, int vocab, const int32_t* slot, void
          static_cast<DevSamplingState*>(states), out);
 }
 
-void emu_spec_rows(const void* seqs, const int32_t* slots, int B, int first, int count,
-                   int32_t* tokens, int32_t* pos, int32_t* row_slots) {
-  launch(dim3(1), 256, spec_rows_kernel, static_cast<const SeqState*>(seqs), slots, B, first, count,
-         tokens, pos, row_slots);
+// The speculative ops, through the CUDA SpecOps' launch functions (spec_launch.cuh).
+void emu_spec_draft_rows(const void* seqs, const int32_t* slots, int B, int j, int32_t* tokens,
+                         int32_t* pos, int32_t* row_slots) {
+  launch_draft_rows(nullptr, static_cast<const SeqState*>(seqs), slots, B, j, tokens, pos,
+                    row_slots);
 }
 
 void emu_spec_draft_sample(float* logits_q, int B, int vocab, int vocab_common, int j, void* seqs,
                            const int32_t* slots, const void* states, int threads) {
-  launch(dim3(B), threads, spec_draft_sample_kernel, logits_q, vocab, vocab_common, j,
-         static_cast<SeqState*>(seqs), slots, static_cast<const DevSamplingState*>(states));
+  launch_draft_sample(nullptr, logits_q, B, vocab, vocab_common, j, static_cast<SeqState*>(seqs),
+                      slots, static_cast<const DevSamplingState*>(states), threads);
 }
 
-// P: [B, k, vocab] scratch, best: [B (k + 1)] scratch.
+void emu_spec_verify_rows(void* seqs, const int32_t* slots, int B, int k, int source,
+                          int32_t* tokens, int32_t* pos, int32_t* row_slots, int32_t* kv_idx,
+                          int32_t* tree_base, uint64_t* tree_bits) {
+  launch_verify_rows(nullptr, static_cast<SeqState*>(seqs), slots, B, k, source, tokens, pos,
+                     row_slots, kv_idx, tree_base, tree_bits);
+}
+
+// P: [B, k + 1, vocab] scratch, best: [B (k + 1)] scratch; history [slots, max_seq]; moves
+// [B kMaxDraftNodes] each.
 void emu_spec_accept(const float* logits, const float* q, int B, int k, int vocab, int vocab_draft,
                      void* seqs, const int32_t* slots, const void* states, float* P, int32_t* best,
-                     int threads) {
-  auto* st = static_cast<const DevSamplingState*>(states);
-  launch(dim3(B * (k + 1)), threads, spec_accept_rows_kernel, logits, k, vocab, slots, st, P, best);
-  launch(dim3(B), threads, spec_accept_walk_kernel, logits, q, B, k, vocab, vocab_draft,
-         static_cast<SeqState*>(seqs), slots, st, static_cast<const float*>(P),
-         static_cast<const int32_t*>(best));
+                     int32_t* history, int max_seq, int32_t* mv_slot, int32_t* mv_src,
+                     int32_t* mv_dst, int threads) {
+  launch_accept(nullptr, logits, q, B, k, vocab, vocab_draft, static_cast<SeqState*>(seqs), slots,
+                static_cast<const DevSamplingState*>(states), AcceptScratch{P, best}, history,
+                max_seq, mv_slot, mv_src, mv_dst, threads);
+}
+
+void emu_spec_lookup(void* seqs, const int32_t* slots, int B, const int32_t* history,
+                     const int32_t* prediction, int max_seq, int threads) {
+  launch_lookup(nullptr, static_cast<SeqState*>(seqs), slots, B, history, prediction, max_seq,
+                threads);
 }
 
 }  // extern "C"

@@ -131,8 +131,14 @@ cpu::QuantActs CpuBackend::quant_scratch(int n, int cols) {
 
 void CpuBackend::embed(WeightView table, const int32_t* tokens, int n, float* out) {
   pool_.parallel_for(n, 1, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i)
-      cpu::dequantize_rows(table, tokens[i], tokens[i] + 1, out + i * table.cols);
+    for (int64_t i = b; i < e; ++i) {
+      // An id outside the table (a target token the draft's smaller vocabulary lacks) reads
+      // nothing: its row is zeros.
+      if (tokens[i] < 0 || tokens[i] >= table.rows)
+        std::memset(out + i * table.cols, 0, table.cols * sizeof(float));
+      else
+        cpu::dequantize_rows(table, tokens[i], tokens[i] + 1, out + i * table.cols);
+    }
   });
 }
 
@@ -196,49 +202,72 @@ void CpuBackend::rope(float* qkv, const int32_t* pos, int n, const AttentionShap
   });
 }
 
-void CpuBackend::attention(const float* qkv, const int32_t* pos, const int32_t* slot, int n,
-                           const AttentionShape& s, KvCache& cache, int layer, float* out) {
+void CpuBackend::attention(const float* qkv, const Rows& rows, int n, const AttentionShape& s,
+                           KvCache& cache, int layer, float* out) {
   const int hd = s.head_dim, nh = s.n_heads, nkv = s.n_kv_heads, group = nh / nkv;
   const int64_t stride = static_cast<int64_t>(nh + 2 * nkv) * hd;
   const size_t seq_stride = static_cast<size_t>(cache.max_seq) * hd;
-  // 1. Write every row's k and v into its slot at its position.
+  const int32_t* idx = rows.kv_idx ? rows.kv_idx : rows.pos;
+  // 1. Write every row's k and v into its slot at its cache index.
   for (int i = 0; i < n; ++i) {
-    size_t base = cache.slot_layer_offset(slot[i], layer);
+    size_t base = cache.slot_layer_offset(rows.slot[i], layer);
     for (int g = 0; g < nkv; ++g) {
-      size_t dst = base + g * seq_stride + static_cast<size_t>(pos[i]) * hd;
+      size_t dst = base + g * seq_stride + static_cast<size_t>(idx[i]) * hd;
       std::memcpy(cache.k + dst, qkv + i * stride + static_cast<int64_t>(nh + g) * hd,
                   hd * sizeof(float));
       std::memcpy(cache.v + dst, qkv + i * stride + static_cast<int64_t>(nh + nkv + g) * hd,
                   hd * sizeof(float));
     }
   }
-  // 2. Each (row, head): softmax(q . k[0..pos] * scale) . v
+  // 2. Each (row, head): softmax(q . k[t] * scale) . v[t] over the entries t the row sees.
   pool_.parallel_for(static_cast<int64_t>(n) * nh, 1, [&](int64_t b, int64_t e) {
     thread_local std::vector<float> scores;
+    thread_local std::vector<int32_t> seen;
     for (int64_t task = b; task < e; ++task) {
       const int i = static_cast<int>(task / nh), h = static_cast<int>(task % nh), g = h / group;
-      const int len = pos[i] + 1;
-      if (static_cast<int>(scores.size()) < len) scores.resize(len);
+      const int len = idx[i] + 1;
+      // The entries: [0, len), less those the tree mask hides.
+      seen.clear();
+      const int tb = rows.tree_bits ? rows.tree_base[i] : len;
+      for (int t = 0; t < len; ++t)
+        if (t < tb || ((rows.tree_bits[i] >> (t - tb)) & 1u)) seen.push_back(t);
+      const int m = static_cast<int>(seen.size());
+      if (static_cast<int>(scores.size()) < m) scores.resize(m);
       const float* q = qkv + i * stride + static_cast<int64_t>(h) * hd;
-      size_t base = cache.slot_layer_offset(slot[i], layer) + g * seq_stride;
+      size_t base = cache.slot_layer_offset(rows.slot[i], layer) + g * seq_stride;
       const float* kc = cache.k + base;
       const float* vc = cache.v + base;
       float mx = -INFINITY;
-      for (int t = 0; t < len; ++t) {
-        scores[t] = dot(q, kc + static_cast<size_t>(t) * hd, hd) * s.scale;
-        mx = std::max(mx, scores[t]);
+      for (int j = 0; j < m; ++j) {
+        scores[j] = dot(q, kc + static_cast<size_t>(seen[j]) * hd, hd) * s.scale;
+        mx = std::max(mx, scores[j]);
       }
       float sum = 0.0f;
-      for (int t = 0; t < len; ++t) {
-        scores[t] = std::exp(scores[t] - mx);
-        sum += scores[t];
+      for (int j = 0; j < m; ++j) {
+        scores[j] = std::exp(scores[j] - mx);
+        sum += scores[j];
       }
       float* o = out + static_cast<int64_t>(i) * nh * hd + static_cast<int64_t>(h) * hd;
       std::memset(o, 0, hd * sizeof(float));
       const float inv = 1.0f / sum;
-      for (int t = 0; t < len; ++t) axpy(scores[t] * inv, vc + static_cast<size_t>(t) * hd, o, hd);
+      for (int j = 0; j < m; ++j)
+        axpy(scores[j] * inv, vc + static_cast<size_t>(seen[j]) * hd, o, hd);
     }
   });
+}
+
+void CpuBackend::kv_copy(KvCache& cache, const int32_t* slot, const int32_t* src,
+                         const int32_t* dst, int n) {
+  const size_t hd = cache.head_dim, seq_stride = static_cast<size_t>(cache.max_seq) * hd;
+  for (int i = 0; i < n; ++i) {
+    if (src[i] < 0 || src[i] == dst[i]) continue;
+    for (int l = 0; l < cache.layers; ++l)
+      for (int g = 0; g < cache.kv_heads; ++g) {
+        const size_t base = cache.slot_layer_offset(slot[i], l) + g * seq_stride;
+        std::memcpy(cache.k + base + dst[i] * hd, cache.k + base + src[i] * hd, hd * 4);
+        std::memcpy(cache.v + base + dst[i] * hd, cache.v + base + src[i] * hd, hd * 4);
+      }
+  }
 }
 
 void CpuBackend::swiglu(const float* gate_up, int n, int ffn, float* out) {

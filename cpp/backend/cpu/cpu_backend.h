@@ -1,6 +1,6 @@
 // cpu_backend.h: the CPU implementation of Backend (backend.h): multithreaded ops over host
 // memory, matrix products through the runtime-dispatched kernels in kernels/cpu/matmul.h.
-// Token selection (sampling, the speculative ops) lives in cpu_sampling.cpp.
+// Token selection (the sampling rule) lives in cpu_sampling.cpp.
 #pragma once
 
 #include <memory>
@@ -36,19 +36,17 @@ class CpuBackend final : public Backend {
   void linear(WeightView w, WeightView bias, const float* x, int n, float* out) override;
   void rope(float* qkv, const int32_t* pos, int n, const AttentionShape& shape,
             const float* cos_table, const float* sin_table) override;
-  void attention(const float* qkv, const int32_t* pos, const int32_t* slot, int n,
-                 const AttentionShape& shape, KvCache& cache, int layer, float* out) override;
+  void attention(const float* qkv, const Rows& rows, int n, const AttentionShape& shape,
+                 KvCache& cache, int layer, float* out) override;
+  void kv_copy(KvCache& cache, const int32_t* slot, const int32_t* src, const int32_t* dst,
+               int n) override;
   void swiglu(const float* gate_up, int n, int ffn, float* out) override;
   void add(float* x, const float* y, size_t count) override;
   void gather_rows(const float* src, const int32_t* rows, int n, int dim, float* dst) override;
   void sample(const float* logits, int n, int vocab, const int32_t* slot, SamplingState* states,
               int32_t* out_tokens) override;
-  void spec_rows(const SeqState* seqs, const int32_t* slots, int B, int first, int count,
-                 int32_t* tokens, int32_t* pos, int32_t* row_slots) override;
-  void spec_draft_sample(float* logits_q, int B, int vocab, int vocab_common, int j, SeqState* seqs,
-                         const int32_t* slots, const SamplingState* states) override;
-  void spec_accept(const float* logits, const float* q, int B, int k, int vocab, int vocab_draft,
-                   SeqState* seqs, const int32_t* slots, const SamplingState* states) override;
+
+  ThreadPool& pool() { return pool_; }
 
  private:
   cpu::QuantActs quant_scratch(int n, int cols);
@@ -59,7 +57,6 @@ class CpuBackend final : public Backend {
   size_t qscratch_bytes_ = 0;
   std::mutex map_mu_;
   std::unordered_map<void*, size_t> mapped_;  // mmap-ed allocations and their sizes
-  std::vector<float> p_scratch_;              // spec_accept's dense p rows [B, k, vocab]
 };
 
 // Draws one token from logits [vocab] by the rule in kernels/sampling.h (exposed for tests).
@@ -69,5 +66,10 @@ int32_t sample_row(const float* logits, int vocab, const SamplingParams& p, uint
 // beyond); one-hot at the argmax when greedy.
 void sampling_probs(const float* logits, int n_valid, int vocab, const SamplingParams& p,
                     float* probs);
+// Index-order inverse CDF of the weights [n] (any positive total) for the uniform u; the last
+// token with weight when rounding leaves u * total unreached.
+int32_t sample_dense(const float* weights, int n, float u);
+// The lowest index among the maxima of x [n].
+int32_t argmax_row(const float* x, int n);
 
 }  // namespace trt_spec

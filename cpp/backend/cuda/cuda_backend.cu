@@ -312,8 +312,8 @@ void CudaBackend::rope(float* qkv, const int32_t* pos, int n, const AttentionSha
   check_launch("rope");
 }
 
-void CudaBackend::attention(const float* qkv, const int32_t* pos, const int32_t* slot, int n,
-                            const AttentionShape& s, KvCache& cache, int layer, float* out) {
+void CudaBackend::attention(const float* qkv, const Rows& rows, int n, const AttentionShape& s,
+                            KvCache& cache, int layer, float* out) {
   if (s.head_dim > 32 * cuda::kAttnMaxPerLane || s.n_kv_heads <= 0 || s.n_heads % s.n_kv_heads != 0)
     throw InvalidArgument(
         "CUDA attention: head_dim must be <= 256 and n_heads a multiple of "
@@ -331,16 +331,26 @@ void CudaBackend::attention(const float* qkv, const int32_t* pos, const int32_t*
   if (sizing()) return;
   const cuda::KvView kv{cache.k,        cache.v,       cache.layers,
                         cache.kv_heads, cache.max_seq, cache.head_dim};
-  cuda::kv_write_kernel<<<n, 256, 0, stream_>>>(qkv, pos, slot, s.n_heads, kv, layer);
+  const cuda::RowsView rv{rows.pos, rows.slot, rows.kv_idx, rows.tree_base, rows.tree_bits};
+  cuda::kv_write_kernel<<<n, 256, 0, stream_>>>(qkv, rv, s.n_heads, kv, layer);
   check_launch("attention (kv write)");
   cuda::attention_kernel<<<dim3(static_cast<unsigned>(row_heads), splits), cuda::kAttnThreads, 0,
-                           stream_>>>(qkv, pos, slot, s.n_heads, s.scale, kv, layer, out, partial);
+                           stream_>>>(qkv, rv, s.n_heads, s.scale, kv, layer, out, partial);
   check_launch("attention");
   if (splits > 1) {
     cuda::attention_combine_kernel<<<static_cast<unsigned>(row_heads), cuda::kAttnThreads, 0,
                                      stream_>>>(partial, splits, s.n_heads, s.head_dim, out);
     check_launch("attention (combine)");
   }
+}
+
+void CudaBackend::kv_copy(KvCache& cache, const int32_t* slot, const int32_t* src,
+                          const int32_t* dst, int n) {
+  if (sizing() || n <= 0) return;
+  const cuda::KvView kv{cache.k,        cache.v,       cache.layers,
+                        cache.kv_heads, cache.max_seq, cache.head_dim};
+  cuda::kv_copy_kernel<<<1, 256, 0, stream_>>>(kv, slot, src, dst, n);
+  check_launch("kv_copy");
 }
 
 void CudaBackend::swiglu(const float* gate_up, int n, int ffn, float* out) {

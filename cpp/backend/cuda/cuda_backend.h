@@ -4,7 +4,8 @@
 // metadata, sequence and sampling state), one non-blocking stream for every op, and graph
 // capture of whole op sequences (one speculative iteration = one CUDA graph, spec_program.cpp).
 // The kernels live in kernels/cuda/*.cuh; the ops are split over cuda_backend.cu (memory, graphs,
-// transformer ops) and cuda_sampling.cu (token selection).
+// transformer ops) and cuda_sampling.cu (token selection). The speculative iteration's own
+// kernels (spec/cuda_spec_ops.cu) run on this backend's stream.
 //
 // Scratch buffers grow on demand. A graph keeps pointing at the buffers it was captured with,
 // so an outgrown buffer is retired (kept until the backend goes), never freed early; capture()
@@ -45,25 +46,26 @@ class CudaBackend final : public Backend {
   void linear(WeightView w, WeightView bias, const float* x, int n, float* out) override;
   void rope(float* qkv, const int32_t* pos, int n, const AttentionShape& shape,
             const float* cos_table, const float* sin_table) override;
-  void attention(const float* qkv, const int32_t* pos, const int32_t* slot, int n,
-                 const AttentionShape& shape, KvCache& cache, int layer, float* out) override;
+  void attention(const float* qkv, const Rows& rows, int n, const AttentionShape& shape,
+                 KvCache& cache, int layer, float* out) override;
+  void kv_copy(KvCache& cache, const int32_t* slot, const int32_t* src, const int32_t* dst,
+               int n) override;
   void swiglu(const float* gate_up, int n, int ffn, float* out) override;
   void add(float* x, const float* y, size_t count) override;
   void gather_rows(const float* src, const int32_t* rows, int n, int dim, float* dst) override;
   void sample(const float* logits, int n, int vocab, const int32_t* slot, SamplingState* states,
               int32_t* out_tokens) override;
-  void spec_rows(const SeqState* seqs, const int32_t* slots, int B, int first, int count,
-                 int32_t* tokens, int32_t* pos, int32_t* row_slots) override;
-  void spec_draft_sample(float* logits_q, int B, int vocab, int vocab_common, int j, SeqState* seqs,
-                         const int32_t* slots, const SamplingState* states) override;
-  void spec_accept(const float* logits, const float* q, int B, int k, int vocab, int vocab_draft,
-                   SeqState* seqs, const int32_t* slots, const SamplingState* states) override;
-
   int device() const { return device_; }
   CUstream_st* stream() const { return stream_; }
+  // True during capture()'s sizing pass: ops (the spec layer's too) launch nothing.
+  bool sizing() const { return sizing_; }
+  // Makes this backend's device current on the calling thread.
+  void use_device() const;
+  // Throws Error when the last launch failed.
+  void check_launch(const char* what) const;
 
  private:
-  enum ScratchId { kAttnPartial = 0, kAcceptProbs, kAcceptBest, kScratchCount };
+  enum ScratchId { kAttnPartial = 0, kScratchCount };
   struct Scratch {
     void* p = nullptr;
     size_t bytes = 0;
@@ -72,12 +74,6 @@ class CudaBackend final : public Backend {
   // A scratch buffer of at least `bytes`; nullptr during a sizing pass (which only records).
   void* scratch(ScratchId id, size_t bytes);
   void grow(Scratch& s, size_t bytes);
-  // Makes this backend's device current on the calling thread.
-  void use_device() const;
-  // Throws Error when the last launch failed.
-  void check_launch(const char* what) const;
-  // True during a sizing pass: ops record their scratch needs and launch nothing.
-  bool sizing() const { return sizing_; }
 
   int device_ = 0;
   int sm_count_ = 1;

@@ -1,13 +1,16 @@
 // attention.cuh: attention over the f32 KV cache for any number of query rows (decode: one per
-// sequence; verify: k + 1 rows of a sequence, causal inside the block; prefill chunks).
+// sequence; verify: the k + 1 rows of a draft chain or tree; prefill chunks).
 //
-//   kv_write_kernel      writes each row's k and v into cache (slot[i], layer, :, pos[i])
+//   kv_write_kernel      writes each row's k and v into cache (slot[i], layer, :, kv_idx[i])
 //   attention_kernel     one block per (row, q head, split): online softmax over its share of
-//                        positions [0, pos[i]] (4 warps, one position per warp at a time)
+//                        cache indices [0, kv_idx[i]] (4 warps, one index per warp at a time),
+//                        skipping the indices a tree mask hides
 //   attention_combine    merges the splits of each (row, head) (flash-decoding)
 //
-// A row attends to its own sequence's positions [0, pos[i]] only, so rows of one verify block
-// see the block's earlier tokens (written by kv_write_kernel first) and never the later ones.
+// A row attends to its own sequence's entries [0, kv_idx[i]] only (backend.h Rows: kv_idx is
+// the position unless a draft tree gives siblings distinct indices, and a tree mask leaves a
+// verify row its ancestors only), so rows of one verify block see the block's earlier tokens
+// (written by kv_write_kernel first) and never the later ones.
 // The number of splits depends on the model alone (never on n), so a row's result is the same
 // whatever the other rows of the batch. KV layout (backend.h KvCache):
 // [slots, layers, kv_heads, max_seq, head_dim].
@@ -32,16 +35,32 @@ struct KvView {
   }
 };
 
+// Device view of backend.h's Rows (the optional arrays may be null).
+struct RowsView {
+  const int32_t* pos;
+  const int32_t* slot;
+  const int32_t* kv_idx;     // null: pos
+  const int32_t* tree_base;  // with tree_bits
+  const uint64_t* tree_bits;
+
+  __device__ __forceinline__ int index(int i) const { return kv_idx ? kv_idx[i] : pos[i]; }
+  // Whether row i sees cache index t (t <= index(i)).
+  __device__ __forceinline__ bool sees(int i, int t) const {
+    if (!tree_bits || t < tree_base[i]) return true;
+    return ((tree_bits[i] >> (t - tree_base[i])) & 1u) != 0;
+  }
+};
+
 // grid n, block kRowThreads-ish: copies the k and v heads of qkv row i into the cache.
-__global__ void kv_write_kernel(const float* __restrict__ qkv, const int32_t* __restrict__ pos,
-                                const int32_t* __restrict__ slot, int n_heads, KvView kv,
-                                int layer) {
+__global__ void kv_write_kernel(const float* __restrict__ qkv, RowsView rows, int n_heads,
+                                KvView kv, int layer) {
   const int i = blockIdx.x, hd = kv.head_dim, nkv = kv.kv_heads;
   const int64_t stride = static_cast<int64_t>(n_heads + 2 * nkv) * hd;
   const float* row = qkv + i * stride;
   for (int e = threadIdx.x; e < nkv * hd; e += blockDim.x) {
     const int g = e / hd, d = e % hd;
-    const int64_t dst = kv.head_offset(slot[i], layer, g) + static_cast<int64_t>(pos[i]) * hd + d;
+    const int64_t dst =
+        kv.head_offset(rows.slot[i], layer, g) + static_cast<int64_t>(rows.index(i)) * hd + d;
     kv.k[dst] = row[static_cast<int64_t>(n_heads + g) * hd + d];
     kv.v[dst] = row[static_cast<int64_t>(n_heads + nkv + g) * hd + d];
   }
@@ -50,14 +69,13 @@ __global__ void kv_write_kernel(const float* __restrict__ qkv, const int32_t* __
 // grid (n * n_heads, splits), block kAttnThreads. With one split it writes out [n, n_heads hd]
 // directly; otherwise partial [n * n_heads, splits, hd + 2] = (max, sum, unnormalised acc[hd]).
 __global__ void __launch_bounds__(kAttnThreads)
-    attention_kernel(const float* __restrict__ qkv, const int32_t* __restrict__ pos,
-                     const int32_t* __restrict__ slot, int n_heads, float scale, KvView kv,
-                     int layer, float* __restrict__ out, float* __restrict__ partial) {
+    attention_kernel(const float* __restrict__ qkv, RowsView rows, int n_heads, float scale,
+                     KvView kv, int layer, float* __restrict__ out, float* __restrict__ partial) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int i = blockIdx.x / n_heads, h = blockIdx.x % n_heads;
   const int hd = kv.head_dim, group = n_heads / kv.kv_heads, g = h / group;
   const int splits = gridDim.y, split = blockIdx.y;
-  const int len = pos[i] + 1;
+  const int len = rows.index(i) + 1;
   const int span = (len + splits - 1) / splits;
   const int start = split * span, end = min(len, start + span);
 
@@ -70,11 +88,12 @@ __global__ void __launch_bounds__(kAttnThreads)
     qr[j] = d < hd ? q[d] : 0.0f;
     acc[j] = 0.0f;
   }
-  const int64_t base = kv.head_offset(slot[i], layer, g);
+  const int64_t base = kv.head_offset(rows.slot[i], layer, g);
   const float* kc = kv.k + base;
   const float* vc = kv.v + base;
   float m = -INFINITY, l = 0.0f;
   for (int t = start + warp; t < end; t += kAttnWarps) {
+    if (!rows.sees(i, t)) continue;  // (the same for the whole warp)
     const float* kt = kc + static_cast<int64_t>(t) * hd;
     float s = 0.0f;
 #pragma unroll
@@ -164,6 +183,26 @@ __global__ void __launch_bounds__(kAttnThreads)
       if (ms != -INFINITY) a += part[s * (hd + 2) + 2 + d] * expf(ms - M);
     }
     o[d] = a * inv;
+  }
+}
+
+// Backend::kv_copy: entry (slot[i], src[i]) -> (slot[i], dst[i]) of every layer and kv head, in
+// order of i (a later move may read an entry an earlier one wrote).  grid 1, block 256.
+__global__ void kv_copy_kernel(KvView kv, const int32_t* __restrict__ slot,
+                               const int32_t* __restrict__ src, const int32_t* __restrict__ dst,
+                               int n) {
+  const int hd = kv.head_dim, per_entry = kv.layers * kv.kv_heads * hd;
+  for (int i = 0; i < n; ++i) {
+    const int s = src[i], d = dst[i];
+    if (s >= 0 && s != d) {
+      for (int e = threadIdx.x; e < per_entry; e += blockDim.x) {
+        const int l = e / (kv.kv_heads * hd), g = (e / hd) % kv.kv_heads, c = e % hd;
+        const int64_t base = kv.head_offset(slot[i], l, g);
+        kv.k[base + static_cast<int64_t>(d) * hd + c] = kv.k[base + static_cast<int64_t>(s) * hd + c];
+        kv.v[base + static_cast<int64_t>(d) * hd + c] = kv.v[base + static_cast<int64_t>(s) * hd + c];
+      }
+    }
+    __syncthreads();
   }
 }
 

@@ -3,7 +3,7 @@
 // reductions.
 //
 // Layering: the CUDA kernels take raw device pointers and plain structs only (the shared
-// headers weight_format.h, philox.h, sampling.h, speculative.h); no runtime types. With
+// headers weight_format.h, philox.h, sampling.h); no runtime types. With
 // TRT_SPEC_CUDA_EMU the kernels compile as host code against tests/cpp/cuda_emu.h (tests on
 // machines without a GPU); launch helpers using <<<>>> are left out there.
 #pragma once
@@ -18,6 +18,16 @@
 #include <cstdint>
 
 #include "kernels/weight_format.h"
+
+// kernel<<<grid, block, 0, stream>>>(args...), or its host emulation: host launch code written
+// with it runs unchanged in the emulated tests (no template arguments with commas in `kernel`).
+#if defined(TRT_SPEC_CUDA_EMU)
+#define TRT_SPEC_LAUNCH(kernel, grid, block, stream, ...) \
+  cuda_emu::launch(dim3(grid), dim3(block), kernel, __VA_ARGS__)
+#else
+#define TRT_SPEC_LAUNCH(kernel, grid, block, stream, ...) \
+  kernel<<<(grid), (block), 0, (stream)>>>(__VA_ARGS__)
+#endif
 
 namespace trt_spec::cuda {
 

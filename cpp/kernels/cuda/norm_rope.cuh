@@ -15,7 +15,9 @@ __global__ void __launch_bounds__(kRowThreads)
   const int i = blockIdx.x;
   const int64_t r = tokens[i];
   float* o = out + static_cast<int64_t>(i) * table.cols;
-  for (int64_t c = threadIdx.x; c < table.cols; c += blockDim.x) o[c] = weight_at(table, r, c);
+  const bool inside = r >= 0 && r < table.rows;  // else zeros (a token the table lacks)
+  for (int64_t c = threadIdx.x; c < table.cols; c += blockDim.x)
+    o[c] = inside ? weight_at(table, r, c) : 0.0f;
 }
 
 // out [n, dim] = g * (x * 1 / sqrt(mean(x^2) + eps)).  grid n, block kRowThreads.

@@ -5,15 +5,15 @@
 //   block_rule           kept_tokens: the candidates (a key threshold, see select.cuh) and mass
 //   block_sample_row     sample_row: argmax, or a draw from the kept tokens in rule order
 //   block_sampling_probs sampling_probs: the dense distribution the rule draws from
-//   block_sample_dense   sample_dense / block_sample_residual: sample_residual
-// and the kernels of Backend::sample, spec_rows, spec_draft_sample and spec_accept. The random
-// numbers are the same Philox draws (same seed, counter and stream) as on the CPU.
+//   block_sample_dense   sample_dense
+// and the kernel of Backend::sample. The random numbers are the same Philox draws (same seed,
+// counter and stream) as on the CPU. The speculative iteration's kernels (spec/spec_kernels.cuh)
+// build on these.
 #pragma once
 
 #include "kernels/cuda/select.cuh"
 #include "kernels/philox.h"
 #include "kernels/sampling.h"
-#include "spec/speculative.h"
 
 namespace trt_spec::cuda {
 
@@ -36,7 +36,7 @@ struct Rule {
   uint64_t total;
 };
 
-__device__ Rule block_rule(const float* l, int n, const SamplingParams& p, float mx) {
+__device__ inline Rule block_rule(const float* l, int n, const SamplingParams& p, float mx) {
   Rule r;
   r.w = RowWeights{l, n, mx, 1.0f / p.temperature};
   const bool use_k = p.top_k > 0 && p.top_k < n;
@@ -59,12 +59,12 @@ __device__ Rule block_rule(const float* l, int n, const SamplingParams& p, float
 }
 
 // sample_row: one token from logits [n] for (params, step, lane).
-__device__ int block_sample_row(const float* l, int n, const SamplingParams& p, uint64_t step,
+__device__ inline int block_sample_row(const float* l, int n, const SamplingParams& p, uint64_t step,
                                 uint32_t lane) {
   const ArgMax am = block_argmax_row(l, n);
   if (is_greedy(p)) return am.i;
   const Rule r = block_rule(l, n, p, am.v);
-  const uint32_t r24 = uniform_bits(philox_uniform(p.seed, step, lane, kStreamTarget));
+  const uint32_t r24 = uniform_bits(philox_uniform(p.seed, step, lane, kSampleStream));
   if (!r.sorted) {
     const RowWeights w = r.w;
     const IndexDraw d = block_index_draw(n, [&](int i) { return w.weight(i); }, r24);
@@ -80,7 +80,7 @@ __device__ int block_sample_row(const float* l, int n, const SamplingParams& p, 
 // sampling_probs: probs [vocab] = the rule's dense distribution over ids [0, n_valid), zero
 // beyond; one-hot at the argmax when greedy. probs may be l itself (each thread reads its
 // elements before writing them, after every block-wide read of the row is done).
-__device__ void block_sampling_probs(const float* l, int n_valid, int vocab,
+__device__ inline void block_sampling_probs(const float* l, int n_valid, int vocab,
                                      const SamplingParams& p, float* probs) {
   const ArgMax am = block_argmax_row(l, n_valid);
   if (is_greedy(p)) {
@@ -100,20 +100,9 @@ __device__ void block_sampling_probs(const float* l, int n_valid, int vocab,
 }
 
 // sample_dense: index-order inverse CDF of probs [n] for the uniform u.
-__device__ int block_sample_dense(const float* probs, int n, float u) {
+__device__ inline int block_sample_dense(const float* probs, int n, float u) {
   const IndexDraw d =
       block_index_draw(n, [&](int i) { return mass_fx(probs[i]); }, uniform_bits(u));
-  if (d.index >= 0) return d.index;
-  return d.last_nonzero >= 0 ? d.last_nonzero : 0;
-}
-
-// sample_residual: a draw from normalize(max(0, p - q)) (q zero at ids >= nq), p itself when the
-// residual has no mass.
-__device__ int block_sample_residual(const float* p, int n, const float* q, int nq, float u) {
-  const IndexDraw d = block_index_draw(
-      n, [&](int i) { return mass_fx(fmaxf(0.0f, p[i] - (i < nq ? q[i] : 0.0f))); },
-      uniform_bits(u));
-  if (d.total == 0) return block_sample_dense(p, n, u);
   if (d.index >= 0) return d.index;
   return d.last_nonzero >= 0 ? d.last_nonzero : 0;
 }
@@ -121,7 +110,8 @@ __device__ int block_sample_residual(const float* p, int n, const float* q, int 
 // ---- Backend ops --------------------------------------------------------------------------
 
 // Backend::sample: rows in order (a slot listed twice advances its step twice).  grid 1.
-__global__ void __launch_bounds__(kSampleThreads)
+// (static: this header is shared by several translation units.)
+static __global__ void __launch_bounds__(kSampleThreads)
     sample_kernel(const float* __restrict__ logits, int n, int vocab,
                   const int32_t* __restrict__ slot, DevSamplingState* states,
                   int32_t* __restrict__ out_tokens) {
@@ -135,113 +125,6 @@ __global__ void __launch_bounds__(kSampleThreads)
       st->step = step + 1;
     }
     __syncthreads();
-  }
-}
-
-// Backend::spec_rows.  grid-stride over B * count rows.
-__global__ void spec_rows_kernel(const SeqState* __restrict__ seqs,
-                                 const int32_t* __restrict__ slots, int B, int first, int count,
-                                 int32_t* __restrict__ tokens, int32_t* __restrict__ pos,
-                                 int32_t* __restrict__ row_slots) {
-  for (int row = blockIdx.x * blockDim.x + threadIdx.x; row < B * count;
-       row += gridDim.x * blockDim.x) {
-    const int b = row / count, r = row % count, i = first + r;
-    const SeqState& s = seqs[slots[b]];
-    tokens[row] = i < 0 ? s.prev : (i == 0 ? s.last : s.draft[i - 1]);
-    pos[row] = s.n_past + i;
-    row_slots[row] = slots[b];
-  }
-}
-
-// Backend::spec_draft_sample: d_j of sequence b from logits_q [B, vocab]; sampling rows become
-// q_j in place.  grid B.
-__global__ void __launch_bounds__(kSampleThreads)
-    spec_draft_sample_kernel(float* logits_q, int vocab, int vocab_common, int j, SeqState* seqs,
-                             const int32_t* __restrict__ slots,
-                             const DevSamplingState* __restrict__ states) {
-  const int b = blockIdx.x;
-  SeqState* s = seqs + slots[b];
-  const SamplingParams p = states[slots[b]].params;
-  const int32_t n_gen = s->n_gen;
-  float* row = logits_q + static_cast<int64_t>(b) * vocab;
-  int d;
-  if (is_greedy(p)) {
-    d = block_argmax_row(row, vocab_common).i;
-  } else {
-    block_sampling_probs(row, vocab_common, vocab, p, row);
-    d = block_sample_dense(row, vocab, spec_uniform(p.seed, n_gen + j, kStreamDraft));
-  }
-  if (threadIdx.x == 0) s->draft[j] = d;
-}
-
-// spec_accept, part 1: per verify row r = b (k + 1) + j of logits [B, k + 1, vocab], the argmax
-// (greedy sequences: best [B (k + 1)]) or, for j < k, the dense p_j (P [B, k, vocab]).  grid
-// B (k + 1).
-__global__ void __launch_bounds__(kSampleThreads)
-    spec_accept_rows_kernel(const float* __restrict__ logits, int k, int vocab,
-                            const int32_t* __restrict__ slots,
-                            const DevSamplingState* __restrict__ states, float* __restrict__ P,
-                            int32_t* __restrict__ best) {
-  const int r = blockIdx.x, b = r / (k + 1), j = r % (k + 1);
-  const SamplingParams p = states[slots[b]].params;
-  const float* row = logits + static_cast<int64_t>(r) * vocab;
-  if (is_greedy(p)) {
-    const int a = block_argmax_row(row, vocab).i;
-    if (threadIdx.x == 0) best[r] = a;
-  } else if (j < k) {
-    block_sampling_probs(row, vocab, vocab, p, P + (static_cast<int64_t>(b) * k + j) * vocab);
-  }
-}
-
-// spec_accept, part 2: walk each sequence's drafts, emit the correction or the bonus token,
-// roll back (spec_commit).  grid B.
-__global__ void __launch_bounds__(kSampleThreads)
-    spec_accept_walk_kernel(const float* __restrict__ logits, const float* __restrict__ q, int B,
-                            int k, int vocab, int vocab_draft, SeqState* seqs,
-                            const int32_t* __restrict__ slots,
-                            const DevSamplingState* __restrict__ states,
-                            const float* __restrict__ P, const int32_t* __restrict__ best) {
-  __shared__ int kept;
-  const int b = blockIdx.x;
-  SeqState* s = seqs + slots[b];
-  const SamplingParams p = states[slots[b]].params;
-  const bool greedy = is_greedy(p);
-  const int32_t n_gen = s->n_gen;
-  __syncthreads();  // every thread has read n_gen before thread 0 writes s
-  if (threadIdx.x == 0) {
-    int j = 0;
-    for (; j < k; ++j) {
-      const int32_t d = s->draft[j];
-      if (greedy) {
-        if (d != best[b * (k + 1) + j]) break;
-      } else {
-        const float* pj = P + (static_cast<int64_t>(b) * k + j) * vocab;
-        const float* qj = q + (static_cast<int64_t>(j) * B + b) * vocab_draft;
-        if (!spec_accept_draw(d < vocab ? pj[d] : 0.0f, qj[d],
-                              spec_uniform(p.seed, n_gen + j, kStreamAccept)))
-          break;
-      }
-      s->out[j] = d;
-    }
-    kept = j;
-  }
-  __syncthreads();
-  const int j = kept;
-  int tok;
-  if (greedy) {
-    tok = best[b * (k + 1) + j];
-  } else if (j < k) {  // rejected: draw from the residual
-    const float* pj = P + (static_cast<int64_t>(b) * k + j) * vocab;
-    const float* qj = q + (static_cast<int64_t>(j) * B + b) * vocab_draft;
-    tok = block_sample_residual(pj, vocab, qj, min(vocab, vocab_draft),
-                                spec_uniform(p.seed, n_gen + j, kStreamResidual));
-  } else {  // all kept: the bonus token from p_k, as a target-only step draws it
-    tok = block_sample_row(logits + (static_cast<int64_t>(b) * (k + 1) + j) * vocab, vocab, p,
-                           static_cast<uint64_t>(n_gen + j), 0);
-  }
-  if (threadIdx.x == 0) {
-    s->out[j] = tok;
-    spec_commit(*s, j);
   }
 }
 

@@ -93,7 +93,7 @@ struct KeySearchShared {
 // element for kCountAtLeast, the weight otherwise), finds the first element at which the sum
 // reaches x (">= x", or "> x" for kMassAbove). Returns false when the whole of E does not.
 // All threads must call; all get the same result.
-__device__ bool block_key_search(const RowWeights& r, uint64_t floor, Reach reach, uint64_t x,
+__device__ inline bool block_key_search(const RowWeights& r, uint64_t floor, Reach reach, uint64_t x,
                                  uint64_t* found_key) {
   __shared__ KeySearchShared sh;
   const bool count = reach == Reach::kCountAtLeast;
@@ -217,7 +217,7 @@ struct IndexDraw {
 // r24 / 2^24: the first i whose inclusive prefix sum exceeds floor(r24 * total / 2^24).
 // All threads must call; all get the same result.
 template <class Value>
-__device__ IndexDraw block_index_draw(int n, Value v, uint32_t r24) {
+__device__ inline IndexDraw block_index_draw(int n, Value v, uint32_t r24) {
   __shared__ int found, last_nz;
   const int seg = (n + blockDim.x - 1) / blockDim.x;
   const int b = min(n, static_cast<int>(threadIdx.x) * seg), e = min(n, b + seg);

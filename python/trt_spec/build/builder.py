@@ -210,8 +210,9 @@ def build_engine(
 ) -> BuildReport:
     """Build one engine file from a target checkpoint and an optional draft.
 
-    ``draft_len`` is the most draft tokens an iteration may propose (the runtime sizes its
-    verify pass for it); requests choose any length up to it.
+    ``draft_len`` is the most draft tokens an iteration may propose, from the draft model or
+    from prompt lookup (which needs no draft model); the runtime sizes its verify pass for it,
+    and requests choose any length up to it. 0 builds an engine that never speculates.
     """
     say = progress or (lambda _msg: None)
     if weights not in WEIGHT_FORMATS:
@@ -222,8 +223,9 @@ def build_engine(
         raise BuildError(f"max_batch must be in [1, {MAX_BATCH_LIMIT}], got {max_batch}")
     if isinstance(draft_len, bool) or not isinstance(draft_len, int):
         raise BuildError("draft_len must be an integer")
-    if not 1 <= draft_len <= _core.MAX_DRAFT_LEN:
-        raise BuildError(f"draft_len must be in [1, {_core.MAX_DRAFT_LEN}], got {draft_len}")
+    low = 1 if draft is not None else 0
+    if not low <= draft_len <= _core.MAX_DRAFT_LEN:
+        raise BuildError(f"draft_len must be in [{low}, {_core.MAX_DRAFT_LEN}], got {draft_len}")
     t0 = time.perf_counter()
     say(f"reading target {target}")
     tgt = open_source(target)
@@ -248,7 +250,12 @@ def build_engine(
         "format_version": _core.ENGINE_FORMAT_VERSION,
         "producer": {"name": "trt-spec", "version": __version__},
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "build": {"max_seq_len": seq, "max_batch": max_batch, "weights": weights},
+        "build": {
+            "max_seq_len": seq,
+            "max_batch": max_batch,
+            "weights": weights,
+            "draft_len": draft_len,
+        },
         "tokenizer": {"json": tgt.tokenizer_json, **tgt.special},
         "models": {},
     }
@@ -256,7 +263,6 @@ def build_engine(
         meta["models"]["target"] = _write_model(writer, "target", tgt, weights, say)
         if dft is not None:
             meta["models"]["draft"] = _write_model(writer, "draft", dft, weights, say)
-            meta["build"]["draft_len"] = draft_len
         writer.finish(meta)
     report = BuildReport(output, output.stat().st_size, time.perf_counter() - t0)
     for role, m in meta["models"].items():

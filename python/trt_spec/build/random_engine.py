@@ -161,7 +161,12 @@ def write_random_engine(
         "format_version": _core.ENGINE_FORMAT_VERSION,
         "producer": {"name": "trt-spec random_engine", "version": "0"},
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "build": {"max_seq_len": max_seq_len, "max_batch": max_batch, "weights": weights},
+        "build": {
+            "max_seq_len": max_seq_len,
+            "max_batch": max_batch,
+            "weights": weights,
+            "draft_len": draft_len,
+        },
         "tokenizer": {"json": tok_json, **special},
         "models": {},
     }
@@ -169,6 +174,5 @@ def write_random_engine(
         meta["models"]["target"] = _write_model(writer, "target", target, weights, rnd, progress)
         if draft is not None:
             meta["models"]["draft"] = _write_model(writer, "draft", draft, weights, rnd, progress)
-            meta["build"]["draft_len"] = draft_len
         writer.finish(meta)
     return path

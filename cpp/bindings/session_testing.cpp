@@ -1,0 +1,247 @@
+// session_testing.cpp: Session of the test module (testing.cpp): an engine's Runtime and
+// Scheduler opened by the test module itself (no objects cross from trt_spec._core), with the
+// hooks tests and benchmarks need: events as the public module gives them, a request's slot and
+// sequence state, KV caches, timed forwards and timed iterations.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <numeric>
+
+#include "bindings/common.h"
+#include "bindings/events.h"
+#include "common/errors.h"
+#include "engine/runtime.h"
+#include "engine/scheduler.h"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+using namespace trt_spec;
+using namespace trt_spec::bindings;
+
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+struct Session {
+  std::unique_ptr<Runtime> rt;
+  std::unique_ptr<Scheduler> sch;
+
+  Model& model(const std::string& role) {
+    Model* m = role == "target" ? &rt->target() : (role == "draft" ? rt->draft() : nullptr);
+    if (!m) throw InvalidArgument("no model '" + role + "' in this engine");
+    return *m;
+  }
+};
+
+}  // namespace
+
+void bind_session(nb::module_& m) {
+  nb::class_<Session>(m, "Session", "An engine's runtime and scheduler, for tests")
+      .def(
+          "__init__",
+          [](Session* self, const std::string& path, const std::string& device, int n_threads,
+             int prefill_chunk, int interleave_chunk, const std::vector<nb::bytes>& token_bytes) {
+            RuntimeOptions o;
+            o.device = device;
+            o.n_threads = n_threads;
+            o.prefill_chunk = prefill_chunk;
+            SchedulerOptions so;
+            so.prefill_chunk = prefill_chunk;
+            so.interleave_chunk = interleave_chunk;
+            for (const nb::bytes& b : token_bytes) so.token_bytes.emplace_back(b.c_str(), b.size());
+            nb::gil_scoped_release release;
+            new (self) Session();
+            self->rt = std::make_unique<Runtime>(path, o);
+            self->sch = std::make_unique<Scheduler>(*self->rt, std::move(so));
+          },
+          "path"_a, "device"_a = "cpu", "n_threads"_a = 0, "prefill_chunk"_a = 256,
+          "interleave_chunk"_a = 64, "token_bytes"_a = std::vector<nb::bytes>{})
+      .def_prop_ro("max_batch", [](Session& s) { return s.rt->max_batch(); })
+      .def_prop_ro("max_seq_len", [](Session& s) { return s.rt->max_seq_len(); })
+      .def_prop_ro("draft_len", [](Session& s) { return s.rt->draft_len(); })
+      .def_prop_ro("vocab_size", [](Session& s) { return s.rt->vocab_size(); })
+      .def(
+          "submit",
+          [](Session& s, const std::vector<int32_t>& prompt, int max_new_tokens, float temperature,
+             int top_k, float top_p, uint64_t seed, const std::vector<int32_t>& stop_ids,
+             const std::vector<std::string>& stop_strings, const std::vector<int32_t>& prediction,
+             const std::string& draft, int draft_len) {
+            return s.sch->submit(make_request(prompt, max_new_tokens, temperature, top_k, top_p,
+                                              seed, stop_ids, stop_strings, prediction, draft,
+                                              draft_len));
+          },
+          SUBMIT_ARGS)
+      .def("cancel", [](Session& s, uint64_t id) { s.sch->cancel(id); }, "id"_a)
+      .def("step",
+           [](Session& s) {
+             std::vector<SchedulerEvent> ev;
+             {
+               nb::gil_scoped_release release;
+               ev = s.sch->step();
+             }
+             return events_list(ev);
+           })
+      .def_prop_ro("has_work", [](Session& s) { return s.sch->has_work(); })
+      .def_prop_ro("last_batch", [](Session& s) { return s.sch->last_batch(); })
+      .def_prop_ro("last_k", [](Session& s) { return s.sch->last_k(); })
+      .def_prop_ro("last_source",
+                   [](Session& s) { return draft_source_name(s.sch->last_source()); })
+      .def_prop_ro("last_draft_s", [](Session& s) { return s.sch->last_times().draft_s; })
+      .def_prop_ro("last_verify_s", [](Session& s) { return s.sch->last_times().verify_s; })
+      .def_prop_rw(
+          "use_graphs", [](Session& s) { return s.sch->iteration().use_graphs(); },
+          [](Session& s, bool on) { s.sch->iteration().set_use_graphs(on); })
+      .def_prop_ro("graphs_captured",
+                   [](Session& s) { return s.sch->iteration().graphs_captured(); })
+      .def("slot_of", [](Session& s, uint64_t id) { return s.sch->slot_of(id); }, "id"_a)
+      .def(
+          "seq_state",
+          [](Session& s, uint64_t id) {
+            const SeqState* st = s.sch->seq_state(id);
+            if (!st) throw InvalidArgument("no running request with that id");
+            std::vector<int32_t> v(sizeof(SeqState) / 4);
+            std::memcpy(v.data(), st, sizeof(SeqState));
+            return v;
+          },
+          "id"_a, "The request's SeqState as int32 words (while it holds a slot)")
+      .def(
+          "slot_state",
+          [](Session& s, int slot) {
+            // The SeqState in backend memory (after a request finished: its last state).
+            if (slot < 0 || slot >= s.rt->max_batch()) throw InvalidArgument("bad slot");
+            std::vector<SeqState> all;
+            s.sch->iteration().read_states(all);
+            std::vector<int32_t> v(sizeof(SeqState) / 4);
+            std::memcpy(v.data(), &all[slot], sizeof(SeqState));
+            return v;
+          },
+          "slot"_a, "A slot's SeqState as int32 words, read from backend memory")
+      .def(
+          "history",
+          [](Session& s, int slot, int n) {
+            const SpecState& st = s.sch->iteration().state();
+            if (slot < 0 || slot >= s.rt->max_batch() || n < 0 || n > st.max_seq)
+              throw InvalidArgument("history: bad slot or length");
+            std::vector<int32_t> h(n);
+            s.rt->backend().download(h.data(), st.history + static_cast<size_t>(slot) * st.max_seq,
+                                     n * 4);
+            return h;
+          },
+          "slot"_a, "n"_a, "Tokens at positions [0, n) of a slot's history (backend memory)")
+      .def(
+          "predicted_time",
+          [](Session& s, const std::string& source, int B, int k) {
+            if (source == "model" && s.sch->model_proposer())
+              return s.sch->model_proposer()->controller().predicted_time(B, k);
+            if (source == "lookup" && s.sch->lookup_proposer())
+              return s.sch->lookup_proposer()->controller().predicted_time(B, k);
+            throw InvalidArgument("no controller for '" + source + "'");
+          },
+          "source"_a, "batch"_a, "k"_a, "A controller's model of an iteration's seconds")
+      .def(
+          "kv_cache",
+          [](Session& s, const std::string& role, int slot, int n) {
+            // k and v [layers, kv_heads, n, head_dim] of positions [0, n) of one slot.
+            const KvCache& kv = s.model(role).kv();
+            if (slot < 0 || slot >= kv.slots || n < 0 || n > kv.max_seq)
+              throw InvalidArgument("kv_cache: slot or length out of range");
+            const size_t row = static_cast<size_t>(n) * kv.head_dim;
+            std::vector<float> k(static_cast<size_t>(kv.layers) * kv.kv_heads * row), v(k.size());
+            for (int l = 0; l < kv.layers; ++l)
+              for (int h = 0; h < kv.kv_heads; ++h) {
+                const size_t src = kv.slot_layer_offset(slot, l) +
+                                   static_cast<size_t>(h) * kv.max_seq * kv.head_dim;
+                const size_t dst = (static_cast<size_t>(l) * kv.kv_heads + h) * row;
+                s.rt->backend().download(k.data() + dst, kv.k + src, row * 4);
+                s.rt->backend().download(v.data() + dst, kv.v + src, row * 4);
+              }
+            std::initializer_list<size_t> shape = {
+                static_cast<size_t>(kv.layers), static_cast<size_t>(kv.kv_heads),
+                static_cast<size_t>(n), static_cast<size_t>(kv.head_dim)};
+            return std::make_pair(owned_array<float>(std::move(k), shape),
+                                  owned_array<float>(std::move(v), shape));
+          },
+          "role"_a, "slot"_a, "n"_a, "(k, v) [layers, kv_heads, n, head_dim] of one KV slot")
+      .def(
+          "time_forward",
+          [](Session& s, const std::string& role, int rows, int n_logits, int context, int iters,
+             bool graph) {
+            Model& mdl = s.model(role);
+            Runtime& rt = *s.rt;
+            if (rows < 1 || rows > mdl.limits().max_rows || n_logits < 0 || n_logits > rows ||
+                context < 0 || context + rows > rt.max_seq_len() || iters < 1)
+              throw InvalidArgument("time_forward: rows, context or iters out of range");
+            nb::gil_scoped_release release;
+            Backend& be = rt.backend();
+            const int V = mdl.config().vocab_size;
+            std::vector<int32_t> tok(rows), pos(rows), slot(rows, 0), lr(rows);
+            for (int i = 0; i < rows; ++i) tok[i] = (i * 7919 + 13) % V;
+            std::iota(pos.begin(), pos.end(), context);
+            std::iota(lr.begin(), lr.end(), 0);
+            BackendBuffer tb(be, rows * 4), pb(be, rows * 4), sb(be, rows * 4), lb(be, rows * 4);
+            BackendBuffer logits(be, static_cast<size_t>(std::max(n_logits, 1)) * V * 4);
+            be.upload(tb.as<void>(), tok.data(), rows * 4);
+            be.upload(pb.as<void>(), pos.data(), rows * 4);
+            be.upload(sb.as<void>(), slot.data(), rows * 4);
+            be.upload(lb.as<void>(), lr.data(), rows * 4);
+            auto issue = [&] {
+              mdl.forward(Rows{tb.as<int32_t>(), pb.as<int32_t>(), sb.as<int32_t>()}, rows,
+                          lb.as<int32_t>(), n_logits, logits.as<float>());
+            };
+            std::unique_ptr<BackendGraph> g = graph ? be.capture(issue) : nullptr;
+            auto once = [&] { g ? g->launch() : issue(); };
+            once();
+            be.synchronize();
+            const double t0 = now_s();
+            for (int i = 0; i < iters; ++i) once();
+            be.synchronize();
+            return (now_s() - t0) / iters;
+          },
+          "role"_a, "rows"_a, "n_logits"_a, "context"_a, "iters"_a, "graph"_a = true,
+          "Seconds per forward of `rows` rows at positions context.. of KV slot 0 (overwritten)")
+      .def(
+          "time_iterations",
+          [](Session& s, const std::string& source, int k, int iters) {
+            // Runs the iteration program on the sequences of the scheduler's last iteration
+            // (their state advances; the scheduler's host bookkeeping does not). Stops before any
+            // could run out of positions.
+            Runtime& rt = *s.rt;
+            const int B = s.sch->last_batch();
+            DraftSource src = DraftSource::kNone;
+            if (source == "model") src = DraftSource::kModel;
+            else if (source == "lookup") src = DraftSource::kLookup;
+            else if (source != "none") throw InvalidArgument("source: none, model or lookup");
+            if (k < 0 || k > rt.draft_len() || B < 1 || (src == DraftSource::kNone) != (k == 0))
+              throw InvalidArgument("time_iterations: bad source or k, or no iteration yet");
+            nb::gil_scoped_release release;
+            Iteration& it = s.sch->iteration();
+            std::vector<SeqState> seqs;
+            it.read_states(seqs);
+            auto room = [&] {
+              for (const SeqState& q : seqs)
+                if (q.n_past > 0 && q.n_past + k + 1 >= rt.max_seq_len()) return false;
+              return true;
+            };
+            it.capture(src, k);
+            int done = 0;
+            const double t0 = now_s();
+            while (done < iters && room()) {
+              it.run(src, k);
+              it.read_states(seqs);
+              ++done;
+            }
+            const double dt = now_s() - t0;
+            return std::make_tuple(done ? dt / done : 0.0, done);
+          },
+          "source"_a, "k"_a, "iters"_a,
+          "(seconds per iteration, iterations run) of the last iteration's sequences");
+}

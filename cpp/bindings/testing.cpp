@@ -1,0 +1,384 @@
+// testing.cpp: the test-only nanobind module _trt_spec_testing (never shipped in the wheel;
+// tests/conftest.py finds it in the build folder). Separate from the public trt_spec._core, with
+// its own nanobind domain: it exchanges only plain values with Python, never _core's objects.
+//
+//   kernels      cpu_isas, cpu_matmul (one ISA's matmul on host arrays)
+//   sampling     philox_uniform, sample_row
+//   speculation  spec_trials / tree_trials (the acceptance rule alone on fixed logits),
+//                lookup_propose (the lookup rule on host arrays), the controllers
+//   OpRunner     single backend and speculative ops on a chosen device (ops_testing.cpp)
+//   Session      an engine's runtime and scheduler, with the hooks tests and benchmarks need:
+//                KV caches, sequence state, timed forwards and iterations (session_testing.cpp)
+//   devices      cuda_device_info, cuda_bandwidth_gbps
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include <cstddef>
+#include <cstring>
+#include <memory>
+
+#include "backend/cpu/cpu_backend.h"
+#include "bindings/common.h"
+#include "common/errors.h"
+#include "engine/request.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/quantize.h"
+#include "kernels/philox.h"
+#include "spec/acceptance.h"
+#include "spec/draft_controller.h"
+#include "spec/lookup.h"
+#include "spec/lookup_controller.h"
+#include "spec/spec_ops.h"
+
+#ifdef TRT_SPEC_WITH_CUDA
+#include "backend/cuda/cuda_api.h"
+#endif
+
+namespace nb = nanobind;
+using namespace nb::literals;
+using namespace trt_spec;
+using namespace trt_spec::bindings;
+
+void bind_op_runner(nb::module_& m);  // ops_testing.cpp
+void bind_session(nb::module_& m);    // session_testing.cpp
+
+namespace {
+
+using F32Matrix = HostArray<float, 2>;
+using F32Vector = HostArray<float, 1>;
+
+// One sequence on the CPU's speculative ops, for acceptance trials on fixed logits.
+struct Trial {
+  explicit Trial(int k, int V) : be(1), ops(make_spec_ops(be, 1, k, V)), k_(k) {
+    hist.assign(kMaxDraftNodes + 4, 0);
+    pred.assign(hist.size(), 0);
+    st = SpecState{&seq, &sampling, hist.data(), pred.data(), static_cast<int>(hist.size())};
+    rows.resize(6 * (k + 1));
+    bits.resize(k + 1);
+    out = RowBuffers{rows.data(),
+                     rows.data() + (k + 1),
+                     rows.data() + 2 * (k + 1),
+                     rows.data() + 3 * (k + 1),
+                     rows.data() + 4 * (k + 1),
+                     bits.data()};
+    moves.resize(3 * kMaxDraftNodes);
+  }
+  // Fixes the tree for source with k nodes, then accepts against logits [k + 1, V].
+  void accept(DraftSource source, const float* logits, int V, const float* q, int Vd) {
+    const int32_t slot = 0;
+    ops->verify_rows(st, &slot, 1, k_, source, out);
+    ops->accept(st, &slot, 1, k_, logits, V, q, Vd,
+                KvMoves{moves.data(), moves.data() + kMaxDraftNodes,
+                        moves.data() + 2 * kMaxDraftNodes});
+  }
+  CpuBackend be;
+  std::unique_ptr<SpecOps> ops;
+  int k_;
+  SeqState seq;
+  SamplingState sampling;
+  std::vector<int32_t> hist, pred, rows, moves;
+  std::vector<uint64_t> bits;
+  SpecState st;
+  RowBuffers out;
+};
+
+}  // namespace
+
+NB_MODULE(_trt_spec_testing, m) {
+  m.doc() = "trt-spec test-only bindings (not part of the wheel)";
+  static nb::exception<EngineFileError> engine_file_error(m, "EngineFileError", PyExc_ValueError);
+  register_value_errors();
+  m.attr("SEQ_STATE_INTS") = static_cast<int>(sizeof(SeqState) / sizeof(int32_t));
+  {
+    // SeqState's layout, from the struct itself: name -> (byte offset, numpy type, count).
+    nb::dict f;
+    auto add = [&](const char* name, size_t off, const char* type, int count) {
+      f[name] = nb::make_tuple(off, type, count);
+    };
+    const size_t tree = offsetof(SeqState, tree);
+#define SEQ_FIELD(name) add(#name, offsetof(SeqState, name), "<i4", 1)
+    SEQ_FIELD(sources);
+    SEQ_FIELD(max_nodes);
+    SEQ_FIELD(pred_len);
+    SEQ_FIELD(n_past);
+    SEQ_FIELD(last);
+    SEQ_FIELD(prev);
+    SEQ_FIELD(n_gen);
+    SEQ_FIELD(source);
+    SEQ_FIELD(n_new);
+    SEQ_FIELD(n_acc);
+    SEQ_FIELD(n_drafted);
+    SEQ_FIELD(depth);
+    SEQ_FIELD(pred_acc);
+    SEQ_FIELD(pred_rej);
+    SEQ_FIELD(lookup_n);
+#undef SEQ_FIELD
+    add("tree_n", tree + offsetof(DraftTree, n), "<i4", 1);
+    add("tree_token", tree + offsetof(DraftTree, token), "<i4", kMaxDraftNodes);
+    add("tree_parent", tree + offsetof(DraftTree, parent), "i1", kMaxDraftNodes);
+    add("tree_depth", tree + offsetof(DraftTree, depth), "u1", kMaxDraftNodes);
+    add("tree_flags", tree + offsetof(DraftTree, flags), "u1", kMaxDraftNodes);
+    add("out", offsetof(SeqState, out), "<i4", kMaxDraftNodes + 1);
+    add("path", offsetof(SeqState, path), "<i4", kMaxDraftNodes);
+    m.attr("SEQ_STATE_FIELDS") = f;
+    m.attr("SEQ_STATE_BYTES") = static_cast<int>(sizeof(SeqState));
+  }
+  m.attr("MAX_DRAFT_NODES") = kMaxDraftNodes;
+  m.attr("NGRAM_MIN") = kNgramMin;
+  m.attr("NGRAM_MAX") = kNgramMax;
+  m.attr("MAX_MATCHES") = kMaxMatches;
+
+  // ---- CPU kernels -------------------------------------------------------------------------
+  m.def("cpu_isas", &cpu::supported_isas, "Instruction sets this CPU runs kernels for");
+  m.def(
+      "cpu_matmul",
+      [](U8Array blob, int type, int64_t rows, int64_t cols, F32Matrix x, const std::string& isa,
+         int64_t r0, int64_t r1) {
+        const WeightType t = static_cast<WeightType>(type);
+        check_blob(blob, t, rows, cols);
+        if (static_cast<int64_t>(x.shape(1)) != cols)
+          throw InvalidArgument("x must have cols columns");
+        const cpu::MatmulKernels* k = cpu::matmul_kernels_for(isa.c_str());
+        if (!k) throw InvalidArgument("this CPU cannot run ISA '" + isa + "'");
+        if (r1 < 0) r1 = rows;
+        if (r0 < 0 || r0 > r1 || r1 > rows) throw InvalidArgument("bad row range");
+        const int M = static_cast<int>(x.shape(0));
+        auto aligned = aligned_copy(blob);
+        WeightView w{t, rows, cols, aligned.get()};
+        std::vector<float> y(static_cast<size_t>(M) * rows, 0.0f);
+        {
+          nb::gil_scoped_release release;
+          if (weight_type_needs_groups(t)) {
+            std::shared_ptr<void> buf(
+                std::aligned_alloc(64, align_up(cpu::quant_acts_bytes(M, cols), 64)), std::free);
+            cpu::QuantActs qa = cpu::quant_acts_view(buf.get(), M, static_cast<int>(cols));
+            k->quantize_acts(x.data(), 0, M, qa);
+            k->matmul_quant(w, qa, M, y.data(), rows, r0, r1);
+          } else {
+            k->matmul_float(w, x.data(), M, y.data(), rows, r0, r1);
+          }
+        }
+        return owned_array<float>(std::move(y),
+                                  {static_cast<size_t>(M), static_cast<size_t>(rows)});
+      },
+      "blob"_a, "t"_a, "rows"_a, "cols"_a, "x"_a, "isa"_a, "r0"_a = 0, "r1"_a = -1,
+      "y [M, rows] = x @ W^T with one ISA's kernel (rows outside [r0, r1) stay 0); t: the "
+      "WeightType's integer value");
+
+  // ---- sampling ------------------------------------------------------------------------------
+  m.def("philox_uniform", &philox_uniform, "seed"_a, "step"_a, "lane"_a, "stream"_a,
+        "The uniform number in [0, 1) every backend draws for (seed, step, lane, stream)");
+  m.def(
+      "sample_row",
+      [](F32Vector logits, float temperature, int top_k, float top_p, uint64_t seed, uint64_t step,
+         uint32_t lane) {
+        SamplingParams p{temperature, top_k, top_p, seed};
+        validate_sampling(p);
+        return sample_row(logits.data(), static_cast<int>(logits.shape(0)), p, step, lane);
+      },
+      "logits"_a, "temperature"_a, "top_k"_a, "top_p"_a, "seed"_a, "step"_a, "lane"_a = 0,
+      "Draw one token from a logits row by the rule of kernels/sampling.h");
+
+  // ---- the acceptance rule alone -------------------------------------------------------------
+  m.def(
+      "spec_trials",
+      [](F32Matrix target_logits, F32Matrix draft_logits, float temperature, int top_k, float top_p,
+         int n_trials, uint64_t first_seed) {
+        // target_logits [k+1, V], draft_logits [k, Vd]: fixed per position (no model). Each trial
+        // draws a chain d_0..d_{k-1} with the draft rule and runs the acceptance step, with seed
+        // first_seed + trial. Returns [n_trials, k + 2]: the emitted tokens (-1 padded), then the
+        // number of accepted draft tokens.
+        const int k = static_cast<int>(draft_logits.shape(0));
+        const int V = static_cast<int>(target_logits.shape(1));
+        const int Vd = static_cast<int>(draft_logits.shape(1));
+        if (static_cast<int>(target_logits.shape(0)) != k + 1 || k < 1 || k > kMaxDraftLen)
+          throw InvalidArgument("need target_logits [k+1, V] and draft_logits [k, Vd], k >= 1");
+        SamplingParams p{temperature, top_k, top_p, 0};
+        validate_sampling(p);
+        std::vector<int32_t> out(static_cast<size_t>(n_trials) * (k + 2), -1);
+        {
+          nb::gil_scoped_release release;
+          Trial tr(k, V);
+          std::vector<float> q(static_cast<size_t>(k) * Vd);
+          const int32_t slot = 0;
+          for (int t = 0; t < n_trials; ++t) {
+            tr.sampling = SamplingState{p, 0};
+            tr.sampling.params.seed = first_seed + static_cast<uint64_t>(t);
+            tr.seq = SeqState{};
+            tr.seq.sources = draft_source_bit(DraftSource::kModel);
+            tr.seq.max_nodes = k;
+            tr.seq.n_past = 1;
+            std::memcpy(q.data(), draft_logits.data(), q.size() * 4);
+            for (int j = 0; j < k; ++j)
+              tr.ops->draft_sample(tr.st, &slot, 1, j, q.data() + static_cast<size_t>(j) * Vd, Vd,
+                                   std::min(V, Vd));
+            tr.accept(DraftSource::kModel, target_logits.data(), V, q.data(), Vd);
+            int32_t* row = out.data() + static_cast<size_t>(t) * (k + 2);
+            for (int i = 0; i < tr.seq.n_new; ++i) row[i] = tr.seq.out[i];
+            row[k + 1] = tr.seq.n_acc;
+          }
+        }
+        return owned_array<int32_t>(std::move(out),
+                                    {static_cast<size_t>(n_trials), static_cast<size_t>(k + 2)});
+      },
+      "target_logits"_a, "draft_logits"_a, "temperature"_a, "top_k"_a, "top_p"_a, "n_trials"_a,
+      "first_seed"_a = 0, "Runs draft sampling and the acceptance step of a chain on fixed logits");
+  m.def(
+      "tree_trials",
+      [](F32Matrix row_logits, const std::vector<int32_t>& tokens,
+         const std::vector<int32_t>& parents, float temperature, int top_k, float top_p,
+         int n_trials, uint64_t first_seed) {
+        // A deterministic (one-hot) tree of n nodes (tokens, parents: -1 root, else a lower
+        // index) and fixed target logits per verify row [n + 1, V] (row 0: the root, 1 + i: node
+        // i). Returns [n_trials, depth + 2]: the emitted tokens (-1 padded), then the accepted
+        // count.
+        const int n = static_cast<int>(tokens.size()), V = static_cast<int>(row_logits.shape(1));
+        if (n < 1 || n > kMaxDraftNodes || static_cast<int>(parents.size()) != n ||
+            static_cast<int>(row_logits.shape(0)) != n + 1)
+          throw InvalidArgument("need tokens/parents [n] and row_logits [n + 1, V], 1 <= n <= 16");
+        DraftTree tree;
+        tree.n = n;
+        int depth = 0;
+        for (int i = 0; i < n; ++i) {
+          if (parents[i] < -1 || parents[i] >= i || tokens[i] < 0 || tokens[i] >= V)
+            throw InvalidArgument("parents must be -1 or a lower index; tokens in [0, V)");
+          for (int j = 0; j < i; ++j)
+            if (parents[j] == parents[i] && tokens[j] == tokens[i])
+              throw InvalidArgument("siblings must have distinct tokens");
+          tree.token[i] = tokens[i];
+          tree.parent[i] = static_cast<int8_t>(parents[i]);
+          tree.depth[i] = static_cast<uint8_t>(parents[i] < 0 ? 1 : tree.depth[parents[i]] + 1);
+          tree.flags[i] = 0;
+          depth = std::max<int>(depth, tree.depth[i]);
+        }
+        SamplingParams p{temperature, top_k, top_p, 0};
+        validate_sampling(p);
+        std::vector<int32_t> out(static_cast<size_t>(n_trials) * (depth + 2), -1);
+        {
+          nb::gil_scoped_release release;
+          Trial tr(n, V);
+          for (int t = 0; t < n_trials; ++t) {
+            tr.sampling = SamplingState{p, 0};
+            tr.sampling.params.seed = first_seed + static_cast<uint64_t>(t);
+            tr.seq = SeqState{};
+            tr.seq.sources = draft_source_bit(DraftSource::kLookup);
+            tr.seq.max_nodes = n;
+            tr.seq.lookup_n = n;
+            tr.seq.n_past = 1;
+            tr.seq.tree = tree;
+            tr.accept(DraftSource::kLookup, row_logits.data(), V, nullptr, 0);
+            int32_t* row = out.data() + static_cast<size_t>(t) * (depth + 2);
+            for (int i = 0; i < tr.seq.n_new; ++i) row[i] = tr.seq.out[i];
+            row[depth + 1] = tr.seq.n_acc;
+          }
+        }
+        return owned_array<int32_t>(
+            std::move(out), {static_cast<size_t>(n_trials), static_cast<size_t>(depth + 2)});
+      },
+      "row_logits"_a, "tokens"_a, "parents"_a, "temperature"_a, "top_k"_a, "top_p"_a,
+      "n_trials"_a, "first_seed"_a = 0,
+      "Runs the acceptance step of a one-hot (lookup) tree on fixed logits");
+  m.def(
+      "lookup_propose",
+      [](const std::vector<int32_t>& history, const std::vector<int32_t>& prediction,
+         int max_nodes) {
+        DraftTree t;
+        lookup_propose_serial(history.data(), static_cast<int>(history.size()), prediction.data(),
+                              static_cast<int>(prediction.size()), max_nodes, t);
+        std::vector<int32_t> tok(t.token, t.token + t.n), par(t.n), depth(t.n), flags(t.n);
+        for (int i = 0; i < t.n; ++i) {
+          par[i] = t.parent[i];
+          depth[i] = t.depth[i];
+          flags[i] = t.flags[i];
+        }
+        return std::make_tuple(tok, par, depth, flags);
+      },
+      "history"_a, "prediction"_a, "max_nodes"_a,
+      "(tokens, parents, depths, flags) of prompt lookup's tree for a text (lookup.h)");
+
+  // ---- controllers ---------------------------------------------------------------------------
+  nb::class_<DraftController>(m, "DraftController",
+                              "The draft model's cost model for draft_len='auto'")
+      .def(nb::init<int, int>(), "max_batch"_a, "max_k"_a)
+      .def("choose", &DraftController::choose, "batch"_a, "alphas"_a, "k_limit"_a, "lag"_a = 0)
+      .def("observe", &DraftController::observe, "batch"_a, "k"_a, "total_s"_a, "draft_s"_a = -1.0,
+           "verify_s"_a = -1.0)
+      .def("observe_acceptance", &DraftController::observe_acceptance, "n_accepted"_a, "k"_a)
+      .def("observe_catch_up", &DraftController::observe_catch_up, "tokens"_a, "seconds"_a)
+      .def("observe_verify", &DraftController::observe_verify, "batch"_a, "rows"_a, "seconds"_a)
+      .def("prior", &DraftController::prior)
+      .def("drafting_pays", &DraftController::drafting_pays, "batch"_a)
+      .def_prop_ro("long_run_alpha", &DraftController::long_run_alpha)
+      .def_prop_ro("catch_up_per_token", &DraftController::catch_up_per_token)
+      .def("predicted_time", &DraftController::predicted_time, "batch"_a, "k"_a)
+      .def("verify_time", &DraftController::verify_time, "batch"_a, "rows"_a)
+      .def("rate", &DraftController::rate, "batch"_a, "k"_a, "tokens"_a);
+  nb::class_<AcceptanceEstimate>(m, "AcceptanceEstimate",
+                                 "A sequence's running per-token acceptance (acceptance.h)")
+      .def(nb::init<>())
+      .def_rw("accepted", &AcceptanceEstimate::accepted)
+      .def_rw("rejected", &AcceptanceEstimate::rejected)
+      .def("observe", &AcceptanceEstimate::observe, "n_accepted"_a, "k"_a,
+           "decay"_a = AcceptanceEstimate::kDecay)
+      .def("relax", &AcceptanceEstimate::relax, "mean"_a)
+      .def_prop_ro("alpha", &AcceptanceEstimate::alpha);
+  m.def("expected_tokens", &expected_tokens, "alpha"_a, "k"_a,
+        "Mean tokens an iteration drafting k emits at per-token acceptance alpha");
+  nb::class_<LookupController>(m, "LookupController", "Prompt lookup's cost model")
+      .def(nb::init<int, int, const DraftController*>(), "max_batch"_a, "max_k"_a,
+           "model"_a = nb::none(), nb::keep_alive<1, 4>())
+      .def(
+          "offer",
+          [](LookupController& c, int B, const std::vector<double>& alphas,
+             const std::vector<int>& available, int k_limit) {
+            const LookupController::Offer o = c.offer(B, alphas, available, k_limit);
+            return std::make_tuple(o.k, o.tokens, o.seconds);
+          },
+          "batch"_a, "alphas"_a, "available"_a, "k_limit"_a, "(k, expected tokens, seconds)")
+      .def("observe", &LookupController::observe, "batch"_a, "k"_a, "total_s"_a)
+      .def("observe_acceptance", &LookupController::observe_acceptance, "n_accepted"_a, "depth"_a)
+      .def("predicted_time", &LookupController::predicted_time, "batch"_a, "k"_a)
+      .def_prop_ro("long_run_alpha", &LookupController::long_run_alpha);
+
+  bind_op_runner(m);
+  bind_session(m);
+
+  // ---- devices -------------------------------------------------------------------------------
+  m.def(
+      "cuda_device_info",
+      [](int device) {
+#ifdef TRT_SPEC_WITH_CUDA
+        if (cuda_device_count() <= device) throw InvalidArgument("no such CUDA device");
+        CudaDeviceInfo i = cuda_device_info(device);
+        nb::dict d;
+        d["name"] = i.name;
+        d["compute_capability"] = std::to_string(i.cc_major) + "." + std::to_string(i.cc_minor);
+        d["sm_count"] = i.sm_count;
+        d["total_bytes"] = i.total_bytes;
+        d["free_bytes"] = i.free_bytes;
+        d["peak_bandwidth_gbps"] = i.peak_bandwidth_gbps;
+        return d;
+#else
+        throw Error("this build has no CUDA backend");
+        return nb::dict();
+#endif
+      },
+      "device"_a = 0, "Name, compute capability, SMs, memory and peak bandwidth of a GPU");
+  m.def(
+      "cuda_bandwidth_gbps",
+      [](int device, size_t bytes, int iters) {
+#ifdef TRT_SPEC_WITH_CUDA
+        if (cuda_device_count() <= device) throw InvalidArgument("no such CUDA device");
+        nb::gil_scoped_release release;
+        return cuda_copy_bandwidth_gbps(device, bytes, iters);
+#else
+        throw Error("this build has no CUDA backend");
+        return 0.0;
+#endif
+      },
+      "device"_a = 0, "bytes"_a = size_t{1} << 30, "iters"_a = 20,
+      "Measured device-to-device copy bandwidth, GB/s (bytes read + written)");
+}

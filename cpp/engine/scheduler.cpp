@@ -1,0 +1,468 @@
+// scheduler.cpp: request lives, chunked prefill, the per-iteration choice of draft source and
+// length, stops and statistics (scheduler.h).
+#include "engine/scheduler.h"
+
+#include <algorithm>
+#include <chrono>
+#include <numeric>
+
+#include "common/errors.h"
+
+namespace trt_spec {
+
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+constexpr char kSourceLetters[kDraftSourceCount] = {'n', 'm', 'l'};
+
+}  // namespace
+
+struct Scheduler::Request {
+  uint64_t id = 0;
+  GenerateRequest req;
+  int32_t sources = 0;
+  int max_nodes = 0;
+  int slot = -1;
+  int prefilled = 0;             // prompt tokens in the target's cache
+  bool decoding = false;         // prefill done, first token emitted
+  bool cancelled = false;
+  std::vector<int32_t> tokens;   // prompt + generated, `last` included (catch-up reads it)
+  int generated = 0;             // tokens emitted to the caller
+  SeqState seq;                  // host copy, read back after each iteration
+  StopMatcher stop;
+  RequestStats stats;
+  FinishReason reason = FinishReason::kNone;
+  double t_submit = 0.0, t_admit = 0.0;
+};
+
+Scheduler::Scheduler(Runtime& rt, SchedulerOptions opts)
+    : rt_(rt),
+      opts_(std::move(opts)),
+      iter_(rt.backend(), rt.target(), rt.draft(), rt.max_batch(), rt.draft_len(),
+            rt.max_seq_len()) {
+  if (opts_.prefill_chunk < 1 || opts_.interleave_chunk < 1)
+    throw InvalidArgument("prefill chunks must be >= 1 row");
+  if (!opts_.token_bytes.empty() && static_cast<int>(opts_.token_bytes.size()) != rt.vocab_size())
+    throw InvalidArgument("the token byte table has " + std::to_string(opts_.token_bytes.size()) +
+                          " entries for a vocabulary of " + std::to_string(rt.vocab_size()));
+  limits_ = RequestLimits{rt.vocab_size(), rt.max_seq_len(), rt.draft_len(), rt.draft() != nullptr};
+  const int B = rt.max_batch(), K = rt.draft_len();
+  if (rt.draft() && K > 0) {
+    model_ = std::make_unique<DraftModelProposer>(rt.backend(), *rt.draft(), B, K, rt.vocab_size());
+    iter_.set_proposer(DraftSource::kModel, model_.get());
+  }
+  if (K > 0) {
+    lookup_ = std::make_unique<LookupProposer>(B, K, model_ ? &model_->controller() : nullptr);
+    iter_.set_proposer(DraftSource::kLookup, lookup_.get());
+  }
+  slots_.assign(B, nullptr);
+  Backend& be = rt.backend();
+  const int R = rt.target().limits().max_rows;
+  tok_ = BackendBuffer(be, R * 4);
+  pos_ = BackendBuffer(be, R * 4);
+  row_slot_ = BackendBuffer(be, R * 4);
+  logit_rows_ = BackendBuffer(be, R * 4);
+  logits_ = BackendBuffer(be, static_cast<size_t>(B) * rt.vocab_size() * 4);
+  sample_slots_ = BackendBuffer(be, B * 4);
+  sampled_ = BackendBuffer(be, B * 4);
+}
+
+Scheduler::~Scheduler() = default;
+
+int Scheduler::running() const {
+  return static_cast<int>(live_.size());
+}
+
+uint64_t Scheduler::submit(GenerateRequest req) {
+  validate_request(req, limits_);
+  if (!req.stop_strings.empty() && opts_.token_bytes.empty())
+    throw InvalidArgument("stop strings need the engine's tokenizer (no token text table given)");
+  auto r = std::make_unique<Request>();
+  r->id = next_id_++;
+  r->sources = request_sources(req, limits_);
+  r->max_nodes = request_max_nodes(req, limits_);
+  r->stop = StopMatcher(req.stop_strings);
+  r->stats.prompt_tokens = static_cast<int>(req.prompt.size());
+  r->stats.accepted_hist.assign(limits_.max_draft_len + 1, 0);
+  // A prediction longer than the context can only be drafted from up to max_seq_len tokens.
+  if (static_cast<int>(req.prediction.size()) > limits_.max_seq_len)
+    req.prediction.resize(limits_.max_seq_len);
+  r->req = std::move(req);
+  r->t_submit = now_s();
+  const uint64_t id = r->id;
+  queue_.push_back(std::move(r));
+  return id;
+}
+
+void Scheduler::cancel(uint64_t id) {
+  cancels_.push_back(id);
+}
+
+const SeqState* Scheduler::seq_state(uint64_t id) const {
+  auto it = live_.find(id);
+  return it == live_.end() ? nullptr : &it->second->seq;
+}
+
+int Scheduler::slot_of(uint64_t id) const {
+  auto it = live_.find(id);
+  return it == live_.end() ? -1 : it->second->slot;
+}
+
+SchedulerEvent& Scheduler::event_for(Request& r, std::vector<SchedulerEvent>& events) {
+  for (SchedulerEvent& e : events)
+    if (e.id == r.id) return e;
+  events.push_back(SchedulerEvent{});
+  events.back().id = r.id;
+  return events.back();
+}
+
+void Scheduler::finish(Request& r, FinishReason why, SchedulerEvent& ev, double now) {
+  r.reason = why;
+  ev.finished = true;
+  ev.reason = why;
+  ev.text += r.stop.ready(true);
+  r.stats.total_s = now - r.t_submit;
+  ev.stats = r.stats;
+  if (r.slot >= 0) {
+    if (model_) model_->end(r.slot);
+    if (lookup_) lookup_->end(r.slot);
+    slots_[r.slot] = nullptr;
+  }
+}
+
+bool Scheduler::emit(Request& r, int32_t tok, SchedulerEvent& ev, double now) {
+  ev.tokens.push_back(tok);
+  r.generated += 1;
+  r.stats.token_times.push_back(now - r.t_submit);
+  const auto& stops = r.req.stop_ids;
+  if (!opts_.token_bytes.empty()) r.stop.feed(opts_.token_bytes[tok]);
+  if (std::find(stops.begin(), stops.end(), tok) != stops.end())
+    r.reason = FinishReason::kStopToken;
+  else if (r.stop.hit())
+    r.reason = FinishReason::kStopString;
+  else if (r.generated >= r.req.max_new_tokens)
+    r.reason = FinishReason::kMaxNewTokens;
+  return r.reason == FinishReason::kNone;
+}
+
+std::vector<SchedulerEvent> Scheduler::step() {
+  std::vector<SchedulerEvent> events;
+  const double t = now_s();
+  // 1. Cancellations.
+  for (uint64_t id : cancels_) {
+    for (auto it = queue_.begin(); it != queue_.end(); ++it)
+      if ((*it)->id == id) {
+        finish(**it, FinishReason::kCancelled, event_for(**it, events), t);
+        queue_.erase(it);
+        break;
+      }
+    auto it = live_.find(id);
+    if (it != live_.end()) {
+      finish(*it->second, FinishReason::kCancelled, event_for(*it->second, events), t);
+      live_.erase(it);
+    }
+  }
+  cancels_.clear();
+  // 2. Admissions.
+  admit(events);
+  // 3. Prefill.
+  bool decoding = false;
+  for (Request* r : slots_) decoding = decoding || (r && r->decoding);
+  prefill(events, decoding);
+  // 4. One iteration for every decoding sequence.
+  decode(events);
+  for (const SchedulerEvent& e : events)
+    if (e.finished) live_.erase(e.id);
+  return events;
+}
+
+void Scheduler::admit(std::vector<SchedulerEvent>& events) {
+  while (!queue_.empty()) {
+    Request& head = *queue_.front();
+    if (head.req.max_new_tokens == 0) {  // nothing to generate: done without a slot
+      finish(head, FinishReason::kMaxNewTokens, event_for(head, events), now_s());
+      queue_.pop_front();
+      continue;
+    }
+    const auto free = std::find(slots_.begin(), slots_.end(), nullptr);
+    if (free == slots_.end()) break;
+    std::unique_ptr<Request> r = std::move(queue_.front());
+    queue_.pop_front();
+    r->slot = static_cast<int>(free - slots_.begin());
+    r->t_admit = now_s();
+    r->stats.queue_s = r->t_admit - r->t_submit;
+    r->tokens = r->req.prompt;
+    *free = r.get();
+    if (model_) model_->begin(r->slot, r->req.prompt);
+    if (lookup_) lookup_->begin(r->slot, r->req.prompt);
+    live_[r->id] = std::move(r);
+  }
+}
+
+void Scheduler::prefill(std::vector<SchedulerEvent>& events, bool others_decoding) {
+  Backend& be = rt_.backend();
+  const int R = rt_.target().limits().max_rows;
+  int budget = std::min(R, others_decoding ? opts_.interleave_chunk : opts_.prefill_chunk);
+  // Prefilling requests, oldest first.
+  std::vector<Request*> pending;
+  for (Request* r : slots_)
+    if (r && !r->decoding) pending.push_back(r);
+  std::sort(pending.begin(), pending.end(),
+            [](const Request* a, const Request* b) { return a->id < b->id; });
+  struct Piece {
+    Request* r;
+    int first, n, row0;
+  };
+  std::vector<Piece> pieces;
+  std::vector<int32_t> tok, pos, slot, logit_rows;
+  std::vector<Request*> completing;
+  for (Request* r : pending) {
+    if (budget == 0) break;
+    const int P = static_cast<int>(r->req.prompt.size());
+    const int n = std::min(budget, P - r->prefilled);
+    pieces.push_back({r, r->prefilled, n, static_cast<int>(tok.size())});
+    for (int i = 0; i < n; ++i) {
+      tok.push_back(r->req.prompt[r->prefilled + i]);
+      pos.push_back(r->prefilled + i);
+      slot.push_back(r->slot);
+    }
+    budget -= n;
+    if (r->prefilled + n == P) {
+      logit_rows.push_back(static_cast<int32_t>(tok.size()) - 1);
+      completing.push_back(r);
+    }
+  }
+  if (pieces.empty()) return;
+  const int n = static_cast<int>(tok.size());
+  be.upload(tok_.as<void>(), tok.data(), n * 4);
+  be.upload(pos_.as<void>(), pos.data(), n * 4);
+  be.upload(row_slot_.as<void>(), slot.data(), n * 4);
+  if (!logit_rows.empty())
+    be.upload(logit_rows_.as<void>(), logit_rows.data(), logit_rows.size() * 4);
+  rt_.target().forward(Rows{tok_.as<int32_t>(), pos_.as<int32_t>(), row_slot_.as<int32_t>()}, n,
+                       logit_rows_.as<int32_t>(), static_cast<int>(logit_rows.size()),
+                       logits_.as<float>());
+  // The draft model reads the same rows (positions up to P - 2: the first iteration feeds
+  // P - 1 itself).
+  for (const Piece& p : pieces) {
+    Request& r = *p.r;
+    r.prefilled += p.n;
+    if (!model_ || !(r.sources & draft_source_bit(DraftSource::kModel))) continue;
+    const int upto = std::min(p.first + p.n, static_cast<int>(r.req.prompt.size()) - 1);
+    if (upto > p.first)
+      model_->read_prompt(r.slot, r.req.prompt.data() + p.first, p.first, upto - p.first);
+  }
+  if (completing.empty()) return;
+  // First tokens, drawn as target-only decoding draws them (sampling step 0).
+  const int m = static_cast<int>(completing.size());
+  std::vector<int32_t> cslots(m), first(m);
+  for (int i = 0; i < m; ++i) {
+    cslots[i] = completing[i]->slot;
+    SamplingState st{completing[i]->req.sampling, 0};
+    be.upload(iter_.state().states + cslots[i], &st, sizeof(st));
+  }
+  be.upload(sample_slots_.as<void>(), cslots.data(), m * 4);
+  be.sample(logits_.as<float>(), m, rt_.vocab_size(), sample_slots_.as<int32_t>(),
+            iter_.state().states, sampled_.as<int32_t>());
+  be.download(first.data(), sampled_.as<void>(), m * 4);
+  for (int i = 0; i < m; ++i) start_decoding(*completing[i], first[i], events);
+}
+
+void Scheduler::start_decoding(Request& r, int32_t first, std::vector<SchedulerEvent>& events) {
+  const int P = static_cast<int>(r.req.prompt.size());
+  SeqState s{};
+  s.sources = r.sources;
+  s.max_nodes = r.max_nodes;
+  s.pred_len = static_cast<int32_t>(r.req.prediction.size());
+  s.n_past = P;
+  s.last = first;
+  s.prev = r.req.prompt.back();
+  s.n_gen = 1;
+  r.seq = s;
+  r.tokens.push_back(first);
+  r.decoding = true;
+  // (A prompt that fills the cache leaves no position for the first token: no iteration.)
+  if (P < rt_.max_seq_len())
+    iter_.start(r.slot, s, SamplingState{r.req.sampling, 1}, r.tokens, r.req.prediction);
+  const double now = now_s();
+  r.stats.prefill_s = now - r.t_admit;
+  r.stats.ttft_s = now - r.t_submit;
+  SchedulerEvent& ev = event_for(r, events);
+  if (!emit(r, first, ev, now)) finish(r, r.reason, ev, now);
+  else if (P >= rt_.max_seq_len()) finish(r, FinishReason::kMaxSeqLen, ev, now);
+  else ev.text += r.stop.ready();
+}
+
+Scheduler::Choice Scheduler::choose(const std::vector<Request*>& active) {
+  // Room: verify writes cache indices up to n_past + k (< max_seq_len); drafting past the most
+  // tokens any sequence may still emit is wasted.
+  int limit = rt_.draft_len(), most_left = 0;
+  for (const Request* r : active) {
+    limit = std::min(limit, rt_.max_seq_len() - 1 - r->seq.n_past);
+    most_left = std::max(most_left, r->req.max_new_tokens - r->generated);
+  }
+  limit = std::max(0, std::min(limit, most_left - 1));
+  if (limit == 0) return {};
+  const int B = static_cast<int>(active.size());
+  const int32_t kModelBit = draft_source_bit(DraftSource::kModel);
+  const int32_t kLookupBit = draft_source_bit(DraftSource::kLookup);
+  bool any_model = false, any_lookup = false, all_fixed = true;
+  int fixed_k = 0, lag = 0;
+  std::vector<double> a_model(B, 0.0), a_lookup(B, 0.0);
+  std::vector<int> avail(B, 0);
+  for (int b = 0; b < B; ++b) {
+    const Request& r = *active[b];
+    if (model_ && (r.sources & kModelBit)) {
+      any_model = true;
+      a_model[b] = model_->alpha(r.slot);
+      lag += model_->lag(r.slot, r.seq.n_past);
+    }
+    if (lookup_ && (r.sources & kLookupBit) && r.seq.lookup_n > 0) {
+      any_lookup = true;
+      a_lookup[b] = lookup_->alpha(r.slot);
+      avail[b] = std::min(r.seq.lookup_n, r.max_nodes);
+    }
+    all_fixed = all_fixed && r.req.draft_len >= 0;
+    fixed_k = std::max(fixed_k, r.req.draft_len);
+  }
+  auto lookup_tokens = [&](int k) {
+    double t = 0.0;
+    for (int b = 0; b < B; ++b)
+      t += avail[b] > 0 ? expected_tokens(a_lookup[b], std::min(k, avail[b])) : 1.0;
+    return t;
+  };
+  auto model_tokens = [&](int k) {
+    double t = 0.0;
+    for (double a : a_model) t += expected_tokens(a, k);
+    return t;
+  };
+  DraftController* mc = model_ ? &model_->controller() : nullptr;
+  // A token emitted without the draft model costs it a catch-up later, while drafting pays.
+  const double charge =
+      (mc && any_model && mc->drafting_pays(B)) ? mc->catch_up_per_token() : 0.0;
+  if (all_fixed) {
+    const int k = std::min(fixed_k, limit);
+    if (k == 0 || (!any_model && !any_lookup)) return {};
+    if (!any_lookup) return {DraftSource::kModel, k};
+    if (!any_model) return {DraftSource::kLookup, k};
+    const double rm = mc->rate(B, k, model_tokens(k));
+    const double tl = lookup_->controller().predicted_time(B, k);
+    const double rl = tl > 0.0 ? lookup_tokens(k) / (tl + charge * lookup_tokens(k)) : -1.0;
+    return rl > rm ? Choice{DraftSource::kLookup, k} : Choice{DraftSource::kModel, k};
+  }
+  Choice model_choice;
+  double model_rate = -1.0;
+  if (any_model) {
+    const int k = mc->choose(B, a_model, limit, lag);
+    if (k > 0) {
+      model_choice = {DraftSource::kModel, k};
+      model_rate = mc->rate(B, k, model_tokens(k));
+    }
+  }
+  if (any_lookup) {
+    const LookupController::Offer o = lookup_->controller().offer(B, a_lookup, avail, limit);
+    if (o.k > 0) {
+      if (o.seconds <= 0.0) return {DraftSource::kLookup, o.k};  // not measured yet: measure
+      const double rl = o.tokens / (o.seconds + charge * o.tokens);
+      if (model_choice.k > 0) return rl > model_rate ? Choice{DraftSource::kLookup, o.k} : model_choice;
+      double t0 = mc ? mc->predicted_time(B, 0) : -1.0;
+      if (t0 <= 0.0) t0 = lookup_->controller().predicted_time(B, 0);
+      const double r0 = t0 > 0.0 ? B / (t0 + charge * B) : -1.0;
+      return rl > r0 ? Choice{DraftSource::kLookup, o.k} : Choice{};
+    }
+  }
+  return model_choice;
+}
+
+void Scheduler::decode(std::vector<SchedulerEvent>& events) {
+  std::vector<Request*> active;
+  for (Request* r : slots_)
+    if (r && r->decoding && r->reason == FinishReason::kNone) active.push_back(r);
+  if (active.empty()) return;
+  const int B = static_cast<int>(active.size());
+  const Choice c = choose(active);
+  // The proposer's host work before its iteration (the draft model's catch-up).
+  if (c.k > 0) {
+    Proposer* p = iter_.proposer(c.source);
+    for (Request* r : active) {
+      if (!(r->sources & draft_source_bit(c.source))) continue;
+      p->prepare(r->slot, r->tokens, r->seq);
+      r->stats.catch_up_s += p->take_prepare_seconds();
+    }
+  }
+  std::vector<int32_t> slots(B);
+  for (int b = 0; b < B; ++b) slots[b] = active[b]->slot;
+  if (slots != iter_slots_) {
+    iter_.set_slots(slots.data(), B);
+    iter_slots_ = slots;
+  }
+  iter_.capture(c.source, c.k);  // (a no-op without graphs; never inside the timed iteration)
+  // Phase times cost nothing on a backend that runs on the host; elsewhere they would add a
+  // synchronisation inside the iteration, so only the whole iteration is timed.
+  const bool on_host = rt_.backend().runs_on_host();
+  last_times_ = PhaseTimes{};
+  const double t0 = now_s();
+  iter_.run(c.source, c.k, on_host ? &last_times_ : nullptr);
+  iter_.read_states(seqs_);
+  const double now = now_s(), total = now - t0;
+  if (!on_host) last_times_.verify_s = total;  // the whole iteration
+  last_B_ = B;
+  last_k_ = c.k;
+  last_source_ = c.source;
+  // The controllers learn the cost of what ran.
+  DraftController* mc = model_ ? &model_->controller() : nullptr;
+  if (c.source == DraftSource::kLookup) {
+    lookup_->controller().observe(B, c.k, total);
+    if (mc) mc->observe_verify(B, c.k + 1, on_host ? last_times_.verify_s : total);
+  } else {
+    if (mc) {
+      if (on_host) mc->observe(B, c.k, total, last_times_.draft_s, last_times_.verify_s);
+      else mc->observe(B, c.k, total, -1.0, -1.0);
+    }
+    if (lookup_ && c.k == 0) lookup_->controller().observe_plain(B, total);
+  }
+  for (Request* rp : active) {
+    Request& r = *rp;
+    r.seq = seqs_[r.slot];
+    const SeqState& s = r.seq;
+    RequestStats& st = r.stats;
+    const int src = s.source;
+    st.iterations += 1;
+    st.iterations_by_source[src] += 1;
+    st.sources.push_back(kSourceLetters[src]);
+    st.draft_s += last_times_.draft_s;  // the whole batch's iteration: what this request waited
+    st.verify_s += last_times_.verify_s;
+    if (s.n_drafted > 0) {
+      st.spec_iterations += 1;
+      st.drafted += s.n_drafted;
+      st.accepted += s.n_acc;
+      st.drafted_by_source[src] += s.n_drafted;
+      st.accepted_by_source[src] += s.n_acc;
+      st.accepted_hist[std::min(s.n_acc, static_cast<int>(st.accepted_hist.size()) - 1)] += 1;
+      st.prediction_accepted += s.pred_acc;
+      st.prediction_rejected += s.pred_rej;
+    }
+    if (model_) model_->commit(r.slot, s, src == static_cast<int>(DraftSource::kModel));
+    if (lookup_) lookup_->commit(r.slot, s, src == static_cast<int>(DraftSource::kLookup));
+    SchedulerEvent& ev = event_for(r, events);
+    bool open = true;
+    for (int i = 0; i < s.n_new; ++i) {
+      r.tokens.push_back(s.out[i]);
+      if (open) {
+        st.emitted += 1;
+        open = emit(r, s.out[i], ev, now);
+      }
+    }
+    if (open && s.n_past >= rt_.max_seq_len()) {
+      r.reason = FinishReason::kMaxSeqLen;  // no position left to feed the newest token
+      open = false;
+    }
+    if (!open) finish(r, r.reason, ev, now);
+    else ev.text += r.stop.ready();
+  }
+}
+
+}  // namespace trt_spec

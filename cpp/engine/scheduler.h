@@ -1,0 +1,137 @@
+// scheduler.h: owns every request's life: queue, KV slots, chunked prefill interleaved with the
+// other sequences' decoding, the speculative iterations, stops (token ids and strings),
+// cancellation and statistics.
+//
+// submit() validates a request and queues it; each step():
+//   1. ends cancelled requests (queued or running) and frees their slots;
+//   2. admits queued requests, oldest first, into free KV slots (at most the engine's max_batch
+//      run at once);
+//   3. prefills: one chunk of prompt rows, taken from the prefilling requests oldest first
+//      (prefill_chunk rows, or interleave_chunk while other sequences are decoding, so that
+//      a long prompt does not stall them); the draft model reads the same rows; a request whose
+//      prompt is complete gets its first token;
+//   4. runs one speculative iteration for every decoding sequence: the draft source and length
+//      chosen from the proposers' offers (the draft model's and prompt lookup's controllers, or a
+//      plain target step), then the tokens that became final, cut at stop ids, stop strings and
+//      max_new_tokens;
+// and returns one event per request that produced something. A finished request's event
+// carries its statistics, and the scheduler forgets it. Not thread-safe: one caller at a time
+// (the Python Engine serialises them).
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/request.h"
+#include "engine/runtime.h"
+#include "engine/stop_strings.h"
+#include "spec/draft_model_proposer.h"
+#include "spec/iteration.h"
+#include "spec/lookup_proposer.h"
+
+namespace trt_spec {
+
+struct SchedulerOptions {
+  int prefill_chunk = 256;     // prompt rows per step while no other sequence decodes
+  int interleave_chunk = 64;   // prompt rows per step while others decode
+  // The text of each token id (UTF-8 bytes; empty for special tokens); stop strings need it.
+  std::vector<std::string> token_bytes;
+};
+
+struct RequestStats {
+  int prompt_tokens = 0;
+  int iterations = 0;       // decode iterations the request took part in (prefill excluded)
+  int spec_iterations = 0;  // ... that verified draft tokens for it
+  int drafted = 0, accepted = 0;  // draft tokens verified / kept
+  int emitted = 0;                // tokens emitted by iterations (not the prefill's first)
+  int iterations_by_source[kDraftSourceCount] = {};
+  int drafted_by_source[kDraftSourceCount] = {};
+  int accepted_by_source[kDraftSourceCount] = {};
+  int prediction_accepted = 0;  // draft tokens from the predicted output that were kept
+  int prediction_rejected = 0;  // ... and that were verified and not kept
+  std::vector<int> accepted_hist;  // [max_k + 1]: drafting iterations by accepted length
+  std::string sources;             // per iteration: 'n' none, 'm' draft model, 'l' lookup
+  double queue_s = 0.0;            // submission -> admission into a slot
+  double prefill_s = 0.0;          // admission -> first token
+  double draft_s = 0.0, verify_s = 0.0, catch_up_s = 0.0;  // of the iterations it took part in
+  double ttft_s = 0.0, total_s = 0.0;                       // from submission
+  std::vector<double> token_times;  // seconds from submission at which each token became final
+};
+
+struct SchedulerEvent {
+  uint64_t id = 0;
+  std::vector<int32_t> tokens;  // tokens that became final (a final stop token included)
+  std::string text;             // output text that became final (UTF-8 bytes, maybe cut mid-char)
+  bool finished = false;
+  FinishReason reason = FinishReason::kNone;
+  RequestStats stats;  // when finished
+};
+
+class Scheduler {
+ public:
+  Scheduler(Runtime& rt, SchedulerOptions opts);
+  ~Scheduler();
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  uint64_t submit(GenerateRequest req);  // throws InvalidArgument for a bad request
+  void cancel(uint64_t id);              // ends it at the next step (unknown ids: nothing)
+  std::vector<SchedulerEvent> step();
+
+  bool has_work() const { return !queue_.empty() || !live_.empty(); }
+  int running() const;  // requests holding a slot
+  int waiting() const { return static_cast<int>(queue_.size()); }
+  const RequestLimits& limits() const { return limits_; }
+
+  // The last iteration, for tests and benchmarks.
+  int last_batch() const { return last_B_; }
+  int last_k() const { return last_k_; }
+  DraftSource last_source() const { return last_source_; }
+  const PhaseTimes& last_times() const { return last_times_; }
+  Iteration& iteration() { return iter_; }
+  DraftModelProposer* model_proposer() { return model_.get(); }
+  LookupProposer* lookup_proposer() { return lookup_.get(); }
+  // A request's sequence state, while it holds a slot (tests).
+  const SeqState* seq_state(uint64_t id) const;
+  int slot_of(uint64_t id) const;
+
+ private:
+  struct Request;
+  struct Choice {
+    DraftSource source = DraftSource::kNone;
+    int k = 0;
+  };
+  void admit(std::vector<SchedulerEvent>& events);
+  void prefill(std::vector<SchedulerEvent>& events, bool others_decoding);
+  void start_decoding(Request& r, int32_t first, std::vector<SchedulerEvent>& events);
+  void decode(std::vector<SchedulerEvent>& events);
+  Choice choose(const std::vector<Request*>& active);
+  // Appends a final token; false once the request is finished.
+  bool emit(Request& r, int32_t tok, SchedulerEvent& ev, double now);
+  void finish(Request& r, FinishReason why, SchedulerEvent& ev, double now);
+  SchedulerEvent& event_for(Request& r, std::vector<SchedulerEvent>& events);
+
+  Runtime& rt_;
+  SchedulerOptions opts_;
+  RequestLimits limits_;
+  Iteration iter_;
+  std::unique_ptr<DraftModelProposer> model_;
+  std::unique_ptr<LookupProposer> lookup_;
+  uint64_t next_id_ = 1;
+  std::deque<std::unique_ptr<Request>> queue_;
+  std::map<uint64_t, std::unique_ptr<Request>> live_;  // requests holding a slot
+  std::vector<Request*> slots_;                         // [max_batch]
+  std::vector<uint64_t> cancels_;
+  std::vector<int32_t> iter_slots_;  // the slots the iteration was last set up for
+  std::vector<SeqState> seqs_;       // read back after each iteration
+  int last_B_ = 0, last_k_ = 0;
+  DraftSource last_source_ = DraftSource::kNone;
+  PhaseTimes last_times_;
+  BackendBuffer tok_, pos_, row_slot_, logit_rows_, logits_, sample_slots_, sampled_;
+};
+
+}  // namespace trt_spec

@@ -1,0 +1,76 @@
+// acceptance.h: the estimates behind the draft-length controllers (draft_controller.h,
+// lookup_controller.h): a sequence's running acceptance, the expected tokens of an iteration,
+// and the running averages and interpolation of measured costs.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+namespace trt_spec {
+
+// Running per-token acceptance of one sequence for one draft source: decaying counts over a
+// prior.
+struct AcceptanceEstimate {
+  double accepted = 3.0, rejected = 1.0;
+  // An iteration that offered a path of depth k and kept n_accepted of it.
+  void observe(int n_accepted, int k, double decay = kDecay) {
+    if (k <= 0) return;
+    accepted = accepted * decay + n_accepted;
+    rejected = rejected * decay + (n_accepted < k ? 1.0 : 0.0);
+  }
+  // One iteration without drafting: a step of kRelax toward the acceptance `mean` (the
+  // evidence's weight is kept, its ratio moves).
+  void relax(double mean) {
+    const double mass = accepted + rejected;
+    accepted += kRelax * (mean * mass - accepted);
+    rejected = mass - accepted;
+  }
+  double alpha() const { return accepted / (accepted + rejected); }
+
+  static constexpr double kDecay = 0.92;  // about the last dozen iterations count
+  static constexpr double kRelax = 0.1;
+};
+
+// Mean tokens an iteration offering a path of k draft tokens emits at per-token acceptance
+// alpha: 1 + alpha + .. + alpha^k.
+inline double expected_tokens(double alpha, int k) {
+  if (alpha >= 1.0) return k + 1.0;
+  return (1.0 - std::pow(alpha, k + 1)) / (1.0 - alpha);
+}
+
+// Running average of a measured cost; a negative slot is unset. Robust to the stalls of a
+// shared machine: a sample counts at most twice the current value (one iteration stalled for
+// seconds cannot inflate a cost for good), and a sample below half the current value replaces
+// it (the costs seen while stalled are the ones to forget).
+inline void ema(double& slot, double x, double w) {
+  if (slot < 0.0 || x < 0.5 * slot) {
+    slot = x;
+    return;
+  }
+  slot = (1.0 - w) * slot + w * std::min(x, 2.0 * slot);
+}
+
+// v[i] where measured (>= 0), else interpolated between the nearest measured entries, or
+// extrapolated from the two nearest on one side (one point only: flat plus `grow` per step).
+// Entries below `first` are ignored. -1 when nothing is measured.
+inline double interpolate(const std::vector<double>& v, int i, int first, double grow) {
+  if (v[i] >= 0.0) return v[i];
+  const int n = static_cast<int>(v.size());
+  int lo = -1, hi = -1;
+  for (int j = i - 1; j >= first && lo < 0; --j)
+    if (v[j] >= 0.0) lo = j;
+  for (int j = i + 1; j < n && hi < 0; ++j)
+    if (v[j] >= 0.0) hi = j;
+  if (lo >= 0 && hi >= 0) return v[lo] + (v[hi] - v[lo]) * (i - lo) / (hi - lo);
+  const int a = lo >= 0 ? lo : hi;
+  if (a < 0) return -1.0;
+  const int dir = lo >= 0 ? -1 : 1;
+  int b = -1;
+  for (int j = a + dir; j >= first && j < n && b < 0; j += dir)
+    if (v[j] >= 0.0) b = j;
+  const double slope = b >= 0 ? (v[a] - v[b]) / (a - b) : grow * v[a];
+  return std::max(0.0, v[a] + slope * (i - a));
+}
+
+}  // namespace trt_spec

@@ -1,0 +1,106 @@
+// draft_model_proposer.cpp: the draft model's steps, catch-up and bookkeeping
+// (draft_model_proposer.h).
+#include "spec/draft_model_proposer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <numeric>
+
+namespace trt_spec {
+
+namespace {
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+}  // namespace
+
+DraftModelProposer::DraftModelProposer(Backend& be, Model& draft, int max_batch, int max_k,
+                                       int vocab_target)
+    : be_(be),
+      draft_(draft),
+      vocab_common_(std::min(vocab_target, draft.config().vocab_size)),
+      controller_(max_batch, max_k),
+      slots_(max_batch) {
+  const int R = draft.limits().max_rows;
+  tok_ = BackendBuffer(be, R * 4);
+  pos_ = BackendBuffer(be, R * 4);
+  row_slot_ = BackendBuffer(be, R * 4);
+}
+
+void DraftModelProposer::begin(int slot, const std::vector<int32_t>& prompt) {
+  SlotState& s = slots_[slot];
+  s.draft_valid = 0;  // read_prompt() counts what the prefill reads
+  s.est = controller_.prior();
+}
+
+void DraftModelProposer::forward_rows(const int32_t* tokens, int n, int first_pos, int slot) {
+  const int R = draft_.limits().max_rows;
+  std::vector<int32_t> pos(R), slots(R, slot);
+  be_.upload(row_slot_.as<void>(), slots.data(), R * 4);
+  for (int s = 0; s < n; s += R) {
+    const int c = std::min(R, n - s);
+    std::iota(pos.begin(), pos.begin() + c, first_pos + s);
+    be_.upload(tok_.as<void>(), tokens + s, c * 4);
+    be_.upload(pos_.as<void>(), pos.data(), c * 4);
+    Rows rows{tok_.as<int32_t>(), pos_.as<int32_t>(), row_slot_.as<int32_t>()};
+    draft_.forward(rows, c, nullptr, 0, nullptr);
+  }
+}
+
+void DraftModelProposer::read_prompt(int slot, const int32_t* tokens, int first_pos, int n) {
+  SlotState& s = slots_[slot];
+  if (n <= 0) return;
+  forward_rows(tokens, n, first_pos, slot);
+  s.draft_valid = first_pos + n;  // (the scheduler feeds the chunks in order)
+}
+
+int DraftModelProposer::lag(int slot, int n_past) const {
+  return std::max(0, n_past - 1 - slots_[slot].draft_valid);
+}
+
+void DraftModelProposer::prepare(int slot, const std::vector<int32_t>& tokens,
+                                 const SeqState& seq) {
+  SlotState& s = slots_[slot];
+  const int n = lag(slot, seq.n_past);
+  if (n == 0) return;
+  const double t0 = now_s();
+  forward_rows(tokens.data() + s.draft_valid, n, s.draft_valid, slot);
+  s.draft_valid += n;
+  // Queued work on an asynchronous backend: wait for it so that the time is the device's.
+  be_.synchronize();
+  const double dt = now_s() - t0;
+  prepare_s_ += dt;
+  controller_.observe_catch_up(n, dt);
+}
+
+double DraftModelProposer::take_prepare_seconds() {
+  const double s = prepare_s_;
+  prepare_s_ = 0.0;
+  return s;
+}
+
+void DraftModelProposer::issue_propose(IterationContext& ctx, int k) {
+  const int B = ctx.B;
+  for (int j = 0; j < k; ++j) {
+    float* qj = ctx.q + static_cast<size_t>(j) * B * ctx.vocab_draft;  // [B, vocab_draft]
+    ctx.ops.draft_rows(ctx.st, ctx.slots, B, j, ctx.rows);
+    if (j == 0)  // [B, 2] rows: prev, last; the logits of `last` (rows 1, 3, 5, ..)
+      draft_.forward(ctx.rows.rows(false), 2 * B, ctx.odd, B, qj);
+    else  // [B, 1] rows: node j - 1
+      draft_.forward(ctx.rows.rows(false), B, ctx.identity, B, qj);
+    ctx.ops.draft_sample(ctx.st, ctx.slots, B, j, qj, ctx.vocab_draft, vocab_common_);
+  }
+}
+
+void DraftModelProposer::commit(int slot, const SeqState& seq, bool used) {
+  SlotState& s = slots_[slot];
+  if (used && seq.n_drafted > 0) {
+    s.est.observe(seq.n_acc, seq.depth);
+    controller_.observe_acceptance(seq.n_acc, seq.depth);
+    s.draft_valid = seq.n_past - 1;
+  } else {
+    s.est.relax(controller_.long_run_alpha());  // nothing observed: back toward the mean
+  }
+}
+
+}  // namespace trt_spec

@@ -1,0 +1,59 @@
+// draft_model_proposer.h: the draft model as a Proposer (proposer.h): k draft steps propose a
+// chain, each token drawn from the draft's distribution q (kept for the exact acceptance test).
+//
+// The draft's cache: draft step 0 feeds the rows [prev, last] at positions n_past - 1, n_past
+// (after a rejection position n_past - 1 already holds prev, an idempotent write; after a fully
+// accepted chain, a plain target step or another proposer's iteration it is the one token the
+// draft has not read), so before an iteration the draft must hold positions [0, n_past - 1).
+// The prompt is read with the target's prefill (read_prompt); tokens emitted by iterations that
+// did not use the draft are read by prepare() (the catch-up), timed per token for the
+// controller. Per slot it keeps draft_valid (positions [0, draft_valid) are in the draft's cache)
+// and the sequence's acceptance estimate.
+#pragma once
+
+#include <vector>
+
+#include "model/model.h"
+#include "spec/draft_controller.h"
+#include "spec/proposer.h"
+
+namespace trt_spec {
+
+class DraftModelProposer final : public Proposer {
+ public:
+  DraftModelProposer(Backend& be, Model& draft, int max_batch, int max_k, int vocab_target);
+
+  DraftSource source() const override { return DraftSource::kModel; }
+  void begin(int slot, const std::vector<int32_t>& prompt) override;
+  void prepare(int slot, const std::vector<int32_t>& tokens, const SeqState& seq) override;
+  void issue_propose(IterationContext& ctx, int k) override;
+  void commit(int slot, const SeqState& seq, bool used) override;
+  int lag(int slot, int n_past) const override;
+  double take_prepare_seconds() override;
+
+  // Runs prompt rows [first_pos, first_pos + n) of the slot through the draft (prefill chunks;
+  // positions past P - 1 are left to the first iteration).
+  void read_prompt(int slot, const int32_t* tokens, int first_pos, int n);
+
+  DraftController& controller() { return controller_; }
+  const DraftController& controller() const { return controller_; }
+  double alpha(int slot) const { return slots_[slot].est.alpha(); }
+  Model& model() { return draft_; }
+
+ private:
+  struct SlotState {
+    int draft_valid = 0;  // positions [0, draft_valid) are in the draft's cache
+    AcceptanceEstimate est;
+  };
+  void forward_rows(const int32_t* tokens, int n, int first_pos, int slot);
+
+  Backend& be_;
+  Model& draft_;
+  int vocab_common_;
+  DraftController controller_;
+  std::vector<SlotState> slots_;
+  BackendBuffer tok_, pos_, row_slot_;  // catch-up rows [max_rows]
+  double prepare_s_ = 0.0;
+};
+
+}  // namespace trt_spec

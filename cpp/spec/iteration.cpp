@@ -1,0 +1,175 @@
+// iteration.cpp: the ops of one speculative iteration (iteration.h).
+#include "spec/iteration.h"
+
+#include <algorithm>
+#include <chrono>
+#include <numeric>
+
+#include "common/errors.h"
+
+namespace trt_spec {
+
+namespace {
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+}  // namespace
+
+Iteration::Iteration(Backend& be, Model& target, Model* draft, int max_batch, int max_k,
+                     int max_seq)
+    : be_(be),
+      target_(target),
+      draft_(draft),
+      max_batch_(max_batch),
+      max_k_(max_k),
+      max_seq_(max_seq) {
+  if (max_k < 0 || max_k > kMaxDraftNodes)
+    throw InvalidArgument("speculative iteration: bad draft length");
+  vocab_t_ = target.config().vocab_size;
+  vocab_d_ = draft ? draft->config().vocab_size : 0;
+  const size_t rows = static_cast<size_t>(max_batch) * (max_k + 1);
+  if (static_cast<int>(rows) > target.limits().max_rows ||
+      (draft && 2 * max_batch > draft->limits().max_rows))
+    throw InvalidArgument("speculative iteration: the models' row budget is too small");
+  ops_ = make_spec_ops(be, max_batch, max_k, vocab_t_);
+  seqs_ = BackendBuffer(be, sizeof(SeqState) * max_batch);
+  states_ = BackendBuffer(be, sizeof(SamplingState) * max_batch);
+  history_ = BackendBuffer(be, sizeof(int32_t) * max_batch * static_cast<size_t>(max_seq));
+  prediction_ = BackendBuffer(be, sizeof(int32_t) * max_batch * static_cast<size_t>(max_seq));
+  slots_ = BackendBuffer(be, sizeof(int32_t) * max_batch);
+  start_slot_ = BackendBuffer(be, sizeof(int32_t));
+  st_ = SpecState{seqs_.as<SeqState>(), states_.as<SamplingState>(), history_.as<int32_t>(),
+                  prediction_.as<int32_t>(), max_seq};
+  const size_t meta = std::max<size_t>(rows, 2 * max_batch);
+  tok_ = BackendBuffer(be, meta * 4);
+  pos_ = BackendBuffer(be, meta * 4);
+  row_slots_ = BackendBuffer(be, meta * 4);
+  kv_idx_ = BackendBuffer(be, meta * 4);
+  tree_base_ = BackendBuffer(be, meta * 4);
+  tree_bits_ = BackendBuffer(be, meta * 8);
+  std::vector<int32_t> id(meta), odd(max_batch);
+  std::iota(id.begin(), id.end(), 0);
+  for (int b = 0; b < max_batch; ++b) odd[b] = 2 * b + 1;
+  identity_ = BackendBuffer(be, meta * 4);
+  odd_ = BackendBuffer(be, max_batch * 4);
+  be.upload(identity_.as<void>(), id.data(), meta * 4);
+  be.upload(odd_.as<void>(), odd.data(), max_batch * 4);
+  if (draft && max_k > 0)
+    q_ = BackendBuffer(be, static_cast<size_t>(max_k) * max_batch * vocab_d_ * 4);
+  logits_ = BackendBuffer(be, rows * vocab_t_ * 4);
+  const size_t moves = static_cast<size_t>(max_batch) * kMaxDraftNodes;
+  mv_slot_ = BackendBuffer(be, moves * 4);
+  mv_src_ = BackendBuffer(be, moves * 4);
+  mv_dst_ = BackendBuffer(be, moves * 4);
+}
+
+IterationContext Iteration::context() {
+  RowBuffers rows{tok_.as<int32_t>(),    pos_.as<int32_t>(),       row_slots_.as<int32_t>(),
+                  kv_idx_.as<int32_t>(), tree_base_.as<int32_t>(), tree_bits_.as<uint64_t>()};
+  return IterationContext{be_,
+                          *ops_,
+                          st_,
+                          slots_.as<int32_t>(),
+                          B_,
+                          rows,
+                          identity_.as<int32_t>(),
+                          odd_.as<int32_t>(),
+                          q_.as<float>(),
+                          vocab_d_};
+}
+
+void Iteration::start(int slot, const SeqState& seq, const SamplingState& sampling,
+                      const std::vector<int32_t>& history,
+                      const std::vector<int32_t>& prediction) {
+  if (slot < 0 || slot >= max_batch_) throw InvalidArgument("iteration: bad slot");
+  if (static_cast<int>(history.size()) > max_seq_ || static_cast<int>(prediction.size()) > max_seq_)
+    throw InvalidArgument("iteration: history or prediction longer than max_seq_len");
+  be_.upload(st_.seqs + slot, &seq, sizeof(SeqState));
+  be_.upload(st_.states + slot, &sampling, sizeof(SamplingState));
+  const size_t row = static_cast<size_t>(slot) * max_seq_;
+  if (!history.empty()) be_.upload(st_.history + row, history.data(), history.size() * 4);
+  if (!prediction.empty())
+    be_.upload(prediction_.as<int32_t>() + row, prediction.data(), prediction.size() * 4);
+  const int32_t s32 = slot;
+  be_.upload(start_slot_.as<void>(), &s32, 4);
+  IterationContext ctx = context();
+  ctx.slots = start_slot_.as<int32_t>();
+  ctx.B = 1;
+  Proposer* done[kDraftSourceCount] = {};
+  for (int i = 0; i < kDraftSourceCount; ++i) {
+    Proposer* p = proposers_[i];
+    if (p && std::find(done, done + i, p) == done + i) p->issue_after_accept(ctx);
+    done[i] = p;
+  }
+}
+
+void Iteration::set_slots(const int32_t* host_slots, int B) {
+  if (B < 1 || B > max_batch_) throw InvalidArgument("speculative iteration: bad batch size");
+  be_.upload(slots_.as<void>(), host_slots, B * 4);
+  B_ = B;
+}
+
+bool Iteration::has_graph(DraftSource source, int k) const {
+  return graphs_.count({static_cast<int>(source), B_, k}) > 0;
+}
+
+void Iteration::capture(DraftSource source, int k) {
+  if (!use_graphs_ || !be_.supports_graphs() || B_ == 0 || has_graph(source, k)) return;
+  graphs_.emplace(std::make_tuple(static_cast<int>(source), B_, k),
+                  be_.capture([this, source, k] { issue(source, k, nullptr); }));
+}
+
+void Iteration::run(DraftSource source, int k, PhaseTimes* times) {
+  if (k < 0 || k > max_k_) throw InvalidArgument("speculative iteration: bad draft length");
+  if (B_ == 0) throw InvalidArgument("speculative iteration: no sequences set");
+  if ((source == DraftSource::kNone) != (k == 0) || (k > 0 && !proposer(source)))
+    throw InvalidArgument(std::string("speculative iteration: no proposer for '") +
+                          draft_source_name(source) + "' with k = " + std::to_string(k));
+  if (times == nullptr && use_graphs_ && be_.supports_graphs()) {
+    capture(source, k);
+    auto it = graphs_.find({static_cast<int>(source), B_, k});
+    if (it != graphs_.end() && it->second) {
+      it->second->launch();
+      return;
+    }
+  }
+  issue(source, k, times);
+}
+
+void Iteration::issue(DraftSource source, int k, PhaseTimes* times) {
+  IterationContext ctx = context();
+  const int B = B_;
+  double t0 = times ? now_s() : 0.0;
+  if (k > 0) proposer(source)->issue_propose(ctx, k);
+  double t1 = 0.0;
+  if (times) {
+    be_.synchronize();
+    t1 = now_s();
+  }
+  const int n = B * (k + 1);
+  ops_->verify_rows(st_, ctx.slots, B, k, source, ctx.rows);  // [B, k+1]: root, nodes
+  target_.forward(ctx.rows.rows(true), n, ctx.identity, n, logits_.as<float>());
+  ops_->accept(st_, ctx.slots, B, k, logits_.as<float>(), vocab_t_, q_.as<float>(), vocab_d_,
+               KvMoves{mv_slot_.as<int32_t>(), mv_src_.as<int32_t>(), mv_dst_.as<int32_t>()});
+  be_.kv_copy(target_.kv(), mv_slot_.as<int32_t>(), mv_src_.as<int32_t>(), mv_dst_.as<int32_t>(),
+              B * kMaxDraftNodes);
+  Proposer* done[kDraftSourceCount] = {};
+  for (int i = 0; i < kDraftSourceCount; ++i) {
+    Proposer* p = proposers_[i];
+    if (p && std::find(done, done + i, p) == done + i) p->issue_after_accept(ctx);
+    done[i] = p;
+  }
+  if (times) {
+    be_.synchronize();
+    const double t2 = now_s();
+    times->draft_s = t1 - t0;
+    times->verify_s = t2 - t1;
+  }
+}
+
+void Iteration::read_states(std::vector<SeqState>& out) {
+  out.resize(max_batch_);
+  be_.download(out.data(), st_.seqs, sizeof(SeqState) * max_batch_);
+}
+
+}  // namespace trt_spec

@@ -1,0 +1,95 @@
+// iteration.h: one speculative iteration as a fixed program of device ops, and the sequences'
+// state in backend memory.
+//
+// For B sequences (KV slots set by set_slots) and a choice (source, k), run() issues:
+//   propose   the source's proposer fills each sequence's tree with up to k nodes
+//             (the draft model: k draft steps; prompt lookup: nothing, its tree is ready)
+//   verify    the tree rows [B, k + 1] through the target in one pass (tree attention)
+//   accept    acceptance, emitted tokens, commit, history (spec_ops.h accept)
+//   move      the accepted nodes' target cache entries to their positions (kv_copy)
+//   next      every proposer's after-accept ops (prompt lookup's next tree)
+// k = 0 (source kNone) is a plain target step on the same path. Every input of every op is read
+// from backend memory written by the previous op: the host only picks (source, k) and,
+// afterwards, reads the SeqState array back once.
+//
+// Graphs: on a backend that supports them (CUDA), run() replays one graph per (source, B, k),
+// captured the first time; capture() captures one ahead of time, so that no timed iteration
+// ever includes a capture. set_use_graphs(false) issues the same ops one by one.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <tuple>
+#include <vector>
+
+#include "backend/backend.h"
+#include "model/model.h"
+#include "spec/proposer.h"
+#include "spec/spec_ops.h"
+
+namespace trt_spec {
+
+// Wall time of an iteration's phases, measured when the backend runs synchronously (CPU) or
+// when profiling (a synchronisation between phases).
+struct PhaseTimes {
+  double draft_s = 0.0;   // the proposal (draft steps)
+  double verify_s = 0.0;  // the verify pass, acceptance and the next proposals
+};
+
+class Iteration {
+ public:
+  // draft may be null (no draft model). max_k: the engine's draft length (nodes).
+  Iteration(Backend& be, Model& target, Model* draft, int max_batch, int max_k, int max_seq);
+
+  // The proposer of each source (not owned); a source without one is never run.
+  void set_proposer(DraftSource s, Proposer* p) { proposers_[static_cast<int>(s)] = p; }
+  Proposer* proposer(DraftSource s) const { return proposers_[static_cast<int>(s)]; }
+
+  const SpecState& state() const { return st_; }
+  int max_k() const { return max_k_; }
+
+  // A new sequence in `slot`: its state, sampling state, history (the prompt and the first
+  // token, positions [0, n_past]) and predicted output. Then every proposer's after-accept ops
+  // run for it, so its first iteration finds the next proposals ready.
+  void start(int slot, const SeqState& seq, const SamplingState& sampling,
+             const std::vector<int32_t>& history, const std::vector<int32_t>& prediction);
+
+  // Sets the sequences of the next iterations: rows b = 0 .. B-1 are slots[b].
+  void set_slots(const int32_t* host_slots, int B);
+  // Issues one iteration. Asynchronous on a GPU backend; times the phases when `times` is given
+  // (synchronising between them).
+  void run(DraftSource source, int k, PhaseTimes* times = nullptr);
+  // Captures the graph of (source, B, k) now, if the backend has graphs and it is not captured.
+  void capture(DraftSource source, int k);
+  // Reads every slot's SeqState back.
+  void read_states(std::vector<SeqState>& out);
+
+  void set_use_graphs(bool on) { use_graphs_ = on; }
+  bool use_graphs() const { return use_graphs_; }
+  int graphs_captured() const { return static_cast<int>(graphs_.size()); }
+  bool has_graph(DraftSource source, int k) const;
+
+ private:
+  IterationContext context();
+  void issue(DraftSource source, int k, PhaseTimes* times);
+
+  Backend& be_;
+  Model& target_;
+  Model* draft_;
+  std::unique_ptr<SpecOps> ops_;
+  Proposer* proposers_[kDraftSourceCount] = {};
+  int max_batch_, max_k_, max_seq_, B_ = 0;
+  int vocab_t_, vocab_d_;
+  SpecState st_;
+  BackendBuffer seqs_, states_, history_, prediction_, slots_, start_slot_;
+  BackendBuffer tok_, pos_, row_slots_, kv_idx_, tree_base_, tree_bits_;  // [max rows]
+  BackendBuffer identity_, odd_;   // logit rows 0, 1, 2, .. and 1, 3, 5, ..
+  BackendBuffer q_;                // draft logits -> q  [max_k, max_batch, vocab_d]
+  BackendBuffer logits_;           // verify logits      [max_batch, max_k + 1, vocab_t]
+  BackendBuffer mv_slot_, mv_src_, mv_dst_;  // [max_batch kMaxDraftNodes] cache moves
+  bool use_graphs_ = true;
+  std::map<std::tuple<int, int, int>, std::unique_ptr<BackendGraph>> graphs_;  // (source, B, k)
+};
+
+}  // namespace trt_spec

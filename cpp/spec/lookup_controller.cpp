@@ -1,0 +1,79 @@
+// lookup_controller.cpp: prompt lookup's cost model and offer (lookup_controller.h).
+#include "spec/lookup_controller.h"
+
+#include <algorithm>
+
+namespace trt_spec {
+
+LookupController::LookupController(int max_batch, int max_k, const DraftController* model)
+    : max_k_(max_k), model_(model) {
+  costs_.resize(max_batch + 1);
+  for (Costs& c : costs_) c.total.assign(max_k + 1, -1.0);
+  long_run_.accepted = 3.0;  // a neutral start: proposals found by matching are often right
+  long_run_.rejected = 1.0;
+}
+
+AcceptanceEstimate LookupController::prior() const {
+  AcceptanceEstimate e;
+  const double a = long_run_.alpha();
+  e.accepted = 4.0 * a;
+  e.rejected = 4.0 * (1.0 - a);
+  return e;
+}
+
+double LookupController::predicted_time(int B, int k) const {
+  if (B <= 0 || B >= static_cast<int>(costs_.size()) || k < 0 || k > max_k_) return -1.0;
+  const Costs& c = costs_[B];
+  if (c.total[k] >= 0.0) return c.total[k];
+  if (model_) {
+    const double v = model_->verify_time(B, k + 1);
+    if (v >= 0.0) return v;
+  }
+  return interpolate(c.total, k, 0, 0.35);
+}
+
+void LookupController::observe(int B, int k, double total_s) {
+  if (B <= 0 || B >= static_cast<int>(costs_.size()) || k < 0 || k > max_k_ || total_s < 0.0)
+    return;
+  ema(costs_[B].total[k], total_s, kEma);
+}
+
+LookupController::Offer LookupController::offer(int B, const std::vector<double>& alphas,
+                                                const std::vector<int>& available, int k_limit) {
+  Offer best;
+  if (B <= 0 || B >= static_cast<int>(costs_.size())) return best;
+  int most = 0;
+  for (int m : available) most = std::max(most, m);
+  k_limit = std::min({k_limit, max_k_, most});
+  if (k_limit <= 0) return best;
+  auto tokens = [&](int k) {
+    double t = 0.0;
+    for (size_t b = 0; b < alphas.size(); ++b)
+      t += available[b] > 0 ? expected_tokens(alphas[b], std::min(k, available[b])) : 1.0;
+    return t;
+  };
+  Costs& c = costs_[B];
+  double best_rate = -1.0;
+  for (int k = 1; k <= k_limit; ++k) {
+    const double t = predicted_time(B, k);
+    if (t <= 0.0) continue;
+    const double r = tokens(k) / t;
+    if (r > best_rate) {
+      best_rate = r;
+      best = Offer{k, tokens(k), t};
+    }
+  }
+  if (best.k == 0) {  // nothing measured yet: measure kFirstK (or what there is)
+    const int k = std::min(kFirstK, k_limit);
+    return Offer{k, tokens(k), -1.0};
+  }
+  if (++c.since_probe >= kExplore) {  // keep a neighbour's cost current
+    c.since_probe = 0;
+    c.probes += 1;
+    const int n = c.probes % 2 == 0 ? best.k + 1 : best.k - 1;
+    if (n >= 1 && n <= k_limit) return Offer{n, tokens(n), predicted_time(B, n)};
+  }
+  return best;
+}
+
+}  // namespace trt_spec

@@ -1,0 +1,64 @@
+// lookup_controller.h: prompt lookup's draft-length controller: how many of the nodes lookup has
+// ready (SeqState::lookup_n) to verify, from measured costs and each sequence's running
+// acceptance of lookup proposals.
+//
+// Model: a sequence with lookup acceptance a and m nodes ready, verifying min(k, m) of them,
+// emits on average E(a, min(k, m)) tokens (acceptance.h; a tree's first nodes are mostly its main
+// chain); one with no nodes emits 1. An iteration of B sequences verifying k + 1 rows each takes
+// T(B, k): the running average of measured lookup iterations with that k; otherwise the draft
+// model controller's verify time for k + 1 rows (the same target pass), when there is one;
+// otherwise interpolated between measured k (k = 0: plain target steps). The offer is the k in
+// [1, k_limit] with the most tokens per second. Until a cost is known the first offer is
+// kFirstK; every kExplore lookup iterations a neighbour of the best k is offered to keep the
+// measured costs current.
+#pragma once
+
+#include <vector>
+
+#include "spec/acceptance.h"
+#include "spec/draft_controller.h"
+
+namespace trt_spec {
+
+class LookupController {
+ public:
+  // model: the draft model's controller (its verify costs), or null.
+  LookupController(int max_batch, int max_k, const DraftController* model);
+
+  struct Offer {
+    int k = 0;             // nodes per sequence to verify; 0: nothing to offer
+    double tokens = 0.0;   // expected tokens emitted (all sequences)
+    double seconds = -1.0; // predicted iteration time; < 0: not known yet (measure it)
+  };
+  // alphas[b], available[b]: each sequence's lookup acceptance and ready nodes (0: none).
+  Offer offer(int B, const std::vector<double>& alphas, const std::vector<int>& available,
+              int k_limit);
+  // A lookup iteration of B sequences with k nodes took total_s seconds.
+  void observe(int B, int k, double total_s);
+  // A plain target step (k = 0) of B sequences.
+  void observe_plain(int B, double total_s) { observe(B, 0, total_s); }
+  // The long-run acceptance (the prior of new requests).
+  void observe_acceptance(int n_accepted, int depth) {
+    long_run_.observe(n_accepted, depth, kLongDecay);
+  }
+  AcceptanceEstimate prior() const;
+  double long_run_alpha() const { return long_run_.alpha(); }
+  double predicted_time(int B, int k) const;
+
+  static constexpr int kFirstK = 4;
+  static constexpr int kExplore = 16;
+  static constexpr double kEma = 0.25;
+  static constexpr double kLongDecay = 0.99;
+
+ private:
+  struct Costs {
+    std::vector<double> total;  // [max_k + 1] seconds per iteration verifying k nodes
+    int since_probe = 0, probes = 0;
+  };
+  int max_k_;
+  const DraftController* model_;
+  std::vector<Costs> costs_;  // [max_batch + 1]
+  AcceptanceEstimate long_run_;
+};
+
+}  // namespace trt_spec

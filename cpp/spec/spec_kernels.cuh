@@ -1,0 +1,264 @@
+// spec_kernels.cuh: the CUDA kernels of the speculative iteration's ops (spec_ops.h), header-only
+// so that tests run them on the CPU through the host emulation (tests/cpp/cuda_emu.h). The rules
+// are the shared host/device functions of accept.h, lookup.h and seq_state.h; the token draws
+// are the sampling rule's kernels (kernels/cuda/sampling.cuh), the same Philox draws as the CPU.
+//
+//   draft_rows_kernel     chain rows of draft step j                    grid-stride
+//   draft_sample_kernel   node j of each chain (and q_j in place)       grid B
+//   verify_rows_kernel    the tree of each sequence, its verify rows    grid B
+//   accept_rows_kernel    argmax or dense p of each verify row          grid B (k + 1)
+//   accept_walk_kernel    walk, emitted token, commit, history, moves   grid B
+//   lookup_kernel         prompt lookup: matches by the whole block,
+//                         the tree by one thread                         grid B
+#pragma once
+
+#include "kernels/cuda/sampling.cuh"
+#include "spec/accept.h"
+#include "spec/lookup.h"
+#include "spec/seq_state.h"
+
+namespace trt_spec::cuda {
+
+constexpr int kSpecThreads = kSampleThreads;
+
+__device__ __forceinline__ bool row_has_children(const DraftTree& t, int row) {
+  for (int i = 0; i < t.n; ++i)
+    if (tree_row(t.parent[i]) == row) return true;
+  return false;
+}
+
+// Rows of draft step j (see SpecOps::draft_rows).
+__global__ void draft_rows_kernel(const SeqState* __restrict__ seqs,
+                                  const int32_t* __restrict__ slots, int B, int j,
+                                  int32_t* __restrict__ tokens, int32_t* __restrict__ pos,
+                                  int32_t* __restrict__ row_slots) {
+  const int per = j == 0 ? 2 : 1;
+  for (int row = blockIdx.x * blockDim.x + threadIdx.x; row < B * per;
+       row += gridDim.x * blockDim.x) {
+    const int b = row / per, r = row % per;
+    const SeqState& s = seqs[slots[b]];
+    if (j == 0) {
+      tokens[row] = r == 0 ? s.prev : s.last;
+      pos[row] = s.n_past - 1 + r;
+    } else {
+      tokens[row] = s.tree.token[j - 1];
+      pos[row] = s.n_past + j;
+    }
+    row_slots[row] = slots[b];
+  }
+}
+
+// Node j of each chain from logits_q [B, vocab]; sampling rows become q_j in place.  grid B.
+__global__ void __launch_bounds__(kSpecThreads)
+    draft_sample_kernel(float* logits_q, int vocab, int vocab_common, int j, SeqState* seqs,
+                        const int32_t* __restrict__ slots,
+                        const DevSamplingState* __restrict__ states) {
+  const int b = blockIdx.x;
+  SeqState* s = seqs + slots[b];
+  const SamplingParams p = states[slots[b]].params;
+  const int32_t n_gen = s->n_gen;
+  float* row = logits_q + static_cast<int64_t>(b) * vocab;
+  int d;
+  if (is_greedy(p)) {
+    d = block_argmax_row(row, vocab_common).i;
+  } else {
+    block_sampling_probs(row, vocab_common, vocab, p, row);
+    d = block_sample_dense(row, vocab, spec_uniform(p.seed, n_gen + j, kStreamDraft));
+  }
+  if (threadIdx.x == 0) tree_set_chain_node(s->tree, j, d, kNodeDense);
+}
+
+// Each sequence's tree for (source, k) and its k + 1 verify rows.  grid B, block >= 32.
+__global__ void verify_rows_kernel(SeqState* seqs, const int32_t* __restrict__ slots, int k,
+                                   int source, int32_t* __restrict__ tokens,
+                                   int32_t* __restrict__ pos, int32_t* __restrict__ row_slots,
+                                   int32_t* __restrict__ kv_idx, int32_t* __restrict__ tree_base,
+                                   uint64_t* __restrict__ tree_bits) {
+  const int b = blockIdx.x;
+  SeqState* s = seqs + slots[b];
+  __shared__ int n_shared;
+  if (threadIdx.x == 0) {
+    int n = 0;
+    if (k > 0 && (s->sources & (1 << source))) {
+      n = min(k, s->max_nodes);
+      if (source == static_cast<int>(DraftSource::kLookup)) n = min(n, s->lookup_n);
+    }
+    s->tree.n = n;
+    s->source = n > 0 ? source : static_cast<int>(DraftSource::kNone);
+    n_shared = n;
+  }
+  __syncthreads();
+  const int n = n_shared;
+  for (int r = threadIdx.x; r <= k; r += blockDim.x) {
+    const int row = b * (k + 1) + r, node = r - 1;
+    const bool real = node >= 0 && node < n;
+    tokens[row] = real ? s->tree.token[node] : s->last;
+    pos[row] = s->n_past + (real ? s->tree.depth[node] : 0);
+    row_slots[row] = slots[b];
+    kv_idx[row] = s->n_past + r;
+    tree_base[row] = s->n_past;
+    tree_bits[row] = r == 0 ? 1ull : (real ? tree_row_mask(s->tree, node) : (1ull | (1ull << r)));
+  }
+}
+
+// Per verify row r = b (k + 1) + row: argmax (greedy) or, where the row has children, the dense
+// p (P [B, k + 1, vocab]).  grid B (k + 1).
+__global__ void __launch_bounds__(kSpecThreads)
+    accept_rows_kernel(const float* __restrict__ logits, int k, int vocab,
+                       const SeqState* __restrict__ seqs, const int32_t* __restrict__ slots,
+                       const DevSamplingState* __restrict__ states, float* __restrict__ P,
+                       int32_t* __restrict__ best) {
+  const int r = blockIdx.x, b = r / (k + 1), row = r % (k + 1);
+  const SamplingParams p = states[slots[b]].params;
+  const float* l = logits + static_cast<int64_t>(r) * vocab;
+  if (is_greedy(p)) {
+    const int a = block_argmax_row(l, vocab).i;
+    if (threadIdx.x == 0) best[r] = a;
+  } else if (row_has_children(seqs[slots[b]].tree, row)) {
+    block_sampling_probs(l, vocab, vocab, p, P + static_cast<int64_t>(r) * vocab);
+  }
+}
+
+// accept.h's Scores over device memory for sequence b.
+struct DevScores {
+  const float* P;       // [k + 1, vocab] of this sequence
+  const int32_t* best;  // [k + 1]
+  const float* qb;      // q + b * vocab_draft; node stride B * vocab_draft
+  int B, vocab, vocab_draft;
+  TRT_SPEC_HD int argmax(int row) const { return best[row]; }
+  TRT_SPEC_HD float p(int row, int32_t t) const {
+    return t < vocab ? P[static_cast<int64_t>(row) * vocab + t] : 0.0f;
+  }
+  TRT_SPEC_HD float q(int node, int32_t t) const {
+    return t < vocab_draft ? qb[static_cast<int64_t>(node) * B * vocab_draft + t] : 0.0f;
+  }
+};
+
+// The walk (thread 0), the emitted token (the whole block), commit, history append and the
+// cache moves of each sequence.  grid B.
+__global__ void __launch_bounds__(kSpecThreads)
+    accept_walk_kernel(const float* __restrict__ logits, const float* __restrict__ q, int B, int k,
+                       int vocab, int vocab_draft, SeqState* seqs,
+                       const int32_t* __restrict__ slots,
+                       const DevSamplingState* __restrict__ states, float* __restrict__ P,
+                       const int32_t* __restrict__ best, int32_t* __restrict__ history,
+                       int max_seq, int32_t* __restrict__ mv_slot, int32_t* __restrict__ mv_src,
+                       int32_t* __restrict__ mv_dst) {
+  __shared__ WalkResult walk;
+  __shared__ int32_t old_past, gen_index;
+  const int b = blockIdx.x, R = k + 1;
+  SeqState* s = seqs + slots[b];
+  const SamplingParams p = states[slots[b]].params;
+  const bool greedy = is_greedy(p);
+  float* Pb = P + static_cast<int64_t>(b) * R * vocab;
+  const DevScores sc{Pb, best + b * R, q ? q + static_cast<int64_t>(b) * vocab_draft : nullptr, B,
+                     vocab, vocab_draft};
+  if (threadIdx.x == 0) {
+    walk = spec_walk(s->tree, s->tree.n, greedy, sc, p.seed, s->n_gen, s->path);
+    old_past = s->n_past;
+    gen_index = s->n_gen + walk.accepted;
+    // One-hot rejections: their tokens leave the residual (q = 1 there).
+    if (!greedy && walk.tested > 0 && walk.dense_node < 0)
+      for (int i = 0; i < s->tree.n; ++i)
+        if (walk.rejected & (1u << i))
+          Pb[static_cast<int64_t>(walk.stop_row) * vocab + s->tree.token[i]] = 0.0f;
+  }
+  __syncthreads();
+  const WalkResult w = walk;
+  const int64_t m = gen_index;
+  int tok = 0;
+  if (greedy) {
+    tok = best[b * R + w.stop_row];
+  } else if (w.tested == 0) {  // a leaf: the bonus, as a target-only step draws it
+    tok = block_sample_row(logits + (static_cast<int64_t>(b) * R + w.stop_row) * vocab, vocab, p,
+                           static_cast<uint64_t>(m), 0);
+  } else {  // rejections at stop_row: the residual (accept.h)
+    const float* pr = Pb + static_cast<int64_t>(w.stop_row) * vocab;
+    const float u = spec_uniform(p.seed, m, kStreamResidual);
+    const int dn = w.dense_node;
+    const IndexDraw d = block_index_draw(
+        vocab,
+        [&](int i) { return mass_fx(accept_residual_weight(pr[i], dn >= 0 ? sc.q(dn, i) : 0.0f)); },
+        uniform_bits(u));
+    if (d.total == 0) tok = block_sample_dense(pr, vocab, u);
+    else tok = d.index >= 0 ? d.index : (d.last_nonzero >= 0 ? d.last_nonzero : 0);
+  }
+  if (threadIdx.x == 0) {
+    for (int d = 0; d < w.accepted; ++d) s->out[d] = s->tree.token[s->path[d]];
+    s->out[w.accepted] = tok;
+    spec_commit(*s, w.accepted);
+  }
+  __syncthreads();
+  const int32_t past = old_past;
+  int32_t* h = history + static_cast<int64_t>(slots[b]) * max_seq;
+  for (int d = threadIdx.x; d <= w.accepted; d += blockDim.x)
+    if (past + 1 + d < max_seq) h[past + 1 + d] = s->out[d];
+  for (int d = threadIdx.x; d < kMaxDraftNodes; d += blockDim.x) {
+    const int e = b * kMaxDraftNodes + d;
+    mv_slot[e] = slots[b];
+    mv_src[e] = d < w.accepted ? past + 1 + s->path[d] : -1;
+    mv_dst[e] = past + 1 + d;
+  }
+}
+
+// Block max of non-negative ints.
+__device__ __forceinline__ int block_max_int(int v) {
+  return static_cast<int>(block_argmax(ArgMax{static_cast<float>(v), 0}).v);
+}
+
+// Appends the ends e (thread order) with hit to matches, up to kMaxMatches in all.
+__device__ __forceinline__ void collect_matches(bool hit, const int32_t* src, int e, int end,
+                                                bool predicted, LookupMatch* matches,
+                                                int* n_found) {
+  unsigned long long total = 0;
+  const int rank = static_cast<int>(block_exclusive_scan_u64(hit ? 1ull : 0ull, &total));
+  const int base = *n_found;
+  if (hit && base + rank < kMaxMatches) matches[base + rank] = LookupMatch{src, e, end, predicted};
+  __syncthreads();
+  if (threadIdx.x == 0) *n_found = min(kMaxMatches, base + static_cast<int>(total));
+  __syncthreads();
+}
+
+// Prompt lookup (lookup.h) for each sequence that allows it: the same matches, in the same
+// order, as lookup_propose_serial, then its tree.  grid B.
+__global__ void __launch_bounds__(kSpecThreads)
+    lookup_kernel(SeqState* seqs, const int32_t* __restrict__ slots,
+                  const int32_t* __restrict__ history, const int32_t* __restrict__ prediction,
+                  int max_seq) {
+  __shared__ LookupMatch matches[kMaxMatches];
+  __shared__ int n_found;
+  const int b = blockIdx.x;
+  SeqState* s = seqs + slots[b];
+  if (!(s->sources & draft_source_bit(DraftSource::kLookup))) {
+    if (threadIdx.x == 0) s->lookup_n = 0;
+    return;
+  }
+  const int32_t* h = history + static_cast<int64_t>(slots[b]) * max_seq;
+  const int32_t* pred = prediction + static_cast<int64_t>(slots[b]) * max_seq;
+  const int len = min(s->n_past + 1, max_seq), m = s->pred_len, max_nodes = s->max_nodes;
+  int local = 0;
+  for (int e = threadIdx.x; e < m; e += blockDim.x) local = max(local, lookup_match_len(pred, e, h, len));
+  for (int e = threadIdx.x; e < len; e += blockDim.x) local = max(local, lookup_match_len(h, e, h, len));
+  const int best = block_max_int(local);
+  if (threadIdx.x == 0) n_found = 0;
+  __syncthreads();
+  if (best >= kNgramMin && max_nodes > 0) {
+    for (int base = 0; base < m && n_found < kMaxMatches; base += blockDim.x) {
+      const int e = base + static_cast<int>(threadIdx.x);
+      collect_matches(e < m && lookup_match_len(pred, e, h, len) == best, pred, e, m, true,
+                      matches, &n_found);
+    }
+    for (int base = len - 1; base >= 0 && n_found < kMaxMatches; base -= blockDim.x) {
+      const int e = base - static_cast<int>(threadIdx.x);
+      collect_matches(e >= 0 && lookup_match_len(h, e, h, len) == best, h, e, len, false, matches,
+                      &n_found);
+    }
+  }
+  if (threadIdx.x == 0) {
+    if (n_found > 0) lookup_build_tree(matches, n_found, max_nodes, s->tree);
+    else s->tree.n = 0;
+    s->lookup_n = s->tree.n;
+  }
+}
+
+}  // namespace trt_spec::cuda

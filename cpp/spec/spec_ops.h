@@ -1,0 +1,92 @@
+// spec_ops.h: the device ops of the speculative iteration, one implementation per kind of
+// backend (spec_ops_cpu.cpp, spec_ops_cuda.cu), so that backends stay tensor ops only.
+//
+// Every op reads and writes backend memory only (the sequences' SeqState, their sampling state,
+// the token history), never host data written between ops: the iteration program
+// (iteration.h) issues them with the models' forwards and a backend with graphs captures the
+// whole iteration. The rules they apply are the shared host/device functions of accept.h
+// (acceptance), lookup.h (prompt lookup) and seq_state.h (commit, random numbers).
+//
+// Shapes: B sequences per op, rows b = 0 .. B-1 being slots[b]; k the iteration's draft length
+// (tree nodes); q the draft model's dense distributions [k, B, vocab_draft]; the verify pass's
+// logits [B, k + 1, vocab] (row 0 of a sequence: its root, row 1 + i: node i).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "backend/backend.h"
+#include "spec/draft_tree.h"
+#include "spec/seq_state.h"
+
+namespace trt_spec {
+
+// The sequences' state in backend memory (all indexed by KV slot).
+struct SpecState {
+  SeqState* seqs = nullptr;           // [max_batch]
+  SamplingState* states = nullptr;    // [max_batch]
+  int32_t* history = nullptr;         // [max_batch, max_seq]: the token at each position (the
+                                      // prompt, what was generated, then `last` at n_past)
+  const int32_t* prediction = nullptr;  // [max_batch, max_seq]: predicted output tokens
+  int max_seq = 0;
+};
+
+// Row metadata buffers of a forward pass (backend memory, one entry per row).
+struct RowBuffers {
+  int32_t* tokens = nullptr;
+  int32_t* pos = nullptr;
+  int32_t* slot = nullptr;
+  int32_t* kv_idx = nullptr;
+  int32_t* tree_base = nullptr;
+  uint64_t* tree_bits = nullptr;
+
+  Rows rows(bool tree) const {
+    Rows r{tokens, pos, slot};
+    if (tree) {
+      r.kv_idx = kv_idx;
+      r.tree_base = tree_base;
+      r.tree_bits = tree_bits;
+    }
+    return r;
+  }
+};
+
+// Cache moves of the accepted nodes: [B * kMaxDraftNodes] entries (backend.h kv_copy).
+struct KvMoves {
+  int32_t* slot = nullptr;
+  int32_t* src = nullptr;
+  int32_t* dst = nullptr;
+};
+
+class SpecOps {
+ public:
+  virtual ~SpecOps() = default;
+
+  // Draft model step j: the chain rows of each sequence: j = 0: [prev, last] at positions
+  // n_past - 1, n_past (2 rows per sequence); j >= 1: [node j - 1] at n_past + j.
+  virtual void draft_rows(const SpecState& st, const int32_t* slots, int B, int j,
+                          const RowBuffers& out) = 0;
+  // Node j of each sequence's chain, drawn from the draft's logits [B, vocab] (ids below
+  // vocab_common only); for sampling sequences the row becomes, in place, q_j: the dense
+  // distribution it was drawn from.
+  virtual void draft_sample(const SpecState& st, const int32_t* slots, int B, int j,
+                            float* logits_q, int vocab, int vocab_common) = 0;
+  // Fixes each sequence's tree for an iteration of `source` with k nodes (fewer where the
+  // request caps them, the source is not allowed, or lookup found fewer) and writes the verify
+  // rows [B, k + 1] (tree rows: kv_idx and mask set; nodes past the tree pad the block).
+  virtual void verify_rows(const SpecState& st, const int32_t* slots, int B, int k,
+                           DraftSource source, const RowBuffers& out) = 0;
+  // Acceptance (accept.h), the emitted tokens, the commit (seq_state.h), the history append
+  // and the cache moves of the accepted nodes.
+  virtual void accept(const SpecState& st, const int32_t* slots, int B, int k,
+                      const float* logits, int vocab, const float* q, int vocab_draft,
+                      const KvMoves& moves) = 0;
+  // Prompt lookup (lookup.h) for each sequence that allows it: its next tree and lookup_n.
+  virtual void lookup(const SpecState& st, const int32_t* slots, int B) = 0;
+};
+
+// The SpecOps of a backend (CPU or CUDA), with scratch for max_batch sequences of up to max_k
+// nodes over a vocabulary of vocab. Throws Error for a backend without an implementation.
+std::unique_ptr<SpecOps> make_spec_ops(Backend& be, int max_batch, int max_k, int vocab);
+
+}  // namespace trt_spec

@@ -1,0 +1,209 @@
+// spec_ops_cpu.cpp: SpecOps on the CPU backend (spec_ops.h): the speculative iteration's ops
+// over host memory, with the backend's thread pool for the per-row work and the shared rules
+// of accept.h and lookup.h.
+#include <algorithm>
+#include <memory>
+#include <vector>
+
+#include "backend/cpu/cpu_backend.h"
+#include "spec/accept.h"
+#include "spec/lookup.h"
+#include "spec/spec_ops.h"
+
+namespace trt_spec {
+
+namespace {
+
+// The target's verdicts for one sequence (accept.h's Scores).
+struct CpuScores {
+  const float* P;        // [k + 1, vocab] dense p of the rows that have children (sampling)
+  const int32_t* best;   // [k + 1] argmax per row (greedy)
+  const float* qb;       // q [k, B, vocab_draft] + b * vocab_draft
+  int B, vocab, vocab_draft;
+  int argmax(int row) const { return best[row]; }
+  float p(int row, int32_t t) const {
+    return t < vocab ? P[static_cast<size_t>(row) * vocab + t] : 0.0f;
+  }
+  float q(int node, int32_t t) const {
+    return t < vocab_draft ? qb[static_cast<size_t>(node) * B * vocab_draft + t] : 0.0f;
+  }
+};
+
+bool row_has_children(const DraftTree& t, int row) {
+  for (int i = 0; i < t.n; ++i)
+    if (tree_row(t.parent[i]) == row) return true;
+  return false;
+}
+
+class CpuSpecOps final : public SpecOps {
+ public:
+  CpuSpecOps(CpuBackend& be, int max_batch, int max_k, int vocab)
+      : pool_(be.pool()),
+        P_(static_cast<size_t>(max_batch) * (max_k + 1) * vocab),
+        best_(static_cast<size_t>(max_batch) * (max_k + 1)) {}
+
+  void draft_rows(const SpecState& st, const int32_t* slots, int B, int j,
+                  const RowBuffers& out) override {
+    for (int b = 0; b < B; ++b) {
+      const SeqState& s = st.seqs[slots[b]];
+      if (j == 0) {
+        out.tokens[2 * b] = s.prev;
+        out.pos[2 * b] = s.n_past - 1;
+        out.tokens[2 * b + 1] = s.last;
+        out.pos[2 * b + 1] = s.n_past;
+        out.slot[2 * b] = out.slot[2 * b + 1] = slots[b];
+      } else {
+        out.tokens[b] = s.tree.token[j - 1];
+        out.pos[b] = s.n_past + j;
+        out.slot[b] = slots[b];
+      }
+    }
+  }
+
+  void draft_sample(const SpecState& st, const int32_t* slots, int B, int j, float* logits_q,
+                    int vocab, int vocab_common) override {
+    pool_.parallel_for(B, 1, [&](int64_t b0, int64_t b1) {
+      thread_local std::vector<float> q;
+      for (int64_t b = b0; b < b1; ++b) {
+        SeqState& s = st.seqs[slots[b]];
+        const SamplingParams& p = st.states[slots[b]].params;
+        float* row = logits_q + b * vocab;
+        int32_t d;
+        if (sampling_is_greedy(p)) {
+          d = argmax_row(row, vocab_common);
+        } else {
+          q.resize(vocab);
+          sampling_probs(row, vocab_common, vocab, p, q.data());
+          std::copy(q.begin(), q.end(), row);
+          d = sample_dense(row, vocab, spec_uniform(p.seed, s.n_gen + j, kStreamDraft));
+        }
+        tree_set_chain_node(s.tree, j, d, kNodeDense);
+      }
+    });
+  }
+
+  void verify_rows(const SpecState& st, const int32_t* slots, int B, int k, DraftSource source,
+                   const RowBuffers& out) override {
+    for (int b = 0; b < B; ++b) {
+      SeqState& s = st.seqs[slots[b]];
+      int n = 0;
+      if (k > 0 && (s.sources & draft_source_bit(source))) {
+        n = std::min(k, s.max_nodes);
+        if (source == DraftSource::kLookup) n = std::min(n, s.lookup_n);
+      }
+      s.tree.n = n;
+      s.source = static_cast<int32_t>(n > 0 ? source : DraftSource::kNone);
+      for (int r = 0; r <= k; ++r) {
+        const int row = b * (k + 1) + r, node = r - 1;
+        const bool real = node < n;
+        out.tokens[row] = r == 0 || !real ? s.last : s.tree.token[node];
+        out.pos[row] = s.n_past + (r == 0 || !real ? 0 : s.tree.depth[node]);
+        out.slot[row] = slots[b];
+        out.kv_idx[row] = s.n_past + r;
+        out.tree_base[row] = s.n_past;
+        out.tree_bits[row] = r == 0 ? 1 : (real ? tree_row_mask(s.tree, node) : (1 | uint64_t{1} << r));
+      }
+    }
+  }
+
+  void accept(const SpecState& st, const int32_t* slots, int B, int k, const float* logits,
+              int vocab, const float* q, int vocab_draft, const KvMoves& moves) override {
+    const int R = k + 1;
+    float* P = P_.data();
+    int32_t* best = best_.data();
+    // 1. Per verify row: the argmax (greedy) or, where the row has children, the dense p.
+    pool_.parallel_for(static_cast<int64_t>(B) * R, 1, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const int b = static_cast<int>(r / R), row = static_cast<int>(r % R);
+        const SeqState& s = st.seqs[slots[b]];
+        const SamplingParams& p = st.states[slots[b]].params;
+        const float* l = logits + r * vocab;
+        if (sampling_is_greedy(p))
+          best[r] = argmax_row(l, vocab);
+        else if (row_has_children(s.tree, row))
+          sampling_probs(l, vocab, vocab, p, P + r * vocab);
+      }
+    });
+    // 2. Walk, emit, commit, append to the history, list the cache moves.
+    pool_.parallel_for(B, 1, [&](int64_t b0, int64_t b1) {
+      thread_local std::vector<float> resid;
+      for (int64_t b = b0; b < b1; ++b) {
+        SeqState& s = st.seqs[slots[b]];
+        const SamplingParams& p = st.states[slots[b]].params;
+        const bool greedy = sampling_is_greedy(p);
+        float* Pb = P + b * R * vocab;
+        const CpuScores sc{Pb, best + b * R, q ? q + b * vocab_draft : nullptr, B, vocab,
+                           vocab_draft};
+        const WalkResult w = spec_walk(s.tree, s.tree.n, greedy, sc, p.seed, s.n_gen, s.path);
+        for (int d = 0; d < w.accepted; ++d) s.out[d] = s.tree.token[s.path[d]];
+        const int64_t m = s.n_gen + w.accepted;
+        const float* stop_logits = logits + (b * R + w.stop_row) * static_cast<int64_t>(vocab);
+        int32_t tok;
+        if (greedy) {
+          tok = best[b * R + w.stop_row];
+        } else if (w.tested == 0) {  // a leaf: the bonus, as a target-only step draws it
+          tok = sample_row(stop_logits, vocab, p, static_cast<uint64_t>(m), 0);
+        } else {  // rejections at stop_row: draw from the residual
+          const float* pr = Pb + static_cast<size_t>(w.stop_row) * vocab;
+          resid.resize(vocab);
+          bool any = false;
+          for (int x = 0; x < vocab; ++x) {
+            float qx = 0.0f;
+            if (w.dense_node >= 0) {
+              qx = sc.q(w.dense_node, x);
+            }
+            resid[x] = accept_residual_weight(pr[x], qx);
+          }
+          if (w.dense_node < 0)  // one-hot rejections: q is 1 at each rejected token
+            for (int i = 0; i < s.tree.n; ++i)
+              if (w.rejected & (1u << i)) resid[s.tree.token[i]] = 0.0f;
+          for (int x = 0; x < vocab && !any; ++x) any = resid[x] > 0.0f;
+          tok = sample_dense(any ? resid.data() : pr, vocab,
+                             spec_uniform(p.seed, m, kStreamResidual));
+        }
+        s.out[w.accepted] = tok;
+        const int32_t old_past = s.n_past;
+        spec_commit(s, w.accepted);
+        int32_t* h = st.history + static_cast<size_t>(slots[b]) * st.max_seq;
+        for (int d = 0; d < s.n_new && old_past + 1 + d < st.max_seq; ++d)
+          h[old_past + 1 + d] = s.out[d];
+        for (int d = 0; d < kMaxDraftNodes; ++d) {
+          const int e = static_cast<int>(b) * kMaxDraftNodes + d;
+          moves.slot[e] = slots[b];
+          moves.src[e] = d < w.accepted ? old_past + 1 + s.path[d] : -1;
+          moves.dst[e] = old_past + 1 + d;
+        }
+      }
+    });
+  }
+
+  void lookup(const SpecState& st, const int32_t* slots, int B) override {
+    pool_.parallel_for(B, 1, [&](int64_t b0, int64_t b1) {
+      for (int64_t b = b0; b < b1; ++b) {
+        SeqState& s = st.seqs[slots[b]];
+        if (!(s.sources & draft_source_bit(DraftSource::kLookup))) {
+          s.lookup_n = 0;
+          continue;
+        }
+        const size_t off = static_cast<size_t>(slots[b]) * st.max_seq;
+        const int len = std::min(s.n_past + 1, st.max_seq);
+        lookup_propose_serial(st.history + off, len, st.prediction + off, s.pred_len,
+                              s.max_nodes, s.tree);
+        s.lookup_n = s.tree.n;
+      }
+    });
+  }
+
+ private:
+  ThreadPool& pool_;
+  std::vector<float> P_;       // [max_batch, max_k + 1, vocab]
+  std::vector<int32_t> best_;  // [max_batch, max_k + 1]
+};
+
+}  // namespace
+
+std::unique_ptr<SpecOps> make_cpu_spec_ops(CpuBackend& be, int max_batch, int max_k, int vocab) {
+  return std::make_unique<CpuSpecOps>(be, max_batch, max_k, vocab);
+}
+
+}  // namespace trt_spec
