@@ -19,7 +19,8 @@ SEQ = np.dtype(
     {
         "names": list(T.SEQ_STATE_FIELDS),
         "formats": [
-            np.dtype(t) if n == 1 else (np.dtype(t), (n,)) for _, t, n in T.SEQ_STATE_FIELDS.values()
+            np.dtype(t) if n == 1 else (np.dtype(t), (n,))
+            for _, t, n in T.SEQ_STATE_FIELDS.values()
         ],
         "offsets": [off for off, _, _ in T.SEQ_STATE_FIELDS.values()],
         "itemsize": T.SEQ_STATE_BYTES,

@@ -192,28 +192,69 @@ def test_attention(emu, cpu, splits: int, nh: int, nkv: int, hd: int, tree: bool
         slot = np.array([0, 0, 0, 1], np.int32)
     n = len(pos)
     qkv = rng.standard_normal((n, (nh + 2 * nkv) * hd)).astype(np.float32)
-    extra = {} if not tree else dict(
-        kv_idx=list(kv_idx), tree_base=list(base), tree_bits=[int(b) for b in bits]
+    extra = (
+        {}
+        if not tree
+        else dict(kv_idx=list(kv_idx), tree_base=list(base), tree_bits=[int(b) for b in bits])
     )
     out_c, k_c, v_c = cpu.attention(
-        qkv, list(pos), list(slot), nh, nkv, hd, 1 / np.sqrt(hd), k, v, slots, layers, max_seq,
-        layer, **extra,
+        qkv,
+        list(pos),
+        list(slot),
+        nh,
+        nkv,
+        hd,
+        1 / np.sqrt(hd),
+        k,
+        v,
+        slots,
+        layers,
+        max_seq,
+        layer,
+        **extra,
     )
     kg, vg = k.copy(), v.copy()
     out = np.zeros((n, nh * hd), np.float32)
     partial = np.zeros(n * nh * splits * (hd + 2), np.float32)
     emu.emu_attention(
-        P(qkv), P(pos), P(slot), P(kv_idx), P(base), P(bits), I32(n), I32(nh), I32(nkv), I32(hd),
-        F32(1 / np.sqrt(hd)), P(kg), P(vg), I32(layers), I32(max_seq), I32(layer), I32(splits),
-        P(partial), P(out),
+        P(qkv),
+        P(pos),
+        P(slot),
+        P(kv_idx),
+        P(base),
+        P(bits),
+        I32(n),
+        I32(nh),
+        I32(nkv),
+        I32(hd),
+        F32(1 / np.sqrt(hd)),
+        P(kg),
+        P(vg),
+        I32(layers),
+        I32(max_seq),
+        I32(layer),
+        I32(splits),
+        P(partial),
+        P(out),
     )
     np.testing.assert_array_equal(kg, k_c)
     np.testing.assert_array_equal(vg, v_c)
     assert rel_err(out, out_c.astype(np.float64)) < 1e-5
     if tree:  # node 2 sees [0, 9), the root, node 1 and itself: a chain of those rows
         o2, _, _ = cpu.attention(
-            qkv[[0, 2, 3]], [9, 10, 11], [0, 0, 0], nh, nkv, hd, 1 / np.sqrt(hd), k, v, slots,
-            layers, max_seq, layer,
+            qkv[[0, 2, 3]],
+            [9, 10, 11],
+            [0, 0, 0],
+            nh,
+            nkv,
+            hd,
+            1 / np.sqrt(hd),
+            k,
+            v,
+            slots,
+            layers,
+            max_seq,
+            layer,
         )
         np.testing.assert_allclose(out_c[3], o2[2], rtol=1e-5, atol=1e-6)
 
@@ -230,8 +271,17 @@ def test_kv_copy(emu, cpu) -> None:
     kc, vc = cpu.kv_copy(k, v, slots, layers, nkv, max_seq, hd, list(slot), list(src), list(dst))
     kg, vg = k.copy(), v.copy()
     emu.emu_kv_copy(
-        P(kg), P(vg), I32(slots), I32(layers), I32(nkv), I32(max_seq), I32(hd), P(slot), P(src),
-        P(dst), I32(len(slot)),
+        P(kg),
+        P(vg),
+        I32(slots),
+        I32(layers),
+        I32(nkv),
+        I32(max_seq),
+        I32(hd),
+        P(slot),
+        P(src),
+        P(dst),
+        I32(len(slot)),
     )
     np.testing.assert_array_equal(kg, kc)
     np.testing.assert_array_equal(vg, vc)
@@ -323,8 +373,14 @@ def _tree_seqs(rng: np.random.Generator, B: int, V: int, n_nodes: int) -> np.nda
     """SeqStates holding random one-hot (lookup) trees: parents before children, siblings with
     distinct tokens, lookup_n = n_nodes."""
     seqs = seq_states(
-        B, n_past=12, last=5, prev=4, n_gen=np.arange(B) * 3 + 2, max_nodes=16,
-        sources=(1 << SOURCE["model"]) | (1 << SOURCE["lookup"]), lookup_n=n_nodes,
+        B,
+        n_past=12,
+        last=5,
+        prev=4,
+        n_gen=np.arange(B) * 3 + 2,
+        max_nodes=16,
+        sources=(1 << SOURCE["model"]) | (1 << SOURCE["lookup"]),
+        lookup_n=n_nodes,
     )
     f = fields(seqs)
     for b in range(B):
@@ -381,8 +437,15 @@ def test_spec_accept(emu, cpu, k: int, source: str) -> None:
                     row = b * (k + 1) + f[sl]["tree_parent"][i] + 1
                     target[row, f[sl]["tree_token"][i]] += 3.0
         else:
-            seqs = seq_states(B, n_past=12, last=5, prev=4, n_gen=np.array([2, 6, 9]),
-                              max_nodes=16, sources=1 << SOURCE["model"])
+            seqs = seq_states(
+                B,
+                n_past=12,
+                last=5,
+                prev=4,
+                n_gen=np.array([2, 6, 9]),
+                max_nodes=16,
+                sources=1 << SOURCE["model"],
+            )
             for j in range(k):
                 dl = np.zeros((B, Vd), np.float32)
                 # Row b of the batch is slot slots[b]: its draft logits near its target row j.
@@ -399,8 +462,21 @@ def test_spec_accept(emu, cpu, k: int, source: str) -> None:
         best = np.zeros(B * (k + 1), np.int32)
         mv = [np.zeros(B * 16, np.int32) for _ in range(3)]
         emu.emu_spec_accept(
-            P(target), P(q if k else None), I32(B), I32(k), I32(V), I32(Vd), P(got), P(slots),
-            P(states(ps)), P(Pbuf), P(best), P(hg), I32(max_seq), *map(P, mv), T,
+            P(target),
+            P(q if k else None),
+            I32(B),
+            I32(k),
+            I32(V),
+            I32(Vd),
+            P(got),
+            P(slots),
+            P(states(ps)),
+            P(Pbuf),
+            P(best),
+            P(hg),
+            I32(max_seq),
+            *map(P, mv),
+            T,
         )
         np.testing.assert_array_equal(got, want_s)
         np.testing.assert_array_equal(hg, want_h)
@@ -421,8 +497,11 @@ def test_spec_lookup(emu, cpu, seed: int) -> None:
     for b in range(B):
         pred[b, : m[b]] = rng.integers(0, 6, m[b])
     seqs = seq_states(
-        B, n_past=np.array([30, 120, 250]), max_nodes=np.array([8, 16, 3]),
-        pred_len=np.array(m), sources=np.array([1 << SOURCE["lookup"]] * 2 + [0]),
+        B,
+        n_past=np.array([30, 120, 250]),
+        max_nodes=np.array([8, 16, 3]),
+        pred_len=np.array(m),
+        sources=np.array([1 << SOURCE["lookup"]] * 2 + [0]),
     )
     want = cpu.spec_lookup(seqs, list(slots), hist, pred)
     got = seqs.copy()
@@ -434,8 +513,9 @@ def test_spec_lookup(emu, cpu, seed: int) -> None:
             assert f[b]["lookup_n"] == 0
             continue
         n = f[b]["n_past"] + 1
-        tok, par, _, _ = native.lookup_propose(list(hist[b, :n]), list(pred[b, : m[b]]),
-                                              int(f[b]["max_nodes"]))
+        tok, par, _, _ = native.lookup_propose(
+            list(hist[b, :n]), list(pred[b, : m[b]]), int(f[b]["max_nodes"])
+        )
         assert f[b]["lookup_n"] == len(tok)
         assert list(f[b]["tree_token"][: len(tok)]) == tok
         assert list(f[b]["tree_parent"][: len(tok)]) == par

@@ -13,7 +13,7 @@ import pytest
 import spec_pairs
 from cuda_helpers import GPU
 from native import T
-from trt_spec import Engine, _core
+from trt_spec import Engine
 from trt_spec.build.random_engine import SHAPES, write_random_engine
 
 pytestmark = GPU

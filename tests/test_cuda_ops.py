@@ -258,8 +258,15 @@ def test_spec_accept(cpu, gpu, k: int, vocab: int, vocab_draft: int, source: str
                 for i in range(k):
                     target[b * (k + 1) + f[b]["tree_parent"][i] + 1, f[b]["tree_token"][i]] += 3
         else:
-            seqs = seq_states(B, n_past=20, last=11, prev=10, n_gen=np.array([3, 4, 5]) + trial,
-                              max_nodes=16, sources=1 << SOURCE["model"])
+            seqs = seq_states(
+                B,
+                n_past=20,
+                last=11,
+                prev=10,
+                n_gen=np.array([3, 4, 5]) + trial,
+                max_nodes=16,
+                sources=1 << SOURCE["model"],
+            )
             # Draft proposals from distributions near the target's (some accepted, some not).
             for j in range(k):
                 base = np.zeros((B, vocab_draft), np.float32)
@@ -286,8 +293,11 @@ def test_spec_lookup(cpu, gpu, seed: int) -> None:
     hist = rng.integers(0, 8 if seed % 2 else 200, (B, max_seq)).astype(np.int32)
     pred = rng.integers(0, 8, (B, max_seq)).astype(np.int32)
     seqs = seq_states(
-        B, n_past=np.array([40, 1000, 3000, 4094]), max_nodes=16,
-        pred_len=np.array([0, 100, 4000, 10]), sources=1 << SOURCE["lookup"],
+        B,
+        n_past=np.array([40, 1000, 3000, 4094]),
+        max_nodes=16,
+        pred_len=np.array([0, 100, 4000, 10]),
+        sources=1 << SOURCE["lookup"],
     )
     g = gpu.spec_lookup(seqs, [3, 1, 0, 2], hist, pred)
     c = cpu.spec_lookup(seqs, [3, 1, 0, 2], hist, pred)

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from scipy import stats as sps
 from native import T
+from scipy import stats as sps
 
 N = 30_000
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from scipy import stats
 from native import T
+from scipy import stats
 
 N = 100_000
 ALPHA = 1e-4  # false-failure rate per chi-square test
@@ -45,6 +45,8 @@ def chi2_matches(counts: np.ndarray, probs: np.ndarray) -> float:
     """p-value that counts were drawn from probs (cells with no mass must be empty)."""
     assert counts[probs == 0].sum() == 0, "drew a token the distribution excludes"
     support = probs > 0
+    if support.sum() == 1:
+        return 1.0  # one possible outcome, and every draw is it
     expected = probs[support] * counts.sum()
     return stats.chisquare(counts[support], expected).pvalue
 
@@ -141,3 +143,65 @@ def test_same_seed_same_draws() -> None:
     b = T.spec_trials(lt, ld, 1.0, 0, 1.0, 500, first_seed=42)
     c = T.spec_trials(lt, ld, 1.0, 0, 1.0, 500, first_seed=43)
     assert (a == b).all() and not (a == c).all()
+
+
+# ---- one-hot proposals (prompt lookup): chains and trees ---------------------------------------
+def _tree_dist(row_probs: list[np.ndarray], toks, pars, t1: int) -> np.ndarray:
+    """P(second token | first token t1) under exact target sampling: row of t1's node if t1 is a
+    child of the root, else nothing (the walk stops after emitting t1)."""
+    node = next(
+        (i for i, (t, p) in enumerate(zip(toks, pars, strict=True)) if p == -1 and t == t1), None
+    )
+    return row_probs[node + 1] if node is not None else None
+
+
+TREES = {
+    "chain": ([2, 4, 1], [-1, 0, 1]),
+    "two-branches": ([2, 4, 1, 0], [-1, -1, 0, 1]),
+    "three-siblings-deep": ([1, 2, 4, 0, 5, 3], [-1, -1, -1, 0, 0, 3]),
+    "likely-and-unlikely": ([3, 0, 1], [-1, -1, 1]),  # token 3 has p 0 at the root
+}
+
+
+@pytest.mark.parametrize("tree", list(TREES))
+@pytest.mark.parametrize("temperature, top_p", [(1.0, 1.0), (0.7, 0.9)])
+def test_one_hot_tree_emits_the_target_distribution(tree: str, temperature: float, top_p: float):
+    """Recursive rejection sampling over a deterministic tree (accept.h): the first token follows
+    p at the root, the second follows p at the first token's node whenever the walk went through
+    it, whatever the tree, including siblings tried one after another."""
+    toks, pars = TREES[tree]
+    rng = np.random.default_rng(len(toks))
+    V = 6
+    rows = (0.8 * rng.standard_normal((len(toks) + 1, V))).astype(np.float32)
+    rows[0, 3] = -np.inf  # the root never emits token 3
+    probs = [rule_probs(r, temperature, top_p=top_p) for r in rows]
+    out = T.tree_trials(rows, toks, pars, temperature, 0, top_p, N)
+    first = np.bincount(out[:, 0], minlength=V)
+    assert chi2_matches(first, probs[0]) > ALPHA
+    for t1 in range(V):
+        cond = _tree_dist(probs, toks, pars, t1)
+        sel = out[:, 0] == t1
+        if cond is None or sel.sum() < 200:
+            continue
+        second = np.bincount(out[sel, 1], minlength=V)
+        assert chi2_matches(second, cond) > ALPHA, (tree, t1)
+    # The accepted count is the depth of the path whose tokens were emitted.
+    for row in out[:200]:
+        kept = row[-1]
+        node = -1
+        for d in range(kept):
+            node = next(
+                i
+                for i, (t, p) in enumerate(zip(toks, pars, strict=True))
+                if p == node and t == row[d]
+            )
+        assert node >= -1
+
+
+def test_one_hot_greedy_keeps_the_argmax_child() -> None:
+    rows = np.zeros((4, 6), np.float32)
+    rows[0, 4] = 5.0  # root: argmax 4 (the second child)
+    rows[2, 1] = 5.0  # node 1 (token 4): argmax 1 (its child, node 2)
+    rows[3, 2] = 5.0  # node 2: argmax 2
+    out = T.tree_trials(rows, [2, 4, 1], [-1, -1, 1], 0.0, 0, 1.0, 3)
+    assert (out == np.array([4, 1, 2, 2])).all()  # 4, 1 accepted, then the target's 2

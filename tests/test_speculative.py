@@ -49,7 +49,11 @@ def test_greedy_speculation_equals_target_only(root, kind: str, batch: int, draf
     base = e.generate(prompts, max_new_tokens=40, speculate=False, ignore_eos=True)
     for k in [1, 2, 3, 4, "auto"]:
         got = e.generate(
-            prompts, max_new_tokens=40, draft=draft, draft_len=k, ignore_eos=True,
+            prompts,
+            max_new_tokens=40,
+            draft=draft,
+            draft_len=k,
+            ignore_eos=True,
             prediction=PREDICTION,
         )
         for b, g in zip(base, got, strict=True):
@@ -71,7 +75,10 @@ def test_lookup_trees_are_exact_and_accepted(root) -> None:
     base = e.generate(PROMPTS[0], max_new_tokens=60, speculate=False, ignore_eos=True)
     # The answer itself as the prediction: lookup should be accepted nearly always.
     r = e.generate(
-        PROMPTS[0], max_new_tokens=60, draft="lookup", ignore_eos=True,
+        PROMPTS[0],
+        max_new_tokens=60,
+        draft="lookup",
+        ignore_eos=True,
         prediction=base.token_ids,
     )
     assert r.token_ids == base.token_ids
@@ -101,9 +108,7 @@ def _first_tokens(
     out = np.zeros((n, 3), np.int64)
     for start in range(0, n, 512):
         ids = {
-            s.submit(
-                [1, 2, 3], 3, temperature, 0, top_p, seed, [], [], prediction, draft, k
-            ): seed
+            s.submit([1, 2, 3], 3, temperature, 0, top_p, seed, [], [], prediction, draft, k): seed
             for seed in range(start, min(n, start + 512))
         }
         for rid, (toks, _, _) in run(s, list(ids)).items():
@@ -172,8 +177,9 @@ def test_sampled_distribution_is_the_targets(
 def test_sampling_same_seed_same_output(root) -> None:
     e = pair(root, "noisy", draft_len=4, max_batch=4)
     for draft in ("model", "lookup"):
-        kw = dict(max_new_tokens=30, temperature=0.8, draft=draft, draft_len=3,
-                  prediction=PREDICTION)
+        kw = dict(
+            max_new_tokens=30, temperature=0.8, draft=draft, draft_len=3, prediction=PREDICTION
+        )
         a = e.generate(PROMPTS[0], seed=5, **kw)
         b = e.generate(PROMPTS[0], seed=5, **kw)
         c = e.generate(PROMPTS[0], seed=6, **kw)
@@ -196,8 +202,11 @@ def test_kv_caches_equal_fresh_prefill_after_rollbacks(root, draft: str) -> None
     if draft == "model":
         rid = s.submit(PROMPTS[0], 80, 1.0, 0, 1.0, 3, [], [], [], "model", 4)
     else:
-        base = Engine(path).generate(PROMPTS[0], max_new_tokens=60, speculate=False,
-                                     ignore_eos=True).token_ids
+        base = (
+            Engine(path)
+            .generate(PROMPTS[0], max_new_tokens=60, speculate=False, ignore_eos=True)
+            .token_ids
+        )
         corrupt = [(t + 7) % 384 if i % 5 == 4 else t for i, t in enumerate(base)]
         rid = s.submit(PROMPTS[0], 60, 0.0, 0, 1.0, 3, [], [], corrupt + base, "lookup", 4)
     slot, stats, moved = -1, {}, False
@@ -235,7 +244,12 @@ def test_stop_token_inside_accepted_block(root, draft: str) -> None:
     stop = base[6]
     cut = base.index(stop)
     r = e.generate(
-        PROMPTS[0], max_new_tokens=30, draft=draft, draft_len=4, stop=stop, ignore_eos=True,
+        PROMPTS[0],
+        max_new_tokens=30,
+        draft=draft,
+        draft_len=4,
+        stop=stop,
+        ignore_eos=True,
         prediction=base,
     )
     assert r.token_ids == base[: cut + 1] and r.finish_reason == "stop_token"
@@ -248,7 +262,9 @@ def test_stop_string_inside_accepted_block(root) -> None:
     # Two tokens of well-formed text (stop strings match the output's UTF-8 bytes; a random
     # model's invalid bytes decode to U+FFFD, which no byte sequence matches).
     i = next(
-        i for i in range(4, 28) if "\ufffd" not in e.decode(base.token_ids[i : i + 2]).strip("")
+        i
+        for i in range(4, 28)
+        if "\ufffd" not in e.decode(base.token_ids[i : i + 2]).strip("")
         and e.decode(base.token_ids[i : i + 2])
     )
     stop = e.decode(base.token_ids[i : i + 2])
@@ -265,7 +281,11 @@ def test_max_new_tokens_mid_block(root, n: int) -> None:
     base = e.generate(PROMPTS[0], max_new_tokens=n, speculate=False, ignore_eos=True)
     for draft in ("model", "lookup"):
         r = e.generate(
-            PROMPTS[0], max_new_tokens=n, draft=draft, draft_len=4, ignore_eos=True,
+            PROMPTS[0],
+            max_new_tokens=n,
+            draft=draft,
+            draft_len=4,
+            ignore_eos=True,
             prediction=base.token_ids,
         )
         assert r.token_ids == base.token_ids and len(r.token_ids) == n
@@ -281,7 +301,11 @@ def test_prompt_near_max_seq_len(root) -> None:
     for draft in ("model", "lookup", "auto"):
         for k in (1, 4, 8, "auto"):
             r = e.generate(
-                prompt, max_new_tokens=50, draft=draft, draft_len=k, ignore_eos=True,
+                prompt,
+                max_new_tokens=50,
+                draft=draft,
+                draft_len=k,
+                ignore_eos=True,
                 prediction=prompt + base.token_ids,
             )
             assert r.token_ids == base.token_ids and r.finish_reason == "max_seq_len"
@@ -305,7 +329,11 @@ def test_k1_and_target_only_mode(root) -> None:
 def test_statistics_are_consistent(root) -> None:
     e = pair(root, "noisy", draft_len=4, max_batch=1)
     s = e.generate(
-        PROMPTS[3], max_new_tokens=50, temperature=1.0, draft="model", draft_len=4,
+        PROMPTS[3],
+        max_new_tokens=50,
+        temperature=1.0,
+        draft="model",
+        draft_len=4,
         ignore_eos=True,
     ).stats
     assert s.new_tokens == 50 and s.spec_iterations == s.iterations
@@ -317,7 +345,9 @@ def test_statistics_are_consistent(root) -> None:
     assert s.tokens_per_iteration == pytest.approx(49 / s.iterations)
     assert s.draft_s > 0 and s.verify_s > 0 and s.draft_len == "4" and s.draft == "model"
     assert s.by_source["model"] == {
-        "iterations": s.iterations, "drafted": s.drafted, "accepted": s.accepted
+        "iterations": s.iterations,
+        "drafted": s.drafted,
+        "accepted": s.accepted,
     }
     assert len(s.sources) == s.iterations and "acceptance" in str(s)
 

@@ -21,6 +21,7 @@
 #include "engine/runtime.h"
 #include "engine/scheduler.h"
 #include "format/engine_file.h"
+#include "format/schema.h"
 #include "kernels/cpu/quantize.h"
 #include "spec/seq_state.h"
 
@@ -50,6 +51,27 @@ NB_MODULE(_core, m) {
   m.attr("QUANT_GROUP") = kQuantGroup;
   m.attr("Q4_SUPER_BLOCK") = kQ4SuperBlock;
   m.attr("MAX_DRAFT_LEN") = kMaxDraftLen;
+
+  {
+    nb::list archs;
+    for (const char* a : kArchitectures) archs.append(a);
+    m.attr("ARCHITECTURES") = nb::tuple(archs);
+    nb::dict keys;
+    for (const ConfigKey& k : kConfigKeys) keys[k.name] = k.type;
+    m.attr("CONFIG_KEYS") = keys;
+  }
+  m.def(
+      "engine_tensors",
+      [](const std::string& config_json) {
+        const ModelConfig c = ModelConfig::from_json(Json::parse(config_json));
+        std::vector<std::tuple<std::string, int64_t, int64_t, std::vector<std::string>>> out;
+        for (TensorSpec& t : engine_tensors(c))
+          out.emplace_back(std::move(t.name), t.rows, t.cols, std::move(t.sources));
+        return out;
+      },
+      "config_json"_a,
+      "The engine tensors of a model config (JSON text): [(name, rows, cols, checkpoint "
+      "tensors concatenated along rows)], in file order (format/schema.h); rows 1: a 1-D tensor");
 
   nb::enum_<WeightType>(m, "WeightType", "Weight storage types (kernels/weight_format.h)")
       .value("F32", WeightType::F32)

@@ -2,36 +2,14 @@
 #include "model/model.h"
 
 #include <cmath>
+#include <map>
 
 #include "common/errors.h"
 
 namespace trt_spec {
 
-ModelConfig ModelConfig::from_json(const Json& j) {
-  ModelConfig c;
-  c.arch = j.at("arch").as_string();
-  if (c.arch != "qwen2" && c.arch != "llama")
-    throw EngineFileError("unsupported architecture '" + c.arch + "' in engine file");
-  c.n_layers = static_cast<int>(j.at("n_layers").as_int());
-  c.dim = static_cast<int>(j.at("dim").as_int());
-  c.n_heads = static_cast<int>(j.at("n_heads").as_int());
-  c.n_kv_heads = static_cast<int>(j.at("n_kv_heads").as_int());
-  c.head_dim = static_cast<int>(j.at("head_dim").as_int());
-  c.ffn_dim = static_cast<int>(j.at("ffn_dim").as_int());
-  c.vocab_size = static_cast<int>(j.at("vocab_size").as_int());
-  c.rope_theta = static_cast<float>(j.at("rope_theta").as_number());
-  c.rms_eps = static_cast<float>(j.at("rms_eps").as_number());
-  c.tied_embeddings = j.at("tied_embeddings").as_bool();
-  c.qkv_bias = j.at("qkv_bias").as_bool();
-  if (c.n_layers <= 0 || c.dim <= 0 || c.n_heads <= 0 || c.n_kv_heads <= 0 || c.head_dim <= 0 ||
-      c.ffn_dim <= 0 || c.vocab_size <= 0 || c.n_heads % c.n_kv_heads != 0 || c.head_dim % 2 != 0)
-    throw EngineFileError("engine metadata: inconsistent model shape");
-  return c;
-}
-
 WeightView Model::weight(const EngineFile& file, const std::string& name, int64_t rows,
-                         int64_t cols, bool required) {
-  if (!required && file.tensors(role_).count(name) == 0) return WeightView{};
+                         int64_t cols) {
   const TensorEntry& e = file.tensor(role_, name);
   if (e.rows != rows || e.cols != cols)
     throw EngineFileError("tensor " + role_ + "/" + name + " has shape [" + std::to_string(e.rows) +
@@ -46,21 +24,26 @@ WeightView Model::weight(const EngineFile& file, const std::string& name, int64_
 Model::Model(const EngineFile& file, const std::string& role, Backend& backend, ModelLimits limits)
     : role_(role), be_(backend), limits_(limits) {
   cfg_ = ModelConfig::from_json(file.meta().at("models").at(role).at("config"));
-  const int64_t D = cfg_.dim, V = cfg_.vocab_size, F = cfg_.ffn_dim;
-  tok_embd_ = weight(file, "tok_embd.weight", V, D);
-  output_norm_ = weight(file, "output_norm.weight", 1, D);
-  output_ = cfg_.tied_embeddings ? tok_embd_ : weight(file, "output.weight", V, D);
+  // The tensors by the schema (format/schema.h): every one of them must be in the file.
+  std::map<std::string, WeightView> w;
+  for (const TensorSpec& t : engine_tensors(cfg_)) w[t.name] = weight(file, t.name, t.rows, t.cols);
+  for (const auto& [name, e] : file.tensors(role_))
+    if (!w.count(name))
+      throw EngineFileError("tensor " + role_ + "/" + name + " is not part of a " + cfg_.arch +
+                            " model's schema");
+  tok_embd_ = w.at("tok_embd.weight");
+  output_norm_ = w.at("output_norm.weight");
+  output_ = cfg_.tied_embeddings ? tok_embd_ : w.at("output.weight");
   for (int l = 0; l < cfg_.n_layers; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     Layer L;
-    L.attn_norm = weight(file, p + "attn_norm.weight", 1, D);
-    L.attn_qkv = weight(file, p + "attn_qkv.weight", cfg_.qkv_dim(), D);
-    L.attn_qkv_bias = weight(file, p + "attn_qkv.bias", 1, cfg_.qkv_dim(), cfg_.qkv_bias);
-    L.attn_o = weight(file, p + "attn_output.weight", D,
-                      static_cast<int64_t>(cfg_.n_heads) * cfg_.head_dim);
-    L.ffn_norm = weight(file, p + "ffn_norm.weight", 1, D);
-    L.ffn_gate_up = weight(file, p + "ffn_gate_up.weight", 2 * F, D);
-    L.ffn_down = weight(file, p + "ffn_down.weight", D, F);
+    L.attn_norm = w.at(p + "attn_norm.weight");
+    L.attn_qkv = w.at(p + "attn_qkv.weight");
+    if (cfg_.qkv_bias) L.attn_qkv_bias = w.at(p + "attn_qkv.bias");
+    L.attn_o = w.at(p + "attn_output.weight");
+    L.ffn_norm = w.at(p + "ffn_norm.weight");
+    L.ffn_gate_up = w.at(p + "ffn_gate_up.weight");
+    L.ffn_down = w.at(p + "ffn_down.weight");
     layers_.push_back(L);
   }
   attn_ = {cfg_.n_heads, cfg_.n_kv_heads, cfg_.head_dim,
@@ -90,7 +73,7 @@ Model::Model(const EngineFile& file, const std::string& role, Backend& backend, 
   be_.upload(cos_.as<void>(), c.data(), c.size() * sizeof(float));
   be_.upload(sin_.as<void>(), s.data(), s.size() * sizeof(float));
 
-  const size_t R = static_cast<size_t>(limits_.max_rows);
+  const size_t R = static_cast<size_t>(limits_.max_rows), D = cfg_.dim, F = cfg_.ffn_dim;
   auto scratch = [&](size_t per_row) { return BackendBuffer(be_, R * per_row * sizeof(float)); };
   x_ = scratch(D);
   h_ = scratch(D);

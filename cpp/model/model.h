@@ -11,19 +11,9 @@
 
 #include "backend/backend.h"
 #include "format/engine_file.h"
+#include "format/schema.h"
 
 namespace trt_spec {
-
-struct ModelConfig {
-  std::string arch;  // "qwen2" or "llama"
-  int n_layers = 0, dim = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0, ffn_dim = 0;
-  int vocab_size = 0;
-  float rope_theta = 10000.0f, rms_eps = 1e-6f;
-  bool tied_embeddings = false, qkv_bias = false;
-
-  int qkv_dim() const { return (n_heads + 2 * n_kv_heads) * head_dim; }
-  static ModelConfig from_json(const Json& j);  // validates; throws EngineFileError
-};
 
 struct ModelLimits {
   int max_seq = 0;    // positions per KV slot
@@ -56,8 +46,7 @@ class Model {
   struct Layer {
     WeightView attn_norm, attn_qkv, attn_qkv_bias, attn_o, ffn_norm, ffn_gate_up, ffn_down;
   };
-  WeightView weight(const EngineFile& file, const std::string& name, int64_t rows, int64_t cols,
-                    bool required = true);
+  WeightView weight(const EngineFile& file, const std::string& name, int64_t rows, int64_t cols);
 
   std::string role_;
   Backend& be_;

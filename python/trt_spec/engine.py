@@ -173,6 +173,16 @@ class Engine:
         return self._rt.max_batch
 
     @property
+    def running_requests(self) -> int:
+        """Requests holding a KV slot (prefilling or decoding)."""
+        return self._sched.running
+
+    @property
+    def waiting_requests(self) -> int:
+        """Requests queued for a slot."""
+        return self._sched.waiting
+
+    @property
     def use_graphs(self) -> bool:
         """Replay each speculative iteration as one captured graph (CUDA; default True).
         False launches the same kernels one by one (for debugging and comparisons)."""

@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from trt_spec import _core
+from trt_spec.build.schema import engine_tensors
 from trt_spec.build.source import BuildError, ModelSource, open_source, sha256_file
 from trt_spec.build.writer import EngineWriter
 
@@ -48,23 +49,9 @@ class BuildReport:
 
 
 def _plan(src: ModelSource) -> list[tuple[str, list[str]]]:
-    """Engine tensors in file order: (engine name, source parts concatenated along rows)."""
-    c = src.config
-    plan = [("tok_embd.weight", ["tok_embd.weight"])]
-    for i in range(c["n_layers"]):
-        p = f"blk.{i}."
-        plan.append((p + "attn_norm.weight", [p + "attn_norm.weight"]))
-        plan.append((p + "attn_qkv.weight", [p + f"attn_{x}.weight" for x in "qkv"]))
-        if c["qkv_bias"]:
-            plan.append((p + "attn_qkv.bias", [p + f"attn_{x}.bias" for x in "qkv"]))
-        plan.append((p + "attn_output.weight", [p + "attn_output.weight"]))
-        plan.append((p + "ffn_norm.weight", [p + "ffn_norm.weight"]))
-        plan.append((p + "ffn_gate_up.weight", [p + "ffn_gate.weight", p + "ffn_up.weight"]))
-        plan.append((p + "ffn_down.weight", [p + "ffn_down.weight"]))
-    plan.append(("output_norm.weight", ["output_norm.weight"]))
-    if not c["tied_embeddings"]:
-        plan.append(("output.weight", ["output.weight"]))
-    return plan
+    """Engine tensors in file order: (engine name, source parts concatenated along rows), by the
+    schema (trt_spec.build.schema, defined in C++)."""
+    return [(t.name, list(t.sources)) for t in engine_tensors(src.config)]
 
 
 def choose_type(

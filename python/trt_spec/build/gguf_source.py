@@ -12,6 +12,7 @@ from pathlib import Path
 import gguf
 import numpy as np
 
+from trt_spec.build.schema import ARCHITECTURES
 from trt_spec.build.source import BuildError, ModelSource, SourceTensor
 from trt_spec.tokenizer import (
     fast_gguf_reader_class,
@@ -67,8 +68,10 @@ def open_gguf(path: Path) -> ModelSource:
         except Exception:  # an exotic field type the builder does not need
             continue
     arch = fields.get("general.architecture")
-    if arch not in ("qwen2", "llama"):
-        raise BuildError(f"{path}: unsupported architecture {arch!r} (supported: qwen2, llama)")
+    if arch not in ARCHITECTURES:
+        raise BuildError(
+            f"{path}: unsupported architecture {arch!r} (supported: {', '.join(ARCHITECTURES)})"
+        )
 
     def key(name: str, default=None):
         v = fields.get(f"{arch}.{name}", default)

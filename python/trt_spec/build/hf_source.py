@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 from safetensors import safe_open
 
+from trt_spec.build.schema import ARCHITECTURES
 from trt_spec.build.source import BuildError, ModelSource, SourceTensor
 from trt_spec.tokenizer import tokenizer_json_from_hf
 
@@ -100,9 +101,10 @@ def open_hf(folder: Path) -> ModelSource:
 
 def _open_hf(folder: Path, hf: dict) -> ModelSource:
     model_type = hf.get("model_type")
-    if model_type not in ("qwen2", "llama"):
+    if model_type not in ARCHITECTURES:
         raise BuildError(
-            f"{folder}: unsupported architecture {model_type!r} (supported: qwen2, llama)"
+            f"{folder}: unsupported architecture {model_type!r} "
+            f"(supported: {', '.join(ARCHITECTURES)})"
         )
     scaling = hf.get("rope_scaling") or (hf.get("rope_parameters") or {})
     rope_type = scaling.get("rope_type", scaling.get("type", "default")) if scaling else "default"

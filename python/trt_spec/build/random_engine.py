@@ -18,6 +18,7 @@ import numpy as np
 
 from trt_spec import _core
 from trt_spec.build.builder import choose_type
+from trt_spec.build.schema import engine_tensors
 from trt_spec.build.writer import EngineWriter
 
 # Model configs in the engine schema (cpp/runtime/model.h ModelConfig).
@@ -41,24 +42,8 @@ SHAPES: dict[str, dict] = {
 
 
 def tensor_shapes(cfg: dict) -> list[tuple[str, tuple[int, ...]]]:
-    """Engine tensors of a config, in the builder's file order."""
-    d, f, v = cfg["dim"], cfg["ffn_dim"], cfg["vocab_size"]
-    qkv = (cfg["n_heads"] + 2 * cfg["n_kv_heads"]) * cfg["head_dim"]
-    out: list[tuple[str, tuple[int, ...]]] = [("tok_embd.weight", (v, d))]
-    for i in range(cfg["n_layers"]):
-        p = f"blk.{i}."
-        out.append((p + "attn_norm.weight", (d,)))
-        out.append((p + "attn_qkv.weight", (qkv, d)))
-        if cfg["qkv_bias"]:
-            out.append((p + "attn_qkv.bias", (qkv,)))
-        out.append((p + "attn_output.weight", (d, cfg["n_heads"] * cfg["head_dim"])))
-        out.append((p + "ffn_norm.weight", (d,)))
-        out.append((p + "ffn_gate_up.weight", (2 * f, d)))
-        out.append((p + "ffn_down.weight", (d, f)))
-    out.append(("output_norm.weight", (d,)))
-    if not cfg["tied_embeddings"]:
-        out.append(("output.weight", (v, d)))
-    return out
+    """Engine tensors of a config, in the builder's file order (the schema's)."""
+    return [(t.name, t.shape) for t in engine_tensors(cfg)]
 
 
 def parameter_count(cfg: dict) -> int:

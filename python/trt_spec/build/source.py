@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-SUPPORTED_ARCHS = ("qwen2", "llama")
+from trt_spec.build.schema import ARCHITECTURES, checkpoint_tensors, config_problems
 
 
 class BuildError(ValueError):
@@ -51,34 +51,17 @@ class ModelSource:
     def check(self) -> None:
         """Validate the config and that every tensor the runtime needs is present."""
         c = self.config
-        if c["arch"] not in SUPPORTED_ARCHS:
+        problems = config_problems(c)
+        if problems:
+            raise BuildError(f"{self.path}: bad model config ({'; '.join(problems)})")
+        if c["arch"] not in ARCHITECTURES:
             raise BuildError(
                 f"{self.path}: unsupported architecture {c['arch']!r} "
-                f"(supported: {', '.join(SUPPORTED_ARCHS)})"
+                f"(supported: {', '.join(ARCHITECTURES)})"
             )
         if c["n_heads"] % c["n_kv_heads"] != 0:
             raise BuildError(f"{self.path}: n_heads must be a multiple of n_kv_heads")
-        need = ["tok_embd.weight", "output_norm.weight"]
-        if not c["tied_embeddings"]:
-            need.append("output.weight")
-        for i in range(c["n_layers"]):
-            p = f"blk.{i}."
-            need += [
-                p + n + ".weight"
-                for n in (
-                    "attn_norm",
-                    "attn_q",
-                    "attn_k",
-                    "attn_v",
-                    "attn_output",
-                    "ffn_norm",
-                    "ffn_gate",
-                    "ffn_up",
-                    "ffn_down",
-                )
-            ]
-            if c["qkv_bias"]:
-                need += [p + f"attn_{x}.bias" for x in "qkv"]
+        need = checkpoint_tensors(c)
         missing = [n for n in need if n not in self.tensors]
         if missing:
             raise BuildError(f"{self.path}: missing tensors {missing[:5]}")

@@ -1,0 +1,110 @@
+"""Prompt lookup's rule (cpp/spec/lookup.h) on host arrays, against a reference written here from
+its definition: longest n-gram match, prediction matches first, a trie of continuations ordered
+by how many matches agree."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from native import T
+
+NMIN, NMAX, MATCHES, NODES = T.NGRAM_MIN, T.NGRAM_MAX, T.MAX_MATCHES, T.MAX_DRAFT_NODES
+PREDICTED = 2  # DraftNodeFlags::kNodePredicted
+
+
+def match_len(src: list[int], e: int, h: list[int]) -> int:
+    n = 0
+    while n < NMAX and e - n - 1 >= 0 and len(h) - n - 1 >= 0 and src[e - n - 1] == h[-n - 1]:
+        n += 1
+    return n
+
+
+def reference(h: list[int], pred: list[int], max_nodes: int):
+    """The rule of lookup.h, from its comment, as plain Python."""
+    lens = [(match_len(pred, e, h), e, True) for e in range(len(pred))]
+    lens += [(match_len(h, e, h), e, False) for e in range(len(h))]
+    best = max((n for n, _, _ in lens), default=0)
+    if best < NMIN or max_nodes <= 0:
+        return [], [], [], []
+    matches = [(pred, e, True) for n, e, p in lens if p and n == best]
+    matches += sorted(
+        ((h, e, False) for n, e, p in lens if not p and n == best), key=lambda m: -m[1]
+    )
+    matches = matches[:MATCHES]
+    nodes: list[dict] = []  # trie in creation order
+    for src, e, predicted in matches:
+        cur = -1
+        for j in range(min(NODES, len(src) - e)):
+            t = src[e + j]
+            child = next((i for i, n in enumerate(nodes) if n["p"] == cur and n["t"] == t), None)
+            if child is None:
+                nodes.append({"t": t, "p": cur, "c": 0, "d": j + 1, "f": 0})
+                child = len(nodes) - 1
+            nodes[child]["c"] += 1
+            if predicted:
+                nodes[child]["f"] |= PREDICTED
+            cur = child
+    order = sorted(range(len(nodes)), key=lambda i: (-nodes[i]["c"], nodes[i]["d"], i))
+    order = order[: min(max_nodes, NODES)]
+    new = {old: k for k, old in enumerate(order)}
+    toks = [nodes[i]["t"] for i in order]
+    pars = [-1 if nodes[i]["p"] < 0 else new[nodes[i]["p"]] for i in order]
+    return toks, pars, [nodes[i]["d"] for i in order], [nodes[i]["f"] for i in order]
+
+
+def propose(h, pred=(), max_nodes=16):
+    return T.lookup_propose(list(h), list(pred), max_nodes)
+
+
+def test_no_match_no_proposal() -> None:
+    assert propose([1, 2, 3, 4, 5]) == ([], [], [], [])
+    # A single repeated token is a 1-gram: below NGRAM_MIN.
+    assert propose([1, 2, 3, 1]) == ([], [], [], [])
+
+
+def test_repeated_text_continues_its_earlier_occurrence() -> None:
+    toks, pars, depths, flags = propose([7, 1, 2, 3, 4, 5, 6, 9, 1, 2, 3])
+    assert toks == [4, 5, 6, 9, 1, 2, 3]  # then the history ends
+    assert pars == [-1, 0, 1, 2, 3, 4, 5] and depths == [1, 2, 3, 4, 5, 6, 7]
+    assert flags == [0] * 7
+
+
+def test_the_longest_ngram_wins() -> None:
+    # "2 3" matches twice, "1 2 3" once: only the 3-gram's continuation (8) is proposed.
+    h = [2, 3, 5, 1, 2, 3, 8, 0, 1, 2, 3]
+    assert propose(h)[0][0] == 8 and 5 not in propose(h)[0][:1]
+
+
+def test_prediction_is_a_source_and_flagged() -> None:
+    toks, _, _, flags = propose([9, 9, 1, 2], pred=[1, 2, 3, 4, 5])
+    assert toks == [3, 4, 5] and flags == [PREDICTED] * 3
+
+
+def test_several_continuations_form_a_tree_parents_first() -> None:
+    h = [1, 2, 3, 4, 1, 2, 3, 5, 6, 1, 2, 3]
+    toks, pars, depths, _ = propose(h)
+    assert set(toks[:2]) == {4, 5} and pars[:2] == [-1, -1]  # two branches at depth 1
+    for i, p in enumerate(pars):
+        assert p < i and (p < 0 or depths[i] == depths[p] + 1)
+    # Matches that agree merge: the shared node counts both and comes first.
+    toks, pars, _, _ = propose([1, 2, 3, 4, 9, 1, 2, 3, 4, 7, 1, 2, 3])
+    assert toks[0] == 4 and pars[0] == -1 and set(toks[1:3]) == {9, 7}
+
+
+def test_max_nodes_keeps_a_prefix() -> None:
+    h = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 1, 2, 3]
+    full = propose(h)
+    for m in (0, 1, 3, 5):
+        got = propose(h, max_nodes=m)
+        assert [x[:m] for x in full] == list(got)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_rule_matches_the_reference(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    alphabet = int(rng.integers(2, 12))
+    h = [int(x) for x in rng.integers(0, alphabet, int(rng.integers(1, 300)))]
+    pred = [int(x) for x in rng.integers(0, alphabet, int(rng.integers(0, 200)))]
+    max_nodes = int(rng.integers(0, 17))
+    got = propose(h, pred, max_nodes)
+    assert tuple(got) == reference(h, pred, max_nodes)

@@ -1,0 +1,160 @@
+"""The scheduler (cpp/engine/scheduler.h) owning request lives: chunked prefill interleaved with
+other sequences' decoding, FIFO admission, cancellation (queued, running, abandoned streams),
+max_new_tokens 0, stop strings held back while streaming, and one Engine used from 8 threads."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import spec_pairs
+from native import T
+from trt_spec import Engine
+
+LONG = [int(x) for x in range(3, 43)]  # a 40-token prompt
+
+
+@pytest.fixture(scope="module")
+def path(tmp_path_factory: pytest.TempPathFactory):
+    root = tmp_path_factory.mktemp("sched")
+    return spec_pairs.make_pair(root, "noisy", draft_len=4, max_batch=2, max_seq_len=128)
+
+
+def solo(path, prompt: list[int], n: int) -> list[int]:
+    return (
+        Engine(path).generate(prompt, max_new_tokens=n, speculate=False, ignore_eos=True).token_ids
+    )
+
+
+def test_long_prefill_is_chunked_beside_decoding(path) -> None:
+    """While A decodes, B's 40-token prompt is read 4 rows per step: A gets tokens every step,
+    B's first token comes after 10 steps, and both outputs equal their solo outputs."""
+    s = T.Session(str(path), "cpu", 2, 16, 4)
+    a = s.submit([1, 2, 3], 30, draft="none")
+    got = {a: []}
+    for e in s.step():  # A: prefill (3 rows), its first token and a decode step
+        got[e[0]].extend(e[1])
+    b = s.submit(LONG, 6, draft="none")
+    got[b] = []
+    steps_until_b = 0
+    while not got[b]:
+        events = {e[0]: e for e in s.step()}
+        steps_until_b += 1
+        assert a in events and events[a][1]  # A decoded in every step B was prefilling
+        for rid, e in events.items():
+            got[rid].extend(e[1])
+    assert steps_until_b == 10
+    while s.has_work:
+        for e in s.step():
+            got[e[0]].extend(e[1])
+    assert got[a] == solo(path, [1, 2, 3], 30)
+    assert got[b] == solo(path, LONG, 6)
+
+
+def test_prefill_alone_uses_the_big_chunk(path) -> None:
+    s = T.Session(str(path), "cpu", 2, 16, 4)
+    b = s.submit(LONG, 2, draft="none")
+    steps = 0
+    while s.has_work:
+        steps += 1
+        for e in s.step():
+            assert e[0] == b
+    assert steps == 3  # 16 + 16 + 8 rows; the last step also decodes the second token
+
+
+def test_admission_is_fifo_and_queue_time_is_reported(path) -> None:
+    e = Engine(path)
+    rs = e.generate([[1, 2], [3, 4], [5, 6], [7, 8]], max_new_tokens=5, ignore_eos=True)
+    for r, p in zip(rs, [[1, 2], [3, 4], [5, 6], [7, 8]], strict=True):
+        assert r.token_ids == solo(path, p, 5)
+    # max_batch 2: the last two waited for slots.
+    assert rs[2].stats.queue_s > 0 and rs[3].stats.queue_s > 0
+    assert rs[3].stats.ttft_s >= rs[3].stats.queue_s
+
+
+def test_cancel_running_and_queued(path) -> None:
+    s = T.Session(str(path), "cpu", 2)
+    a = s.submit([1, 2, 3], 100)
+    b = s.submit([4, 5], 100)
+    c = s.submit([6, 7], 5)  # queued: max_batch 2
+    s.step()
+    s.step()
+    assert s.slot_of(a) >= 0 and s.slot_of(c) < 0
+    s.cancel(a)
+    s.cancel(b)
+    done = {}
+    while s.has_work:
+        for rid, toks, _, fin, reason, _ in s.step():
+            if fin:
+                done[rid] = reason
+    assert done == {a: "cancelled", b: "cancelled", c: "max_new_tokens"}
+    d = s.submit([1], 5)
+    s.cancel(d)  # still queued: it never takes a slot
+    events = s.step()
+    assert [(e[0], e[3], e[4]) for e in events] == [(d, True, "cancelled")]
+    assert not s.has_work
+
+
+def test_abandoned_stream_frees_its_slot(path) -> None:
+    e = Engine(path)
+    stream = e.generate([1, 2, 3], max_new_tokens=100, stream=True, ignore_eos=True)
+    next(stream)
+    stream.close()
+    assert e.generate([4, 5], max_new_tokens=3, ignore_eos=True).token_ids == solo(path, [4, 5], 3)
+    assert e.running_requests == 0 and e.waiting_requests == 0
+
+
+def test_zero_new_tokens(path) -> None:
+    r = Engine(path).generate([1, 2, 3], max_new_tokens=0)
+    assert r.token_ids == [] and r.text == "" and r.finish_reason == "max_new_tokens"
+
+
+def test_stream_never_shows_a_stop_string(path) -> None:
+    e = Engine(path)
+    base = e.generate([1, 2, 3], max_new_tokens=40, speculate=False, ignore_eos=True)
+    text = base.text
+    i = next(
+        (
+            i
+            for i in range(2, len(text) - 3)
+            if "\ufffd" not in text[i : i + 3] and text[i : i + 3].strip()
+        ),
+        None,
+    )
+    if i is None:
+        pytest.skip("no clean 3-character window in this random model's output")
+    stop = text[i : i + 3]
+    stream = e.generate([1, 2, 3], max_new_tokens=40, stop=stop, stream=True, ignore_eos=True)
+    shown = ""
+    for piece in stream:
+        shown += piece
+        assert stop not in shown
+    assert stream.result is not None and stream.result.finish_reason == "stop_string"
+    assert shown == stream.result.text == text[: text.index(stop)]
+
+
+def test_eight_threads_share_one_engine(path) -> None:
+    """Concurrent generate calls join one scheduler (and its batch): every greedy output equals
+    its sequential one, for every draft source."""
+    e = Engine(path)
+    prompts = [[i + 1, 2 * i + 3, 7] for i in range(8)]
+    drafts = ["none", "model", "lookup", "auto"] * 2
+    want = [solo(path, p, 20) for p in prompts]
+    got: list[list[int] | None] = [None] * 8
+    errors: list[BaseException] = []
+
+    def work(i: int) -> None:
+        try:
+            got[i] = e.generate(
+                prompts[i], max_new_tokens=20, draft=drafts[i], ignore_eos=True
+            ).token_ids
+        except BaseException as ex:  # noqa: BLE001 - reported below
+            errors.append(ex)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert not errors and all(not t.is_alive() for t in threads)
+    assert got == want
