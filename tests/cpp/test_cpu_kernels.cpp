@@ -216,7 +216,18 @@ void test_quantize(WeightType t, int64_t rows, int64_t cols) {
   }
 }
 
-// Scalar reference of quantize_acts.
+// Where column c of a row of quantized activations is stored: the lane layout of
+// kernels/cpu/matmul_quant_impl.h (128-column chunks of 4 vectors [A_k B_k C_k D_k | A_k+4 ..],
+// a 64-column tail of 2 vectors [A_k B_k A_k+1 B_k+1 | A_k+4 B_k+4 A_k+5 B_k+5]; word k of a group
+// is its columns 4k..4k+3).
+size_t lane_pos(int cols, int c) {
+  const int chunk = c / 128 * 128, g = (c - chunk) / 32, k = c % 32 / 4, half = k / 4;
+  if (chunk + 128 <= cols) return chunk + k % 4 * 32 + half * 16 + g * 4 + c % 4;
+  const int kk = k % 4;
+  return chunk + kk / 2 * 32 + half * 16 + (kk % 2 * 2 + g) * 4 + c % 4;
+}
+
+// Scalar reference of quantize_acts (q in the lane layout).
 void ref_quant_acts(const float* x, int M, int cols, std::vector<int8_t>& q, std::vector<float>& d,
                     std::vector<float>& ds) {
   const int groups = cols / 32;
@@ -232,7 +243,7 @@ void ref_quant_acts(const float* x, int M, int cols, std::vector<int8_t>& q, std
       int sum = 0;
       for (int i = 0; i < 32; ++i) {
         const int v = static_cast<int>(std::nearbyint(p[i] * id));
-        q[static_cast<size_t>(m) * cols + g * 32 + i] = static_cast<int8_t>(v);
+        q[static_cast<size_t>(m) * cols + lane_pos(cols, g * 32 + i)] = static_cast<int8_t>(v);
         sum += v;
       }
       d[m * groups + g] = dd;
@@ -279,7 +290,8 @@ void test_matmul(const MatmulKernels& k, WeightType t, int64_t rows, int64_t col
               std::memcmp(qa.d, rd.data(), ng * 4) == 0 &&
               std::memcmp(qa.ds, rds.data(), ng * 4) == 0,
           std::string("quantize_acts exact ") + name);
-    for (size_t i = 0; i < xr.size(); ++i) xr[i] = rd[i / 32] * rq[i];
+    for (size_t i = 0; i < xr.size(); ++i)
+      xr[i] = rd[i / 32] * rq[i / cols * cols + lane_pos(static_cast<int>(cols), i % cols)];
     dx = rd;
     k.matmul_quant(v, qa, M, y.data(), rows, r0, r1);
   } else {
