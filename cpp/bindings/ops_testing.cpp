@@ -7,6 +7,7 @@
 //   time_iterations     seconds per speculative iteration of a Decoder's current sequences,
 //                       each with its SeqState read back (the decode loop minus bookkeeping)
 //   cuda_device_info, cuda_bandwidth_gbps   the GPU and its measured copy bandwidth
+//   cpu_attention       the CPU attention kernel (kernels/cpu/attention.h) on host arrays
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
@@ -23,6 +24,7 @@
 #include <optional>
 #include <tuple>
 
+#include "kernels/cpu/attention.h"
 #include "runtime/backend.h"
 #include "runtime/decoder.h"
 #include "runtime/errors.h"
@@ -452,4 +454,65 @@ void bind_ops_testing(nb::module_& m) {
       },
       "device"_a = 0, "bytes"_a = size_t{1} << 30, "iters"_a = 20,
       "Measured device-to-device copy bandwidth, GB/s (bytes read + written)");
+  m.def(
+      "cpu_attention",
+      [](HostArray<float, 3> q, HostArray<float, 4> k, HostArray<float, 4> v,
+         HostArray<int32_t, 1> slot, HostArray<int32_t, 1> len, float scale,
+         std::optional<HostArray<int32_t, 1>> tree_base,
+         std::optional<HostArray<uint64_t, 1>> tree_bits, int64_t task_chunk) {
+        // q [n, heads, hd]; k, v [slots, kv_heads, max_seq, hd] (one layer of the cache).
+        const int n = static_cast<int>(q.shape(0)), hd = static_cast<int>(q.shape(2));
+        const int slots = static_cast<int>(k.shape(0)), max_seq = static_cast<int>(k.shape(2));
+        bool ok = k.shape(3) == q.shape(2) && slot.shape(0) == q.shape(0) &&
+                  len.shape(0) == q.shape(0) && tree_base.has_value() == tree_bits.has_value();
+        for (int d = 0; d < 4; ++d) ok = ok && k.shape(d) == v.shape(d);
+        if (tree_base)
+          ok = ok && tree_base->shape(0) == q.shape(0) && tree_bits->shape(0) == q.shape(0);
+        for (int i = 0; ok && i < n; ++i)
+          ok = slot.data()[i] >= 0 && slot.data()[i] < slots && len.data()[i] >= 1 &&
+               len.data()[i] <= max_seq;
+        if (!ok) throw InvalidArgument("cpu_attention: shapes, slots or lens out of range");
+        cpu::AttentionArgs a;
+        a.n_rows = n;
+        a.n_heads = static_cast<int>(q.shape(1));
+        a.n_kv_heads = static_cast<int>(k.shape(1));
+        a.head_dim = hd;
+        a.scale = scale;
+        a.q = q.data();
+        a.q_stride = static_cast<int64_t>(a.n_heads) * hd;
+        std::vector<const float*> kp(n), vp(n);
+        const size_t slice = static_cast<size_t>(a.n_kv_heads) * max_seq * hd;
+        for (int i = 0; i < n; ++i) {
+          kp[i] = k.data() + slot.data()[i] * slice;
+          vp[i] = v.data() + slot.data()[i] * slice;
+        }
+        a.k = kp.data();
+        a.v = vp.data();
+        a.kv_head_stride = static_cast<int64_t>(max_seq) * hd;
+        a.max_seq = max_seq;
+        a.len = len.data();
+        if (tree_base) {
+          a.tree_base = tree_base->data();
+          a.tree_bits = tree_bits->data();
+        }
+        std::vector<float> out(static_cast<size_t>(n) * a.n_heads * hd);
+        a.out = out.data();
+        a.out_stride = a.q_stride;
+        {
+          nb::gil_scoped_release release;
+          const int64_t tasks = cpu::attention_tasks(a);
+          if (task_chunk <= 0) {
+            cpu::attention_run(a, 0, tasks);
+          } else {  // chunks of task_chunk tasks, last chunk first (another split and order)
+            for (int64_t e = tasks; e > 0; e -= task_chunk)
+              cpu::attention_run(a, std::max<int64_t>(0, e - task_chunk), e);
+          }
+        }
+        return to_numpy(std::move(out), {static_cast<size_t>(n), static_cast<size_t>(a.n_heads),
+                                         static_cast<size_t>(hd)});
+      },
+      "q"_a, "k"_a, "v"_a, "slot"_a, "len"_a, "scale"_a, "tree_base"_a = nb::none(),
+      "tree_bits"_a = nb::none(), "task_chunk"_a = 0,
+      "The CPU attention kernel on host arrays: out [n, heads, hd]; task_chunk > 0 runs its tasks "
+      "in chunks of that many, last chunk first");
 }

@@ -11,6 +11,7 @@
 #include <numeric>
 #include <thread>
 
+#include "kernels/cpu/attention.h"
 #include "kernels/cpu/quantize.h"
 #include "runtime/errors.h"
 
@@ -198,7 +199,7 @@ void CpuBackend::rope(float* qkv, const int32_t* pos, int n, const AttentionShap
 
 void CpuBackend::attention(const float* qkv, const int32_t* pos, const int32_t* slot, int n,
                            const AttentionShape& s, KvCache& cache, int layer, float* out) {
-  const int hd = s.head_dim, nh = s.n_heads, nkv = s.n_kv_heads, group = nh / nkv;
+  const int hd = s.head_dim, nh = s.n_heads, nkv = s.n_kv_heads;
   const int64_t stride = static_cast<int64_t>(nh + 2 * nkv) * hd;
   const size_t seq_stride = static_cast<size_t>(cache.max_seq) * hd;
   // 1. Write every row's k and v into its slot at its position.
@@ -212,33 +213,35 @@ void CpuBackend::attention(const float* qkv, const int32_t* pos, const int32_t* 
                   hd * sizeof(float));
     }
   }
-  // 2. Each (row, head): softmax(q . k[0..pos] * scale) . v
-  pool_.parallel_for(static_cast<int64_t>(n) * nh, 1, [&](int64_t b, int64_t e) {
-    thread_local std::vector<float> scores;
-    for (int64_t task = b; task < e; ++task) {
-      const int i = static_cast<int>(task / nh), h = static_cast<int>(task % nh), g = h / group;
-      const int len = pos[i] + 1;
-      if (static_cast<int>(scores.size()) < len) scores.resize(len);
-      const float* q = qkv + i * stride + static_cast<int64_t>(h) * hd;
-      size_t base = cache.slot_layer_offset(slot[i], layer) + g * seq_stride;
-      const float* kc = cache.k + base;
-      const float* vc = cache.v + base;
-      float mx = -INFINITY;
-      for (int t = 0; t < len; ++t) {
-        scores[t] = dot(q, kc + static_cast<size_t>(t) * hd, hd) * s.scale;
-        mx = std::max(mx, scores[t]);
-      }
-      float sum = 0.0f;
-      for (int t = 0; t < len; ++t) {
-        scores[t] = std::exp(scores[t] - mx);
-        sum += scores[t];
-      }
-      float* o = out + static_cast<int64_t>(i) * nh * hd + static_cast<int64_t>(h) * hd;
-      std::memset(o, 0, hd * sizeof(float));
-      const float inv = 1.0f / sum;
-      for (int t = 0; t < len; ++t) axpy(scores[t] * inv, vc + static_cast<size_t>(t) * hd, o, hd);
-    }
-  });
+  // 2. Row i attends entries [0, pos[i]] of its slot: the tiled kernel (kernels/cpu/attention.h),
+  //    its tasks spread over the pool (the result does not depend on the split).
+  thread_local std::vector<const float*> kv_ptr;
+  thread_local std::vector<int32_t> len;
+  kv_ptr.resize(2 * static_cast<size_t>(n));
+  len.resize(n);
+  for (int i = 0; i < n; ++i) {
+    const size_t base = cache.slot_layer_offset(slot[i], layer);
+    kv_ptr[i] = cache.k + base;
+    kv_ptr[n + i] = cache.v + base;
+    len[i] = pos[i] + 1;
+  }
+  cpu::AttentionArgs a;
+  a.n_rows = n;
+  a.n_heads = nh;
+  a.n_kv_heads = nkv;
+  a.head_dim = hd;
+  a.scale = s.scale;
+  a.q = qkv;  // row i, head h at i * stride + h * hd
+  a.q_stride = stride;
+  a.k = kv_ptr.data();
+  a.v = kv_ptr.data() + n;
+  a.kv_head_stride = static_cast<int64_t>(seq_stride);
+  a.max_seq = cache.max_seq;
+  a.len = len.data();
+  a.out = out;
+  a.out_stride = static_cast<int64_t>(nh) * hd;
+  pool_.parallel_for(cpu::attention_tasks(a), 1,
+                     [&](int64_t b, int64_t e) { cpu::attention_run(a, b, e); });
 }
 
 void CpuBackend::swiglu(const float* gate_up, int n, int ffn, float* out) {
