@@ -3,7 +3,8 @@
 // Checks, for every ISA this CPU runs: f16/bf16 conversions (exact), quantize/dequantize error
 // bounds, quantize_acts against a scalar reference (bit-exact), and matmul_float / matmul_quant
 // against double-precision references on the dequantized weights, over weight types, shapes,
-// M and row sub-ranges (rows outside [r0, r1) must stay untouched). Ends with "N passed, N failed".
+// M and row sub-ranges (rows outside [r0, r1) must stay untouched), and that a row's output bits
+// do not depend on M or on the other rows of the call. Ends with "N passed, N failed".
 //
 // Build and run (from the repo root; the ISA files need their own flags, as in the cmake file):
 //   g++ -std=c++17 -O3 -Icpp -c cpp/kernels/cpu/quantize.cpp cpp/kernels/cpu/matmul_dispatch.cpp
@@ -332,6 +333,50 @@ void test_matmul(const MatmulKernels& k, WeightType t, int64_t rows, int64_t col
   if (quant) check(bad_loose == 0, std::string("matmul vs exact acts ") + name);
 }
 
+// A row's output bits do not depend on M or on the other rows of the call (any M: the kernels
+// block columns and activation rows, exactly): rows computed one at a time == the same rows inside
+// calls of M rows, in order and reversed.
+void test_rows_bit_identical(const MatmulKernels& k, WeightType t) {
+  const int64_t rows = 75, cols = 4864;
+  const int max_m = 200;
+  const auto w = random_matrix(rows, cols, 11, 0.05f);
+  const auto blob = quantize(w, rows, cols, t);
+  Aligned wb(blob.size());
+  std::memcpy(wb.p, blob.data(), blob.size());
+  const WeightView v{t, rows, cols, static_cast<const uint8_t*>(wb.p)};
+  const auto x = random_matrix(max_m, cols, 12, 1.0f);
+  auto run = [&](const float* xs, int M) {
+    std::vector<float> y(static_cast<size_t>(M) * rows);
+    if (weight_type_needs_groups(t)) {
+      Aligned qb(quant_acts_bytes(M, static_cast<int>(cols)));
+      const QuantActs qa = quant_acts_view(qb.p, M, static_cast<int>(cols));
+      k.quantize_acts(xs, 0, M, qa);
+      k.matmul_quant(v, qa, M, y.data(), rows, 0, rows);
+    } else {
+      k.matmul_float(v, xs, M, y.data(), rows, 0, rows);
+    }
+    return y;
+  };
+  std::vector<float> single(static_cast<size_t>(max_m) * rows);
+  for (int m = 0; m < max_m; ++m) {
+    const auto y = run(x.data() + m * cols, 1);
+    std::memcpy(single.data() + m * rows, y.data(), rows * sizeof(float));
+  }
+  std::vector<float> rev(x.size());
+  for (int m = 0; m < max_m; ++m)
+    std::memcpy(rev.data() + m * cols, x.data() + (max_m - 1 - m) * cols, cols * sizeof(float));
+  for (int M : {2, 5, 9, 16, 64, 65, 128, 200}) {
+    const auto y = run(x.data(), M);
+    const auto yr = run(rev.data() + (max_m - M) * cols, M);  // rows M-1 .. 0
+    bool same = std::memcmp(y.data(), single.data(), y.size() * sizeof(float)) == 0;
+    for (int m = 0; m < M; ++m)
+      same = same && std::memcmp(yr.data() + (M - 1 - m) * rows, single.data() + m * rows,
+                                 rows * sizeof(float)) == 0;
+    check(same, std::string("bit-identical rows ") + k.isa + " " + weight_type_name(t) +
+                    " M=" + std::to_string(M));
+  }
+}
+
 // matmul_kernels(): TRT_SPEC_CPU_ISA forces a table, an unknown or unsupported one throws (the
 // choice is cached only once it succeeds).
 void test_dispatch() {
@@ -385,6 +430,8 @@ int main() {
         }
       test_matmul(*k, t, 5, 4864, 100, 0, 5);  // M > 9 with several column blocks
       test_matmul(*k, t, 6, 1536, 77, 1, 6);
+      test_matmul(*k, t, 40, 8960, 70, 3, 37);  // column blocks, activation-row blocks
+      test_rows_bit_identical(*k, t);
       if (!weight_type_needs_groups(t))
         for (const Shape& s : float_only)
           for (int M : {1, 3, 5, 9, 12}) test_matmul(*k, t, s.rows, s.cols, M, 0, s.rows);
