@@ -11,8 +11,10 @@
 // CpuBackend::linear does. Only the kernels are timed (no attention, norms or activations).
 //
 // Prints per M: the median ms per pass (layers, head, total), ms per activation row, GFLOP/s
-// (2 x multiply-adds / time) and the total relative to M = 1. The passes of the different M are
-// interleaved (round r runs every M once) so that load from other processes spreads over all.
+// (2 x multiply-adds / time), the total relative to M = 1, and the fastest pass ("best", with its
+// ratio to the fastest M = 1 pass: on a shared machine the least disturbed). The passes of the
+// different M are interleaved (round r runs every M once) so that load from other processes
+// spreads over all of them.
 //
 // Build (from the repo root; the ISA files need their flags, see cpp/kernels/cpu/CMakeLists.txt):
 //   g++ -std=c++17 -O3 -Icpp -c cpp/kernels/cpu/quantize.cpp cpp/kernels/cpu/matmul_dispatch.cpp
@@ -238,18 +240,19 @@ int main(int argc, char** argv) {
       layer_s[i].push_back(l);
       head_s[i].push_back(h);
     }
-  std::printf("%4s %10s %9s %10s %10s %8s %8s\n", "M", "layers_ms", "head_ms", "total_ms", "ms/row",
-              "GFLOP/s", "x(M=1)");
-  double base = 0;
+  std::printf("%4s %10s %9s %10s %10s %8s %8s %9s %8s\n", "M", "layers_ms", "head_ms", "total_ms",
+              "ms/row", "GFLOP/s", "x(M=1)", "best_ms", "best_x");
+  double base = 0, best_base = 0;
   for (size_t i = 0; i < ms.size(); ++i) {
     std::vector<double> tot(layer_s[i].size());
     for (size_t j = 0; j < tot.size(); ++j) tot[j] = layer_s[i][j] + head_s[i][j];
-    const double t = median(tot),
-                 macs = ms[i] * (model.macs_per_row(false) + model.macs_per_row(true));
-    if (ms[i] == 1) base = t;
-    std::printf("%4d %10.1f %9.1f %10.1f %10.2f %8.1f %8s\n", ms[i], 1e3 * median(layer_s[i]),
-                1e3 * median(head_s[i]), 1e3 * t, 1e3 * t / ms[i], 2 * macs / t / 1e9,
-                base > 0 ? std::to_string(t / base).substr(0, 5).c_str() : "-");
+    const double t = median(tot), best = *std::min_element(tot.begin(), tot.end());
+    const double macs = ms[i] * (model.macs_per_row(false) + model.macs_per_row(true));
+    if (ms[i] == 1) base = t, best_base = best;
+    std::printf("%4d %10.1f %9.1f %10.1f %10.2f %8.1f %8.2f %9.1f %8.2f\n", ms[i],
+                1e3 * median(layer_s[i]), 1e3 * median(head_s[i]), 1e3 * t, 1e3 * t / ms[i],
+                2 * macs / t / 1e9, base > 0 ? t / base : 0.0, 1e3 * best,
+                best_base > 0 ? best / best_base : 0.0);
   }
   return 0;
 }

@@ -19,8 +19,8 @@
 // speculation is exact), for every M.
 #pragma once
 
-constexpr int kPanelRows = 16;   // weight rows whose accumulators one column block spills
-constexpr int kMaxBlockM = 128;  // activation rows per block, at most (sizes the spill buffer)
+constexpr int kPanelRows = 16;  // weight rows whose accumulators one column block spills
+constexpr int kMaxBlockM = 64;  // activation rows per block, at most (sizes the spill buffer)
 constexpr int kSpillFloats = kPanelRows * kMaxBlockM * 16;  // 16: the widest vector, in floats
 
 template <class V>
