@@ -5,10 +5,11 @@
   independent numpy reader, and per-type error bounds (Q8: |err| <= d/2; Q4: |err| <= d/2 where
   the value is not clipped, and the (d, m) search beats plain min/max).
 - cpu_matmul: every weight type, shapes (cols 64 .. 4864, rows not a multiple of the tile, one
-  row), M in {1, 2, 5, 9, 33} (+ a large M), row sub-ranges. The reference is numpy in float64
-  on the DEQUANTIZED weights (quantization error is not the kernel's error); for Q8/Q4 the
-  activations are quantized in numpy exactly as quantize_acts does, so the results agree to
-  ~1e-5 relative; a looser bound checks them against the exact float activations too.
+  row), M in {1, 2, 5, 9, 33} (+ a large M), row sub-ranges; a row's bits whatever M (up to 160,
+  several column and activation-row blocks) and whatever rows share the call. The reference is
+  numpy in float64 on the DEQUANTIZED weights (quantization error is not the kernel's error);
+  for Q8/Q4 the activations are quantized in numpy exactly as quantize_acts does, so the results
+  agree to ~1e-5 relative; a looser bound checks them against the exact float activations too.
 """
 
 from __future__ import annotations
@@ -319,18 +320,19 @@ def test_matmul_bad_isa():
 @pytest.mark.parametrize("t", ALL_TYPES)
 @pytest.mark.parametrize("isa", ISAS)
 def test_rows_are_bit_identical_whatever_m(isa, t):
-    """Up to 64 rows, a row's result does not depend on how many rows share the call: a verify
-    pass of K+1 rows (or a batch) gives the logits of single decode steps, bit for bit, which
-    makes greedy speculation exact."""
-    rows, cols = 75, 4864  # wide enough that the blocked path (M > 64) would split columns
+    """For any M, a row's result does not depend on how many rows share the call: a verify pass
+    of K+1 rows, a batch or a prefill chunk gives the logits of single decode steps, bit for bit,
+    which makes greedy speculation exact. The shapes make the kernels block columns (4864 columns
+    exceed one column block for M >= 2 or 5) and activation rows (more than one block of rows)."""
+    rows, cols, n = 75, 4864, 160
     blob, _ = _weights(t, rows, cols)
-    x = np.random.default_rng(5).normal(size=(64, cols)).astype(np.float32)
+    x = np.random.default_rng(5).normal(size=(n, cols)).astype(np.float32)
     single = np.stack(
-        [
-            T.cpu_matmul(blob, wt(getattr(WT, t)), rows, cols, x[i : i + 1], isa)[0]
-            for i in range(64)
-        ]
+        [T.cpu_matmul(blob, wt(getattr(WT, t)), rows, cols, x[i : i + 1], isa)[0] for i in range(n)]
     )
-    for m in (2, 5, 9, 10, 17, 36, 64):
+    for m in (2, 5, 9, 10, 17, 36, 64, 65, 100, 128, 160):
         got = T.cpu_matmul(blob, wt(getattr(WT, t)), rows, cols, x[:m], isa)
         assert np.array_equal(got.view(np.uint32), single[:m].view(np.uint32)), m
+    # Rows in another company (the last rows first) and a row sub-range.
+    got = T.cpu_matmul(blob, wt(getattr(WT, t)), rows, cols, x[::-1].copy(), isa, 3, 70)
+    assert np.array_equal(got[:, 3:70].view(np.uint32), single[::-1, 3:70].view(np.uint32))

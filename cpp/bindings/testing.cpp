@@ -2,7 +2,8 @@
 // tests/conftest.py finds it in the build folder). Separate from the public trt_spec._core, with
 // its own nanobind domain: it exchanges only plain values with Python, never _core's objects.
 //
-//   kernels      cpu_isas, cpu_matmul (one ISA's matmul on host arrays)
+//   kernels      cpu_isas, cpu_matmul (one ISA's matmul), cpu_attention (the tiled attention
+//                kernel), on host arrays
 //   sampling     philox_uniform, sample_row
 //   speculation  spec_trials / tree_trials (the acceptance rule alone on fixed logits),
 //                lookup_propose (the lookup rule on host arrays), the controllers
@@ -12,6 +13,7 @@
 //   devices      cuda_device_info, cuda_bandwidth_gbps
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
@@ -19,11 +21,13 @@
 #include <cstddef>
 #include <cstring>
 #include <memory>
+#include <optional>
 
 #include "backend/cpu/cpu_backend.h"
 #include "bindings/common.h"
 #include "common/errors.h"
 #include "engine/request.h"
+#include "kernels/cpu/attention.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/quantize.h"
 #include "kernels/philox.h"
@@ -70,9 +74,9 @@ struct Trial {
   void accept(DraftSource source, const float* logits, int V, const float* q, int Vd) {
     const int32_t slot = 0;
     ops->verify_rows(st, &slot, 1, k_, source, out);
-    ops->accept(st, &slot, 1, k_, logits, V, q, Vd,
-                KvMoves{moves.data(), moves.data() + kMaxDraftNodes,
-                        moves.data() + 2 * kMaxDraftNodes});
+    ops->accept(
+        st, &slot, 1, k_, logits, V, q, Vd,
+        KvMoves{moves.data(), moves.data() + kMaxDraftNodes, moves.data() + 2 * kMaxDraftNodes});
   }
   CpuBackend be;
   std::unique_ptr<SpecOps> ops;
@@ -167,6 +171,69 @@ NB_MODULE(_trt_spec_testing, m) {
       "blob"_a, "t"_a, "rows"_a, "cols"_a, "x"_a, "isa"_a, "r0"_a = 0, "r1"_a = -1,
       "y [M, rows] = x @ W^T with one ISA's kernel (rows outside [r0, r1) stay 0); t: the "
       "WeightType's integer value");
+
+  m.def(
+      "cpu_attention",
+      [](HostArray<float, 3> q, HostArray<float, 4> k, HostArray<float, 4> v,
+         HostArray<int32_t, 1> slot, HostArray<int32_t, 1> len, float scale,
+         std::optional<HostArray<int32_t, 1>> tree_base,
+         std::optional<HostArray<uint64_t, 1>> tree_bits, int64_t task_chunk) {
+        // q [n, heads, hd]; k, v [slots, kv_heads, max_seq, hd] (one layer of the cache).
+        const int n = static_cast<int>(q.shape(0)), hd = static_cast<int>(q.shape(2));
+        const int slots = static_cast<int>(k.shape(0)), max_seq = static_cast<int>(k.shape(2));
+        bool ok = k.shape(3) == q.shape(2) && slot.shape(0) == q.shape(0) &&
+                  len.shape(0) == q.shape(0) && tree_base.has_value() == tree_bits.has_value();
+        for (int d = 0; d < 4; ++d) ok = ok && k.shape(d) == v.shape(d);
+        if (tree_base)
+          ok = ok && tree_base->shape(0) == q.shape(0) && tree_bits->shape(0) == q.shape(0);
+        for (int i = 0; ok && i < n; ++i)
+          ok = slot.data()[i] >= 0 && slot.data()[i] < slots && len.data()[i] >= 1 &&
+               len.data()[i] <= max_seq;
+        if (!ok) throw InvalidArgument("cpu_attention: shapes, slots or lens out of range");
+        cpu::AttentionArgs a;
+        a.n_rows = n;
+        a.n_heads = static_cast<int>(q.shape(1));
+        a.n_kv_heads = static_cast<int>(k.shape(1));
+        a.head_dim = hd;
+        a.scale = scale;
+        a.q = q.data();
+        a.q_stride = static_cast<int64_t>(a.n_heads) * hd;
+        std::vector<const float*> kp(n), vp(n);
+        const size_t slice = static_cast<size_t>(a.n_kv_heads) * max_seq * hd;
+        for (int i = 0; i < n; ++i) {
+          kp[i] = k.data() + slot.data()[i] * slice;
+          vp[i] = v.data() + slot.data()[i] * slice;
+        }
+        a.k = kp.data();
+        a.v = vp.data();
+        a.kv_head_stride = static_cast<int64_t>(max_seq) * hd;
+        a.max_seq = max_seq;
+        a.len = len.data();
+        if (tree_base) {
+          a.tree_base = tree_base->data();
+          a.tree_bits = tree_bits->data();
+        }
+        std::vector<float> out(static_cast<size_t>(n) * a.n_heads * hd);
+        a.out = out.data();
+        a.out_stride = a.q_stride;
+        {
+          nb::gil_scoped_release release;
+          const int64_t tasks = cpu::attention_tasks(a);
+          if (task_chunk <= 0) {
+            cpu::attention_run(a, 0, tasks);
+          } else {  // chunks of task_chunk tasks, last chunk first (another split and order)
+            for (int64_t e = tasks; e > 0; e -= task_chunk)
+              cpu::attention_run(a, std::max<int64_t>(0, e - task_chunk), e);
+          }
+        }
+        return owned_array<float>(
+            std::move(out),
+            {static_cast<size_t>(n), static_cast<size_t>(a.n_heads), static_cast<size_t>(hd)});
+      },
+      "q"_a, "k"_a, "v"_a, "slot"_a, "len"_a, "scale"_a, "tree_base"_a = nb::none(),
+      "tree_bits"_a = nb::none(), "task_chunk"_a = 0,
+      "The CPU attention kernel on host arrays: out [n, heads, hd]; task_chunk > 0 runs its tasks "
+      "in chunks of that many, last chunk first");
 
   // ---- sampling ------------------------------------------------------------------------------
   m.def("philox_uniform", &philox_uniform, "seed"_a, "step"_a, "lane"_a, "stream"_a,
@@ -278,9 +345,8 @@ NB_MODULE(_trt_spec_testing, m) {
         return owned_array<int32_t>(
             std::move(out), {static_cast<size_t>(n_trials), static_cast<size_t>(depth + 2)});
       },
-      "row_logits"_a, "tokens"_a, "parents"_a, "temperature"_a, "top_k"_a, "top_p"_a,
-      "n_trials"_a, "first_seed"_a = 0,
-      "Runs the acceptance step of a one-hot (lookup) tree on fixed logits");
+      "row_logits"_a, "tokens"_a, "parents"_a, "temperature"_a, "top_k"_a, "top_p"_a, "n_trials"_a,
+      "first_seed"_a = 0, "Runs the acceptance step of a one-hot (lookup) tree on fixed logits");
   m.def(
       "lookup_propose",
       [](const std::vector<int32_t>& history, const std::vector<int32_t>& prediction,

@@ -3,7 +3,8 @@
 // Checks, for every ISA this CPU runs: f16/bf16 conversions (exact), quantize/dequantize error
 // bounds, quantize_acts against a scalar reference (bit-exact), and matmul_float / matmul_quant
 // against double-precision references on the dequantized weights, over weight types, shapes,
-// M and row sub-ranges (rows outside [r0, r1) must stay untouched). Ends with "N passed, N failed".
+// M and row sub-ranges (rows outside [r0, r1) must stay untouched), and that a row's output bits
+// do not depend on M or on the other rows of the call. Ends with "N passed, N failed".
 //
 // Build and run (from the repo root; the ISA files need their own flags, as in the cmake file):
 //   g++ -std=c++17 -O3 -Icpp -c cpp/kernels/cpu/quantize.cpp cpp/kernels/cpu/matmul_dispatch.cpp
@@ -216,7 +217,18 @@ void test_quantize(WeightType t, int64_t rows, int64_t cols) {
   }
 }
 
-// Scalar reference of quantize_acts.
+// Where column c of a row of quantized activations is stored: the lane layout of
+// kernels/cpu/matmul_quant_impl.h (128-column chunks of 4 vectors [A_k B_k C_k D_k | A_k+4 ..],
+// a 64-column tail of 2 vectors [A_k B_k A_k+1 B_k+1 | A_k+4 B_k+4 A_k+5 B_k+5]; word k of a group
+// is its columns 4k..4k+3).
+size_t lane_pos(int cols, int c) {
+  const int chunk = c / 128 * 128, g = (c - chunk) / 32, k = c % 32 / 4, half = k / 4;
+  if (chunk + 128 <= cols) return chunk + k % 4 * 32 + half * 16 + g * 4 + c % 4;
+  const int kk = k % 4;
+  return chunk + kk / 2 * 32 + half * 16 + (kk % 2 * 2 + g) * 4 + c % 4;
+}
+
+// Scalar reference of quantize_acts (q in the lane layout).
 void ref_quant_acts(const float* x, int M, int cols, std::vector<int8_t>& q, std::vector<float>& d,
                     std::vector<float>& ds) {
   const int groups = cols / 32;
@@ -232,7 +244,7 @@ void ref_quant_acts(const float* x, int M, int cols, std::vector<int8_t>& q, std
       int sum = 0;
       for (int i = 0; i < 32; ++i) {
         const int v = static_cast<int>(std::nearbyint(p[i] * id));
-        q[static_cast<size_t>(m) * cols + g * 32 + i] = static_cast<int8_t>(v);
+        q[static_cast<size_t>(m) * cols + lane_pos(cols, g * 32 + i)] = static_cast<int8_t>(v);
         sum += v;
       }
       d[m * groups + g] = dd;
@@ -279,7 +291,8 @@ void test_matmul(const MatmulKernels& k, WeightType t, int64_t rows, int64_t col
               std::memcmp(qa.d, rd.data(), ng * 4) == 0 &&
               std::memcmp(qa.ds, rds.data(), ng * 4) == 0,
           std::string("quantize_acts exact ") + name);
-    for (size_t i = 0; i < xr.size(); ++i) xr[i] = rd[i / 32] * rq[i];
+    for (size_t i = 0; i < xr.size(); ++i)
+      xr[i] = rd[i / 32] * rq[i / cols * cols + lane_pos(static_cast<int>(cols), i % cols)];
     dx = rd;
     k.matmul_quant(v, qa, M, y.data(), rows, r0, r1);
   } else {
@@ -318,6 +331,50 @@ void test_matmul(const MatmulKernels& k, WeightType t, int64_t rows, int64_t col
   check(bad == 0 && touched == 0, std::string("matmul ") + name + " (" + std::to_string(bad) +
                                       " bad, " + std::to_string(touched) + " touched outside)");
   if (quant) check(bad_loose == 0, std::string("matmul vs exact acts ") + name);
+}
+
+// A row's output bits do not depend on M or on the other rows of the call (any M: the kernels
+// block columns and activation rows, exactly): rows computed one at a time == the same rows inside
+// calls of M rows, in order and reversed.
+void test_rows_bit_identical(const MatmulKernels& k, WeightType t) {
+  const int64_t rows = 75, cols = 4864;
+  const int max_m = 200;
+  const auto w = random_matrix(rows, cols, 11, 0.05f);
+  const auto blob = quantize(w, rows, cols, t);
+  Aligned wb(blob.size());
+  std::memcpy(wb.p, blob.data(), blob.size());
+  const WeightView v{t, rows, cols, static_cast<const uint8_t*>(wb.p)};
+  const auto x = random_matrix(max_m, cols, 12, 1.0f);
+  auto run = [&](const float* xs, int M) {
+    std::vector<float> y(static_cast<size_t>(M) * rows);
+    if (weight_type_needs_groups(t)) {
+      Aligned qb(quant_acts_bytes(M, static_cast<int>(cols)));
+      const QuantActs qa = quant_acts_view(qb.p, M, static_cast<int>(cols));
+      k.quantize_acts(xs, 0, M, qa);
+      k.matmul_quant(v, qa, M, y.data(), rows, 0, rows);
+    } else {
+      k.matmul_float(v, xs, M, y.data(), rows, 0, rows);
+    }
+    return y;
+  };
+  std::vector<float> single(static_cast<size_t>(max_m) * rows);
+  for (int m = 0; m < max_m; ++m) {
+    const auto y = run(x.data() + m * cols, 1);
+    std::memcpy(single.data() + m * rows, y.data(), rows * sizeof(float));
+  }
+  std::vector<float> rev(x.size());
+  for (int m = 0; m < max_m; ++m)
+    std::memcpy(rev.data() + m * cols, x.data() + (max_m - 1 - m) * cols, cols * sizeof(float));
+  for (int M : {2, 5, 9, 16, 64, 65, 128, 200}) {
+    const auto y = run(x.data(), M);
+    const auto yr = run(rev.data() + (max_m - M) * cols, M);  // rows M-1 .. 0
+    bool same = std::memcmp(y.data(), single.data(), y.size() * sizeof(float)) == 0;
+    for (int m = 0; m < M; ++m)
+      same = same && std::memcmp(yr.data() + (M - 1 - m) * rows, single.data() + m * rows,
+                                 rows * sizeof(float)) == 0;
+    check(same, std::string("bit-identical rows ") + k.isa + " " + weight_type_name(t) +
+                    " M=" + std::to_string(M));
+  }
 }
 
 // matmul_kernels(): TRT_SPEC_CPU_ISA forces a table, an unknown or unsupported one throws (the
@@ -373,6 +430,8 @@ int main() {
         }
       test_matmul(*k, t, 5, 4864, 100, 0, 5);  // M > 9 with several column blocks
       test_matmul(*k, t, 6, 1536, 77, 1, 6);
+      test_matmul(*k, t, 40, 8960, 70, 3, 37);  // column blocks, activation-row blocks
+      test_rows_bit_identical(*k, t);
       if (!weight_type_needs_groups(t))
         for (const Shape& s : float_only)
           for (int M : {1, 3, 5, 9, 12}) test_matmul(*k, t, s.rows, s.cols, M, 0, s.rows);

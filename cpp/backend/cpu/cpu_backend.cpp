@@ -11,6 +11,7 @@
 #include <numeric>
 #include <thread>
 
+#include "kernels/cpu/attention.h"
 #include "kernels/cpu/quantize.h"
 #include "common/errors.h"
 
@@ -57,14 +58,6 @@ inline float dot(const float* a, const float* b, int n) {
   return s;
 }
 
-// y[i] += a * x[i]
-inline void axpy(float a, const float* x, float* y, int n) {
-  __m256 va = _mm256_set1_ps(a);
-  int i = 0;
-  for (; i + 8 <= n; i += 8)
-    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
-  for (; i < n; ++i) y[i] += a * x[i];
-}
 
 }  // namespace
 
@@ -204,7 +197,7 @@ void CpuBackend::rope(float* qkv, const int32_t* pos, int n, const AttentionShap
 
 void CpuBackend::attention(const float* qkv, const Rows& rows, int n, const AttentionShape& s,
                            KvCache& cache, int layer, float* out) {
-  const int hd = s.head_dim, nh = s.n_heads, nkv = s.n_kv_heads, group = nh / nkv;
+  const int hd = s.head_dim, nh = s.n_heads, nkv = s.n_kv_heads;
   const int64_t stride = static_cast<int64_t>(nh + 2 * nkv) * hd;
   const size_t seq_stride = static_cast<size_t>(cache.max_seq) * hd;
   const int32_t* idx = rows.kv_idx ? rows.kv_idx : rows.pos;
@@ -219,41 +212,38 @@ void CpuBackend::attention(const float* qkv, const Rows& rows, int n, const Atte
                   hd * sizeof(float));
     }
   }
-  // 2. Each (row, head): softmax(q . k[t] * scale) . v[t] over the entries t the row sees.
-  pool_.parallel_for(static_cast<int64_t>(n) * nh, 1, [&](int64_t b, int64_t e) {
-    thread_local std::vector<float> scores;
-    thread_local std::vector<int32_t> seen;
-    for (int64_t task = b; task < e; ++task) {
-      const int i = static_cast<int>(task / nh), h = static_cast<int>(task % nh), g = h / group;
-      const int len = idx[i] + 1;
-      // The entries: [0, len), less those the tree mask hides.
-      seen.clear();
-      const int tb = rows.tree_bits ? rows.tree_base[i] : len;
-      for (int t = 0; t < len; ++t)
-        if (t < tb || ((rows.tree_bits[i] >> (t - tb)) & 1u)) seen.push_back(t);
-      const int m = static_cast<int>(seen.size());
-      if (static_cast<int>(scores.size()) < m) scores.resize(m);
-      const float* q = qkv + i * stride + static_cast<int64_t>(h) * hd;
-      size_t base = cache.slot_layer_offset(rows.slot[i], layer) + g * seq_stride;
-      const float* kc = cache.k + base;
-      const float* vc = cache.v + base;
-      float mx = -INFINITY;
-      for (int j = 0; j < m; ++j) {
-        scores[j] = dot(q, kc + static_cast<size_t>(seen[j]) * hd, hd) * s.scale;
-        mx = std::max(mx, scores[j]);
-      }
-      float sum = 0.0f;
-      for (int j = 0; j < m; ++j) {
-        scores[j] = std::exp(scores[j] - mx);
-        sum += scores[j];
-      }
-      float* o = out + static_cast<int64_t>(i) * nh * hd + static_cast<int64_t>(h) * hd;
-      std::memset(o, 0, hd * sizeof(float));
-      const float inv = 1.0f / sum;
-      for (int j = 0; j < m; ++j)
-        axpy(scores[j] * inv, vc + static_cast<size_t>(seen[j]) * hd, o, hd);
-    }
-  });
+  // 2. Row i attends entries [0, kv_idx[i]] of its slot (less those a tree mask hides): the
+  //    tiled kernel (kernels/cpu/attention.h), its tasks spread over the pool (the result does
+  //    not depend on the split).
+  thread_local std::vector<const float*> kv_ptr;
+  thread_local std::vector<int32_t> len;
+  kv_ptr.resize(2 * static_cast<size_t>(n));
+  len.resize(n);
+  for (int i = 0; i < n; ++i) {
+    const size_t base = cache.slot_layer_offset(rows.slot[i], layer);
+    kv_ptr[i] = cache.k + base;
+    kv_ptr[n + i] = cache.v + base;
+    len[i] = idx[i] + 1;
+  }
+  cpu::AttentionArgs a;
+  a.n_rows = n;
+  a.n_heads = nh;
+  a.n_kv_heads = nkv;
+  a.head_dim = hd;
+  a.scale = s.scale;
+  a.q = qkv;  // row i, head h at i * stride + h * hd
+  a.q_stride = stride;
+  a.k = kv_ptr.data();
+  a.v = kv_ptr.data() + n;
+  a.kv_head_stride = static_cast<int64_t>(seq_stride);
+  a.max_seq = cache.max_seq;
+  a.len = len.data();
+  a.tree_base = rows.tree_bits ? rows.tree_base : nullptr;
+  a.tree_bits = rows.tree_bits;
+  a.out = out;
+  a.out_stride = static_cast<int64_t>(nh) * hd;
+  pool_.parallel_for(cpu::attention_tasks(a), 1,
+                     [&](int64_t b, int64_t e) { cpu::attention_run(a, b, e); });
 }
 
 void CpuBackend::kv_copy(KvCache& cache, const int32_t* slot, const int32_t* src,

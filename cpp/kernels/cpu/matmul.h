@@ -8,9 +8,10 @@
 // Q8/Q4 weights multiply activations pre-quantized by quantize_acts() (int8, one f32 scale per
 // group of 32 columns) with integer dot products.
 //
-// Work layout: the weight matrix is streamed once from memory for all M rows of x (M up to 9
-// keeps all M accumulators in registers; larger M is tiled over M and blocked over columns so
-// the activations stay in cache).
+// Work layout (matmul_tiling.h): tiles of R weight rows x up to 8-9 activation rows keep their
+// accumulators in registers; weight panels, column blocks and activation-row blocks keep the
+// activations in cache. A row's output is bit-identical whatever M and whatever other rows share
+// the call (for every M): a verify pass, a batch, a prefill chunk and a decode step agree.
 #pragma once
 
 #include <cstddef>
@@ -24,7 +25,8 @@ namespace trt_spec::cpu {
 
 // Activations quantized for Q8/Q4 weights: row m, group g of 32 columns.
 struct QuantActs {
-  int8_t* q = nullptr;  // [M, cols]       q = round(x / d), in [-127, 127]
+  int8_t* q = nullptr;  // [M, cols]       q = round(x / d), in [-127, 127], each row's 128-column
+                        //                 chunks in the kernels' lane order (matmul_quant_impl.h)
   float* d = nullptr;   // [M, cols / 32]  scale: x ~= d * q, d = max|x| / 127
   float* ds = nullptr;  // [M, cols / 32]  d * sum(q in group)
   int M = 0;

@@ -4,16 +4,22 @@
 // table. Primitives an Isa provides:
 //   VF, W                 float vector type of W lanes (float-weight kernels)
 //   zero, loadu, fma, hsum, load_w<T>(row, c)   W weights of type T from column c, as floats
-//   q4_unpack(p, lo, hi)  32 bytes of a Q4 super-block -> low / high nibbles (unsigned bytes)
-//   dot_q4(code, x)       8 int32 partial sums of code (u8, 0..15) * x (s8) over 32 bytes
-//   Q8Prep, q8_prep(q), dot_q8(prep, x): the same for Q8 codes q = w + 128
-//   kQ8Bias               what dot_q8 adds per code unit: 0 if it computes sum(w * x) directly,
+//   storeu(p, v)          store a float vector
+//   WVec<T>, wvec<T>(v)   a decoded Q4 / Q8 weight vector from 32 codes in the lane layout of
+//                         matmul_quant_impl.h (Q4: codes 0..15; Q8: q = w + 128)
+//   dot<T, N>(w, x)       8 int32 lane sums of the N (4 or 2) weight vectors w times the N
+//                         int8 activation vectors at x (32 bytes each)
+//   kQ8Bias               what dot<Q8> adds per code unit: 0 if it computes sum(w * x) directly,
 //                         -128 if it computes sum(q * x) (the kernel then adds -128 * d_w * ds)
 //
-// Q8 here: _mm256_maddubs_epi16(u8, s8) would saturate on (q = 255) * (x = 127) pairs, so the
-// codes are turned back to signed (q ^ 0x80) and multiplied with the sign trick:
-// maddubs(|w|, sign(x, w)), whose pair sums stay below 2 * 127 * 127 < 32768.
+// Q4 here: _mm256_maddubs_epi16(code, x) (u8 x s8 pairs; |pair sum| <= 2 * 15 * 127), the N
+// products summed in int16 (<= 4 * 3810 < 32768), then one _mm256_madd_epi16 to int32 lanes.
+// Q8: maddubs(q, x) would saturate on (q = 255) * (x = 127) pairs, so the codes are turned back
+// to signed (q ^ 0x80) and multiplied with the sign trick, maddubs(|w|, sign(x, w)), whose pair
+// sums stay below 2 * 127 * 127 < 32768 but cannot be added in int16: one madd per vector.
 #include <immintrin.h>
+
+#include <type_traits>
 
 #include "kernels/cpu/matmul.h"
 
@@ -47,28 +53,49 @@ struct Isa {
     }
   }
 
-  static void q4_unpack(const uint8_t* p, __m256i& lo, __m256i& hi) {
-    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-    const __m256i mask = _mm256_set1_epi8(0x0f);
-    lo = _mm256_and_si256(v, mask);
-    hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), mask);
-  }
-  static __m256i dot_q4(__m256i code, __m256i x) {
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(code, x), _mm256_set1_epi16(1));
-  }
+  static void storeu(float* p, VF v) { _mm256_storeu_ps(p, v); }
 
-  struct Q8Prep {
+  struct Q4W {
+    __m256i code;  // u8 0..15
+  };
+  struct Q8W {
     __m256i abs_w;  // |w|, u8 0..127
     __m256i w;      // w, s8 -127..127
   };
+  template <WeightType T>
+  using WVec = std::conditional_t<T == WeightType::Q4, Q4W, Q8W>;
   static constexpr float kQ8Bias = 0.0f;
-  static Q8Prep q8_prep(__m256i q) {
-    const __m256i w = _mm256_xor_si256(q, _mm256_set1_epi8(static_cast<char>(0x80)));
-    return {_mm256_abs_epi8(w), w};
+
+  template <WeightType T>
+  static WVec<T> wvec(__m256i v) {
+    if constexpr (T == WeightType::Q4) {
+      return {v};
+    } else {
+      const __m256i w = _mm256_xor_si256(v, _mm256_set1_epi8(static_cast<char>(0x80)));
+      return {_mm256_abs_epi8(w), w};
+    }
   }
-  static __m256i dot_q8(const Q8Prep& p, __m256i x) {
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(p.abs_w, _mm256_sign_epi8(x, p.w)),
-                             _mm256_set1_epi16(1));
+
+  template <WeightType T, int N>
+  static __m256i dot(const WVec<T>* w, const int8_t* x) {
+    const __m256i* xv = reinterpret_cast<const __m256i*>(x);
+    const __m256i ones = _mm256_set1_epi16(1);
+    if constexpr (T == WeightType::Q4) {
+      __m256i s = _mm256_maddubs_epi16(w[0].code, _mm256_loadu_si256(xv));
+#pragma GCC unroll 4
+      for (int i = 1; i < N; ++i)
+        s = _mm256_add_epi16(s, _mm256_maddubs_epi16(w[i].code, _mm256_loadu_si256(xv + i)));
+      return _mm256_madd_epi16(s, ones);
+    } else {
+      __m256i s = _mm256_setzero_si256();
+#pragma GCC unroll 4
+      for (int i = 0; i < N; ++i) {
+        const __m256i p =
+            _mm256_maddubs_epi16(w[i].abs_w, _mm256_sign_epi8(_mm256_loadu_si256(xv + i), w[i].w));
+        s = _mm256_add_epi32(s, _mm256_madd_epi16(p, ones));
+      }
+      return s;
+    }
   }
 };
 

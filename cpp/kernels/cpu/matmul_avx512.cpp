@@ -3,9 +3,9 @@
 //
 // Same structure as matmul_avx2.cpp (primitives listed there, body in matmul_impl.h) with:
 //   - float weights: 512-bit vectors, 16 columns per step;
-//   - Q4 / Q8: vpdpbusd (u8 x s8 -> int32, no saturation) on 256-bit vectors replaces
-//     maddubs + madd, and Q8 multiplies its unsigned codes q = w + 128 directly; the kernel
-//     removes the bias with -128 * d_w * ds per group (kQ8Bias).
+//   - Q4 / Q8: a chain of vpdpbusd (u8 x s8 -> int32, no saturation) on 256-bit vectors replaces
+//     maddubs + int16 sums + madd, and Q8 multiplies its unsigned codes q = w + 128 directly; the
+//     kernel removes the bias with -128 * d_w * ds per group (kQ8Bias).
 // Only called when __builtin_cpu_supports reports AVX512 F, BW, VL and VNNI (matmul_dispatch.cpp;
 // no BF16 instruction is used, so AVX512_BF16 is not required). Not runnable on AVX2-only
 // machines: tests/cpp/test_cpu_kernels.cpp and tests/test_kernels_cpu.py cover it wherever the
@@ -53,21 +53,25 @@ struct Isa {
     }
   }
 
-  static void q4_unpack(const uint8_t* p, __m256i& lo, __m256i& hi) {
-    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-    const __m256i mask = _mm256_set1_epi8(0x0f);
-    lo = _mm256_and_si256(v, mask);
-    hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), mask);
-  }
-  static __m256i dot_q4(__m256i code, __m256i x) {
-    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), code, x);
+  static void storeu(float* p, VF v) { _mm512_storeu_ps(p, v); }
+
+  // Q4 codes and Q8 unsigned codes both go to vpdpbusd as they are.
+  template <WeightType T>
+  using WVec = __m256i;
+  static constexpr float kQ8Bias = -128.0f;
+
+  template <WeightType T>
+  static __m256i wvec(__m256i v) {
+    return v;
   }
 
-  using Q8Prep = __m256i;  // the unsigned codes themselves
-  static constexpr float kQ8Bias = -128.0f;
-  static Q8Prep q8_prep(__m256i q) { return q; }
-  static __m256i dot_q8(const Q8Prep& q, __m256i x) {
-    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), q, x);
+  template <WeightType T, int N>
+  static __m256i dot(const __m256i* w, const int8_t* x) {
+    const __m256i* xv = reinterpret_cast<const __m256i*>(x);
+    __m256i s = _mm256_setzero_si256();
+#pragma GCC unroll 4
+    for (int i = 0; i < N; ++i) s = _mm256_dpbusd_epi32(s, w[i], _mm256_loadu_si256(xv + i));
+    return s;
   }
 };
 

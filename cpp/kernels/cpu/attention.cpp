@@ -1,0 +1,330 @@
+// attention.cpp: the tiled CPU attention kernel of attention.h (built with -mavx2 -mfma).
+//
+// A task holds, for each of its queries (rows x query heads of one kv group), the running max m,
+// the running sum l and the unnormalised output o [head_dim] of the online softmax. Per key tile:
+//   1. K tile [kt, head_dim] -> Kt [head_dim, kAttentionTile] (transposed once, zero-padded);
+//   2. scores S = q . k for all active queries, 3 queries x 32 keys per register tile, summed
+//      over head_dim in ascending order; S = scale * S, entries outside the row's set -> -inf;
+//   3. per query: m' = max(m, max S), alpha = exp(m - m'), p = exp(S - m'), l = l alpha + sum p;
+//   4. o = o alpha + sum_t p_t v_t, 6 queries x 16 output columns per register tile, t ascending.
+// A query is active in a tile when its row's len reaches into the tile; every operation on a
+// query is the same whichever other queries share its register tiles (they only share loads), so
+// the result does not depend on the block (see attention.h). m starts at -FLT_MAX, not -inf, so a
+// tile without entries of the row (possible with a tree mask) leaves m, l and o as they are:
+// alpha = exp(0) = 1 and p = exp(-inf) = 0 exactly.
+#include "kernels/cpu/attention.h"
+
+#include <immintrin.h>
+
+#include <cfloat>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+
+namespace trt_spec::cpu {
+namespace {
+
+constexpr int KT = kAttentionTile;
+static_assert(KT == 32, "the register tiles and row masks below assume 32-entry tiles");
+constexpr int kMaxHeadDim = 256;
+constexpr int kBlockQueries = 48;  // queries a task aims at (rows of a block x group heads)
+constexpr int kMaxQueries = 64;    // queries a task holds at most
+
+// e^x for 8 floats (Cephes expf: x = n ln2 + r, a degree-6 polynomial for e^r, times 2^n);
+// exactly 0 below -87.34 (and for -inf), exactly 1 at 0; x <= 88.37.
+inline __m256 exp8(__m256 x) {
+  const __m256 xc = _mm256_min_ps(x, _mm256_set1_ps(88.3762626647949f));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), xc);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 y = _mm256_set1_ps(1.9875691500e-4f);
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.3981999507e-3f));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(8.3334519073e-3f));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(4.1665795894e-2f));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.6666665459e-1f));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(5.0000001201e-1f));
+  y = _mm256_fmadd_ps(y, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+  const __m256i e =
+      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  const __m256 v = _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+  return _mm256_blendv_ps(v, _mm256_setzero_ps(),
+                          _mm256_cmp_ps(x, _mm256_set1_ps(-87.33654f), _CMP_LT_OQ));
+}
+
+inline float exp1(float x) {
+  return _mm256_cvtss_f32(exp8(_mm256_set1_ps(x)));
+}
+
+inline float hmax8(__m256 v) {
+  __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_max_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+inline float hsum8(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// Kt [hd, KT] = the first kt (<= KT) rows of K [kt, hd] transposed; columns kt.. are zero.
+void transpose_tile(const float* k, int kt, int hd, float* kt_out) {
+  for (int t0 = 0; t0 < KT; t0 += 8) {
+    for (int d0 = 0; d0 < hd; d0 += 8) {
+      __m256 r[8];
+      for (int i = 0; i < 8; ++i)
+        r[i] = t0 + i < kt ? _mm256_loadu_ps(k + (t0 + i) * hd + d0) : _mm256_setzero_ps();
+      const __m256 a0 = _mm256_unpacklo_ps(r[0], r[1]), a1 = _mm256_unpackhi_ps(r[0], r[1]);
+      const __m256 a2 = _mm256_unpacklo_ps(r[2], r[3]), a3 = _mm256_unpackhi_ps(r[2], r[3]);
+      const __m256 a4 = _mm256_unpacklo_ps(r[4], r[5]), a5 = _mm256_unpackhi_ps(r[4], r[5]);
+      const __m256 a6 = _mm256_unpacklo_ps(r[6], r[7]), a7 = _mm256_unpackhi_ps(r[6], r[7]);
+      const __m256 b0 = _mm256_shuffle_ps(a0, a2, 0x44), b1 = _mm256_shuffle_ps(a0, a2, 0xee);
+      const __m256 b2 = _mm256_shuffle_ps(a1, a3, 0x44), b3 = _mm256_shuffle_ps(a1, a3, 0xee);
+      const __m256 b4 = _mm256_shuffle_ps(a4, a6, 0x44), b5 = _mm256_shuffle_ps(a4, a6, 0xee);
+      const __m256 b6 = _mm256_shuffle_ps(a5, a7, 0x44), b7 = _mm256_shuffle_ps(a5, a7, 0xee);
+      const __m256 c[8] = {
+          _mm256_permute2f128_ps(b0, b4, 0x20), _mm256_permute2f128_ps(b1, b5, 0x20),
+          _mm256_permute2f128_ps(b2, b6, 0x20), _mm256_permute2f128_ps(b3, b7, 0x20),
+          _mm256_permute2f128_ps(b0, b4, 0x31), _mm256_permute2f128_ps(b1, b5, 0x31),
+          _mm256_permute2f128_ps(b2, b6, 0x31), _mm256_permute2f128_ps(b3, b7, 0x31)};
+      for (int i = 0; i < 8; ++i) _mm256_storeu_ps(kt_out + (d0 + i) * KT + t0, c[i]);
+    }
+  }
+}
+
+// S[j][0, KT) = q_j . Kt[:, t] for NQ queries (unscaled).
+template <int NQ>
+void scores_tile(const float* const* q, const float* kt, int hd, float* const* s) {
+  __m256 acc[NQ][4];
+#pragma GCC unroll 8
+  for (int j = 0; j < NQ; ++j)
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; ++c) acc[j][c] = _mm256_setzero_ps();
+  for (int d = 0; d < hd; ++d) {
+    const float* kr = kt + d * KT;
+    const __m256 k0 = _mm256_loadu_ps(kr), k1 = _mm256_loadu_ps(kr + 8),
+                 k2 = _mm256_loadu_ps(kr + 16), k3 = _mm256_loadu_ps(kr + 24);
+#pragma GCC unroll 8
+    for (int j = 0; j < NQ; ++j) {
+      const __m256 b = _mm256_broadcast_ss(q[j] + d);
+      acc[j][0] = _mm256_fmadd_ps(b, k0, acc[j][0]);
+      acc[j][1] = _mm256_fmadd_ps(b, k1, acc[j][1]);
+      acc[j][2] = _mm256_fmadd_ps(b, k2, acc[j][2]);
+      acc[j][3] = _mm256_fmadd_ps(b, k3, acc[j][3]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int j = 0; j < NQ; ++j)
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; ++c) _mm256_storeu_ps(s[j] + 8 * c, acc[j][c]);
+}
+
+// o_j[d0, d0 + 8 ND) = o_j * alpha_j + sum_{t < kt} p_j[t] v[t] for NQ queries, t ascending.
+template <int NQ, int ND>
+void pv_chunk(const float* const* p, const float* v, int kt, int hd, int d0, float* const* o,
+              const float* alpha) {
+  __m256 acc[NQ][ND];
+#pragma GCC unroll 8
+  for (int j = 0; j < NQ; ++j)
+#pragma GCC unroll 2
+    for (int c = 0; c < ND; ++c)
+      acc[j][c] = _mm256_mul_ps(_mm256_loadu_ps(o[j] + d0 + 8 * c), _mm256_set1_ps(alpha[j]));
+  for (int t = 0; t < kt; ++t) {
+    __m256 vv[ND];
+#pragma GCC unroll 2
+    for (int c = 0; c < ND; ++c) vv[c] = _mm256_loadu_ps(v + t * hd + d0 + 8 * c);
+#pragma GCC unroll 8
+    for (int j = 0; j < NQ; ++j) {
+      const __m256 b = _mm256_broadcast_ss(p[j] + t);
+#pragma GCC unroll 2
+      for (int c = 0; c < ND; ++c) acc[j][c] = _mm256_fmadd_ps(b, vv[c], acc[j][c]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int j = 0; j < NQ; ++j)
+#pragma GCC unroll 2
+    for (int c = 0; c < ND; ++c) _mm256_storeu_ps(o[j] + d0 + 8 * c, acc[j][c]);
+}
+
+template <int NQ>
+void pv_tile(const float* const* p, const float* v, int kt, int hd, float* const* o,
+             const float* alpha) {
+  int d0 = 0;
+  for (; d0 + 16 <= hd; d0 += 16) pv_chunk<NQ, 2>(p, v, kt, hd, d0, o, alpha);
+  if (d0 < hd) pv_chunk<NQ, 1>(p, v, kt, hd, d0, o, alpha);
+}
+
+void scores_any(int nq, const float* const* q, const float* kt, int hd, float* const* s) {
+  switch (nq) {
+    case 1: return scores_tile<1>(q, kt, hd, s);
+    case 2: return scores_tile<2>(q, kt, hd, s);
+    default: return scores_tile<3>(q, kt, hd, s);
+  }
+}
+
+void pv_any(int nq, const float* const* p, const float* v, int kt, int hd, float* const* o,
+            const float* alpha) {
+  switch (nq) {
+    case 1: return pv_tile<1>(p, v, kt, hd, o, alpha);
+    case 2: return pv_tile<2>(p, v, kt, hd, o, alpha);
+    case 3: return pv_tile<3>(p, v, kt, hd, o, alpha);
+    case 4: return pv_tile<4>(p, v, kt, hd, o, alpha);
+    case 5: return pv_tile<5>(p, v, kt, hd, o, alpha);
+    default: return pv_tile<6>(p, v, kt, hd, o, alpha);
+  }
+}
+
+// Bit t set when entry t0 + t (t < kt) is in row i's entry set.
+uint32_t row_mask(const AttentionArgs& a, int i, int t0, int kt) {
+  const int len = a.len[i];
+  uint32_t m = 0;
+  for (int t = 0; t < kt && t0 + t < len; ++t) {
+    const int pos = t0 + t;
+    bool ok = true;
+    if (a.tree_bits != nullptr && pos >= a.tree_base[i]) {
+      const int b = pos - a.tree_base[i];
+      ok = b < 64 && ((a.tree_bits[i] >> b) & 1u) != 0;
+    }
+    m |= static_cast<uint32_t>(ok) << t;
+  }
+  return m;
+}
+
+struct Shape {
+  int group;       // query heads per kv head
+  int head_chunk;  // query heads of a group per task
+  int n_chunks;    // head chunks per group
+  int block_rows;  // rows per block
+  int64_t n_blocks;
+};
+
+Shape shape_of(const AttentionArgs& a) {
+  if (a.head_dim <= 0 || a.head_dim % 8 != 0 || a.head_dim > kMaxHeadDim)
+    throw std::invalid_argument("attention: head_dim must be a multiple of 8, at most 256");
+  if (a.n_kv_heads <= 0 || a.n_heads % a.n_kv_heads != 0)
+    throw std::invalid_argument("attention: n_heads must be a multiple of n_kv_heads");
+  Shape s;
+  s.group = a.n_heads / a.n_kv_heads;
+  s.head_chunk = s.group < kMaxQueries ? s.group : kMaxQueries;
+  s.n_chunks = (s.group + s.head_chunk - 1) / s.head_chunk;
+  s.block_rows = kBlockQueries / s.head_chunk > 1 ? kBlockQueries / s.head_chunk : 1;
+  s.n_blocks = (a.n_rows + s.block_rows - 1) / s.block_rows;
+  return s;
+}
+
+// Rows [r0, r1) (one slice), query heads [h0, h1) of kv head g.
+void run_slice(const AttentionArgs& a, int r0, int r1, int g, int h0, int h1) {
+  const int hd = a.head_dim, nh = h1 - h0, nq = (r1 - r0) * nh;
+  alignas(32) float kt_buf[kMaxHeadDim * KT];
+  alignas(32) float o_buf[kMaxQueries * kMaxHeadDim];
+  alignas(32) float s_buf[kMaxQueries * KT];
+  float m[kMaxQueries], l[kMaxQueries];
+  const float* qp[kMaxQueries];
+  std::memset(o_buf, 0, sizeof(float) * nq * hd);
+  int max_len = 0;
+  for (int r = r0; r < r1; ++r) max_len = a.len[r] > max_len ? a.len[r] : max_len;
+  for (int j = 0; j < nq; ++j) {
+    qp[j] = a.q + (r0 + j / nh) * a.q_stride + (h0 + j % nh) * hd;
+    m[j] = -FLT_MAX;
+    l[j] = 0.0f;
+  }
+  const float* kb = a.k[r0] + g * a.kv_head_stride;
+  const float* vb = a.v[r0] + g * a.kv_head_stride;
+  const __m256i lane_bit = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+  const __m256 neg_inf = _mm256_set1_ps(-INFINITY), scale = _mm256_set1_ps(a.scale);
+  for (int t0 = 0; t0 < max_len; t0 += KT) {
+    const int kt = a.max_seq - t0 < KT ? a.max_seq - t0 : KT;
+    int act[kMaxQueries], n_act = 0;  // active queries, in order
+    uint32_t mask[kMaxQueries];
+    for (int r = r0; r < r1; ++r) {
+      if (a.len[r] <= t0) continue;
+      const uint32_t rm = row_mask(a, r, t0, kt);
+      for (int h = 0; h < nh; ++h) {
+        act[n_act] = (r - r0) * nh + h;
+        mask[n_act++] = rm;
+      }
+    }
+    if (n_act == 0) continue;
+    transpose_tile(kb + static_cast<int64_t>(t0) * hd, kt, hd, kt_buf);
+    const float* qa[kMaxQueries];
+    float* sa[kMaxQueries];
+    float* oa[kMaxQueries];
+    float aa[kMaxQueries];
+    for (int x = 0; x < n_act; ++x) {
+      qa[x] = qp[act[x]];
+      sa[x] = s_buf + act[x] * KT;
+      oa[x] = o_buf + act[x] * hd;
+    }
+    for (int x = 0; x < n_act; x += 3)
+      scores_any(n_act - x < 3 ? n_act - x : 3, qa + x, kt_buf, hd, sa + x);
+    for (int x = 0; x < n_act; ++x) {  // scale, mask, online softmax update
+      const int j = act[x];
+      __m256 sv[4];
+      __m256 mx = neg_inf;
+      for (int c = 0; c < 4; ++c) {
+        const __m256i bits = _mm256_set1_epi32(static_cast<int>((mask[x] >> (8 * c)) & 0xffu));
+        const __m256 valid =
+            _mm256_castsi256_ps(_mm256_cmpeq_epi32(_mm256_and_si256(bits, lane_bit), lane_bit));
+        sv[c] =
+            _mm256_blendv_ps(neg_inf, _mm256_mul_ps(_mm256_loadu_ps(sa[x] + 8 * c), scale), valid);
+        mx = _mm256_max_ps(mx, sv[c]);
+      }
+      const float tile_max = hmax8(mx);
+      const float m_new = tile_max > m[j] ? tile_max : m[j];
+      const __m256 mn = _mm256_set1_ps(m_new);
+      __m256 sum = _mm256_setzero_ps();
+      for (int c = 0; c < 4; ++c) {
+        const __m256 p = exp8(_mm256_sub_ps(sv[c], mn));
+        _mm256_storeu_ps(sa[x] + 8 * c, p);
+        sum = _mm256_add_ps(sum, p);
+      }
+      aa[x] = exp1(m[j] - m_new);
+      l[j] = __builtin_fmaf(l[j], aa[x], hsum8(sum));
+      m[j] = m_new;
+    }
+    const float* pa[kMaxQueries];
+    for (int x = 0; x < n_act; ++x) pa[x] = sa[x];
+    const float* vt = vb + static_cast<int64_t>(t0) * hd;
+    for (int x = 0; x < n_act; x += 6)
+      pv_any(n_act - x < 6 ? n_act - x : 6, pa + x, vt, kt, hd, oa + x, aa + x);
+  }
+  for (int j = 0; j < nq; ++j) {
+    const __m256 inv = _mm256_set1_ps(1.0f / l[j]);
+    float* dst = a.out + (r0 + j / nh) * a.out_stride + (h0 + j % nh) * hd;
+    for (int d = 0; d < hd; d += 8)
+      _mm256_storeu_ps(dst + d, _mm256_mul_ps(_mm256_loadu_ps(o_buf + j * hd + d), inv));
+  }
+}
+
+}  // namespace
+
+int64_t attention_tasks(const AttentionArgs& a) {
+  if (a.n_rows <= 0) return 0;
+  const Shape s = shape_of(a);
+  return s.n_blocks * a.n_kv_heads * s.n_chunks;
+}
+
+void attention_run(const AttentionArgs& a, int64_t task0, int64_t task1) {
+  if (task0 >= task1) return;
+  const Shape s = shape_of(a);
+  for (int64_t task = task0; task < task1; ++task) {
+    const int c = static_cast<int>(task % s.n_chunks);
+    const int g = static_cast<int>(task / s.n_chunks % a.n_kv_heads);
+    const int64_t b = task / s.n_chunks / a.n_kv_heads;
+    const int i0 = static_cast<int>(b * s.block_rows);
+    const int i1 = i0 + s.block_rows < a.n_rows ? i0 + s.block_rows : a.n_rows;
+    const int h0 = g * s.group + c * s.head_chunk;
+    const int h1 = h0 + s.head_chunk < (g + 1) * s.group ? h0 + s.head_chunk : (g + 1) * s.group;
+    for (int r0 = i0; r0 < i1;) {  // runs of rows sharing a slice
+      int r1 = r0 + 1;
+      while (r1 < i1 && a.k[r1] == a.k[r0] && a.v[r1] == a.v[r0]) ++r1;
+      run_slice(a, r0, r1, g, h0, h1);
+      r0 = r1;
+    }
+  }
+}
+
+}  // namespace trt_spec::cpu

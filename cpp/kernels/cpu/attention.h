@@ -1,0 +1,63 @@
+// attention.h: the CPU attention kernel (tiled, online softmax, optional tree mask).
+//
+// Raw pointers only, no runtime types, so any backend can call it. For n query rows: row i has
+// its rotated queries (n_heads x head_dim floats), its KV slice (the K and V of one sequence
+// slot and layer of an f32 cache [slots, layers, kv_heads, max_seq, head_dim]: kv head g at
+// g * kv_head_stride floats from the slice base, entry t at t * head_dim from there) and its
+// entry set: the entries t in [0, len_i), except that with a tree mask an entry t >= tree_base_i
+// counts only if bit (t - tree_base_i) of tree_bits_i is set (bits past 63: not counted). Query
+// head h reads kv head h / (n_heads / n_kv_heads) (GQA). Output per row and head:
+// softmax(scale * q . k_t over the entry set) . v_t. The entry set is never empty (callers
+// always include the row's own entry).
+//
+// Work: the rows are cut into blocks of consecutive rows (tasks = blocks x kv heads). A task
+// walks key tiles of kAttentionTile entries aligned to absolute positions (tile j covers entries
+// [j * tile, (j + 1) * tile) of the slice, clipped at max_seq) in ascending order; the rows of the
+// block that share a slice, and all the query heads of the kv group, use each K / V tile it loads
+// (K is transposed once per tile), so K and V are read once per block, not once per query row.
+//
+// Exactness: a row processes exactly the tiles that intersect [0, len_i), each with the same
+// operations (full-width tile, entries outside its set get probability 0), whatever n, the other
+// rows or the split of tasks over threads. So a row's output bits depend only on its queries, its
+// entry set and the cache contents: decode, verify and prefill rows give identical bits for
+// identical inputs (greedy speculation stays exact). Cache entries inside a row's tiles that it
+// does not attend must be finite (they are multiplied by 0).
+//
+// Limits: head_dim % 8 == 0 and <= 256; n_heads % n_kv_heads == 0. Needs AVX2 + FMA (the file is
+// built with those flags; the CPU backend checks them).
+#pragma once
+
+#include <cstdint>
+
+namespace trt_spec::cpu {
+
+constexpr int kAttentionTile = 32;  // key entries per tile
+
+struct AttentionArgs {
+  int n_rows = 0;
+  int n_heads = 0, n_kv_heads = 0, head_dim = 0;
+  float scale = 0.0f;  // usually 1 / sqrt(head_dim)
+  // Row i, head h: q + i * q_stride + h * head_dim (already rotated).
+  const float* q = nullptr;
+  int64_t q_stride = 0;
+  // Row i: its K and V slice bases (kv head 0, entry 0). Rows with equal pointers share tiles.
+  const float* const* k = nullptr;
+  const float* const* v = nullptr;
+  int64_t kv_head_stride = 0;          // floats between kv heads of a slice (max_seq * head_dim)
+  int max_seq = 0;                     // entries per kv head (tiles never read past it)
+  const int32_t* len = nullptr;        // row i attends entries [0, len[i]) ...
+  const int32_t* tree_base = nullptr;  // ... with this mask (both nullptr: none)
+  const uint64_t* tree_bits = nullptr;
+  // Row i, head h: out + i * out_stride + h * head_dim.
+  float* out = nullptr;
+  int64_t out_stride = 0;
+};
+
+// Number of independent tasks of a call (0 when n_rows == 0). Throws std::invalid_argument on
+// unsupported shapes.
+int64_t attention_tasks(const AttentionArgs& a);
+// Runs tasks [task0, task1): any split of [0, attention_tasks(a)) over threads, in any order,
+// gives the same bits.
+void attention_run(const AttentionArgs& a, int64_t task0, int64_t task1);
+
+}  // namespace trt_spec::cpu

@@ -1,0 +1,162 @@
+"""The tiled CPU attention kernel (cpp/kernels/cpu/attention.h) through T.cpu_attention.
+
+- Against a float64 numpy reference: GQA ratios 1 / 2 / 6, head_dim 64 and 128, lengths 1..700
+  (several 32-entry tiles, partial tiles), a prefill-like run of rows of one slice plus rows of
+  other slices in the same call, with and without tree masks (random ancestor sets).
+- Bit identity (greedy speculation depends on it): a row computed alone, inside a 64-row call,
+  and under other splits / orders of the kernel's tasks gives the same bits.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from native import T
+
+MAX_SEQ = 704  # not a multiple of the 32-entry tile: the last tile is clipped
+
+
+def entry_sets(lens, tree_base=None, tree_bits=None):
+    """Per row, the attended entries (int array)."""
+    out = []
+    for i, n in enumerate(lens):
+        t = np.arange(n)
+        if tree_bits is None:
+            out.append(t)
+            continue
+        b = t - int(tree_base[i])
+        bits = int(tree_bits[i])
+        keep = [bb < 0 or (bb < 64 and (bits >> int(bb)) & 1) for bb in b]
+        out.append(t[np.array(keep, bool)])
+    return out
+
+
+def reference(q, k, v, slot, lens, scale, tree_base=None, tree_bits=None):
+    """float64 softmax(scale q.k) v over each row's entry set."""
+    n, nh, hd = q.shape
+    group = nh // k.shape[1]
+    out = np.zeros((n, nh, hd))
+    for i, ent in enumerate(entry_sets(lens, tree_base, tree_bits)):
+        for h in range(nh):
+            kk = k[slot[i], h // group][ent].astype(np.float64)
+            vv = v[slot[i], h // group][ent].astype(np.float64)
+            s = kk @ q[i, h].astype(np.float64) * scale
+            p = np.exp(s - s.max())
+            out[i, h] = p @ vv / p.sum()
+    return out
+
+
+def make_case(seed, group, hd, length, n_kv=2, tree=False, slots=3):
+    """A prefill-like run of rows of slot 0 ending at `length`, plus single rows of slots 1, 2."""
+    rng = np.random.default_rng(seed)
+    nh = n_kv * group
+    k = rng.standard_normal((slots, n_kv, MAX_SEQ, hd)).astype(np.float32)
+    v = rng.standard_normal((slots, n_kv, MAX_SEQ, hd)).astype(np.float32)
+    run = min(length, 20)
+    lens = [length - run + 1 + j for j in range(run)] + [int(rng.integers(1, MAX_SEQ)), 1]
+    slot = [0] * run + [1, 2]
+    n = len(lens)
+    q = (2 * rng.standard_normal((n, nh, hd))).astype(np.float32)  # peaky softmax too
+    tb = tbits = None
+    if tree:
+        # The last up to 40 entries of each row form a tree region: a random ancestor set that
+        # always holds the row's own entry.
+        tb = np.array([max(0, n_i - 40) for n_i in lens], np.int32)
+        bits = rng.integers(0, 2**63, n, dtype=np.int64).astype(np.uint64)
+        own = np.array(
+            [np.uint64(1) << np.uint64(n_i - 1 - b) for n_i, b in zip(lens, tb, strict=True)]
+        )
+        tbits = (bits | own).astype(np.uint64)
+    return (
+        q,
+        k,
+        v,
+        np.array(slot, np.int32),
+        np.array(lens, np.int32),
+        np.float32(1 / np.sqrt(hd)),
+        tb,
+        tbits,
+    )
+
+
+@pytest.mark.parametrize("tree", [False, True], ids=["causal", "tree"])
+@pytest.mark.parametrize("length", [1, 5, 31, 33, 100, 700])
+@pytest.mark.parametrize("hd", [64, 128])
+@pytest.mark.parametrize("group", [1, 2, 6])
+def test_attention_matches_float64(group, hd, length, tree):
+    q, k, v, slot, lens, scale, tb, tbits = make_case(
+        group * 1000 + hd + length, group, hd, length, tree=tree
+    )
+    got = T.cpu_attention(q, k, v, slot, lens, scale, tb, tbits)
+    ref = reference(q, k, v, slot, lens, scale, tb, tbits)
+    assert got.shape == q.shape and got.dtype == np.float32
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=2e-5)
+
+
+def test_attention_odd_head_dim_and_wide_group():
+    """head_dim 80 (a last 8-column chunk) and 8 query heads per kv head."""
+    q, k, v, slot, lens, scale, tb, tbits = make_case(7, 8, 80, 90, n_kv=1)
+    got = T.cpu_attention(q, k, v, slot, lens, scale)
+    np.testing.assert_allclose(got, reference(q, k, v, slot, lens, scale), rtol=1e-4, atol=2e-5)
+
+
+@pytest.mark.parametrize("tree", [False, True], ids=["causal", "tree"])
+@pytest.mark.parametrize("group", [1, 6])
+def test_attention_rows_bit_identical(group, tree):
+    """A row's bits do not depend on the other rows of the call or on how tasks are split."""
+    hd, n_kv = 128, 2
+    rng = np.random.default_rng(group)
+    q, k, v, _, _, scale, _, _ = make_case(group, group, hd, 8, n_kv=n_kv, slots=2)
+    n = 64
+    lens = np.concatenate([np.arange(637, 637 + 60), [5, 33, 700, 1]]).astype(np.int32)
+    slot = np.array([0] * 60 + [1] * 4, np.int32)
+    q = (2 * rng.standard_normal((n, n_kv * group, hd))).astype(np.float32)
+    tb = tbits = None
+    if tree:
+        tb = np.maximum(lens - 50, 0).astype(np.int32)
+        own = np.array(
+            [np.uint64(1) << np.uint64(n_i - 1 - b) for n_i, b in zip(lens, tb, strict=True)]
+        )
+        tbits = (rng.integers(0, 2**63, n, dtype=np.int64).astype(np.uint64) | own).astype(
+            np.uint64
+        )
+    full = T.cpu_attention(q, k, v, slot, lens, scale, tb, tbits)
+    for chunk in (1, 3):
+        split = T.cpu_attention(q, k, v, slot, lens, scale, tb, tbits, task_chunk=chunk)
+        assert np.array_equal(split.view(np.uint32), full.view(np.uint32)), chunk
+    for i in [0, 1, 7, 30, 59, 60, 61, 62, 63]:
+        sl = slice(i, i + 1)
+        alone = T.cpu_attention(
+            q[sl],
+            k,
+            v,
+            slot[sl],
+            lens[sl],
+            scale,
+            None if tb is None else tb[sl],
+            None if tbits is None else tbits[sl],
+        )
+        assert np.array_equal(alone.view(np.uint32), full[sl].view(np.uint32)), i
+    # Verify-like: the last 5 rows of the run as their own call.
+    part = slice(55, 60)
+    sub = T.cpu_attention(
+        q[part],
+        k,
+        v,
+        slot[part],
+        lens[part],
+        scale,
+        None if tb is None else tb[part],
+        None if tbits is None else tbits[part],
+    )
+    assert np.array_equal(sub.view(np.uint32), full[part].view(np.uint32))
+    np.testing.assert_allclose(
+        full, reference(q, k, v, slot, lens, scale, tb, tbits), rtol=1e-4, atol=2e-5
+    )
+
+
+def test_attention_rejects_bad_shapes():
+    q = np.zeros((1, 2, 12), np.float32)  # head_dim 12: not a multiple of 8
+    kv = np.zeros((1, 1, 4, 12), np.float32)
+    with pytest.raises(Exception):  # noqa: B017 - the bindings map it to their own error type
+        T.cpu_attention(q, kv, kv, np.zeros(1, np.int32), np.ones(1, np.int32), 1.0)
