@@ -311,6 +311,77 @@ def test_bench_modules_import_alone() -> None:
         assert p.returncode == 0, f"import {m} alone failed:\n{err}"
 
 
+FAKE_LLAMA = """#!{python}
+import json, sys
+with open({log!r}, "a") as f:
+    f.write(json.dumps(sys.argv) + "\\n")
+if "--version" in sys.argv:
+    print("version: 1 (fake)", file=sys.stderr)
+elif sys.argv[0].endswith("simple"):
+    k = int(sys.argv[sys.argv.index("--spec-draft-n-max") + 1])
+    print("encoded   12 tokens in    0.100 seconds, speed:  120.0 t/s", file=sys.stderr)
+    print(f"decoded   8 tokens in    {{0.4 / k:.3f}} seconds, speed: 1 t/s", file=sys.stderr)
+    print(f"n_drafted = {{4 * k}}", file=sys.stderr)
+    print("n_accept  = 4", file=sys.stderr)
+else:
+    print("prompt eval time =     100.00 ms /    12 tokens", file=sys.stderr)
+    print("       eval time =     700.00 ms /     7 runs", file=sys.stderr)
+"""
+
+
+def test_bench_llama_cpp_peer_with_fake_binaries(
+    pair: Path, chat_prompts: Path, tmp_path: Path, monkeypatch
+) -> None:
+    """The llama.cpp peer through the CLI: chat prompts reach it as rendered text, its runs are
+    labelled like trt-spec's and compared per configuration (fake binaries, fixed timings)."""
+    bin_dir, log = tmp_path / "bin", tmp_path / "calls.jsonl"
+    bin_dir.mkdir()
+    for name in ("llama-speculative-simple", "llama-completion"):
+        (bin_dir / name).write_text(FAKE_LLAMA.format(python=sys.executable, log=str(log)))
+        (bin_dir / name).chmod(0o755)
+    monkeypatch.setenv("LLAMA_CPP_BIN_DIR", str(bin_dir))
+    argv = [str(pair), "--prompts", str(chat_prompts), "--n", "2", "--max-new-tokens", "8"]
+    argv += ["--draft", "model", "--draft-lens", "1,2", "--temperatures", "0", "--no-auto"]
+    argv += ["--peers", "llama.cpp", "--target-gguf", "t.gguf", "--draft-gguf", "d.gguf"]
+    rep = _bench(argv, tmp_path / "out")
+    (peer,) = rep["peers"]
+    assert peer["runner"] == "llama.cpp" and peer["version"] == "1 (fake)"
+    by = {a["config"]: a for a in peer["configs"]}
+    assert list(by) == ["target-only", "model K=1", "model K=2"]
+    assert by["target-only"]["decode_tok_s"] == pytest.approx(10.0)  # 7 runs in 0.7 s
+    assert by["model K=2"]["decode_tok_s"] == pytest.approx(40.0)  # 8 tokens in 0.2 s
+    assert by["model K=2"]["acceptance_rate"] == pytest.approx(0.5)
+    assert by["model K=1"]["per_prompt_ratio_min"] == pytest.approx(2.0)
+    assert [r["id"] for r in by["model K=1"]["runs"]] == ["edit-1", "loop"]
+    res = rep["results"][0]
+    mine = {a["config"]: a["decode_tok_s"] for a in res["configs"]}
+    cmp = res["checks"]["vs_llama.cpp"]
+    assert set(cmp) == {"target-only", "model K=1", "model K=2"}
+    assert cmp["model K=2"] == pytest.approx(mine["model K=2"] / 40.0)
+    calls = [json.loads(line) for line in log.read_text().splitlines()]
+    prompts = [c[c.index("-p") + 1] for c in calls if "-p" in c]
+    assert len(prompts) == 6  # 2 prompts x 3 configurations
+    chat = Engine(pair).tokenizer.apply_chat_template(MESSAGES, add_generation_prompt=True)
+    assert prompts.count(chat) == 3 and prompts.count("for i in range(10):\n") == 3
+    assert all(c[c.index("-m") + 1] == "t.gguf" for c in calls if "-m" in c)
+    md = (tmp_path / "out" / "spec_t.md").read_text()
+    assert "## Peers" in md and "trt-spec / llama.cpp tok/s: target-only:" in md
+
+
+def test_benchmark_scripts_import_the_shared_helpers() -> None:
+    """bench_decode.py and bench_gpu.py take the environment helpers from trt_spec.bench.common
+    and still start (--help needs no GPU, model or peer)."""
+    repo = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    for script in ("bench_decode.py", "bench_gpu.py"):
+        path = repo / "benchmarks" / script
+        assert "from trt_spec.bench.common import" in path.read_text()
+        out = subprocess.run(
+            [sys.executable, str(path), "--help"], env=env, capture_output=True, text=True
+        )
+        assert out.returncode == 0 and out.stdout.startswith("usage:"), out.stderr
+
+
 def test_parsers_and_configs() -> None:
     assert parse_draft_lens("1-3,6") == [1, 2, 3, 6]
     assert parse_draft_lens("4,2,2") == [2, 4]
