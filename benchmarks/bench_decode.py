@@ -5,12 +5,14 @@ the target model (Qwen2.5-Coder-1.5B-Instruct Q4_K_M GGUF) on a few HumanEval pr
 ``--n-new`` new tokens per prompt, with the same thread count for every runner:
 
 * llama.cpp: ``llama_cpp.Llama`` from the peer venv built by ``benchmarks/peers/
-  build_llama_cpp.sh``, run as a subprocess (``benchmarks/peers/llama_cpp_runner.py``) so this
-  environment is untouched. Q4_K_M weights as stored in the GGUF.
+  build_llama_cpp.sh``, run as a subprocess (the script ``trt_spec/bench/peers/
+  llama_cpp_runner.py`` under the peer venv's Python) so this environment is untouched. Q4_K_M
+  weights as stored in the GGUF.
 * transformers: ``AutoModelForCausalLM.from_pretrained(dir, gguf_file=...)`` (weights
   dequantized to fp32), ``generate(do_sample=False)`` with a timing streamer.
-* trt-spec: each ``--engine PATH`` via ``trt_spec.Engine(path).generate(...)``; its own
-  ``stats.decode_tokens_per_s`` is reported. Skipped (with a note) while that API is missing.
+* trt-spec: each ``--engine PATH`` via ``trt_spec.Engine(path).generate(..., draft="none")``
+  (the target alone: no draft model, no prompt lookup); its own ``stats.decode_tokens_per_s``
+  is reported.
 
 For llama.cpp and transformers the decode rate is ``(n_new - 1) / (t_last - t_first)``, where
 ``t_first`` is when the first new token is available (prefill + first sample) and ``t_last``
@@ -27,7 +29,6 @@ import argparse
 import copy
 import datetime as dt
 import gc
-import importlib.metadata
 import importlib.util
 import json
 import os
@@ -41,12 +42,13 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from trt_spec.bench.common import cpu_info, git_commit, loadavg, version
+
 REPO = Path(__file__).resolve().parents[1]
 CACHE = Path(os.environ.get("TRT_SPEC_CACHE", Path.home() / ".cache" / "trt-spec"))
 DEFAULT_MODEL = CACHE / "models" / "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
 PEER_PYTHON = CACHE / "peers" / "llama-venv" / "bin" / "python"
 PEER_STAMP = CACHE / "peers" / "llama_cpp.stamp"
-RUNNER = REPO / "benchmarks" / "peers" / "llama_cpp_runner.py"
 RESULTS = REPO / "benchmarks" / "results"
 
 # Used only when trt_spec.models.humaneval_prompts is unavailable (first three HumanEval tasks).
@@ -94,69 +96,7 @@ FALLBACK_PROMPTS: list[dict[str, str]] = [
 ]
 
 
-# --------------------------------------------------------------------------- environment info
-
-
-def _git_commit() -> str:
-    try:
-        head = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "uncommitted"
-    dirty = subprocess.run(
-        ["git", "status", "--porcelain", "--untracked-files=no"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        check=False,
-    ).stdout.strip()
-    return f"{head}+dirty" if dirty else head
-
-
-def _cpu_info() -> dict[str, Any]:
-    model = platform.processor() or "unknown"
-    flags: set[str] = set()
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                key = key.strip()
-                if key == "model name":
-                    model = value.strip()
-                elif key == "flags" and not flags:
-                    flags = set(value.split())
-    except OSError:
-        pass
-    wanted = ["avx", "avx2", "fma", "f16c", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile"]
-    try:
-        affinity = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        affinity = os.cpu_count() or 0
-    return {
-        "model": model,
-        "logical_cpus": os.cpu_count(),
-        "cpus_available": affinity,
-        "isa_flags": [f for f in wanted if f in flags],
-    }
-
-
-def _loadavg() -> float | None:
-    try:
-        return os.getloadavg()[0]
-    except OSError:
-        return None
-
-
-def _version(dist: str) -> str | None:
-    try:
-        return importlib.metadata.version(dist)
-    except importlib.metadata.PackageNotFoundError:
-        return None
+# --------------------------------------------------------------------------- llama.cpp build stamp
 
 
 def _peer_stamp() -> dict[str, str]:
@@ -172,32 +112,13 @@ def _peer_stamp() -> dict[str, str]:
 # --------------------------------------------------------------------------- prompts
 
 
-def _load_models_module() -> Any:
-    """trt_spec.models (stdlib only), imported normally or straight from the source tree."""
-    try:
-        import trt_spec.models as models  # type: ignore[import-not-found]
-
-        return models
-    except Exception:  # noqa: BLE001 - any failure (missing package, unbuilt _core) -> fallback
-        path = REPO / "python" / "trt_spec" / "models.py"
-        if not path.is_file():
-            return None
-        spec = importlib.util.spec_from_file_location("_trt_spec_models", path)
-        if spec is None or spec.loader is None:
-            return None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module
-        spec.loader.exec_module(module)
-        return module
-
-
 def load_prompts(n: int) -> tuple[list[dict[str, str]], str]:
     try:
-        models = _load_models_module()
-        if models is not None:
-            rows = models.humaneval_prompts(n)
-            if rows:
-                return rows, "trt_spec.models.humaneval_prompts"
+        from trt_spec import models
+
+        rows = models.humaneval_prompts(n)
+        if rows:
+            return rows, "trt_spec.models.humaneval_prompts"
     except Exception as exc:  # noqa: BLE001 - network/cache problems must not stop the bench
         print(f"note: humaneval_prompts unavailable ({exc}); using built-in prompts")
     return FALLBACK_PROMPTS[:n], "built-in fallback (HumanEval/0..2)"
@@ -228,10 +149,19 @@ def _summary_from_runs(runs: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def _llama_cpp_runner() -> Path:
+    """The runner script, run by the peer venv's Python (which has no trt-spec)."""
+    spec = importlib.util.find_spec("trt_spec.bench.peers.llama_cpp_runner")
+    if spec is None or spec.origin is None:
+        raise RuntimeError("trt_spec.bench.peers.llama_cpp_runner not found")
+    return Path(spec.origin)
+
+
 def run_llama_cpp(args: argparse.Namespace, prompts: list[str]) -> dict[str, Any]:
     python = Path(args.llama_python)
     if not python.is_file():
         raise RuntimeError(f"{python} missing; run benchmarks/peers/build_llama_cpp.sh first")
+    runner = _llama_cpp_runner()
     cfg = {
         "model": str(args.model),
         "prompts": prompts,
@@ -247,7 +177,7 @@ def run_llama_cpp(args: argparse.Namespace, prompts: list[str]) -> dict[str, Any
         cfg_path.write_text(json.dumps(cfg), encoding="utf-8")
         env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
         proc = subprocess.run(
-            [str(python), str(RUNNER), "--config", str(cfg_path), "--out", str(out_path)],
+            [str(python), str(runner), "--config", str(cfg_path), "--out", str(out_path)],
             env=env,
             capture_output=True,
             text=True,
@@ -343,61 +273,22 @@ def run_transformers(args: argparse.Namespace, prompts: list[str]) -> dict[str, 
     return result
 
 
-def _engine_format(engine: Any, path: Path) -> str:
-    for attr in ("weights", "weight_format", "weight_type", "format"):
-        value = getattr(engine, attr, None)
-        if isinstance(value, str) and value:
-            return value
-        if value is not None and not callable(value):
-            return str(value)
-    for attr in ("info", "metadata", "meta", "config"):
-        value = getattr(engine, attr, None)
-        if isinstance(value, dict):
-            for key in ("weight_format", "weight_type", "format"):
-                if key in value:
-                    return str(value[key])
-    stem = path.name.lower()
-    for fmt in ("bf16", "f16", "f32", "q8", "q4"):
-        if fmt in stem:
-            return fmt
-    return path.name
-
-
-def _trt_generate(engine: Any, prompt: str, n: int, gen_kw: dict[str, Any]) -> Any:
-    """engine.generate(...); drops ``ignore_eos`` (in place) if this Engine lacks it."""
-    try:
-        return engine.generate(prompt, max_new_tokens=n, **gen_kw)
-    except TypeError:
-        if "ignore_eos" not in gen_kw:
-            raise
-        gen_kw.pop("ignore_eos")
-        return engine.generate(prompt, max_new_tokens=n, **gen_kw)
-
-
 def run_trt_spec(args: argparse.Namespace, prompts: list[str]) -> list[dict[str, Any]]:
     os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
-    try:
-        from trt_spec import Engine  # type: ignore[import-not-found]
-    except ImportError:
-        sys.path.insert(0, str(REPO / "python"))
-        from trt_spec import Engine  # type: ignore[import-not-found]
+    from trt_spec import Engine
 
+    # Same semantics as the peers: the target alone (no draft source), greedy, EOS ignored.
+    gen_kw: dict[str, Any] = {"temperature": 0.0, "ignore_eos": True, "draft": "none"}
     results: list[dict[str, Any]] = []
     for path in args.engine:
-        try:
-            engine = Engine(str(path), n_threads=args.threads)
-        except TypeError:  # an Engine without the n_threads keyword
-            engine = Engine(str(path))
-        label = _engine_format(engine, path)
-        # Same semantics as the peers: greedy, EOS ignored (falls back if unsupported).
-        gen_kw: dict[str, Any] = {"temperature": 0.0, "ignore_eos": True}
+        engine = Engine(str(path), n_threads=args.threads)
         if args.warmup_tokens > 0:
-            _trt_generate(engine, prompts[0], args.warmup_tokens, gen_kw)
+            engine.generate(prompts[0], max_new_tokens=args.warmup_tokens, **gen_kw)
         runs: list[dict[str, Any]] = []
         for prompt in prompts:
             reps: list[dict[str, Any]] = []
             for _ in range(args.repeats):
-                r = _trt_generate(engine, prompt, args.n_new, gen_kw)
+                r = engine.generate(prompt, max_new_tokens=args.n_new, **gen_kw)
                 ids = [int(t) for t in r.token_ids]
                 reps.append(
                     {
@@ -411,8 +302,8 @@ def run_trt_spec(args: argparse.Namespace, prompts: list[str]) -> list[dict[str,
         result: dict[str, Any] = {
             "runner": f"trt-spec ({path.name})",
             "engine": str(path),
-            "weight_format": label,
-            "isa": f"backend {getattr(engine, 'backend', None) or 'n/a'}",
+            "weight_format": engine.weights,
+            "isa": f"backend {engine.backend}",
             "runs": runs,
         }
         result.update(_summary_from_runs(runs))
@@ -567,7 +458,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"model not found: {args.model}")
     wanted = {r.strip() for r in args.runners.split(",") if r.strip()}
 
-    load_start = _loadavg()
+    load_start = loadavg()
     rows, source = load_prompts(args.prompts)
     prompts = [r["prompt"] for r in rows]
     now = dt.datetime.now()
@@ -594,7 +485,7 @@ def main(argv: list[str] | None = None) -> int:
             print("running trt-spec ...", flush=True)
             try:
                 runners.extend(run_trt_spec(args, prompts))
-            except Exception as exc:  # noqa: BLE001 - the Engine API may not exist yet
+            except Exception as exc:  # noqa: BLE001 - report and keep the peers' results
                 traceback.print_exc()
                 notes.append(f"trt-spec skipped: {type(exc).__name__}: {exc}")
 
@@ -624,21 +515,21 @@ def main(argv: list[str] | None = None) -> int:
         or stamp.get("version"),
         "llama.cpp": stamp.get("llama_cpp_commit"),
         "llama.cpp build": stamp.get("mode"),
-        "torch": _version("torch"),
-        "transformers": _version("transformers"),
-        "gguf": _version("gguf"),
-        "numpy": _version("numpy"),
-        "trt-spec": _version("trt-spec") or _version("trt_spec"),
+        "torch": version("torch"),
+        "transformers": version("transformers"),
+        "gguf": version("gguf"),
+        "numpy": version("numpy"),
+        "trt-spec": version("trt-spec"),
     }
     report: dict[str, Any] = {
         "date": now.isoformat(timespec="seconds"),
         "environment": {
-            "cpu": _cpu_info(),
-            "git_commit": _git_commit(),
+            "cpu": cpu_info(),
+            "git_commit": git_commit(REPO) or "uncommitted",
             "versions": versions,
             "platform": platform.platform(),
             "loadavg_1min": (
-                {"start": load_start, "end": _loadavg()} if load_start is not None else None
+                {"start": load_start, "end": loadavg()} if load_start is not None else None
             ),
         },
         "settings": {

@@ -5,11 +5,12 @@ tokens/s. Needs a CUDA GPU and a CUDA build of trt-spec; everything is measured 
 Engines hold random weights in real shapes (``trt_spec.build.random_engine``): the speed of a
 decode step depends on shapes and weight format only.
 
-* Decode step, target-only: one forward of one row in a CUDA graph (``_core.time_forward``),
-  and the engine's own k=0 iteration (forward + sampling + SeqState read back,
-  ``_core.time_iterations``), for the Qwen2.5 1.5B and 0.5B shapes (fp16) and a 7B Llama shape
-  (fp16 and q4). Roofline = bytes moved per step (every weight once + the KV cache read) /
-  bandwidth, the bandwidth measured in the same run with a device-to-device copy.
+* Decode step, target-only: one forward of one row in a CUDA graph (``Session.time_forward``
+  of the test module ``_trt_spec_testing``), and the engine's own k=0 iteration (forward +
+  sampling + SeqState read back, ``Session.time_iterations``), for the Qwen2.5 1.5B and 0.5B
+  shapes (fp16) and a 7B Llama shape (fp16 and q4). Roofline = bytes moved per step (every
+  weight once + the KV cache read) / bandwidth, the bandwidth measured in the same run with a
+  device-to-device copy.
 * Iteration per K = 1..8 (1.5B target, 0.5B draft, fp16, batch 1): the whole iteration as one
   graph and launched op by op, against verify (K+1 rows) + draft step 0 (2 rows) + (K-1) draft
   steps (1 row), each timed alone in a graph. Graph overhead = iteration / parts - 1.
@@ -20,6 +21,10 @@ decode step depends on shapes and weight format only.
   ``trt-spec bench``); without one from an ASSUMED per-token acceptance (``--alpha``). It is a
   projection, not a measurement of real-model generation.
 
+The test module is built beside ``trt_spec._core`` but not installed: it is found in
+``$TRT_SPEC_TESTING_DIR`` or the package build folder ``build/<wheel tag>/`` (where
+``pip install .`` leaves it), as ``tests/conftest.py`` finds it.
+
 Writes ``benchmarks/results/gpu_<date>.{json,md}`` with device, commit and settings.
 ``python benchmarks/bench_gpu.py --help``; ``benchmarks/run_gpu_checks.sh`` runs it.
 """
@@ -29,39 +34,47 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import gc
+import importlib
 import json
+import os
 import platform
-import subprocess
+import struct
 import sys
 import time
 import traceback
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 import numpy as np
+from trt_spec.bench.common import git_commit, log
 
 REPO = Path(__file__).resolve().parents[1]
+_HEADER = struct.Struct("<8sIIQQ")  # magic, version, flags, json offset, json bytes
 
 
-def git_commit() -> str:
+def testing_module() -> ModuleType:
+    """``_trt_spec_testing`` from $TRT_SPEC_TESTING_DIR or the newest build folder."""
+    env = os.environ.get("TRT_SPEC_TESTING_DIR")
+    hits = sorted(REPO.glob("build/*/_trt_spec_testing*.so"), key=lambda p: p.stat().st_mtime)
+    folder = Path(env) if env else (hits[-1].parent if hits else None)
+    if folder is not None and str(folder) not in sys.path:
+        sys.path.insert(0, str(folder))
     try:
-        rev = subprocess.run(
-            ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "-C", str(REPO), "status", "--porcelain", "--", "cpp"],
-            capture_output=True,
-            text=True,
-        ).stdout.strip()
-        return rev + ("+dirty" if dirty else "")
-    except Exception:
-        return "unknown"
+        return importlib.import_module("_trt_spec_testing")
+    except ImportError as e:
+        raise RuntimeError(
+            "bench_gpu needs the test module _trt_spec_testing: build with pip install . in the "
+            "repository (it stays in build/<wheel tag>/) or set TRT_SPEC_TESTING_DIR"
+        ) from e
 
 
-def log(msg: str) -> None:
-    print(f"[bench_gpu {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+def engine_metadata(path: Path) -> dict[str, Any]:
+    """The JSON metadata of an engine file, read from its header (no weights loaded)."""
+    with open(path, "rb") as f:
+        _, _, _, offset, size = _HEADER.unpack(f.read(_HEADER.size))
+        f.seek(offset)
+        return json.loads(f.read(size))
 
 
 # ---- engines -------------------------------------------------------------------------------------
@@ -100,8 +113,7 @@ def kv_read_bytes(cfg: dict, context: int) -> int:
 
 # ---- trt-spec measurements -----------------------------------------------------------------------
 def decode_steps(engines: dict[str, Path], bw_gbps: float, args) -> list[dict]:
-    from trt_spec import Engine, _core
-
+    T = testing_module()  # noqa: N806
     rows = []
     cases = [
         ("pair-f16", "target", "qwen2.5-1.5b", "f16"),
@@ -114,12 +126,12 @@ def decode_steps(engines: dict[str, Path], bw_gbps: float, args) -> list[dict]:
         ]
     for eng, role, shape, weights in cases:
         log(f"decode step: {shape} {weights}")
-        e = Engine(engines[eng], device="cuda", verify=False)
-        meta = e.metadata["models"][role]
+        s = T.Session(str(engines[eng]), args.device)
+        meta = engine_metadata(engines[eng])["models"][role]
         cfg = meta["config"]
         ctx = args.context
-        step = _core.time_forward(e._rt, role, 1, 1, ctx, args.iters, True)
-        step_nograph = _core.time_forward(e._rt, role, 1, 1, ctx, args.iters, False)
+        step = s.time_forward(role, 1, 1, ctx, args.iters, True)
+        step_nograph = s.time_forward(role, 1, 1, ctx, args.iters, False)
         moved = meta["weight_bytes"] + kv_read_bytes(cfg, ctx)
         roof = moved / (bw_gbps * 1e9)
         row = {
@@ -135,45 +147,50 @@ def decode_steps(engines: dict[str, Path], bw_gbps: float, args) -> list[dict]:
             "achieved_gbps": moved / step / 1e9,
         }
         if role == "target":  # the engine's own target-only iteration (sampling, read-back)
-            row["engine_step_ms"] = engine_iteration(e, 0, args) * 1e3
+            row["engine_step_ms"] = engine_iteration(s, 0, args) * 1e3
         rows.append(row)
-        del e
+        del s
         gc.collect()
     return rows
 
 
-def engine_iteration(e, k: int, args, graphs: bool = True) -> float:
-    """Seconds per iteration of the engine's decoder with draft length k, batch 1, greedy."""
-    from trt_spec import _core
-
-    dec = _core.Decoder(e._rt)
-    dec.draft_len = k
-    dec.use_graphs = graphs
-    prompt = [int(t) for t in np.random.default_rng(0).integers(0, e.vocab_size, args.context)]
-    dec.add(prompt, e.max_seq_len - args.context - 1, 0.0, 0, 1.0, 0, [])
-    dec.step()  # prefill
-    dec.step()  # one iteration: sets the program's sequences (and captures the graph)
-    _core.time_iterations(e._rt, dec, k, 3)  # warm-up
-    sec, n = _core.time_iterations(e._rt, dec, k, args.iters)
+def engine_iteration(s: Any, k: int, args, graphs: bool = True) -> float:
+    """Seconds per iteration of a test Session's scheduler with draft length k (the draft
+    model's chain; k = 0: a plain target step), batch 1, greedy."""
+    source = "model" if k else "none"
+    s.use_graphs = graphs
+    prompt = [int(t) for t in np.random.default_rng(0).integers(0, s.vocab_size, args.context)]
+    rid = s.submit(prompt, s.max_seq_len - args.context - 1, 0.0, 0, 1.0, 0, [], [], [], source, k)
+    got = 0  # the prefill gives the first token, each iteration at least one more
+    for _ in range(args.context + 8):
+        got += sum(len(ev[1]) for ev in s.step() if ev[0] == rid)
+        if got >= 2:
+            break  # one iteration ran: it set the program's sequences (and captured the graph)
+    else:
+        raise RuntimeError("no decode iteration after the prefill")
+    s.time_iterations(source, k, 3)  # warm-up
+    sec, n = s.time_iterations(source, k, args.iters)
+    s.cancel(rid)
+    while s.has_work:
+        s.step()
     if n < args.iters // 2:
         raise RuntimeError(f"only {n} iterations fit in max_seq_len")
     return sec
 
 
 def iterations(engines: dict[str, Path], args) -> list[dict]:
-    from trt_spec import Engine, _core
-
-    e = Engine(engines["pair-f16"], device="cuda", verify=False)
+    T = testing_module()  # noqa: N806
+    s = T.Session(str(engines["pair-f16"]), args.device)
     ctx = args.context
-    draft1 = _core.time_forward(e._rt, "draft", 1, 1, ctx, args.iters, True)
-    draft0 = _core.time_forward(e._rt, "draft", 2, 1, ctx, args.iters, True)
+    draft1 = s.time_forward("draft", 1, 1, ctx, args.iters, True)
+    draft0 = s.time_forward("draft", 2, 1, ctx, args.iters, True)
     rows = []
     for k in range(1, 9):
         log(f"iteration K={k}")
-        verify = _core.time_forward(e._rt, "target", k + 1, k + 1, ctx, args.iters, True)
+        verify = s.time_forward("target", k + 1, k + 1, ctx, args.iters, True)
         parts = verify + draft0 + (k - 1) * draft1
-        it = engine_iteration(e, k, args, graphs=True)
-        it_plain = engine_iteration(e, k, args, graphs=False)
+        it = engine_iteration(s, k, args, graphs=True)
+        it_plain = engine_iteration(s, k, args, graphs=False)
         rows.append(
             {
                 "k": k,
@@ -453,12 +470,14 @@ def main() -> int:
         "merged into the report of the same --tag (to split a run into shorter commands)",
     )
     args = ap.parse_args()
+    args.device = "cuda"
 
     from trt_spec import _core
 
     if not _core.cuda_available():
         print("bench_gpu: needs a CUDA GPU and a CUDA build of trt-spec", file=sys.stderr)
         return 2
+    T = testing_module()  # noqa: N806
     date = dt.date.today().isoformat()
     out = Path(args.out_dir)
     stem = out / f"gpu_{args.tag or date}"
@@ -469,12 +488,15 @@ def main() -> int:
     if args.part != "all" and stem.with_suffix(".json").exists():
         r = json.loads(stem.with_suffix(".json").read_text())  # the other part of this run
     r.update(
-        date=date, commit=git_commit(), host=platform.node(), device=dict(_core.cuda_device_info(0))
+        date=date,
+        commit=git_commit(REPO, paths=["cpp"]) or "unknown",
+        host=platform.node(),
+        device=dict(T.cuda_device_info(0)),
     )
     r.setdefault("settings", {})[args.part] = vars(args)
     r.setdefault("errors", [])
     if args.part in ("all", "trt"):
-        r["bandwidth_gbps"] = _core.cuda_bandwidth_gbps(0, 1 << 30, 20)
+        r["bandwidth_gbps"] = T.cuda_bandwidth_gbps(0, 1 << 30, 20)
         log(f"{r['device']['name']}: copy bandwidth {r['bandwidth_gbps']:.0f} GB/s")
         engines = make_engines(Path(args.workdir), args)
         for key, fn in (
@@ -491,7 +513,7 @@ def main() -> int:
             r["projection"] = projection(
                 r["iterations"], step.get("engine_step_ms", step["step_ms"]), args
             )
-        r["bandwidth_gbps_end"] = _core.cuda_bandwidth_gbps(0, 1 << 30, 20)
+        r["bandwidth_gbps_end"] = T.cuda_bandwidth_gbps(0, 1 << 30, 20)
     if args.part in ("all", "transformers") and not args.skip_transformers:
         r["transformers"] = transformers_rows(args)
 

@@ -1,8 +1,9 @@
 """llama.cpp side of benchmarks/bench_decode.py: greedy decode timing via llama_cpp.Llama.
 
-Runs inside the peer venv built by benchmarks/peers/build_llama_cpp.sh (its python imports the
-from-source llama-cpp-python), so the main environment is never touched. Only the standard
-library and llama_cpp are imported; no torch.
+Runs as a script inside the peer venv built by benchmarks/peers/build_llama_cpp.sh (its python
+imports the from-source llama-cpp-python), so the main environment is never touched:
+bench_decode.py starts ``PEER_PYTHON <this file> --config C --out O``. Only the standard
+library and llama_cpp are imported; no torch, nothing of trt-spec.
 
 Input: a JSON file (``--config``) with ``model``, ``prompts`` (list of str), ``n_new``,
 ``threads``, ``n_ctx``, ``warmup_tokens`` and ``repeats`` (each prompt is run that many times and
