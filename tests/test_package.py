@@ -19,8 +19,34 @@ def test_generated_stubs_and_py_typed_ship() -> None:
     root = resources.files("trt_spec")
     assert (root / "py.typed").is_file()
     stub = (root / "_core.pyi").read_text()
-    for symbol in ("class Runtime", "class Decoder", "class WeightType", "def checksum64"):
+    for symbol in (
+        "class Runtime",
+        "class Scheduler",
+        "class WeightType",
+        "def checksum64",
+        "def engine_tensors",
+        "DRAFT_SOURCES",
+    ):
         assert symbol in stub
+
+
+def test_test_hooks_are_not_in_the_package() -> None:
+    """The test-only module is built beside _core but never installed with the package."""
+    root = resources.files("trt_spec")
+    assert not [p.name for p in root.iterdir() if "testing" in p.name]
+    for name in ("OpRunner", "Session", "spec_trials", "DraftController", "cpu_matmul"):
+        assert not hasattr(_core, name)
+
+
+def test_names_are_defined_once_in_the_native_core() -> None:
+    from trt_spec.build import schema
+    from trt_spec.engine import DRAFT_MODES
+
+    assert _core.DRAFT_SOURCES == ("none", "model", "lookup")
+    assert DRAFT_MODES == _core.DRAFT_MODES == ("auto", "model", "lookup", "none")
+    assert "stop_string" in _core.FINISH_REASONS and "cancelled" in _core.FINISH_REASONS
+    assert schema.ARCHITECTURES == _core.ARCHITECTURES == ("qwen2", "llama")
+    assert schema.CONFIG_KEYS["rope_theta"] == "float"
 
 
 def test_engine_schema_comes_from_the_native_core() -> None:

@@ -84,7 +84,7 @@ def test_cancel_running_and_queued(path) -> None:
     s.cancel(b)
     done = {}
     while s.has_work:
-        for rid, toks, _, fin, reason, _ in s.step():
+        for rid, _toks, _, fin, reason, _ in s.step():
             if fin:
                 done[rid] = reason
     assert done == {a: "cancelled", b: "cancelled", c: "max_new_tokens"}

@@ -124,8 +124,8 @@ class Backend {
   // For i < n with src[i] >= 0 and src[i] != dst[i], in order: every layer's and kv head's
   // cache entry (slot[i], src[i]) is copied to (slot[i], dst[i]) (accepted tree nodes move to
   // their positions).
-  virtual void kv_copy(KvCache& cache, const int32_t* slot, const int32_t* src,
-                       const int32_t* dst, int n) = 0;
+  virtual void kv_copy(KvCache& cache, const int32_t* slot, const int32_t* src, const int32_t* dst,
+                       int n) = 0;
   // out [n, ffn] = silu(gate_up[:, :ffn]) * gate_up[:, ffn:]     (gate_up [n, 2 ffn])
   virtual void swiglu(const float* gate_up, int n, int ffn, float* out) = 0;
   // x [count] += y [count]
@@ -136,7 +136,6 @@ class Backend {
   // the state of slot[i] (its params; step counter used then advanced by one).
   virtual void sample(const float* logits, int n, int vocab, const int32_t* slot,
                       SamplingState* states, int32_t* out_tokens) = 0;
-
 };
 
 // Owning handle to backend memory (released with the handle).

@@ -181,9 +181,9 @@ NB_MODULE(_core, m) {
     for (int i = 0; i < kDraftSourceCount; ++i)
       sources.append(draft_source_name(static_cast<DraftSource>(i)));
     for (const char* d : kDraftModes) modes.append(d);
-    for (FinishReason r : {FinishReason::kStopToken, FinishReason::kStopString,
-                           FinishReason::kMaxNewTokens, FinishReason::kMaxSeqLen,
-                           FinishReason::kCancelled})
+    for (FinishReason r :
+         {FinishReason::kStopToken, FinishReason::kStopString, FinishReason::kMaxNewTokens,
+          FinishReason::kMaxSeqLen, FinishReason::kCancelled})
       reasons.append(finish_reason_name(r));
     m.attr("DRAFT_SOURCES") = nb::tuple(sources);
     m.attr("DRAFT_MODES") = nb::tuple(modes);
@@ -209,10 +209,10 @@ NB_MODULE(_core, m) {
           "interleave_chunk"_a = 64, nb::keep_alive<1, 2>())
       .def(
           "submit",
-          [](Scheduler& s, const std::vector<int32_t>& prompt, int max_new_tokens, float temperature,
-             int top_k, float top_p, uint64_t seed, const std::vector<int32_t>& stop_ids,
-             const std::vector<std::string>& stop_strings, const std::vector<int32_t>& prediction,
-             const std::string& draft, int draft_len) {
+          [](Scheduler& s, const std::vector<int32_t>& prompt, int max_new_tokens,
+             float temperature, int top_k, float top_p, uint64_t seed,
+             const std::vector<int32_t>& stop_ids, const std::vector<std::string>& stop_strings,
+             const std::vector<int32_t>& prediction, const std::string& draft, int draft_len) {
             return s.submit(make_request(prompt, max_new_tokens, temperature, top_k, top_p, seed,
                                          stop_ids, stop_strings, prediction, draft, draft_len));
           },
@@ -235,8 +235,7 @@ NB_MODULE(_core, m) {
       .def_prop_ro("waiting", &Scheduler::waiting)
       .def_prop_ro("last_batch", &Scheduler::last_batch)
       .def_prop_ro("last_k", &Scheduler::last_k)
-      .def_prop_ro("last_source",
-                   [](Scheduler& s) { return draft_source_name(s.last_source()); })
+      .def_prop_ro("last_source", [](Scheduler& s) { return draft_source_name(s.last_source()); })
       .def_prop_rw(
           "use_graphs", [](Scheduler& s) { return s.iteration().use_graphs(); },
           [](Scheduler& s, bool on) { s.iteration().set_use_graphs(on); },

@@ -35,11 +35,11 @@ inline GenerateRequest make_request(const std::vector<int32_t>& prompt, int max_
 }
 
 // The keyword arguments of make_request, for .def().
-#define SUBMIT_ARGS                                                                            \
+#define SUBMIT_ARGS                                                                              \
   "prompt"_a, "max_new_tokens"_a = 128, "temperature"_a = 0.0f, "top_k"_a = 0, "top_p"_a = 1.0f, \
-      "seed"_a = 0, "stop_ids"_a = std::vector<int32_t>{},                                     \
-      "stop_strings"_a = std::vector<std::string>{}, "prediction"_a = std::vector<int32_t>{},  \
-      "draft"_a = "auto", "draft_len"_a = -1
+              "seed"_a = 0, "stop_ids"_a = std::vector<int32_t>{},                               \
+              "stop_strings"_a = std::vector<std::string>{},                                     \
+              "prediction"_a = std::vector<int32_t>{}, "draft"_a = "auto", "draft_len"_a = -1
 
 inline nb::dict stats_dict(const RequestStats& s) {
   nb::dict r;

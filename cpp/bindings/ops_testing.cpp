@@ -166,8 +166,8 @@ void bind_op_runner(nb::module_& m) {
       .def_prop_ro("name", [](OpRunner& r) { return r.be().name(); })
       .def(
           "linear",
-          [](OpRunner& r, HostArray<uint8_t, 1> blob, int type, int64_t rows, int64_t cols,
-             F2 x, std::optional<F1> bias) {
+          [](OpRunner& r, HostArray<uint8_t, 1> blob, int type, int64_t rows, int64_t cols, F2 x,
+             std::optional<F1> bias) {
             const WeightType t = static_cast<WeightType>(type);
             const int n = static_cast<int>(x.shape(0));
             if (static_cast<int64_t>(x.shape(1)) != cols) throw InvalidArgument("x columns");
@@ -260,9 +260,12 @@ void bind_op_runner(nb::module_& m) {
             BackendBuffer ib = kv_idx.empty() ? BackendBuffer() : r.put(kv_idx);
             BackendBuffer tbase = tree ? r.put(tree_base) : BackendBuffer();
             BackendBuffer tbits = tree ? r.put(tree_bits) : BackendBuffer();
-            Rows rows{nullptr, pb.as<int32_t>(), sb.as<int32_t>(),
+            Rows rows{nullptr,
+                      pb.as<int32_t>(),
+                      sb.as<int32_t>(),
                       kv_idx.empty() ? nullptr : ib.as<int32_t>(),
-                      tree ? tbase.as<int32_t>() : nullptr, tree ? tbits.as<uint64_t>() : nullptr};
+                      tree ? tbase.as<int32_t>() : nullptr,
+                      tree ? tbits.as<uint64_t>() : nullptr};
             BackendBuffer kb = r.put(k_cache.data(), cache * 4),
                           vb = r.put(v_cache.data(), cache * 4);
             KvCache kv{kb.as<float>(), vb.as<float>(), slots,   layers,
@@ -289,7 +292,8 @@ void bind_op_runner(nb::module_& m) {
           [](OpRunner& r, F1 k_cache, F1 v_cache, int slots, int layers, int kv_heads, int max_seq,
              int head_dim, const std::vector<int32_t>& slot, const std::vector<int32_t>& src,
              const std::vector<int32_t>& dst) {
-            const size_t cache = static_cast<size_t>(slots) * layers * kv_heads * max_seq * head_dim;
+            const size_t cache =
+                static_cast<size_t>(slots) * layers * kv_heads * max_seq * head_dim;
             const int n = static_cast<int>(slot.size());
             if (k_cache.shape(0) != cache || v_cache.shape(0) != cache ||
                 static_cast<int>(src.size()) != n || static_cast<int>(dst.size()) != n)
@@ -306,8 +310,8 @@ void bind_op_runner(nb::module_& m) {
             return std::make_tuple(to_numpy(r.get<float>(kb, cache), {cache}),
                                    to_numpy(r.get<float>(vb, cache), {cache}));
           },
-          "k_cache"_a, "v_cache"_a, "slots"_a, "layers"_a, "kv_heads"_a, "max_seq"_a,
-          "head_dim"_a, "slot"_a, "src"_a, "dst"_a, "(k_cache, v_cache) after the copies")
+          "k_cache"_a, "v_cache"_a, "slots"_a, "layers"_a, "kv_heads"_a, "max_seq"_a, "head_dim"_a,
+          "slot"_a, "src"_a, "dst"_a, "(k_cache, v_cache) after the copies")
       .def(
           "swiglu",
           [](OpRunner& r, F2 gate_up) {
@@ -371,8 +375,8 @@ void bind_op_runner(nb::module_& m) {
               throw InvalidArgument("spec_draft_sample arguments");
             SpecArgs a = spec_args(r, s, st, {}, {}, 1);
             BackendBuffer lb = r.put(logits.data(), logits.size() * 4), slb = r.put(slots);
-            r.spec(B, j + 1, V).draft_sample(a.st, slb.as<int32_t>(), B, j, lb.as<float>(), V,
-                                             vocab_common);
+            r.spec(B, j + 1, V)
+                .draft_sample(a.st, slb.as<int32_t>(), B, j, lb.as<float>(), V, vocab_common);
             return std::make_tuple(
                 to_numpy(r.get<float>(lb, logits.size()), {logits.shape(0), logits.shape(1)}),
                 seqs_to(r.get<SeqState>(a.seqs, s.size())));
@@ -412,25 +416,25 @@ void bind_op_runner(nb::module_& m) {
             const int B = static_cast<int>(slots.size()), V = static_cast<int>(logits.shape(1));
             const int Vd = static_cast<int>(q.shape(1));
             if (k < 0 || k > kMaxDraftLen || static_cast<int>(logits.shape(0)) != B * (k + 1) ||
-                static_cast<int>(q.shape(0)) != B * k ||
-                history.shape(0) != s.size() || history.shape(1) < 1)
+                static_cast<int>(q.shape(0)) != B * k || history.shape(0) != s.size() ||
+                history.shape(1) < 1)
               throw InvalidArgument(
                   "spec_accept: logits [B (k+1), V], q [k B, Vd], history [slots, max_seq]");
             std::vector<int32_t> h(history.data(), history.data() + history.size());
             SpecArgs a = spec_args(r, s, st, h, {}, static_cast<int>(history.shape(1)));
             BackendBuffer lb = r.put(logits.data(), logits.size() * 4),
-                          qb = r.put(q.data(), std::max<size_t>(q.size(), 1) * 4), slb = r.put(slots);
+                          qb = r.put(q.data(), std::max<size_t>(q.size(), 1) * 4),
+                          slb = r.put(slots);
             const int M = B * kMaxDraftNodes;
             BackendBuffer ms(r.be(), M * 4), msrc(r.be(), M * 4), mdst(r.be(), M * 4);
-            r.spec(B, k, V).accept(a.st, slb.as<int32_t>(), B, k, lb.as<float>(), V,
-                                   k > 0 ? qb.as<float>() : nullptr, Vd,
-                                   KvMoves{ms.as<int32_t>(), msrc.as<int32_t>(), mdst.as<int32_t>()});
+            r.spec(B, k, V).accept(
+                a.st, slb.as<int32_t>(), B, k, lb.as<float>(), V, k > 0 ? qb.as<float>() : nullptr,
+                Vd, KvMoves{ms.as<int32_t>(), msrc.as<int32_t>(), mdst.as<int32_t>()});
             std::vector<int32_t> hout = r.get<int32_t>(a.history, h.size());
-            return std::make_tuple(
-                seqs_to(r.get<SeqState>(a.seqs, s.size())),
-                to_numpy(std::move(hout), {history.shape(0), history.shape(1)}),
-                std::make_tuple(r.get<int32_t>(ms, M), r.get<int32_t>(msrc, M),
-                                r.get<int32_t>(mdst, M)));
+            return std::make_tuple(seqs_to(r.get<SeqState>(a.seqs, s.size())),
+                                   to_numpy(std::move(hout), {history.shape(0), history.shape(1)}),
+                                   std::make_tuple(r.get<int32_t>(ms, M), r.get<int32_t>(msrc, M),
+                                                   r.get<int32_t>(mdst, M)));
           },
           "logits"_a, "q"_a, "k"_a, "seqs"_a, "slots"_a, "params"_a, "history"_a,
           "(seqs, history, (move slot, src, dst)) after acceptance, commit and history append")

@@ -80,7 +80,8 @@ void bind_session(nb::module_& m) {
                                               draft_len));
           },
           SUBMIT_ARGS)
-      .def("cancel", [](Session& s, uint64_t id) { s.sch->cancel(id); }, "id"_a)
+      .def(
+          "cancel", [](Session& s, uint64_t id) { s.sch->cancel(id); }, "id"_a)
       .def("step",
            [](Session& s) {
              std::vector<SchedulerEvent> ev;
@@ -102,7 +103,8 @@ void bind_session(nb::module_& m) {
           [](Session& s, bool on) { s.sch->iteration().set_use_graphs(on); })
       .def_prop_ro("graphs_captured",
                    [](Session& s) { return s.sch->iteration().graphs_captured(); })
-      .def("slot_of", [](Session& s, uint64_t id) { return s.sch->slot_of(id); }, "id"_a)
+      .def(
+          "slot_of", [](Session& s, uint64_t id) { return s.sch->slot_of(id); }, "id"_a)
       .def(
           "seq_state",
           [](Session& s, uint64_t id) {
@@ -217,9 +219,12 @@ void bind_session(nb::module_& m) {
             Runtime& rt = *s.rt;
             const int B = s.sch->last_batch();
             DraftSource src = DraftSource::kNone;
-            if (source == "model") src = DraftSource::kModel;
-            else if (source == "lookup") src = DraftSource::kLookup;
-            else if (source != "none") throw InvalidArgument("source: none, model or lookup");
+            if (source == "model")
+              src = DraftSource::kModel;
+            else if (source == "lookup")
+              src = DraftSource::kLookup;
+            else if (source != "none")
+              throw InvalidArgument("source: none, model or lookup");
             if (k < 0 || k > rt.draft_len() || B < 1 || (src == DraftSource::kNone) != (k == 0))
               throw InvalidArgument("time_iterations: bad source or k, or no iteration yet");
             nb::gil_scoped_release release;

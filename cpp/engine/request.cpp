@@ -56,8 +56,9 @@ void validate_request(const GenerateRequest& req, const RequestLimits& lim) {
     if (lim.max_draft_len == 0)
       throw InvalidArgument("draft_len " + std::to_string(req.draft_len) +
                             ": this engine does not speculate (use 0 or 'auto')");
-    throw InvalidArgument("draft_len must be 'auto' or in [0, " + std::to_string(lim.max_draft_len) +
-                          "] (the engine's --draft-len), got " + std::to_string(req.draft_len));
+    throw InvalidArgument("draft_len must be 'auto' or in [0, " +
+                          std::to_string(lim.max_draft_len) + "] (the engine's --draft-len), got " +
+                          std::to_string(req.draft_len));
   }
 }
 

@@ -22,14 +22,7 @@ struct GenerateRequest {
   int draft_len = -1;                     // -1: auto; 0: no draft; k: k draft tokens
 };
 
-enum class FinishReason {
-  kNone,
-  kStopToken,
-  kStopString,
-  kMaxNewTokens,
-  kMaxSeqLen,
-  kCancelled
-};
+enum class FinishReason { kNone, kStopToken, kStopString, kMaxNewTokens, kMaxSeqLen, kCancelled };
 const char* finish_reason_name(FinishReason r);
 constexpr const char* kDraftModes[] = {"auto", "model", "lookup", "none"};
 

@@ -30,7 +30,7 @@ class Runtime {
   const EngineFile& file() const { return *file_; }
   Backend& backend() { return *backend_; }
   Model& target() { return *target_; }
-  Model* draft() { return draft_.get(); }       // null without a draft model
+  Model* draft() { return draft_.get(); }  // null without a draft model
   // The most draft tokens per iteration (tree nodes, any source); 0: no speculation.
   int draft_len() const { return draft_len_; }
   int max_seq_len() const { return max_seq_; }

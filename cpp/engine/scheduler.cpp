@@ -26,12 +26,12 @@ struct Scheduler::Request {
   int32_t sources = 0;
   int max_nodes = 0;
   int slot = -1;
-  int prefilled = 0;             // prompt tokens in the target's cache
-  bool decoding = false;         // prefill done, first token emitted
+  int prefilled = 0;      // prompt tokens in the target's cache
+  bool decoding = false;  // prefill done, first token emitted
   bool cancelled = false;
-  std::vector<int32_t> tokens;   // prompt + generated, `last` included (catch-up reads it)
-  int generated = 0;             // tokens emitted to the caller
-  SeqState seq;                  // host copy, read back after each iteration
+  std::vector<int32_t> tokens;  // prompt + generated, `last` included (catch-up reads it)
+  int generated = 0;            // tokens emitted to the caller
+  SeqState seq;                 // host copy, read back after each iteration
   StopMatcher stop;
   RequestStats stats;
   FinishReason reason = FinishReason::kNone;
@@ -291,9 +291,12 @@ void Scheduler::start_decoding(Request& r, int32_t first, std::vector<SchedulerE
   r.stats.prefill_s = now - r.t_admit;
   r.stats.ttft_s = now - r.t_submit;
   SchedulerEvent& ev = event_for(r, events);
-  if (!emit(r, first, ev, now)) finish(r, r.reason, ev, now);
-  else if (P >= rt_.max_seq_len()) finish(r, FinishReason::kMaxSeqLen, ev, now);
-  else ev.text += r.stop.ready();
+  if (!emit(r, first, ev, now))
+    finish(r, r.reason, ev, now);
+  else if (P >= rt_.max_seq_len())
+    finish(r, FinishReason::kMaxSeqLen, ev, now);
+  else
+    ev.text += r.stop.ready();
 }
 
 Scheduler::Choice Scheduler::choose(const std::vector<Request*>& active) {
@@ -341,8 +344,7 @@ Scheduler::Choice Scheduler::choose(const std::vector<Request*>& active) {
   };
   DraftController* mc = model_ ? &model_->controller() : nullptr;
   // A token emitted without the draft model costs it a catch-up later, while drafting pays.
-  const double charge =
-      (mc && any_model && mc->drafting_pays(B)) ? mc->catch_up_per_token() : 0.0;
+  const double charge = (mc && any_model && mc->drafting_pays(B)) ? mc->catch_up_per_token() : 0.0;
   if (all_fixed) {
     const int k = std::min(fixed_k, limit);
     if (k == 0 || (!any_model && !any_lookup)) return {};
@@ -367,7 +369,8 @@ Scheduler::Choice Scheduler::choose(const std::vector<Request*>& active) {
     if (o.k > 0) {
       if (o.seconds <= 0.0) return {DraftSource::kLookup, o.k};  // not measured yet: measure
       const double rl = o.tokens / (o.seconds + charge * o.tokens);
-      if (model_choice.k > 0) return rl > model_rate ? Choice{DraftSource::kLookup, o.k} : model_choice;
+      if (model_choice.k > 0)
+        return rl > model_rate ? Choice{DraftSource::kLookup, o.k} : model_choice;
       double t0 = mc ? mc->predicted_time(B, 0) : -1.0;
       if (t0 <= 0.0) t0 = lookup_->controller().predicted_time(B, 0);
       const double r0 = t0 > 0.0 ? B / (t0 + charge * B) : -1.0;
@@ -419,8 +422,10 @@ void Scheduler::decode(std::vector<SchedulerEvent>& events) {
     if (mc) mc->observe_verify(B, c.k + 1, on_host ? last_times_.verify_s : total);
   } else {
     if (mc) {
-      if (on_host) mc->observe(B, c.k, total, last_times_.draft_s, last_times_.verify_s);
-      else mc->observe(B, c.k, total, -1.0, -1.0);
+      if (on_host)
+        mc->observe(B, c.k, total, last_times_.draft_s, last_times_.verify_s);
+      else
+        mc->observe(B, c.k, total, -1.0, -1.0);
     }
     if (lookup_ && c.k == 0) lookup_->controller().observe_plain(B, total);
   }
@@ -460,8 +465,10 @@ void Scheduler::decode(std::vector<SchedulerEvent>& events) {
       r.reason = FinishReason::kMaxSeqLen;  // no position left to feed the newest token
       open = false;
     }
-    if (!open) finish(r, r.reason, ev, now);
-    else ev.text += r.stop.ready();
+    if (!open)
+      finish(r, r.reason, ev, now);
+    else
+      ev.text += r.stop.ready();
   }
 }
 

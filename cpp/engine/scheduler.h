@@ -36,29 +36,29 @@
 namespace trt_spec {
 
 struct SchedulerOptions {
-  int prefill_chunk = 256;     // prompt rows per step while no other sequence decodes
-  int interleave_chunk = 64;   // prompt rows per step while others decode
+  int prefill_chunk = 256;    // prompt rows per step while no other sequence decodes
+  int interleave_chunk = 64;  // prompt rows per step while others decode
   // The text of each token id (UTF-8 bytes; empty for special tokens); stop strings need it.
   std::vector<std::string> token_bytes;
 };
 
 struct RequestStats {
   int prompt_tokens = 0;
-  int iterations = 0;       // decode iterations the request took part in (prefill excluded)
-  int spec_iterations = 0;  // ... that verified draft tokens for it
+  int iterations = 0;             // decode iterations the request took part in (prefill excluded)
+  int spec_iterations = 0;        // ... that verified draft tokens for it
   int drafted = 0, accepted = 0;  // draft tokens verified / kept
   int emitted = 0;                // tokens emitted by iterations (not the prefill's first)
   int iterations_by_source[kDraftSourceCount] = {};
   int drafted_by_source[kDraftSourceCount] = {};
   int accepted_by_source[kDraftSourceCount] = {};
-  int prediction_accepted = 0;  // draft tokens from the predicted output that were kept
-  int prediction_rejected = 0;  // ... and that were verified and not kept
+  int prediction_accepted = 0;     // draft tokens from the predicted output that were kept
+  int prediction_rejected = 0;     // ... and that were verified and not kept
   std::vector<int> accepted_hist;  // [max_k + 1]: drafting iterations by accepted length
   std::string sources;             // per iteration: 'n' none, 'm' draft model, 'l' lookup
   double queue_s = 0.0;            // submission -> admission into a slot
   double prefill_s = 0.0;          // admission -> first token
   double draft_s = 0.0, verify_s = 0.0, catch_up_s = 0.0;  // of the iterations it took part in
-  double ttft_s = 0.0, total_s = 0.0;                       // from submission
+  double ttft_s = 0.0, total_s = 0.0;                      // from submission
   std::vector<double> token_times;  // seconds from submission at which each token became final
 };
 
@@ -124,7 +124,7 @@ class Scheduler {
   uint64_t next_id_ = 1;
   std::deque<std::unique_ptr<Request>> queue_;
   std::map<uint64_t, std::unique_ptr<Request>> live_;  // requests holding a slot
-  std::vector<Request*> slots_;                         // [max_batch]
+  std::vector<Request*> slots_;                        // [max_batch]
   std::vector<uint64_t> cancels_;
   std::vector<int32_t> iter_slots_;  // the slots the iteration was last set up for
   std::vector<SeqState> seqs_;       // read back after each iteration

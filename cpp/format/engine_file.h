@@ -19,8 +19,8 @@
 #include <map>
 #include <string>
 
-#include "kernels/weight_format.h"
 #include "format/json.h"
+#include "kernels/weight_format.h"
 
 namespace trt_spec {
 

@@ -42,7 +42,8 @@ std::vector<TensorSpec> engine_tensors(const ModelConfig& c) {
   for (int l = 0; l < c.n_layers; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     add(p + "attn_norm.weight", 1, D, {p + "attn_norm.weight"});
-    add(p + "attn_qkv.weight", Q, D, {p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"});
+    add(p + "attn_qkv.weight", Q, D,
+        {p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"});
     if (c.qkv_bias)
       add(p + "attn_qkv.bias", 1, Q, {p + "attn_q.bias", p + "attn_k.bias", p + "attn_v.bias"});
     add(p + "attn_output.weight", D, attn, {p + "attn_output.weight"});

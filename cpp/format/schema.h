@@ -24,10 +24,10 @@ struct ConfigKey {
   const char* type;
 };
 constexpr ConfigKey kConfigKeys[] = {
-    {"arch", "str"},           {"n_layers", "int"},     {"dim", "int"},
-    {"n_heads", "int"},        {"n_kv_heads", "int"},   {"head_dim", "int"},
-    {"ffn_dim", "int"},        {"vocab_size", "int"},   {"rope_theta", "float"},
-    {"rms_eps", "float"},      {"tied_embeddings", "bool"}, {"qkv_bias", "bool"},
+    {"arch", "str"},      {"n_layers", "int"},         {"dim", "int"},
+    {"n_heads", "int"},   {"n_kv_heads", "int"},       {"head_dim", "int"},
+    {"ffn_dim", "int"},   {"vocab_size", "int"},       {"rope_theta", "float"},
+    {"rms_eps", "float"}, {"tied_embeddings", "bool"}, {"qkv_bias", "bool"},
 };
 
 struct ModelConfig {

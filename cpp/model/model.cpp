@@ -108,8 +108,8 @@ void Model::forward(const Rows& rows, int n, const int32_t* logit_rows, int n_lo
     be_.rmsnorm(x, L.attn_norm, cfg_.rms_eps, n, D, h);  // [n, D]
     be_.linear(L.attn_qkv, L.attn_qkv_bias, h, n, qkv);  // [n, qkv_dim]
     be_.rope(qkv, rows.pos, n, attn_, cos_.as<float>(), sin_.as<float>());
-    be_.attention(qkv, rows, n, attn_, kv_, l, att);  // [n, heads * head_dim]
-    be_.linear(L.attn_o, WeightView{}, att, n, proj);      // [n, D]
+    be_.attention(qkv, rows, n, attn_, kv_, l, att);   // [n, heads * head_dim]
+    be_.linear(L.attn_o, WeightView{}, att, n, proj);  // [n, D]
     be_.add(x, proj, static_cast<size_t>(n) * D);
     be_.rmsnorm(x, L.ffn_norm, cfg_.rms_eps, n, D, h);
     be_.linear(L.ffn_gate_up, WeightView{}, h, n, gate_up);  // [n, 2 F]

@@ -37,8 +37,7 @@ class Model {
 
   // n rows (backend memory). Writes logits [n_logits, vocab] for the rows listed in
   // logit_rows [n_logits] (backend memory) to logits_out.
-  void forward(const Rows& rows, int n, const int32_t* logit_rows, int n_logits,
-               float* logits_out);
+  void forward(const Rows& rows, int n, const int32_t* logit_rows, int n_logits, float* logits_out);
 
   KvCache& kv() { return kv_; }
 

@@ -74,8 +74,10 @@ TRT_SPEC_HD WalkResult spec_walk(const DraftTree& t, int n, bool greedy, const S
         const float p = sc.p(row, t.token[c]);
         ++tested;
         if (t.flags[c] & kNodeDense) {
-          if (u * sc.q(c, t.token[c]) < p) kept = c;
-          else dense = c;
+          if (u * sc.q(c, t.token[c]) < p)
+            kept = c;
+          else
+            dense = c;
         } else if (u * (1.0f - removed) < p) {
           kept = c;
         } else {

@@ -81,7 +81,7 @@ class DraftController {
     std::vector<double> verify;  // [max_k + 2]: seconds per verify pass of m rows; -1 unknown
     std::vector<double> total;   // [max_k + 1]: seconds per iteration with k drafts
     int since_probe = 0, probe_every = kExplore, probes = 0;
-    int since_zero = 0;  // drafting iterations since the last k = 0
+    int since_zero = 0;         // drafting iterations since the last k = 0
     bool drafting_pays = true;  // the regime (see above)
   };
   int max_k_;

@@ -55,11 +55,11 @@ enum DraftNodeFlags : uint8_t {
 };
 
 struct DraftTree {
-  int32_t n = 0;                           // nodes
-  int32_t token[kMaxDraftNodes] = {};      // node tokens
-  int8_t parent[kMaxDraftNodes] = {};      // -1: the root; else a lower node index
-  uint8_t depth[kMaxDraftNodes] = {};      // 1 + the parent's depth (the root's depth is 0)
-  uint8_t flags[kMaxDraftNodes] = {};      // DraftNodeFlags
+  int32_t n = 0;                       // nodes
+  int32_t token[kMaxDraftNodes] = {};  // node tokens
+  int8_t parent[kMaxDraftNodes] = {};  // -1: the root; else a lower node index
+  uint8_t depth[kMaxDraftNodes] = {};  // 1 + the parent's depth (the root's depth is 0)
+  uint8_t flags[kMaxDraftNodes] = {};  // DraftNodeFlags
 };
 
 // Verify row of node i (row 0 is the root).

@@ -79,8 +79,7 @@ IterationContext Iteration::context() {
 }
 
 void Iteration::start(int slot, const SeqState& seq, const SamplingState& sampling,
-                      const std::vector<int32_t>& history,
-                      const std::vector<int32_t>& prediction) {
+                      const std::vector<int32_t>& history, const std::vector<int32_t>& prediction) {
   if (slot < 0 || slot >= max_batch_) throw InvalidArgument("iteration: bad slot");
   if (static_cast<int>(history.size()) > max_seq_ || static_cast<int>(prediction.size()) > max_seq_)
     throw InvalidArgument("iteration: history or prediction longer than max_seq_len");

@@ -84,9 +84,9 @@ class Iteration {
   SpecState st_;
   BackendBuffer seqs_, states_, history_, prediction_, slots_, start_slot_;
   BackendBuffer tok_, pos_, row_slots_, kv_idx_, tree_base_, tree_bits_;  // [max rows]
-  BackendBuffer identity_, odd_;   // logit rows 0, 1, 2, .. and 1, 3, 5, ..
-  BackendBuffer q_;                // draft logits -> q  [max_k, max_batch, vocab_d]
-  BackendBuffer logits_;           // verify logits      [max_batch, max_k + 1, vocab_t]
+  BackendBuffer identity_, odd_;             // logit rows 0, 1, 2, .. and 1, 3, 5, ..
+  BackendBuffer q_;                          // draft logits -> q  [max_k, max_batch, vocab_d]
+  BackendBuffer logits_;                     // verify logits      [max_batch, max_k + 1, vocab_t]
   BackendBuffer mv_slot_, mv_src_, mv_dst_;  // [max_batch kMaxDraftNodes] cache moves
   bool use_graphs_ = true;
   std::map<std::tuple<int, int, int>, std::unique_ptr<BackendGraph>> graphs_;  // (source, B, k)

@@ -28,9 +28,9 @@
 
 namespace trt_spec {
 
-constexpr int kNgramMin = 2;      // the shortest n-gram that may propose
-constexpr int kNgramMax = 4;      // the longest n-gram tried
-constexpr int kMaxMatches = 8;    // continuations merged into one tree
+constexpr int kNgramMin = 2;    // the shortest n-gram that may propose
+constexpr int kNgramMax = 4;    // the longest n-gram tried
+constexpr int kMaxMatches = 8;  // continuations merged into one tree
 constexpr int kLookupTrieNodes = kMaxMatches * kMaxDraftNodes;
 
 // One match: the continuation src[begin, end) (end: the source's end), from the prediction?
@@ -86,8 +86,7 @@ TRT_SPEC_HD void lookup_build_tree(const LookupMatch* matches, int n_matches, in
     int best = -1;
     for (int c = 0; c < n; ++c) {
       if (new_index[c] >= 0) continue;
-      if (best < 0 || count[c] > count[best] ||
-          (count[c] == count[best] && depth[c] < depth[best]))
+      if (best < 0 || count[c] > count[best] || (count[c] == count[best] && depth[c] < depth[best]))
         best = c;
     }
     if (best < 0) break;

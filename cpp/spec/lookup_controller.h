@@ -26,9 +26,9 @@ class LookupController {
   LookupController(int max_batch, int max_k, const DraftController* model);
 
   struct Offer {
-    int k = 0;             // nodes per sequence to verify; 0: nothing to offer
-    double tokens = 0.0;   // expected tokens emitted (all sequences)
-    double seconds = -1.0; // predicted iteration time; < 0: not known yet (measure it)
+    int k = 0;              // nodes per sequence to verify; 0: nothing to offer
+    double tokens = 0.0;    // expected tokens emitted (all sequences)
+    double seconds = -1.0;  // predicted iteration time; < 0: not known yet (measure it)
   };
   // alphas[b], available[b]: each sequence's lookup acceptance and ready nodes (0: none).
   Offer offer(int B, const std::vector<double>& alphas, const std::vector<int>& available,

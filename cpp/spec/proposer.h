@@ -28,7 +28,6 @@
 
 namespace trt_spec {
 
-
 // What the device ops of one iteration work on (backend memory).
 struct IterationContext {
   Backend& be;
@@ -36,11 +35,11 @@ struct IterationContext {
   const SpecState& st;
   const int32_t* slots;  // [B]
   int B;
-  RowBuffers rows;       // [max_batch (max_k + 1)] row metadata
+  RowBuffers rows;          // [max_batch (max_k + 1)] row metadata
   const int32_t* identity;  // 0, 1, 2, .. (logit rows)
   const int32_t* odd;       // 1, 3, 5, ..
-  float* q;              // [max_k, max_batch, vocab_draft]: the draft model's logits -> q
-  int vocab_draft;       // 0 without a draft model
+  float* q;                 // [max_k, max_batch, vocab_draft]: the draft model's logits -> q
+  int vocab_draft;          // 0 without a draft model
 };
 
 class Proposer {

@@ -32,9 +32,9 @@ constexpr int kMaxDraftLen = kMaxDraftNodes;
 // RNG streams (the last Philox counter word).
 enum RngStream : uint32_t {
   kStreamTarget = kSampleStream,  // a token drawn by the sampling rule (target-only, the bonus)
-  kStreamDraft = 1,     // draft model proposal d_j ~ q_j
-  kStreamAccept = 2,    // the acceptance test of a draft token (lane: its sibling index)
-  kStreamResidual = 3,  // the token drawn from the residual after a rejection
+  kStreamDraft = 1,               // draft model proposal d_j ~ q_j
+  kStreamAccept = 2,              // the acceptance test of a draft token (lane: its sibling index)
+  kStreamResidual = 3,            // the token drawn from the residual after a rejection
 };
 
 // Per-sequence state in backend memory, indexed by KV slot.
@@ -49,15 +49,15 @@ struct SeqState {
   int32_t prev = 0;    // the token at position n_past - 1
   int32_t n_gen = 0;   // tokens generated so far: the generation index of the next token
   // The last iteration.
-  int32_t source = 0;    // its DraftSource for this sequence (kNone when it proposed nothing)
-  int32_t n_new = 0;     // tokens emitted (accepted + 1)
-  int32_t n_acc = 0;     // draft tokens accepted
-  int32_t n_drafted = 0; // nodes proposed (tree.n)
-  int32_t depth = 0;     // the longest path the tree offered (its deepest node)
-  int32_t pred_acc = 0;  // accepted nodes copied from the predicted output
-  int32_t pred_rej = 0;  // proposed nodes copied from it and not accepted
-  int32_t lookup_n = 0;  // nodes prompt lookup found for the next iteration (0: no match)
-  DraftTree tree;        // this iteration's proposal (lookup writes the next one after accept)
+  int32_t source = 0;     // its DraftSource for this sequence (kNone when it proposed nothing)
+  int32_t n_new = 0;      // tokens emitted (accepted + 1)
+  int32_t n_acc = 0;      // draft tokens accepted
+  int32_t n_drafted = 0;  // nodes proposed (tree.n)
+  int32_t depth = 0;      // the longest path the tree offered (its deepest node)
+  int32_t pred_acc = 0;   // accepted nodes copied from the predicted output
+  int32_t pred_rej = 0;   // proposed nodes copied from it and not accepted
+  int32_t lookup_n = 0;   // nodes prompt lookup found for the next iteration (0: no match)
+  DraftTree tree;         // this iteration's proposal (lookup writes the next one after accept)
   int32_t out[kMaxDraftNodes + 1] = {};  // tokens emitted by the last iteration
   int32_t path[kMaxDraftNodes] = {};     // the accepted nodes, by depth
 };

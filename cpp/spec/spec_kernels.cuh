@@ -141,8 +141,8 @@ __global__ void __launch_bounds__(kSpecThreads)
                        int vocab, int vocab_draft, SeqState* seqs,
                        const int32_t* __restrict__ slots,
                        const DevSamplingState* __restrict__ states, float* __restrict__ P,
-                       const int32_t* __restrict__ best, int32_t* __restrict__ history,
-                       int max_seq, int32_t* __restrict__ mv_slot, int32_t* __restrict__ mv_src,
+                       const int32_t* __restrict__ best, int32_t* __restrict__ history, int max_seq,
+                       int32_t* __restrict__ mv_slot, int32_t* __restrict__ mv_src,
                        int32_t* __restrict__ mv_dst) {
   __shared__ WalkResult walk;
   __shared__ int32_t old_past, gen_index;
@@ -151,8 +151,8 @@ __global__ void __launch_bounds__(kSpecThreads)
   const SamplingParams p = states[slots[b]].params;
   const bool greedy = is_greedy(p);
   float* Pb = P + static_cast<int64_t>(b) * R * vocab;
-  const DevScores sc{Pb, best + b * R, q ? q + static_cast<int64_t>(b) * vocab_draft : nullptr, B,
-                     vocab, vocab_draft};
+  const DevScores sc{Pb, best + b * R, q ? q + static_cast<int64_t>(b) * vocab_draft : nullptr,
+                     B,  vocab,        vocab_draft};
   if (threadIdx.x == 0) {
     walk = spec_walk(s->tree, s->tree.n, greedy, sc, p.seed, s->n_gen, s->path);
     old_past = s->n_past;
@@ -180,8 +180,10 @@ __global__ void __launch_bounds__(kSpecThreads)
         vocab,
         [&](int i) { return mass_fx(accept_residual_weight(pr[i], dn >= 0 ? sc.q(dn, i) : 0.0f)); },
         uniform_bits(u));
-    if (d.total == 0) tok = block_sample_dense(pr, vocab, u);
-    else tok = d.index >= 0 ? d.index : (d.last_nonzero >= 0 ? d.last_nonzero : 0);
+    if (d.total == 0)
+      tok = block_sample_dense(pr, vocab, u);
+    else
+      tok = d.index >= 0 ? d.index : (d.last_nonzero >= 0 ? d.last_nonzero : 0);
   }
   if (threadIdx.x == 0) {
     for (int d = 0; d < w.accepted; ++d) s->out[d] = s->tree.token[s->path[d]];
@@ -237,16 +239,18 @@ __global__ void __launch_bounds__(kSpecThreads)
   const int32_t* pred = prediction + static_cast<int64_t>(slots[b]) * max_seq;
   const int len = min(s->n_past + 1, max_seq), m = s->pred_len, max_nodes = s->max_nodes;
   int local = 0;
-  for (int e = threadIdx.x; e < m; e += blockDim.x) local = max(local, lookup_match_len(pred, e, h, len));
-  for (int e = threadIdx.x; e < len; e += blockDim.x) local = max(local, lookup_match_len(h, e, h, len));
+  for (int e = threadIdx.x; e < m; e += blockDim.x)
+    local = max(local, lookup_match_len(pred, e, h, len));
+  for (int e = threadIdx.x; e < len; e += blockDim.x)
+    local = max(local, lookup_match_len(h, e, h, len));
   const int best = block_max_int(local);
   if (threadIdx.x == 0) n_found = 0;
   __syncthreads();
   if (best >= kNgramMin && max_nodes > 0) {
     for (int base = 0; base < m && n_found < kMaxMatches; base += blockDim.x) {
       const int e = base + static_cast<int>(threadIdx.x);
-      collect_matches(e < m && lookup_match_len(pred, e, h, len) == best, pred, e, m, true,
-                      matches, &n_found);
+      collect_matches(e < m && lookup_match_len(pred, e, h, len) == best, pred, e, m, true, matches,
+                      &n_found);
     }
     for (int base = len - 1; base >= 0 && n_found < kMaxMatches; base -= blockDim.x) {
       const int e = base - static_cast<int>(threadIdx.x);
@@ -255,8 +259,10 @@ __global__ void __launch_bounds__(kSpecThreads)
     }
   }
   if (threadIdx.x == 0) {
-    if (n_found > 0) lookup_build_tree(matches, n_found, max_nodes, s->tree);
-    else s->tree.n = 0;
+    if (n_found > 0)
+      lookup_build_tree(matches, n_found, max_nodes, s->tree);
+    else
+      s->tree.n = 0;
     s->lookup_n = s->tree.n;
   }
 }

@@ -32,22 +32,21 @@ inline void launch_draft_sample(cudaStream_t stream, float* logits_q, int B, int
 }
 
 inline void launch_verify_rows(cudaStream_t stream, SeqState* seqs, const int32_t* slots, int B,
-                               int k, int source, int32_t* tokens, int32_t* pos,
-                               int32_t* row_slots, int32_t* kv_idx, int32_t* tree_base,
-                               uint64_t* tree_bits) {
-  TRT_SPEC_LAUNCH(verify_rows_kernel, B, 32, stream, seqs, slots, k, source, tokens, pos,
-                  row_slots, kv_idx, tree_base, tree_bits);
+                               int k, int source, int32_t* tokens, int32_t* pos, int32_t* row_slots,
+                               int32_t* kv_idx, int32_t* tree_base, uint64_t* tree_bits) {
+  TRT_SPEC_LAUNCH(verify_rows_kernel, B, 32, stream, seqs, slots, k, source, tokens, pos, row_slots,
+                  kv_idx, tree_base, tree_bits);
 }
 
 inline void launch_accept(cudaStream_t stream, const float* logits, const float* q, int B, int k,
                           int vocab, int vocab_draft, SeqState* seqs, const int32_t* slots,
-                          const DevSamplingState* states, AcceptScratch scratch,
-                          int32_t* history, int max_seq, int32_t* mv_slot, int32_t* mv_src,
-                          int32_t* mv_dst, int threads = kSpecThreads) {
+                          const DevSamplingState* states, AcceptScratch scratch, int32_t* history,
+                          int max_seq, int32_t* mv_slot, int32_t* mv_src, int32_t* mv_dst,
+                          int threads = kSpecThreads) {
   TRT_SPEC_LAUNCH(accept_rows_kernel, B * (k + 1), threads, stream, logits, k, vocab, seqs, slots,
                   states, scratch.P, scratch.best);
-  TRT_SPEC_LAUNCH(accept_walk_kernel, B, threads, stream, logits, q, B, k, vocab, vocab_draft,
-                  seqs, slots, states, scratch.P, scratch.best, history, max_seq, mv_slot, mv_src,
+  TRT_SPEC_LAUNCH(accept_walk_kernel, B, threads, stream, logits, q, B, k, vocab, vocab_draft, seqs,
+                  slots, states, scratch.P, scratch.best, history, max_seq, mv_slot, mv_src,
                   mv_dst);
 }
 

@@ -23,10 +23,10 @@ namespace trt_spec {
 
 // The sequences' state in backend memory (all indexed by KV slot).
 struct SpecState {
-  SeqState* seqs = nullptr;           // [max_batch]
-  SamplingState* states = nullptr;    // [max_batch]
-  int32_t* history = nullptr;         // [max_batch, max_seq]: the token at each position (the
-                                      // prompt, what was generated, then `last` at n_past)
+  SeqState* seqs = nullptr;             // [max_batch]
+  SamplingState* states = nullptr;      // [max_batch]
+  int32_t* history = nullptr;           // [max_batch, max_seq]: the token at each position (the
+                                        // prompt, what was generated, then `last` at n_past)
   const int32_t* prediction = nullptr;  // [max_batch, max_seq]: predicted output tokens
   int max_seq = 0;
 };
@@ -78,9 +78,8 @@ class SpecOps {
                            DraftSource source, const RowBuffers& out) = 0;
   // Acceptance (accept.h), the emitted tokens, the commit (seq_state.h), the history append
   // and the cache moves of the accepted nodes.
-  virtual void accept(const SpecState& st, const int32_t* slots, int B, int k,
-                      const float* logits, int vocab, const float* q, int vocab_draft,
-                      const KvMoves& moves) = 0;
+  virtual void accept(const SpecState& st, const int32_t* slots, int B, int k, const float* logits,
+                      int vocab, const float* q, int vocab_draft, const KvMoves& moves) = 0;
   // Prompt lookup (lookup.h) for each sequence that allows it: its next tree and lookup_n.
   virtual void lookup(const SpecState& st, const int32_t* slots, int B) = 0;
 };

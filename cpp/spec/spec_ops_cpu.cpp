@@ -16,9 +16,9 @@ namespace {
 
 // The target's verdicts for one sequence (accept.h's Scores).
 struct CpuScores {
-  const float* P;        // [k + 1, vocab] dense p of the rows that have children (sampling)
-  const int32_t* best;   // [k + 1] argmax per row (greedy)
-  const float* qb;       // q [k, B, vocab_draft] + b * vocab_draft
+  const float* P;       // [k + 1, vocab] dense p of the rows that have children (sampling)
+  const int32_t* best;  // [k + 1] argmax per row (greedy)
+  const float* qb;      // q [k, B, vocab_draft] + b * vocab_draft
   int B, vocab, vocab_draft;
   int argmax(int row) const { return best[row]; }
   float p(int row, int32_t t) const {
@@ -101,7 +101,8 @@ class CpuSpecOps final : public SpecOps {
         out.slot[row] = slots[b];
         out.kv_idx[row] = s.n_past + r;
         out.tree_base[row] = s.n_past;
-        out.tree_bits[row] = r == 0 ? 1 : (real ? tree_row_mask(s.tree, node) : (1 | uint64_t{1} << r));
+        out.tree_bits[row] =
+            r == 0 ? 1 : (real ? tree_row_mask(s.tree, node) : (1 | uint64_t{1} << r));
       }
     }
   }
@@ -132,8 +133,8 @@ class CpuSpecOps final : public SpecOps {
         const SamplingParams& p = st.states[slots[b]].params;
         const bool greedy = sampling_is_greedy(p);
         float* Pb = P + b * R * vocab;
-        const CpuScores sc{Pb, best + b * R, q ? q + b * vocab_draft : nullptr, B, vocab,
-                           vocab_draft};
+        const CpuScores sc{Pb, best + b * R, q ? q + b * vocab_draft : nullptr,
+                           B,  vocab,        vocab_draft};
         const WalkResult w = spec_walk(s.tree, s.tree.n, greedy, sc, p.seed, s.n_gen, s.path);
         for (int d = 0; d < w.accepted; ++d) s.out[d] = s.tree.token[s.path[d]];
         const int64_t m = s.n_gen + w.accepted;
@@ -187,8 +188,8 @@ class CpuSpecOps final : public SpecOps {
         }
         const size_t off = static_cast<size_t>(slots[b]) * st.max_seq;
         const int len = std::min(s.n_past + 1, st.max_seq);
-        lookup_propose_serial(st.history + off, len, st.prediction + off, s.pred_len,
-                              s.max_nodes, s.tree);
+        lookup_propose_serial(st.history + off, len, st.prediction + off, s.pred_len, s.max_nodes,
+                              s.tree);
         s.lookup_n = s.tree.n;
       }
     });

@@ -79,8 +79,7 @@ class CudaSpecOps final : public SpecOps {
 
 }  // namespace
 
-std::unique_ptr<SpecOps> make_cuda_spec_ops(CudaBackend& be, int max_batch, int max_k,
-                                            int vocab) {
+std::unique_ptr<SpecOps> make_cuda_spec_ops(CudaBackend& be, int max_batch, int max_k, int vocab) {
   return std::make_unique<CudaSpecOps>(be, max_batch, max_k, vocab);
 }
 

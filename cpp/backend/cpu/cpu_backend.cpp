@@ -11,9 +11,9 @@
 #include <numeric>
 #include <thread>
 
+#include "common/errors.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/quantize.h"
-#include "common/errors.h"
 
 namespace trt_spec {
 
@@ -57,7 +57,6 @@ inline float dot(const float* a, const float* b, int n) {
   for (; i < n; ++i) s += a[i] * b[i];
   return s;
 }
-
 
 }  // namespace
 

@@ -8,9 +8,9 @@
 #include <unordered_map>
 #include <vector>
 
-#include "kernels/cpu/matmul.h"
 #include "backend/backend.h"
 #include "backend/cpu/thread_pool.h"
+#include "kernels/cpu/matmul.h"
 
 namespace trt_spec {
 

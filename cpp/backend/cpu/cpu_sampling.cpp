@@ -106,7 +106,6 @@ int32_t sample_dense(const float* probs, int n, float u) {
   return last_nonzero;
 }
 
-
 int32_t sample_row(const float* logits, int vocab, const SamplingParams& p, uint64_t step,
                    uint32_t lane) {
   if (sampling_is_greedy(p)) return argmax(logits, vocab);

@@ -8,10 +8,10 @@
 #include "backend/cuda/cuda_api.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.h"
+#include "common/errors.h"
 #include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/gemv.cuh"
 #include "kernels/cuda/norm_rope.cuh"
-#include "common/errors.h"
 
 namespace trt_spec {
 

@@ -8,8 +8,8 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.h"
-#include "kernels/cuda/sampling.cuh"
 #include "common/errors.h"
+#include "kernels/cuda/sampling.cuh"
 
 namespace trt_spec {
 

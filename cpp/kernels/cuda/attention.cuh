@@ -198,8 +198,10 @@ __global__ void kv_copy_kernel(KvView kv, const int32_t* __restrict__ slot,
       for (int e = threadIdx.x; e < per_entry; e += blockDim.x) {
         const int l = e / (kv.kv_heads * hd), g = (e / hd) % kv.kv_heads, c = e % hd;
         const int64_t base = kv.head_offset(slot[i], l, g);
-        kv.k[base + static_cast<int64_t>(d) * hd + c] = kv.k[base + static_cast<int64_t>(s) * hd + c];
-        kv.v[base + static_cast<int64_t>(d) * hd + c] = kv.v[base + static_cast<int64_t>(s) * hd + c];
+        kv.k[base + static_cast<int64_t>(d) * hd + c] =
+            kv.k[base + static_cast<int64_t>(s) * hd + c];
+        kv.v[base + static_cast<int64_t>(d) * hd + c] =
+            kv.v[base + static_cast<int64_t>(s) * hd + c];
       }
     }
     __syncthreads();

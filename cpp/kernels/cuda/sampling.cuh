@@ -59,8 +59,8 @@ __device__ inline Rule block_rule(const float* l, int n, const SamplingParams& p
 }
 
 // sample_row: one token from logits [n] for (params, step, lane).
-__device__ inline int block_sample_row(const float* l, int n, const SamplingParams& p, uint64_t step,
-                                uint32_t lane) {
+__device__ inline int block_sample_row(const float* l, int n, const SamplingParams& p,
+                                       uint64_t step, uint32_t lane) {
   const ArgMax am = block_argmax_row(l, n);
   if (is_greedy(p)) return am.i;
   const Rule r = block_rule(l, n, p, am.v);
@@ -81,7 +81,7 @@ __device__ inline int block_sample_row(const float* l, int n, const SamplingPara
 // beyond; one-hot at the argmax when greedy. probs may be l itself (each thread reads its
 // elements before writing them, after every block-wide read of the row is done).
 __device__ inline void block_sampling_probs(const float* l, int n_valid, int vocab,
-                                     const SamplingParams& p, float* probs) {
+                                            const SamplingParams& p, float* probs) {
   const ArgMax am = block_argmax_row(l, n_valid);
   if (is_greedy(p)) {
     for (int i = threadIdx.x; i < vocab; i += blockDim.x) probs[i] = i == am.i ? 1.0f : 0.0f;

@@ -93,8 +93,8 @@ struct KeySearchShared {
 // element for kCountAtLeast, the weight otherwise), finds the first element at which the sum
 // reaches x (">= x", or "> x" for kMassAbove). Returns false when the whole of E does not.
 // All threads must call; all get the same result.
-__device__ inline bool block_key_search(const RowWeights& r, uint64_t floor, Reach reach, uint64_t x,
-                                 uint64_t* found_key) {
+__device__ inline bool block_key_search(const RowWeights& r, uint64_t floor, Reach reach,
+                                        uint64_t x, uint64_t* found_key) {
   __shared__ KeySearchShared sh;
   const bool count = reach == Reach::kCountAtLeast;
   uint64_t prefix = 0, above = 0;
