@@ -318,7 +318,8 @@ with open({log!r}, "a") as f:
 if "--version" in sys.argv:
     print("version: 1 (fake)", file=sys.stderr)
 elif sys.argv[0].endswith("simple"):
-    k = int(sys.argv[sys.argv.index("--spec-draft-n-max") + 1])
+    opt = "--spec-draft-n-max" if "-md" in sys.argv else "--spec-ngram-simple-size-m"
+    k = int(sys.argv[sys.argv.index(opt) + 1])
     print("encoded   12 tokens in    0.100 seconds, speed:  120.0 t/s", file=sys.stderr)
     print(f"decoded   8 tokens in    {{0.4 / k:.3f}} seconds, speed: 1 t/s", file=sys.stderr)
     print(f"n_drafted = {{4 * k}}", file=sys.stderr)
@@ -368,6 +369,37 @@ def test_bench_llama_cpp_peer_with_fake_binaries(
     assert "## Peers" in md and "trt-spec / llama.cpp tok/s: target-only:" in md
 
 
+def test_bench_llama_cpp_lookup_peer_with_fake_binaries(
+    target_only: Path, chat_prompts: Path, tmp_path: Path, monkeypatch
+) -> None:
+    """The llama.cpp prompt-lookup peer: an engine without a draft model, its own K (below the
+    n-gram length dropped), runs paired with trt-spec's by label, prompts passed verbatim."""
+    bin_dir, log = tmp_path / "bin", tmp_path / "calls.jsonl"
+    bin_dir.mkdir()
+    for name in ("llama-speculative-simple", "llama-completion"):
+        (bin_dir / name).write_text(FAKE_LLAMA.format(python=sys.executable, log=str(log)))
+        (bin_dir / name).chmod(0o755)
+    monkeypatch.setenv("LLAMA_CPP_BIN_DIR", str(bin_dir))
+    argv = [str(target_only), "--prompts", str(chat_prompts), "--n", "1", "--max-new-tokens", "8"]
+    argv += ["--draft", "lookup", "--draft-lens", "none", "--temperatures", "0"]
+    argv += ["--peers", "llama.cpp-lookup", "--peer-draft-lens", "2,4", "--target-gguf", "t.gguf"]
+    rep = _bench(argv, tmp_path / "out")
+    labels = [a["config"] for a in rep["results"][0]["configs"]]
+    assert labels == ["target-only", "lookup auto"]  # --draft-lens none: the auto length only
+    (peer,) = rep["peers"]
+    assert peer["runner"] == "llama.cpp-lookup" and peer["source"] == "lookup"
+    by = {a["config"]: a for a in peer["configs"]}
+    assert list(by) == ["target-only", "lookup K=4", "lookup auto (llama.cpp defaults n=12, m=48)"]
+    assert by["lookup K=4"]["decode_tok_s"] == pytest.approx(80.0)  # 8 tokens in 0.1 s
+    cmp = rep["results"][0]["checks"]["vs_llama.cpp-lookup"]
+    assert set(cmp) == {"target-only", "lookup auto"}
+    calls = [json.loads(line) for line in log.read_text().splitlines() if "-p" in line]
+    spec = [c for c in calls if c[0].endswith("simple")]
+    assert len(spec) == 2 and all("-md" not in c and "--no-escape" in c for c in spec)
+    assert [c[c.index("--spec-ngram-simple-size-n") + 1] for c in spec] == ["3", "12"]
+    assert [c[c.index("--spec-ngram-simple-size-m") + 1] for c in spec] == ["4", "48"]
+
+
 def test_benchmark_scripts_import_the_shared_helpers() -> None:
     """bench_decode.py and bench_gpu.py take the environment helpers from trt_spec.bench.common
     and still start (--help needs no GPU, model or peer)."""
@@ -391,6 +423,9 @@ def test_parsers_and_configs() -> None:
     assert labels == ["target-only", "lookup K=3", "lookup auto", "auto", "model K=3", "model auto"]
     configs = make_configs(["model", "auto"], [1], auto=False)
     assert configs == [Config("target-only", "none", 0), Config("model K=1", "model", 1)]
+    assert parse_draft_lens("none") == []
+    labels = [c.label for c in make_configs(["model", "lookup", "auto"], [], auto=True)]
+    assert labels == ["target-only", "model auto", "lookup auto", "auto"]
 
 
 def test_prompt_files(tmp_path: Path) -> None:

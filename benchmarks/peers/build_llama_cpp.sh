@@ -6,8 +6,12 @@
 #      $PEERS/src and unpacks it (its vendor/llama.cpp is the llama.cpp source used everywhere).
 #   2. Creates a venv OUTSIDE the repo ($PEERS/llama-venv, --system-site-packages) and installs
 #      llama-cpp-python into it built FROM SOURCE (pip --no-binary llama-cpp-python).
-#   3. Builds llama-bench, llama-speculative-simple and llama-completion from the same vendored
-#      source with plain cmake into $PEERS/llama.cpp-build (bin/ holds the executables).
+#   3. Builds llama-bench, llama-speculative-simple, llama-completion and llama-lookup from the
+#      same vendored source with plain cmake into $PEERS/llama.cpp-build (bin/ holds the
+#      executables). llama-speculative-simple also runs llama.cpp's prompt-lookup modes
+#      (--spec-type ngram-simple / ngram-map-k / ngram-map-k4v / ngram-mod / ngram-cache, alone or
+#      combined with draft-simple); llama-lookup is the older ngram-cache example
+#      (trt_spec.bench.peers.llama_spec_runner wraps ngram-simple).
 #
 # ISA handling: the issue asks for AVX-512 (+VNNI, BF16) flags, but some benchmark machines fault
 # on AVX-512. If the vendored llama.cpp supports GGML_BACKEND_DL + GGML_CPU_ALL_VARIANTS, the CPU
@@ -25,7 +29,9 @@
 # Env knobs: TRT_SPEC_CACHE (default ~/.cache/trt-spec), LLAMA_CPP_PYTHON_VERSION,
 #            TRT_SPEC_BUILD_JOBS (default 2), LLAMA_PEER_BUILD_BINARIES=0 to skip step 3,
 #            LLAMA_PEER_FORCE=1 to rebuild even if the stamp says up to date.
-# A second run with the same settings is a no-op (stamp file + quick import check).
+# A second run with the same settings is a no-op (stamp file + quick import check). When only
+# binaries are missing (e.g. a target was added to BIN_TARGETS), step 2 is skipped if the stamp
+# shows the python package was built from the same version with the same CMAKE_ARGS.
 set -euo pipefail
 
 CACHE="${TRT_SPEC_CACHE:-$HOME/.cache/trt-spec}"
@@ -38,7 +44,7 @@ VERSION="${LLAMA_CPP_PYTHON_VERSION:-0.3.36}"
 JOBS="${TRT_SPEC_BUILD_JOBS:-2}"
 BUILD_BINARIES="${LLAMA_PEER_BUILD_BINARIES:-1}"
 STAMP="$PEERS/llama_cpp.stamp"
-BIN_TARGETS=(llama-bench llama-speculative-simple llama-completion)
+BIN_TARGETS=(llama-bench llama-speculative-simple llama-completion llama-lookup)
 
 # Flags the issue demands (AVX-512 on, AMX off, OpenMP on).
 ISSUE_FLAGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
@@ -114,12 +120,23 @@ else
 fi
 
 # ---------------------------------------------------------------- 2. venv + python package
+export CMAKE_ARGS="$CPU_FLAGS $EXTRA_FLAGS"
+python_up_to_date() {
+    [[ "${LLAMA_PEER_FORCE:-0}" != 1 && -f "$STAMP" && -x "$VENV/bin/python" ]] \
+        && [[ "$(sed -n 's/^version=//p' "$STAMP")" == "$VERSION" ]] \
+        && [[ "$(sed -n 's/^cmake_args=//p' "$STAMP")" == "$CMAKE_ARGS" ]] \
+        && "$VENV/bin/python" -c "import llama_cpp" >/dev/null 2>&1
+}
+# (the else-branch below is not indented because it ends in a heredoc)
+if python_up_to_date; then
+    log "step 2 skipped: llama-cpp-python $VERSION already built with the same CMAKE_ARGS" \
+        "(LLAMA_PEER_FORCE=1 rebuilds it)"
+else
 if [[ ! -x "$VENV/bin/python" ]]; then
     log "creating venv $VENV"
     python3 -m venv --system-site-packages "$VENV"
 fi
 mkdir -p "$BACKEND_DIR"
-export CMAKE_ARGS="$CPU_FLAGS $EXTRA_FLAGS"
 log "pip install llama-cpp-python==$VERSION from source, CMAKE_ARGS=$CMAKE_ARGS"
 "${NICE[@]}" "$VENV/bin/python" -m pip install --verbose --force-reinstall --no-deps \
     --no-binary llama-cpp-python --no-cache-dir "$SDIST"
@@ -140,6 +157,7 @@ print("[build_llama_cpp] llama_cpp", llama_cpp.__version__, "imports; system inf
 llama_cpp.llama_backend_init()
 print("   ", llama_cpp.llama_print_system_info().decode())
 EOF
+fi
 
 # ---------------------------------------------------------------- 3. CLI binaries
 bins_built=0

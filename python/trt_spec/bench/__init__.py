@@ -48,8 +48,8 @@ def inspect_engine(path: str, opts: Options, prompts: list[Prompt]) -> dict[str,
         )
     if e.draft_len == 0:
         raise ValueError(f"{path}: this engine does not speculate (its draft_len is 0)")
-    ks = opts.fixed or list(range(1, e.draft_len + 1))
-    if ks[-1] > e.draft_len:
+    ks = opts.fixed if opts.fixed is not None else list(range(1, e.draft_len + 1))
+    if ks and ks[-1] > e.draft_len:
         raise ValueError(
             f"--draft-lens {','.join(map(str, ks))}: {path} allows K up to {e.draft_len} "
             "(its build --draft-len)"
@@ -111,7 +111,7 @@ def _run_peers(
     out: list[dict[str, Any]] = []
     for target, draft, info in pairs:
         ks = opts.peer_ks or info["ks"]
-        ctx = -(-(max(info["prompt_tokens"]) + args.max_new_tokens + ks[-1] + 64) // 256) * 256
+        ctx = -(-(max(info["prompt_tokens"]) + args.max_new_tokens + max(ks, default=0) + 64) // 256) * 256
         setup = PeerSetup(
             target, draft, opts.threads, ctx, args.seed, args.max_new_tokens, ks, args.auto
         )
@@ -225,7 +225,8 @@ def add_parser(sub: Any) -> None:
     b.add_argument(
         "--draft-lens",
         default=None,
-        help="fixed K for model and lookup: 1-8, 1,2,4 (default 1..engine's max)",
+        help="fixed K for model and lookup: 1-8, 1,2,4, or none (only the auto lengths; default "
+        "1..engine's max)",
     )
     b.add_argument(
         "--auto",

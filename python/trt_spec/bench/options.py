@@ -27,7 +27,10 @@ class Options:
 
 
 def parse_draft_lens(text: str, option: str = "--draft-lens") -> list[int]:
-    """``"1-8"``, ``"1,2,4"`` or ``"1-3,6"`` -> sorted distinct K >= 1."""
+    """``"1-8"``, ``"1,2,4"`` or ``"1-3,6"`` -> sorted distinct K >= 1; ``"none"`` -> [] (no
+    fixed K: only the auto lengths run)."""
+    if text.strip() == "none":
+        return []
     ks: set[int] = set()
     for part in (p.strip() for p in text.split(",")):
         lo, dash, hi = part.partition("-")
@@ -81,8 +84,10 @@ def parse_options(args: argparse.Namespace, peer_names: tuple[str, ...]) -> Opti
     args.temperatures = parse_temperatures(args.temperatures)
     fixed = parse_draft_lens(args.draft_lens) if args.draft_lens else None
     sources = parse_sources(args.draft) if args.draft else None
-    if sources == ["auto"] and not args.auto:
-        raise ValueError("--draft auto with --no-auto leaves nothing but target-only to run")
+    if (sources == ["auto"] or fixed == []) and not args.auto:
+        raise ValueError(
+            "--no-auto with --draft auto or --draft-lens none leaves nothing but target-only"
+        )
     peers = [p.strip() for p in (args.peers or "").split(",") if p.strip()]
     for p in peers:
         if p not in peer_names:

@@ -7,11 +7,13 @@ and ``llama-completion`` into ``$TRT_SPEC_CACHE/peers/llama.cpp-build/bin``; set
 
 * Speculative: ``llama-speculative-simple -m TARGET.gguf -md DRAFT.gguf --spec-type draft-simple
   --spec-draft-n-max K --spec-draft-n-min 0 --draft-p-min 0 --temp 0 --ignore-eos -n N
-  -t T -td T -c CTX -p PROMPT``: greedy, exactly K draft tokens per iteration (``--draft-p-min 0``
+  -t T -td T -c CTX -p PROMPT --no-escape``: greedy, exactly K draft tokens per iteration (``--draft-p-min 0``
   never cuts a draft short), EOS ignored as in ``trt-spec bench``. Its printed statistics are
   parsed: ``decoded N tokens in S seconds, speed: X t/s`` (the wall time from after the prompt
   to the end, so it includes the first new token and all sampling), ``n_drafted``, ``n_accept``.
   It may generate a few tokens more than ``-n`` (it stops after the iteration that passes it).
+* Prompt lookup: ``llama-speculative-simple --spec-type ngram-simple --spec-ngram-simple-size-n 3
+  --spec-ngram-simple-size-m K`` (no draft model), parsed the same way.
 * Target-only: ``llama-completion`` (same build, same target) with the same settings; the rate
   is llama.cpp's own ``eval time = X ms / N runs`` counter (single-token evaluations only).
 
@@ -36,6 +38,10 @@ DEFAULT_BIN_DIR = CACHE / "peers" / "llama.cpp-build" / "bin"
 SPEC_BIN = "llama-speculative-simple"
 COMPLETION_BIN = "llama-completion"
 BUILD_HINT = "build it with: bash benchmarks/peers/build_llama_cpp.sh"
+# Lookup key and draft lengths: the peer's fixed-K runs use LOOKUP_NGRAM (short keys match more
+# often in an edit); its `auto` run uses llama.cpp's own ngram-simple defaults (n=12, m=48).
+LOOKUP_NGRAM = 3
+LOOKUP_DEFAULTS = (12, 48)
 
 _NUM = r"([0-9]+(?:\.[0-9]+)?)"
 _DECODED = re.compile(rf"decoded\s+(\d+) tokens in\s+{_NUM} seconds, speed:\s+{_NUM} t/s")
@@ -97,6 +103,7 @@ def _common_args(prompt: str, n_new: int, threads: int, ctx: int, seed: int) -> 
     return [
         "-p",
         prompt,
+        "--no-escape",  # the prompt verbatim: code holds backslash sequences such as "\\n"
         "-n",
         str(n_new),
         "--temp",
@@ -109,6 +116,30 @@ def _common_args(prompt: str, n_new: int, threads: int, ctx: int, seed: int) -> 
         "-c",
         str(ctx),
     ]
+
+
+def _run_spec(cmd: list[str], draft_len: int, threads: int, timeout: float | None) -> dict:
+    """Runs ``llama-speculative-simple`` and parses its statistics (any ``--spec-type``)."""
+    _, err, wall = _run(cmd, threads, timeout)
+    dec, enc = _DECODED.search(err), _ENCODED.search(err)
+    drafted, accepted = _DRAFTED.search(err), _ACCEPT.search(err)
+    if not (dec and drafted and accepted):
+        raise RuntimeError(f"{SPEC_BIN}: statistics not found in its output: {err[-400:]!r}")
+    n_drafted, n_accept = int(drafted.group(1)), int(accepted.group(1))
+    decoded, decode_s = int(dec.group(1)), float(dec.group(2))
+    return {
+        "draft_len": draft_len,
+        "new_tokens": decoded,
+        "decode_tokens": decoded,
+        "decode_s": decode_s,
+        "decode_tok_s": decoded / decode_s if decode_s > 0 else 0.0,
+        "prompt_tokens": int(enc.group(1)) if enc else None,
+        "prompt_s": float(enc.group(2)) if enc else None,
+        "drafted": n_drafted,
+        "accepted": n_accept,
+        "acceptance_rate": n_accept / n_drafted if n_drafted else 0.0,
+        "wall_s": wall,
+    }
 
 
 def run_speculative(
@@ -144,26 +175,42 @@ def run_speculative(
         str(threads),
         *_common_args(prompt, n_new, threads, ctx, seed),
     ]
-    _, err, wall = _run(cmd, threads, timeout)
-    dec, enc = _DECODED.search(err), _ENCODED.search(err)
-    drafted, accepted = _DRAFTED.search(err), _ACCEPT.search(err)
-    if not (dec and drafted and accepted):
-        raise RuntimeError(f"{SPEC_BIN}: statistics not found in its output: {err[-400:]!r}")
-    n_drafted, n_accept = int(drafted.group(1)), int(accepted.group(1))
-    decoded, decode_s = int(dec.group(1)), float(dec.group(2))
-    return {
-        "draft_len": draft_len,
-        "new_tokens": decoded,
-        "decode_tokens": decoded,
-        "decode_s": decode_s,
-        "decode_tok_s": decoded / decode_s if decode_s > 0 else 0.0,
-        "prompt_tokens": int(enc.group(1)) if enc else None,
-        "prompt_s": float(enc.group(2)) if enc else None,
-        "drafted": n_drafted,
-        "accepted": n_accept,
-        "acceptance_rate": n_accept / n_drafted if n_drafted else 0.0,
-        "wall_s": wall,
-    }
+    return _run_spec(cmd, draft_len, threads, timeout)
+
+
+def run_lookup(
+    target: str | Path,
+    prompt: str,
+    n_new: int,
+    draft_len: int,
+    *,
+    threads: int,
+    ngram: int = LOOKUP_NGRAM,
+    ctx: int = 4096,
+    seed: int = 0,
+    timeout: float | None = 1800,
+) -> dict[str, Any]:
+    """One greedy generation with llama.cpp's prompt lookup (``--spec-type ngram-simple``).
+
+    The last ``ngram`` tokens are searched in the history (prompt and output); the
+    ``draft_len`` tokens after the most recent earlier match are the draft. llama.cpp drafts
+    nothing when fewer than ``ngram`` tokens follow a match, so ``draft_len >= ngram``.
+    """
+    if draft_len < ngram:
+        raise ValueError(f"ngram-simple needs draft_len >= ngram ({draft_len} < {ngram})")
+    cmd = [
+        str(find_binary(SPEC_BIN)),
+        "-m",
+        str(target),
+        "--spec-type",
+        "ngram-simple",
+        "--spec-ngram-simple-size-n",
+        str(ngram),
+        "--spec-ngram-simple-size-m",
+        str(draft_len),
+        *_common_args(prompt, n_new, threads, ctx, seed),
+    ]
+    return _run_spec(cmd, draft_len, threads, timeout)
 
 
 def run_target_only(

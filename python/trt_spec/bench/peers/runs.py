@@ -84,6 +84,30 @@ def _llama_open(s: PeerSetup) -> PeerSession:
     return PeerSession(configs, run, {"version": m.version(), "weights": "GGUF as stored"})
 
 
+# ---- llama.cpp prompt lookup: llama-speculative-simple --spec-type ngram-simple -------------
+def _llama_lookup_open(s: PeerSetup) -> PeerSession:
+    from trt_spec.bench.peers import llama_spec_runner as m
+
+    common = dict(threads=s.threads, ctx=s.ctx, seed=s.seed)
+    n, m_auto = m.LOOKUP_DEFAULTS
+    ks = [k for k in s.ks if k >= m.LOOKUP_NGRAM]
+    if not ks and not s.auto:
+        raise ValueError(f"llama.cpp's lookup needs K >= {m.LOOKUP_NGRAM} (got --ks {s.ks})")
+
+    def run(text: str, c: Config) -> dict[str, Any]:
+        if c.draft_len == 0:
+            return m.run_target_only(s.target, text, s.max_new_tokens, **common)
+        if c.draft_len == "auto":
+            return m.run_lookup(s.target, text, s.max_new_tokens, m_auto, ngram=n, **common)
+        return m.run_lookup(s.target, text, s.max_new_tokens, c.draft_len, **common)
+
+    configs = [TARGET_ONLY] + [Config(f"lookup K={k}", "lookup", k) for k in ks]
+    if s.auto:
+        configs.append(Config(f"lookup auto (llama.cpp defaults n={n}, m={m_auto})", "lookup", "auto"))
+    info = {"version": m.version(), "weights": "GGUF as stored", "ngram": m.LOOKUP_NGRAM}
+    return PeerSession(configs, run, info)
+
+
 # ---- transformers: assisted generation -------------------------------------------------------
 def _transformers_preflight() -> None:
     for mod in ("torch", "transformers"):
@@ -117,6 +141,14 @@ PEERS: dict[str, Peer] = {
             "token included) and `llama-completion` for target-only (its eval counter)",
             _llama_preflight,
             _llama_open,
+        ),
+        Peer(
+            "llama.cpp-lookup",
+            "lookup",
+            "`llama-speculative-simple --spec-type ngram-simple` (prompt lookup, n-gram 3, "
+            "draft K; `auto` = llama.cpp's defaults) and `llama-completion` for target-only",
+            _llama_preflight,
+            _llama_lookup_open,
         ),
         Peer(
             "transformers",
