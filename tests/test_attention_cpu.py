@@ -155,6 +155,49 @@ def test_attention_rows_bit_identical(group, tree):
     )
 
 
+@pytest.mark.parametrize("n_past", [20, 29, 60, 64])
+def test_tree_row_bits_equal_the_decode_row_after_the_moves(n_past):
+    """A tree node's row gives the bits of the decode row that reads its accepted path moved to
+    positions n_past + depth (what greedy exactness needs): the branch layout of the tree, and
+    tiles it crosses, do not change the sums. Trees of 9 and 17 nodes, whole and in pieces."""
+    hd, n_kv, group = 64, 2, 3
+    rng = np.random.default_rng(n_past)
+    k = rng.standard_normal((1, n_kv, MAX_SEQ, hd)).astype(np.float32)
+    v = rng.standard_normal((1, n_kv, MAX_SEQ, hd)).astype(np.float32)
+    scale = np.float32(1 / np.sqrt(hd))
+    for n_nodes in (9, 17):
+        # Node 0 is the root (the last accepted token at n_past); parents precede children.
+        parent = [-1] + [int(rng.integers(0, i)) for i in range(1, n_nodes)]
+        anc = []
+        for i in range(n_nodes):
+            path, j = [], i
+            while j >= 0:
+                path.append(j)
+                j = parent[j]
+            anc.append(path[::-1])  # root .. node, depth order
+        q = (2 * rng.standard_normal((n_nodes, n_kv * group, hd))).astype(np.float32)
+        tb = np.full(n_nodes, n_past, np.int32)
+        tbits = np.array([sum(1 << j for j in a) for a in anc], np.uint64)
+        lens = np.full(n_nodes, n_past + n_nodes, np.int32)
+        tree = T.cpu_attention(q, k, v, np.zeros(n_nodes, np.int32), lens, scale, tb, tbits)
+        for i in range(n_nodes):
+            moved_k, moved_v = k.copy(), v.copy()
+            for d, j in enumerate(anc[i]):
+                moved_k[:, :, n_past + d] = k[:, :, n_past + j]
+                moved_v[:, :, n_past + d] = v[:, :, n_past + j]
+            n_i = np.array([n_past + len(anc[i])], np.int32)
+            one = np.zeros(1, np.int32)
+            dec = T.cpu_attention(q[i : i + 1], moved_k, moved_v, one, n_i, scale)
+            got = tree[i : i + 1]
+            assert np.array_equal(dec.view(np.uint32), got.view(np.uint32)), (n_nodes, i)
+        np.testing.assert_allclose(
+            tree,
+            reference(q, k, v, np.zeros(n_nodes, np.int32), lens, scale, tb, tbits),
+            rtol=1e-4,
+            atol=2e-5,
+        )
+
+
 def test_attention_rejects_bad_shapes():
     q = np.zeros((1, 2, 12), np.float32)  # head_dim 12: not a multiple of 8
     kv = np.zeros((1, 1, 4, 12), np.float32)

@@ -177,20 +177,52 @@ void pv_any(int nq, const float* const* p, const float* v, int kt, int hd, float
   }
 }
 
-// Bit t set when entry t0 + t (t < kt) is in row i's entry set.
-uint32_t row_mask(const AttentionArgs& a, int i, int t0, int kt) {
+// A row's entries in LOGICAL order: entry t < tree_base is cache entry t; entry tree_base + j is
+// the j-th set bit of tree_bits (a node's ancestors in depth order, then itself), i.e. where the
+// accepted path's entries stand once they are moved to their positions. So a tree row reads the
+// same values at the same logical indices as the decode row it equals after acceptance, and
+// every sum runs in the same order: identical bits whatever the branch layout.
+int logical_len(const AttentionArgs& a, int i) {
   const int len = a.len[i];
-  uint32_t m = 0;
-  for (int t = 0; t < kt && t0 + t < len; ++t) {
-    const int pos = t0 + t;
-    bool ok = true;
-    if (a.tree_bits != nullptr && pos >= a.tree_base[i]) {
-      const int b = pos - a.tree_base[i];
-      ok = b < 64 && ((a.tree_bits[i] >> b) & 1u) != 0;
+  if (a.tree_bits == nullptr || len <= a.tree_base[i]) return len;
+  const int span = len - a.tree_base[i];
+  const uint64_t bits = span >= 64 ? a.tree_bits[i] : a.tree_bits[i] & ((uint64_t{1} << span) - 1);
+  return a.tree_base[i] + __builtin_popcountll(bits);
+}
+
+// Whether row i's logical entries [t0, min(t0 + kt, llog)) are its cache entries in place (no
+// gather): the tree bits below that end are all set.
+bool in_place(const AttentionArgs& a, int i, int t0, int kt, int llog) {
+  if (a.tree_bits == nullptr) return true;
+  const int end = (t0 + kt < llog ? t0 + kt : llog) - a.tree_base[i];
+  if (end <= 0) return true;
+  if (end >= 64) return a.tree_bits[i] == ~uint64_t{0};
+  const uint64_t low = (uint64_t{1} << end) - 1;
+  return (a.tree_bits[i] & low) == low;
+}
+
+// Copies row i's logical entries [t0, t0 + n) of one kv head (base: its entry 0) to dst
+// [n, hd]; the rest of the tile (up to kt) is zero.
+void gather_tile(const AttentionArgs& a, int i, const float* base, int t0, int n, int kt, int hd,
+                 float* dst) {
+  uint64_t bits = a.tree_bits[i];
+  int j = 0;  // logical tree index of the next set bit
+  for (int t = t0; t < t0 + n; ++t) {
+    int phys = t;
+    if (t >= a.tree_base[i]) {
+      const int want = t - a.tree_base[i];
+      for (; j < want; ++j) bits &= bits - 1;  // drop set bits below the wanted one
+      phys = a.tree_base[i] + __builtin_ctzll(bits);
     }
-    m |= static_cast<uint32_t>(ok) << t;
+    std::memcpy(dst + (t - t0) * hd, base + static_cast<int64_t>(phys) * hd, sizeof(float) * hd);
   }
-  return m;
+  std::memset(dst + n * hd, 0, sizeof(float) * (kt - n) * hd);
+}
+
+// Bits t < (llog - t0) of a tile: the row's logical entries are a prefix.
+uint32_t prefix_mask(int t0, int kt, int llog) {
+  const int n = llog - t0 < kt ? llog - t0 : kt;
+  return n >= 32 ? 0xffffffffu : (uint32_t{1} << n) - 1;
 }
 
 struct Shape {
@@ -219,13 +251,19 @@ Shape shape_of(const AttentionArgs& a) {
 void run_slice(const AttentionArgs& a, int r0, int r1, int g, int h0, int h1) {
   const int hd = a.head_dim, nh = h1 - h0, nq = (r1 - r0) * nh;
   alignas(32) float kt_buf[kMaxHeadDim * KT];
+  alignas(32) float gk_buf[kMaxHeadDim * KT];  // a gathered K tile [KT, hd] (tree rows)
+  alignas(32) float gv_buf[kMaxHeadDim * KT];  // its V tile
   alignas(32) float o_buf[kMaxQueries * kMaxHeadDim];
   alignas(32) float s_buf[kMaxQueries * KT];
   float m[kMaxQueries], l[kMaxQueries];
+  int llog[kMaxQueries];
   const float* qp[kMaxQueries];
   std::memset(o_buf, 0, sizeof(float) * nq * hd);
   int max_len = 0;
-  for (int r = r0; r < r1; ++r) max_len = a.len[r] > max_len ? a.len[r] : max_len;
+  for (int r = r0; r < r1; ++r) {
+    llog[r - r0] = logical_len(a, r);
+    max_len = llog[r - r0] > max_len ? llog[r - r0] : max_len;
+  }
   for (int j = 0; j < nq; ++j) {
     qp[j] = a.q + (r0 + j / nh) * a.q_stride + (h0 + j % nh) * hd;
     m[j] = -FLT_MAX;
@@ -235,20 +273,9 @@ void run_slice(const AttentionArgs& a, int r0, int r1, int g, int h0, int h1) {
   const float* vb = a.v[r0] + g * a.kv_head_stride;
   const __m256i lane_bit = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
   const __m256 neg_inf = _mm256_set1_ps(-INFINITY), scale = _mm256_set1_ps(a.scale);
-  for (int t0 = 0; t0 < max_len; t0 += KT) {
-    const int kt = a.max_seq - t0 < KT ? a.max_seq - t0 : KT;
-    int act[kMaxQueries], n_act = 0;  // active queries, in order
-    uint32_t mask[kMaxQueries];
-    for (int r = r0; r < r1; ++r) {
-      if (a.len[r] <= t0) continue;
-      const uint32_t rm = row_mask(a, r, t0, kt);
-      for (int h = 0; h < nh; ++h) {
-        act[n_act] = (r - r0) * nh + h;
-        mask[n_act++] = rm;
-      }
-    }
-    if (n_act == 0) continue;
-    transpose_tile(kb + static_cast<int64_t>(t0) * hd, kt, hd, kt_buf);
+  // One key tile (Kt transposed, vt [kt, hd]) for the active queries act[0, n_act).
+  auto tile = [&](const int* act, const uint32_t* mask, int n_act, const float* kt_tile,
+                  const float* vt, int kt) {
     const float* qa[kMaxQueries];
     float* sa[kMaxQueries];
     float* oa[kMaxQueries];
@@ -259,7 +286,7 @@ void run_slice(const AttentionArgs& a, int r0, int r1, int g, int h0, int h1) {
       oa[x] = o_buf + act[x] * hd;
     }
     for (int x = 0; x < n_act; x += 3)
-      scores_any(n_act - x < 3 ? n_act - x : 3, qa + x, kt_buf, hd, sa + x);
+      scores_any(n_act - x < 3 ? n_act - x : 3, qa + x, kt_tile, hd, sa + x);
     for (int x = 0; x < n_act; ++x) {  // scale, mask, online softmax update
       const int j = act[x];
       __m256 sv[4];
@@ -287,9 +314,45 @@ void run_slice(const AttentionArgs& a, int r0, int r1, int g, int h0, int h1) {
     }
     const float* pa[kMaxQueries];
     for (int x = 0; x < n_act; ++x) pa[x] = sa[x];
-    const float* vt = vb + static_cast<int64_t>(t0) * hd;
     for (int x = 0; x < n_act; x += 6)
       pv_any(n_act - x < 6 ? n_act - x : 6, pa + x, vt, kt, hd, oa + x, aa + x);
+  };
+  for (int t0 = 0; t0 < max_len; t0 += KT) {
+    const int kt = a.max_seq - t0 < KT ? a.max_seq - t0 : KT;
+    int act[kMaxQueries], n_act = 0;  // active queries reading the tile in place, in order
+    uint32_t mask[kMaxQueries];
+    int gathered[kMaxQueries], n_gathered = 0;  // rows whose tile is gathered
+    for (int r = r0; r < r1; ++r) {
+      const int lr = llog[r - r0];
+      if (lr <= t0) continue;
+      if (!in_place(a, r, t0, kt, lr)) {
+        gathered[n_gathered++] = r;
+        continue;
+      }
+      const uint32_t rm = prefix_mask(t0, kt, lr);
+      for (int h = 0; h < nh; ++h) {
+        act[n_act] = (r - r0) * nh + h;
+        mask[n_act++] = rm;
+      }
+    }
+    if (n_act > 0) {
+      transpose_tile(kb + static_cast<int64_t>(t0) * hd, kt, hd, kt_buf);
+      tile(act, mask, n_act, kt_buf, vb + static_cast<int64_t>(t0) * hd, kt);
+    }
+    for (int x = 0; x < n_gathered; ++x) {
+      const int r = gathered[x], lr = llog[r - r0];
+      const int n = lr - t0 < kt ? lr - t0 : kt;
+      gather_tile(a, r, kb, t0, n, kt, hd, gk_buf);
+      gather_tile(a, r, vb, t0, n, kt, hd, gv_buf);
+      transpose_tile(gk_buf, kt, hd, kt_buf);
+      int ract[kMaxQueries];
+      uint32_t rmask[kMaxQueries];
+      for (int h = 0; h < nh; ++h) {
+        ract[h] = (r - r0) * nh + h;
+        rmask[h] = prefix_mask(t0, kt, lr);
+      }
+      tile(ract, rmask, nh, kt_buf, gv_buf, kt);
+    }
   }
   for (int j = 0; j < nq; ++j) {
     const __m256 inv = _mm256_set1_ps(1.0f / l[j]);

@@ -16,12 +16,16 @@
 // block that share a slice, and all the query heads of the kv group, use each K / V tile it loads
 // (K is transposed once per tile), so K and V are read once per block, not once per query row.
 //
-// Exactness: a row processes exactly the tiles that intersect [0, len_i), each with the same
-// operations (full-width tile, entries outside its set get probability 0), whatever n, the other
-// rows or the split of tasks over threads. So a row's output bits depend only on its queries, its
-// entry set and the cache contents: decode, verify and prefill rows give identical bits for
-// identical inputs (greedy speculation stays exact). Cache entries inside a row's tiles that it
-// does not attend must be finite (they are multiplied by 0).
+// Exactness: a row walks its entries in LOGICAL order: entry t < tree_base_i is cache entry t,
+// entry tree_base_i + j the j-th set bit of tree_bits_i (a tree node's ancestors in depth order,
+// then itself: where the accepted path's entries stand once moved to their positions). A row
+// processes exactly the tiles that intersect its logical [0, n_i), each with the same operations
+// (full-width tile, entries past n_i get probability 0), whatever n, the other rows, the branch
+// layout of a tree or the split of tasks over threads; tiles whose logical entries are not the
+// cache entries in place are gathered for that row. So a row's output bits depend only on its
+// queries and the values of its entries: decode, verify (chain or tree) and prefill rows give
+// identical bits for identical inputs (greedy speculation stays exact). Cache entries inside a
+// row's tiles that it does not attend must be finite (they are multiplied by 0).
 //
 // Limits: head_dim % 8 == 0 and <= 256; n_heads % n_kv_heads == 0. Needs AVX2 + FMA (the file is
 // built with those flags; the CPU backend checks them).

@@ -3,8 +3,8 @@
 //
 //   kv_write_kernel      writes each row's k and v into cache (slot[i], layer, :, kv_idx[i])
 //   attention_kernel     one block per (row, q head, split): online softmax over its share of
-//                        cache indices [0, kv_idx[i]] (4 warps, one index per warp at a time),
-//                        skipping the indices a tree mask hides
+//                        entries (4 warps, one entry per warp at a time); a tree row's entries
+//                        in logical order, its hidden indices skipped (RowsView)
 //   attention_combine    merges the splits of each (row, head) (flash-decoding)
 //
 // A row attends to its own sequence's entries [0, kv_idx[i]] only (backend.h Rows: kv_idx is
@@ -44,10 +44,29 @@ struct RowsView {
   const uint64_t* tree_bits;
 
   __device__ __forceinline__ int index(int i) const { return kv_idx ? kv_idx[i] : pos[i]; }
-  // Whether row i sees cache index t (t <= index(i)).
-  __device__ __forceinline__ bool sees(int i, int t) const {
-    if (!tree_bits || t < tree_base[i]) return true;
-    return ((tree_bits[i] >> (t - tree_base[i])) & 1u) != 0;
+  // Row i reads its entries in LOGICAL order (as the CPU kernel, kernels/cpu/attention.h):
+  // entry t < tree_base is cache index t, entry tree_base + j the j-th set bit of tree_bits (the
+  // ancestors in depth order, then the row itself), where the accepted path stands once moved.
+  // So a tree row sums the same values in the same order as the decode row it equals after
+  // acceptance: identical bits whatever the branch layout.
+  __device__ __forceinline__ int logical_len(int i) const {
+    const int len = index(i) + 1;
+    if (!tree_bits || len <= tree_base[i]) return len;
+    const int span = len - tree_base[i];
+    uint64_t b = span >= 64 ? tree_bits[i] : tree_bits[i] & ((uint64_t{1} << span) - 1);
+    int c = 0;
+    for (; b; b &= b - 1) ++c;
+    return tree_base[i] + c;
+  }
+  // The cache index of row i's logical entry t (t < logical_len(i)).
+  __device__ __forceinline__ int physical(int i, int t) const {
+    if (!tree_bits || t < tree_base[i]) return t;
+    uint64_t b = tree_bits[i];
+    for (int j = t - tree_base[i]; j > 0; --j) b &= b - 1;  // drop the lower set bits
+    int at = 0;
+    for (; !((b >> at) & 1u); ++at) {
+    }
+    return tree_base[i] + at;
   }
 };
 
@@ -75,7 +94,7 @@ __global__ void __launch_bounds__(kAttnThreads)
   const int i = blockIdx.x / n_heads, h = blockIdx.x % n_heads;
   const int hd = kv.head_dim, group = n_heads / kv.kv_heads, g = h / group;
   const int splits = gridDim.y, split = blockIdx.y;
-  const int len = rows.index(i) + 1;
+  const int len = rows.logical_len(i);
   const int span = (len + splits - 1) / splits;
   const int start = split * span, end = min(len, start + span);
 
@@ -93,8 +112,8 @@ __global__ void __launch_bounds__(kAttnThreads)
   const float* vc = kv.v + base;
   float m = -INFINITY, l = 0.0f;
   for (int t = start + warp; t < end; t += kAttnWarps) {
-    if (!rows.sees(i, t)) continue;  // (the same for the whole warp)
-    const float* kt = kc + static_cast<int64_t>(t) * hd;
+    const int64_t pt = rows.physical(i, t);  // (the same for the whole warp)
+    const float* kt = kc + pt * hd;
     float s = 0.0f;
 #pragma unroll
     for (int j = 0; j < kAttnMaxPerLane; ++j) {
@@ -105,7 +124,7 @@ __global__ void __launch_bounds__(kAttnThreads)
     const float m_new = fmaxf(m, s);
     const float corr = expf(m - m_new), p = expf(s - m_new);
     l = l * corr + p;
-    const float* vt = vc + static_cast<int64_t>(t) * hd;
+    const float* vt = vc + pt * hd;
 #pragma unroll
     for (int j = 0; j < kAttnMaxPerLane; ++j) {
       const int d = lane + 32 * j;

@@ -111,7 +111,8 @@ def _run_peers(
     out: list[dict[str, Any]] = []
     for target, draft, info in pairs:
         ks = opts.peer_ks or info["ks"]
-        ctx = -(-(max(info["prompt_tokens"]) + args.max_new_tokens + max(ks, default=0) + 64) // 256) * 256
+        need = max(info["prompt_tokens"]) + args.max_new_tokens + max(ks, default=0) + 64
+        ctx = -(-need // 256) * 256
         setup = PeerSetup(
             target, draft, opts.threads, ctx, args.seed, args.max_new_tokens, ks, args.auto
         )

@@ -7,11 +7,12 @@ and ``llama-completion`` into ``$TRT_SPEC_CACHE/peers/llama.cpp-build/bin``; set
 
 * Speculative: ``llama-speculative-simple -m TARGET.gguf -md DRAFT.gguf --spec-type draft-simple
   --spec-draft-n-max K --spec-draft-n-min 0 --draft-p-min 0 --temp 0 --ignore-eos -n N
-  -t T -td T -c CTX -p PROMPT --no-escape``: greedy, exactly K draft tokens per iteration (``--draft-p-min 0``
-  never cuts a draft short), EOS ignored as in ``trt-spec bench``. Its printed statistics are
-  parsed: ``decoded N tokens in S seconds, speed: X t/s`` (the wall time from after the prompt
-  to the end, so it includes the first new token and all sampling), ``n_drafted``, ``n_accept``.
-  It may generate a few tokens more than ``-n`` (it stops after the iteration that passes it).
+  -t T -td T -c CTX -p PROMPT --no-escape``: greedy, exactly K draft tokens per iteration
+  (``--draft-p-min 0`` never cuts a draft short), EOS ignored as in ``trt-spec bench``. Its
+  printed statistics are parsed: ``decoded N tokens in S seconds, speed: X t/s`` (the wall
+  time from after the prompt to the end, so it includes the first new token and all
+  sampling), ``n_drafted``, ``n_accept``. It may generate a few tokens more than ``-n`` (it
+  stops after the iteration that passes it).
 * Prompt lookup: ``llama-speculative-simple --spec-type ngram-simple --spec-ngram-simple-size-n 3
   --spec-ngram-simple-size-m K`` (no draft model), parsed the same way.
 * Target-only: ``llama-completion`` (same build, same target) with the same settings; the rate

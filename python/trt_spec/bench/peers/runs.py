@@ -103,7 +103,8 @@ def _llama_lookup_open(s: PeerSetup) -> PeerSession:
 
     configs = [TARGET_ONLY] + [Config(f"lookup K={k}", "lookup", k) for k in ks]
     if s.auto:
-        configs.append(Config(f"lookup auto (llama.cpp defaults n={n}, m={m_auto})", "lookup", "auto"))
+        label = f"lookup auto (llama.cpp defaults n={n}, m={m_auto})"
+        configs.append(Config(label, "lookup", "auto"))
     info = {"version": m.version(), "weights": "GGUF as stored", "ngram": m.LOOKUP_NGRAM}
     return PeerSession(configs, run, info)
 
