@@ -330,17 +330,23 @@ else:
 """
 
 
-def test_bench_llama_cpp_peer_with_fake_binaries(
-    pair: Path, chat_prompts: Path, tmp_path: Path, monkeypatch
-) -> None:
-    """The llama.cpp peer through the CLI: chat prompts reach it as rendered text, its runs are
-    labelled like trt-spec's and compared per configuration (fake binaries, fixed timings)."""
+def _fake_llama_binaries(tmp_path: Path, monkeypatch) -> Path:
+    """Fake llama.cpp binaries on LLAMA_CPP_BIN_DIR; returns the file their calls go to."""
     bin_dir, log = tmp_path / "bin", tmp_path / "calls.jsonl"
     bin_dir.mkdir()
     for name in ("llama-speculative-simple", "llama-completion"):
         (bin_dir / name).write_text(FAKE_LLAMA.format(python=sys.executable, log=str(log)))
         (bin_dir / name).chmod(0o755)
     monkeypatch.setenv("LLAMA_CPP_BIN_DIR", str(bin_dir))
+    return log
+
+
+def test_bench_llama_cpp_peer_with_fake_binaries(
+    pair: Path, chat_prompts: Path, tmp_path: Path, monkeypatch
+) -> None:
+    """The llama.cpp peer through the CLI: chat prompts reach it as rendered text, its runs are
+    labelled like trt-spec's and compared per configuration (fake binaries, fixed timings)."""
+    log = _fake_llama_binaries(tmp_path, monkeypatch)
     argv = [str(pair), "--prompts", str(chat_prompts), "--n", "2", "--max-new-tokens", "8"]
     argv += ["--draft", "model", "--draft-lens", "1,2", "--temperatures", "0", "--no-auto"]
     argv += ["--peers", "llama.cpp", "--target-gguf", "t.gguf", "--draft-gguf", "d.gguf"]
@@ -374,12 +380,7 @@ def test_bench_llama_cpp_lookup_peer_with_fake_binaries(
 ) -> None:
     """The llama.cpp prompt-lookup peer: an engine without a draft model, its own K (below the
     n-gram length dropped), runs paired with trt-spec's by label, prompts passed verbatim."""
-    bin_dir, log = tmp_path / "bin", tmp_path / "calls.jsonl"
-    bin_dir.mkdir()
-    for name in ("llama-speculative-simple", "llama-completion"):
-        (bin_dir / name).write_text(FAKE_LLAMA.format(python=sys.executable, log=str(log)))
-        (bin_dir / name).chmod(0o755)
-    monkeypatch.setenv("LLAMA_CPP_BIN_DIR", str(bin_dir))
+    log = _fake_llama_binaries(tmp_path, monkeypatch)
     argv = [str(target_only), "--prompts", str(chat_prompts), "--n", "1", "--max-new-tokens", "8"]
     argv += ["--draft", "lookup", "--draft-lens", "none", "--temperatures", "0"]
     argv += ["--peers", "llama.cpp-lookup", "--peer-draft-lens", "2,4", "--target-gguf", "t.gguf"]
