@@ -83,7 +83,9 @@ def test_lookup_trees_are_exact_and_accepted(root) -> None:
     )
     assert r.token_ids == base.token_ids
     assert r.stats.by_source["lookup"]["iterations"] > 0
-    assert r.stats.acceptance_rate > 0.8 and r.stats.tokens_per_iteration > 3.0
+    # Most of the answer comes from lookup. (Acceptance counts every drafted node, siblings
+    # included, and how many nodes are verified depends on the measured costs: a loose bound.)
+    assert r.stats.tokens_per_iteration > 3.0 and r.stats.acceptance_rate > 0.5
     assert r.stats.prediction_accepted == r.stats.accepted > 0
 
 
