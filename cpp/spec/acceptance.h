@@ -27,6 +27,12 @@ struct AcceptanceEstimate {
     rejected = mass - accepted;
   }
   double alpha() const { return accepted / (accepted + rejected); }
+  // The same acceptance as evidence of `weight` iterations (a new request's prior from a
+  // long-run estimate).
+  AcceptanceEstimate with_weight(double weight) const {
+    const double a = alpha();
+    return AcceptanceEstimate{weight * a, weight * (1.0 - a)};
+  }
 
   static constexpr double kDecay = 0.92;  // about the last dozen iterations count
   static constexpr double kRelax = 0.1;

@@ -39,11 +39,7 @@ double DraftController::catch_up_per_token() const {
 }
 
 AcceptanceEstimate DraftController::prior() const {
-  AcceptanceEstimate e;
-  const double a = long_run_.alpha();
-  e.accepted = 4.0 * a;
-  e.rejected = 4.0 * (1.0 - a);
-  return e;
+  return long_run_.with_weight(4.0);
 }
 
 double DraftController::predicted_time(int B, int k) const {

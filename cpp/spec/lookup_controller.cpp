@@ -14,11 +14,7 @@ LookupController::LookupController(int max_batch, int max_k, const DraftControll
 }
 
 AcceptanceEstimate LookupController::prior() const {
-  AcceptanceEstimate e;
-  const double a = long_run_.alpha();
-  e.accepted = 4.0 * a;
-  e.rejected = 4.0 * (1.0 - a);
-  return e;
+  return long_run_.with_weight(4.0);
 }
 
 double LookupController::predicted_time(int B, int k) const {

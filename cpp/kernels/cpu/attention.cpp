@@ -347,9 +347,10 @@ void run_slice(const AttentionArgs& a, int r0, int r1, int g, int h0, int h1) {
       transpose_tile(gk_buf, kt, hd, kt_buf);
       int ract[kMaxQueries];
       uint32_t rmask[kMaxQueries];
+      const uint32_t rm = prefix_mask(t0, kt, lr);
       for (int h = 0; h < nh; ++h) {
         ract[h] = (r - r0) * nh + h;
-        rmask[h] = prefix_mask(t0, kt, lr);
+        rmask[h] = rm;
       }
       tile(ract, rmask, nh, kt_buf, gv_buf, kt);
     }
