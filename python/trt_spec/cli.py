@@ -113,6 +113,24 @@ def cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    from trt_spec.server import serve
+
+    serve(
+        args.engine,
+        host=args.host,
+        port=args.port,
+        max_queue=args.max_queue,
+        api_key=args.api_key or os.environ.get("TRT_SPEC_API_KEY"),
+        model_name=args.served_model_name,
+        device=args.device,
+        n_threads=args.threads,
+        drain_timeout=args.drain_timeout,
+        log_level=args.log_level,
+    )
+    return 0
+
+
 def _prediction(args: argparse.Namespace) -> str | None:
     if args.prediction is not None and args.prediction_file is not None:
         raise ValueError("give --prediction or --prediction-file, not both")
@@ -196,6 +214,26 @@ def make_parser() -> argparse.ArgumentParser:
     i.add_argument("engine")
     i.add_argument("--no-verify", action="store_true", help="skip checksum verification")
     i.set_defaults(func=cmd_info)
+
+    s = sub.add_parser("serve", help="serve an engine over an OpenAI-compatible HTTP API")
+    s.add_argument("engine")
+    s.add_argument("--host", default="127.0.0.1")
+    s.add_argument("--port", type=int, default=8000)
+    s.add_argument(
+        "--max-queue",
+        type=int,
+        default=64,
+        help="requests that may wait beyond the engine's max_batch (more get 429)",
+    )
+    s.add_argument("--api-key", help="require 'Authorization: Bearer KEY' (or $TRT_SPEC_API_KEY)")
+    s.add_argument("--served-model-name", help="the model name clients use (default: file stem)")
+    s.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
+    s.add_argument("--threads", type=int, default=None, help="CPU threads (default: all cores)")
+    s.add_argument(
+        "--drain-timeout", type=float, default=30.0, help="seconds SIGTERM waits for requests"
+    )
+    s.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info"])
+    s.set_defaults(func=cmd_serve)
     bench.add_parser(sub)
     return p
 

@@ -386,12 +386,14 @@ class Engine:
                 self._dispatch(self._sched.step())
 
     def _abandon(self, rid: int) -> None:
-        """Forgets a request; one still running is cancelled (its slot frees at the next step)."""
+        """Forgets a request; one still running is cancelled and its slot freed now (one
+        scheduler step, which also advances the other requests, whose events are kept)."""
         with self._mu:
             p = self._inbox.pop(rid, None)
         if p is not None and p.result is None:
             with self._lock:
                 self._sched.cancel(rid)
+                self._dispatch(self._sched.step())
 
     def _result(self, rid: int) -> GenerationResult:
         p = self._inbox[rid]

@@ -40,6 +40,7 @@ class GenerationStats:
     draft_s: float = 0.0  # time in draft steps
     verify_s: float = 0.0  # time in verify passes (acceptance included)
     catch_up_s: float = 0.0  # the draft model reading tokens it skipped
+    itl_ms: tuple[float, ...] = field(default=(), repr=False)  # each inter-token latency
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -121,4 +122,5 @@ def stats_from_runtime(
         draft_s=float(r.get("draft_s", 0.0)),
         verify_s=float(r.get("verify_s", 0.0)),
         catch_up_s=float(r.get("catch_up_s", 0.0)),
+        itl_ms=tuple(float(x) for x in itl),
     )

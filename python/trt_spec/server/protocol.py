@@ -1,0 +1,379 @@
+"""The OpenAI wire format of ``trt-spec serve``: request parsing and validation, response bodies.
+
+Requests are checked here, before they reach the engine: a wrong type, an out-of-range value,
+an unknown model or any field this server does not implement is an :class:`APIError` (HTTP 400
+with OpenAI's error body), never silently ignored. What the engine itself refuses (a prompt
+longer than the context, an id outside the vocabulary) comes back from it as ``ValueError`` and
+is answered the same way by the app.
+
+Supported: ``model``, ``prompt`` (completions: text or token ids) / ``messages`` (chat),
+``max_tokens`` (chat also ``max_completion_tokens``), ``temperature``, ``top_p``, ``seed``,
+``stop``, ``stream``, ``stream_options.include_usage``, ``prediction`` (OpenAI's Predicted
+Outputs, drafted from by prompt lookup) and the extras ``top_k``, ``draft``, ``draft_len``.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from trt_spec.engine import DRAFT_MODES, GenerationResult
+
+# Fields accepted with no effect on the output (OpenAI's bookkeeping).
+_HARMLESS = {"user", "metadata", "store"}
+# Fields refused unless they have their neutral value (name -> accepted values).
+_NEUTRAL: dict[str, tuple[Any, ...]] = {
+    "n": (1, None),
+    "best_of": (1, None),
+    "logprobs": (None, False),
+    "top_logprobs": (None, 0),
+    "echo": (False, None),
+    "suffix": (None, ""),
+    "presence_penalty": (0, 0.0, None),
+    "frequency_penalty": (0, 0.0, None),
+    "logit_bias": (None,),
+    "tools": (None,),
+    "tool_choice": (None, "none"),
+    "functions": (None,),
+    "function_call": (None, "none"),
+    "parallel_tool_calls": (None,),
+    "response_format": (None, {"type": "text"}),
+    "service_tier": (None, "auto", "default"),
+    "modalities": (None, ["text"]),
+    "audio": (None,),
+    "reasoning_effort": (None,),
+}
+_COMMON = {
+    "model",
+    "max_tokens",
+    "temperature",
+    "top_p",
+    "seed",
+    "stop",
+    "stream",
+    "stream_options",
+    "prediction",
+    "top_k",
+    "draft",
+    "draft_len",
+}
+COMPLETION_FIELDS = _COMMON | {"prompt"} | _HARMLESS | set(_NEUTRAL)
+CHAT_FIELDS = _COMMON | {"messages", "max_completion_tokens"} | _HARMLESS | set(_NEUTRAL)
+
+
+class APIError(Exception):
+    """An error answered with OpenAI's body: ``{"error": {"message", "type", "param", "code"}}``."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int = 400,
+        type: str = "invalid_request_error",
+        param: str | None = None,
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status
+        self.type = type
+        self.param = param
+        self.code = code
+        self.headers = headers or {}
+
+    def body(self) -> dict[str, Any]:
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.type,
+                "param": self.param,
+                "code": self.code,
+            }
+        }
+
+
+@dataclass
+class Request:
+    """A validated completion or chat request."""
+
+    chat: bool
+    prompt: Any  # text or token ids (completions) / the messages (chat)
+    model: str
+    max_tokens: int
+    stream: bool = False
+    include_usage: bool = False
+    gen: dict[str, Any] = field(default_factory=dict)  # Engine.generate keyword arguments
+    id: str = ""
+    created: int = 0
+
+
+def _bad(message: str, param: str) -> APIError:
+    return APIError(message, param=param)
+
+
+def _number(body: dict, name: str, default: float, lo: float, hi: float) -> float:
+    v = body.get(name)
+    if v is None:
+        return default
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise _bad(f"'{name}' must be a number, got {type(v).__name__}", name)
+    if not lo <= v <= hi:
+        raise _bad(f"'{name}' must be in [{lo}, {hi}], got {v}", name)
+    return float(v)
+
+
+def _integer(body: dict, name: str, default: int | None, lo: int, hi: int) -> int | None:
+    v = body.get(name)
+    if v is None:
+        return default
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise _bad(f"'{name}' must be an integer, got {type(v).__name__}", name)
+    if not lo <= v <= hi:
+        raise _bad(f"'{name}' must be in [{lo}, {hi}], got {v}", name)
+    return v
+
+
+def _stop(body: dict) -> list[str]:
+    v = body.get("stop")
+    if v is None:
+        return []
+    stops = [v] if isinstance(v, str) else v
+    if not isinstance(stops, list) or not all(isinstance(s, str) and s for s in stops):
+        raise _bad("'stop' must be a non-empty string or a list of them", "stop")
+    if len(stops) > 16:
+        raise _bad("'stop' takes at most 16 strings", "stop")
+    return stops
+
+
+def _prediction(body: dict) -> str | None:
+    v = body.get("prediction")
+    if v is None:
+        return None
+    if not isinstance(v, dict) or v.get("type") != "content":
+        raise _bad('\'prediction\' must be {"type": "content", "content": ...}', "prediction")
+    content = v.get("content")
+    if isinstance(content, list):  # content parts: [{"type": "text", "text": ...}]
+        if not all(isinstance(p, dict) and p.get("type") == "text" for p in content):
+            raise _bad("'prediction.content' parts must be text parts", "prediction")
+        content = "".join(str(p.get("text", "")) for p in content)
+    if not isinstance(content, str):
+        raise _bad("'prediction.content' must be text", "prediction")
+    return content
+
+
+def _messages(body: dict) -> list[dict[str, str]]:
+    msgs = body.get("messages")
+    if not isinstance(msgs, list) or not msgs:
+        raise _bad("'messages' must be a non-empty list", "messages")
+    out = []
+    for i, m in enumerate(msgs):
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+            raise _bad(f"messages[{i}] must be an object with a 'role'", "messages")
+        content = m.get("content")
+        if isinstance(content, list):  # text content parts only
+            if not all(isinstance(p, dict) and p.get("type") == "text" for p in content):
+                raise _bad(f"messages[{i}]: only text content is supported", "messages")
+            content = "".join(str(p.get("text", "")) for p in content)
+        if not isinstance(content, str):
+            raise _bad(f"messages[{i}].content must be text", "messages")
+        out.append({"role": m["role"], "content": content})
+    return out
+
+
+def _prompt(body: dict) -> str | list[int]:
+    p = body.get("prompt")
+    if isinstance(p, str):
+        return p
+    if isinstance(p, list) and len(p) == 1 and isinstance(p[0], (str, list)):
+        p = p[0]  # a batch of one
+        if isinstance(p, str):
+            return p
+    if isinstance(p, list) and p and all(isinstance(t, int) and not isinstance(t, bool) for t in p):
+        return list(p)
+    raise _bad("'prompt' must be a string or a list of token ids (one prompt)", "prompt")
+
+
+def parse(body: Any, *, chat: bool, model_name: str, max_seq_len: int) -> Request:
+    """Validates a request body; raises APIError (400/404) on anything it cannot honour."""
+    if not isinstance(body, dict):
+        raise APIError("the request body must be a JSON object")
+    allowed = CHAT_FIELDS if chat else COMPLETION_FIELDS
+    unknown = sorted(set(body) - allowed)
+    if unknown:
+        raise _bad(f"unsupported field(s): {', '.join(unknown)}", unknown[0])
+    for name, ok in _NEUTRAL.items():
+        if name in body and body[name] not in ok:
+            raise _bad(f"'{name}' = {body[name]!r} is not supported by this server", name)
+    model = body.get("model")
+    if not isinstance(model, str):
+        raise _bad("'model' must be a string", "model")
+    if model != model_name:
+        raise APIError(
+            f"The model '{model}' does not exist (this server serves '{model_name}')",
+            status=404,
+            param="model",
+            code="model_not_found",
+        )
+    stream = body.get("stream", False)
+    if stream is None:
+        stream = False
+    if not isinstance(stream, bool):
+        raise _bad("'stream' must be a boolean", "stream")
+    opts = body.get("stream_options")
+    include_usage = False
+    if opts is not None:
+        if not isinstance(opts, dict) or set(opts) - {"include_usage"}:
+            raise _bad("'stream_options' supports only include_usage", "stream_options")
+        include_usage = bool(opts.get("include_usage", False))
+        if not stream:
+            raise _bad("'stream_options' needs 'stream': true", "stream_options")
+    max_tokens = _integer(body, "max_tokens", None, 1, max_seq_len)
+    if chat:
+        mct = _integer(body, "max_completion_tokens", None, 1, max_seq_len)
+        if max_tokens is not None and mct is not None and mct != max_tokens:
+            raise _bad("'max_tokens' and 'max_completion_tokens' disagree", "max_tokens")
+        max_tokens = max_tokens if max_tokens is not None else mct
+    if max_tokens is None:
+        max_tokens = 16 if not chat else max_seq_len
+    draft = body.get("draft", "auto")
+    if draft not in DRAFT_MODES:
+        raise _bad(f"'draft' must be one of {', '.join(DRAFT_MODES)}", "draft")
+    draft_len = body.get("draft_len", "auto")
+    if draft_len != "auto" and (
+        isinstance(draft_len, bool) or not isinstance(draft_len, int) or draft_len < 0
+    ):
+        raise _bad("'draft_len' must be 'auto' or an integer >= 0", "draft_len")
+    gen = {
+        "max_new_tokens": max_tokens,
+        "temperature": _number(body, "temperature", 1.0, 0.0, 2.0),
+        "top_p": _number(body, "top_p", 1.0, 0.0, 1.0),
+        "top_k": _integer(body, "top_k", 0, 0, 1 << 30),
+        "seed": _integer(body, "seed", 0, -(1 << 63), (1 << 64) - 1) % (1 << 64),
+        "stop": _stop(body) or None,
+        "draft": draft,
+        "draft_len": draft_len,
+        "prediction": _prediction(body),
+    }
+    if gen["top_p"] == 0.0:
+        raise _bad("'top_p' must be > 0", "top_p")
+    prompt = _messages(body) if chat else _prompt(body)
+    kind = "chatcmpl" if chat else "cmpl"
+    return Request(
+        chat=chat,
+        prompt=prompt,
+        model=model,
+        max_tokens=max_tokens,
+        stream=stream,
+        include_usage=include_usage,
+        gen=gen,
+        id=f"{kind}-{uuid.uuid4().hex}",
+        created=int(time.time()),
+    )
+
+
+def finish_reason(result: GenerationResult) -> str:
+    """OpenAI's finish reason: ``length`` when a token limit cut the answer, else ``stop``."""
+    return "length" if result.finish_reason in ("max_new_tokens", "max_seq_len") else "stop"
+
+
+def usage(result: GenerationResult) -> dict[str, Any]:
+    s = result.stats
+    return {
+        "prompt_tokens": s.prompt_tokens,
+        "completion_tokens": s.new_tokens,
+        "total_tokens": s.prompt_tokens + s.new_tokens,
+        "completion_tokens_details": {
+            "accepted_prediction_tokens": s.prediction_accepted,
+            "rejected_prediction_tokens": s.prediction_rejected,
+        },
+    }
+
+
+def spec_stats(result: GenerationResult) -> dict[str, Any]:
+    """The speculative statistics of the extension field ``trt_spec``."""
+    s = result.stats
+    return {
+        "draft": s.draft,
+        "draft_len": s.draft_len,
+        "iterations": s.iterations,
+        "drafted": s.drafted,
+        "accepted": s.accepted,
+        "acceptance_rate": s.acceptance_rate,
+        "tokens_per_iteration": s.tokens_per_iteration,
+        "sources": s.sources,
+        "ttft_s": s.ttft_s,
+        "tokens_per_s": s.tokens_per_s,
+        "itl_p50_ms": s.itl_p50_ms,
+        "itl_p95_ms": s.itl_p95_ms,
+        "stop_reason": s.stop_reason,
+    }
+
+
+def response(req: Request, result: GenerationResult) -> dict[str, Any]:
+    """The non-streaming answer."""
+    if req.chat:
+        choice: dict[str, Any] = {
+            "index": 0,
+            "message": {"role": "assistant", "content": result.text},
+            "logprobs": None,
+            "finish_reason": finish_reason(result),
+        }
+    else:
+        choice = {
+            "index": 0,
+            "text": result.text,
+            "logprobs": None,
+            "finish_reason": finish_reason(result),
+        }
+    return {
+        "id": req.id,
+        "object": "chat.completion" if req.chat else "text_completion",
+        "created": req.created,
+        "model": req.model,
+        "choices": [choice],
+        "usage": usage(result),
+        "trt_spec": spec_stats(result),
+    }
+
+
+def chunk(
+    req: Request, text: str | None, finish: str | None = None, *, first: bool = False
+) -> dict[str, Any]:
+    """One streamed chunk (text, or the final one carrying the finish reason)."""
+    if req.chat:
+        delta: dict[str, Any] = {}
+        if first:
+            delta["role"] = "assistant"
+        if text is not None:
+            delta["content"] = text
+        choice: dict[str, Any] = {
+            "index": 0,
+            "delta": delta,
+            "logprobs": None,
+            "finish_reason": finish,
+        }
+    else:
+        choice = {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}
+    return {
+        "id": req.id,
+        "object": "chat.completion.chunk" if req.chat else "text_completion",
+        "created": req.created,
+        "model": req.model,
+        "choices": [choice],
+    }
+
+
+def usage_chunk(req: Request, result: GenerationResult) -> dict[str, Any]:
+    """The last chunk when ``stream_options.include_usage``: no choices, the usage."""
+    return {
+        "id": req.id,
+        "object": "chat.completion.chunk" if req.chat else "text_completion",
+        "created": req.created,
+        "model": req.model,
+        "choices": [],
+        "usage": usage(result),
+        "trt_spec": spec_stats(result),
+    }

@@ -1,0 +1,359 @@
+"""`trt-spec serve` end to end: a real server in a subprocess on 127.0.0.1, driven by the
+official `openai` client (and httpx for raw requests), on tiny engines.
+
+Checks greedy outputs against `Engine.generate` on the same engine file (exactness under
+batching with 32 concurrent streams), the OpenAI error bodies of bad input, disconnects, the
+queue limit, the API key, RSS over 500 requests and the SIGTERM drain. Every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+httpx = pytest.importorskip("httpx")
+openai = pytest.importorskip("openai")
+pytest.importorskip("fastapi")
+pytest.importorskip("uvicorn")
+pytest.importorskip("prometheus_client")
+psutil = pytest.importorskip("psutil")
+
+from trt_spec import Engine  # noqa: E402
+
+MODEL = "tiny"
+SEQ = 256
+LONG_SEQ = 512  # the small server's: its 480-token requests hold its one slot for a while
+LONG = 480
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """A `trt-spec serve` subprocess."""
+
+    def __init__(self, engine: Path, *args: str) -> None:
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        cmd = [sys.executable, "-m", "trt_spec.cli", "serve", str(engine), "--port"]
+        cmd += [str(self.port), "--served-model-name", MODEL, "--log-level", "warning", *args]
+        self.proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited: {self.proc.stdout.read()}")
+            try:
+                if httpx.get(self.url + "/health", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        self.stop()
+        raise RuntimeError("server did not become healthy in 60 s")
+
+    def client(self, **kw) -> openai.OpenAI:
+        kw.setdefault("api_key", "none")
+        return openai.OpenAI(base_url=self.url + "/v1", max_retries=0, timeout=60, **kw)
+
+    def post(self, path: str, body, **kw) -> httpx.Response:
+        content = body if isinstance(body, (str, bytes)) else json.dumps(body)
+        return httpx.post(self.url + path, content=content, timeout=60, **kw)
+
+    def metric(self, name: str) -> float:
+        text = httpx.get(self.url + "/metrics", timeout=10).text
+        m = re.search(rf"^{re.escape(name)} (\S+)$", text, re.M)
+        return float(m.group(1)) if m else 0.0
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def engine_file(tiny) -> Path:
+    path, _ = tiny.engine("qwen2", "f32", max_seq_len=SEQ, max_batch=4)
+    return path
+
+
+@pytest.fixture(scope="module")
+def offline(engine_file: Path) -> Engine:
+    return Engine(engine_file)
+
+
+@pytest.fixture(scope="module")
+def server(engine_file: Path) -> Iterator[Server]:
+    s = Server(engine_file, "--max-queue", "64")
+    yield s
+    s.stop()
+
+
+def _long_prompt(offline: Engine, n: int) -> str:
+    """A prompt whose greedy answer runs to n tokens (no end-of-generation token before)."""
+    for i in range(40):
+        p = f"count {i} {i * 7} {i * 13}"
+        r = offline.generate(p, max_new_tokens=n, temperature=0.0)
+        if r.finish_reason == "max_new_tokens":
+            return p
+    raise AssertionError("no prompt of the tiny model runs to the token limit")
+
+
+def test_models_health_and_metrics_routes(server: Server) -> None:
+    models = server.client().models.list()
+    assert [m.id for m in models.data] == [MODEL]
+    assert httpx.get(server.url + "/health", timeout=10).json() == {"status": "ok"}
+    assert "trt_spec:num_requests_running" in httpx.get(server.url + "/metrics", timeout=10).text
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_completion_equals_engine_generate(server: Server, offline: Engine, stream: bool) -> None:
+    prompt = "def add(a, b):"
+    want = offline.generate(prompt, max_new_tokens=20, temperature=0.0)
+    client = server.client()
+    if not stream:
+        r = client.completions.create(model=MODEL, prompt=prompt, max_tokens=20, temperature=0)
+        assert r.choices[0].text == want.text
+        assert r.usage.completion_tokens == len(want.token_ids)
+        assert r.usage.prompt_tokens == len(want.prompt_token_ids)
+        assert r.choices[0].finish_reason == ("length" if len(want.token_ids) == 20 else "stop")
+        assert r.model_extra["trt_spec"]["tokens_per_iteration"] >= 1.0
+        return
+    chunks = list(
+        client.completions.create(
+            model=MODEL,
+            prompt=prompt,
+            max_tokens=20,
+            temperature=0,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
+    text = "".join(c.choices[0].text for c in chunks if c.choices)
+    assert text == want.text
+    finals = [c.choices[0].finish_reason for c in chunks if c.choices]
+    assert finals[-1] in ("length", "stop") and all(f is None for f in finals[:-1])
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == len(want.token_ids)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_chat_equals_engine_generate(server: Server, offline: Engine, stream: bool) -> None:
+    messages = [{"role": "user", "content": "Say something."}]
+    want = offline.generate(messages, max_new_tokens=12, temperature=0.0)
+    client = server.client()
+    if stream:
+        chunks = list(
+            client.chat.completions.create(
+                model=MODEL, messages=messages, max_tokens=12, temperature=0, stream=True
+            )
+        )
+        assert chunks[0].choices[0].delta.role == "assistant"
+        text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    else:
+        r = client.chat.completions.create(
+            model=MODEL, messages=messages, max_tokens=12, temperature=0
+        )
+        text = r.choices[0].message.content
+        assert r.usage.completion_tokens == len(want.token_ids)
+    assert text == want.text
+
+
+def test_prediction_is_accepted_and_reported(server: Server, offline: Engine) -> None:
+    prompt = "x = 1\ny = 2\n"
+    want = offline.generate(prompt, max_new_tokens=24, temperature=0.0)
+    r = server.post(
+        "/v1/completions",
+        {
+            "model": MODEL,
+            "prompt": prompt,
+            "max_tokens": 24,
+            "temperature": 0,
+            "draft": "lookup",
+            "draft_len": 4,  # (auto might find drafting not worth it on a tiny model)
+            "prediction": {"type": "content", "content": want.text},
+        },
+    )
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["choices"][0]["text"] == want.text  # drafting never changes greedy output
+    details = body["usage"]["completion_tokens_details"]
+    assert details["accepted_prediction_tokens"] > 0
+    assert body["trt_spec"]["accepted"] >= details["accepted_prediction_tokens"]
+
+
+def test_32_concurrent_streams_equal_their_offline_outputs(server: Server, offline: Engine) -> None:
+    prompts = [f"item {i}: {'ab' * (i % 5)} {i * 31}" for i in range(32)]
+    wants = [offline.generate(p, max_new_tokens=16, temperature=0.0).text for p in prompts]
+    client = server.client()
+
+    def run(p: str) -> str:
+        stream = client.completions.create(
+            model=MODEL, prompt=p, max_tokens=16, temperature=0, stream=True
+        )
+        return "".join(c.choices[0].text for c in stream if c.choices)
+
+    with ThreadPoolExecutor(32) as pool:
+        got = list(pool.map(run, prompts))
+    assert got == wants
+
+
+def test_disconnect_mid_stream_frees_the_slot(server: Server, offline: Engine) -> None:
+    prompt = _long_prompt(offline, 200)
+    before = server.metric("trt_spec:request_cancelled_total")
+    body = {"model": MODEL, "prompt": prompt, "max_tokens": 200, "temperature": 0, "stream": True}
+    with httpx.stream(
+        "POST", server.url + "/v1/completions", content=json.dumps(body), timeout=60
+    ) as r:
+        lines = r.iter_lines()
+        got = [next(lines) for _ in range(3)]  # a couple of chunks, then hang up
+    assert any(g.startswith("data: ") for g in got)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if (
+            server.metric("trt_spec:request_cancelled_total") == before + 1
+            and server.metric("trt_spec:num_requests_running") == 0
+        ):
+            break
+        time.sleep(0.05)
+    assert server.metric("trt_spec:request_cancelled_total") == before + 1
+    assert server.metric("trt_spec:num_requests_running") == 0
+
+
+BAD = [
+    ("malformed json", "{not json", 400, None),
+    ("not an object", "[1, 2]", 400, None),
+    ("wrong type", {"model": MODEL, "prompt": "a", "max_tokens": "9"}, 400, "max_tokens"),
+    ("temperature range", {"model": MODEL, "prompt": "a", "temperature": 3}, 400, "temperature"),
+    ("top_p range", {"model": MODEL, "prompt": "a", "top_p": 1.5}, 400, "top_p"),
+    ("max_tokens range", {"model": MODEL, "prompt": "a", "max_tokens": 0}, 400, "max_tokens"),
+    ("n > 1", {"model": MODEL, "prompt": "a", "n": 2}, 400, "n"),
+    ("logprobs", {"model": MODEL, "prompt": "a", "logprobs": 2}, 400, "logprobs"),
+    ("unknown field", {"model": MODEL, "prompt": "a", "frobnicate": 1}, 400, "frobnicate"),
+    ("bad stop", {"model": MODEL, "prompt": "a", "stop": [1]}, 400, "stop"),
+    ("bad draft", {"model": MODEL, "prompt": "a", "draft": "magic"}, 400, "draft"),
+    ("no prompt", {"model": MODEL}, 400, "prompt"),
+    ("unknown model", {"model": "gpt-9", "prompt": "a"}, 404, "model"),
+]
+
+
+@pytest.mark.parametrize("name,body,status,param", BAD, ids=[b[0] for b in BAD])
+def test_bad_input_gets_an_openai_error(server: Server, name, body, status, param) -> None:
+    r = server.post("/v1/completions", body)
+    assert r.status_code == status, r.text
+    err = r.json()["error"]
+    assert err["message"] and err["type"] and err["param"] == param
+    # and the server keeps serving
+    ok = server.post("/v1/completions", {"model": MODEL, "prompt": "a", "max_tokens": 2})
+    assert ok.status_code == 200
+
+
+def test_prompt_longer_than_the_context_names_the_limit(server: Server) -> None:
+    r = server.post("/v1/completions", {"model": MODEL, "prompt": [5] * (SEQ + 10)})
+    assert r.status_code == 400
+    assert str(SEQ) in r.json()["error"]["message"]
+    chat = server.post(
+        "/v1/chat/completions",
+        {"model": MODEL, "messages": [{"role": "user", "content": "x " * 2000}]},
+    )
+    assert chat.status_code == 400 and "max_seq_len" in chat.json()["error"]["message"]
+
+
+def test_rss_is_flat_over_500_requests(server: Server) -> None:
+    proc = psutil.Process(server.proc.pid)
+    body = {"model": MODEL, "prompt": "hello there", "max_tokens": 4, "temperature": 0}
+    with httpx.Client(timeout=60) as c:
+        for _ in range(50):  # warm-up: allocator pools, caches
+            assert c.post(server.url + "/v1/completions", json=body).status_code == 200
+        rss0 = proc.memory_info().rss
+        for i in range(500):
+            body["seed"] = i
+            assert c.post(server.url + "/v1/completions", json=body).status_code == 200
+        rss1 = proc.memory_info().rss
+    assert rss1 < rss0 * 1.02, f"RSS grew from {rss0 / 2**20:.1f} to {rss1 / 2**20:.1f} MiB"
+
+
+# ---- a server with one slot, no queue and an API key: 429, 401, then the SIGTERM drain -----------
+@pytest.fixture(scope="module")
+def small(tiny) -> Iterator[tuple[Server, Engine]]:
+    # a wider model than the module's, so that a 480-token answer takes about a second
+    path, _ = tiny.engine(
+        "qwen2", "f32", max_seq_len=LONG_SEQ, max_batch=1, hidden=512, layers=4, ffn=1536, heads=8
+    )
+    s = Server(path, "--max-queue", "0", "--api-key", "sekrit", "--threads", "1")
+    yield s, Engine(path)
+    s.stop()
+
+
+def test_api_key_is_required(small) -> None:
+    s, _ = small
+    body = {"model": MODEL, "prompt": "a", "max_tokens": 2}
+    assert s.post("/v1/completions", body).status_code == 401
+    wrong = s.post("/v1/completions", body, headers={"Authorization": "Bearer nope"})
+    assert wrong.status_code == 401 and wrong.json()["error"]["type"] == "authentication_error"
+    with pytest.raises(openai.AuthenticationError):
+        s.client(api_key="nope").models.list()
+    assert s.client(api_key="sekrit").models.list().data[0].id == MODEL
+
+
+def test_beyond_the_queue_is_429_with_retry_after(small) -> None:
+    s, offline = small
+    auth = {"Authorization": "Bearer sekrit"}
+    prompt = _long_prompt(offline, LONG)
+    body = {"model": MODEL, "prompt": prompt, "max_tokens": LONG, "temperature": 0, "stream": True}
+    with httpx.stream(
+        "POST", s.url + "/v1/completions", content=json.dumps(body), headers=auth, timeout=60
+    ) as r:
+        lines = r.iter_lines()  # (kept: a dropped iterator would close the response)
+        next(lines)  # admitted and decoding
+        second = s.post("/v1/completions", {"model": MODEL, "prompt": "a"}, headers=auth)
+        assert second.status_code == 429
+        assert second.headers["retry-after"] == "1"
+        assert second.json()["error"]["type"] == "rate_limit_error"
+    deadline = time.monotonic() + 10
+    ok = None
+    while time.monotonic() < deadline:  # the slot frees once the first one is gone
+        ok = s.post("/v1/completions", {"model": MODEL, "prompt": "a"}, headers=auth)
+        if ok.status_code == 200:
+            break
+        time.sleep(0.1)
+    assert ok is not None and ok.status_code == 200
+
+
+def test_sigterm_drains_running_requests_and_exits_0(small) -> None:
+    s, offline = small
+    prompt = _long_prompt(offline, LONG)
+    want = offline.generate(prompt, max_new_tokens=LONG, temperature=0.0).text
+    out: dict = {}
+
+    def run() -> None:
+        out["r"] = s.post(
+            "/v1/completions",
+            {"model": MODEL, "prompt": prompt, "max_tokens": LONG, "temperature": 0},
+            headers={"Authorization": "Bearer sekrit"},
+        )
+
+    t = threading.Thread(target=run)
+    t.start()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and s.metric("trt_spec:num_requests_running") < 1:
+        time.sleep(0.01)
+    os.kill(s.proc.pid, signal.SIGTERM)
+    t.join(timeout=60)
+    assert out["r"].status_code == 200 and out["r"].json()["choices"][0]["text"] == want
+    assert s.proc.wait(timeout=30) == 0
