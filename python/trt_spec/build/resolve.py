@@ -96,8 +96,8 @@ def hub_download(
 
     what = f"{repo_id}:{filename}" if filename else repo_id
     at = f" at revision {revision!r}" if revision else ""
-    if progress is not None:
-        progress(f"{what}: {'looking in the Hugging Face cache' if offline else 'fetching'}{at}")
+    if progress is not None and not offline:
+        progress(f"{what}{at}: fetching from the Hugging Face Hub (or its cache)")
     was_disabled = are_progress_bars_disabled()
     if not bars:
         disable_progress_bars()
