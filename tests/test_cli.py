@@ -35,6 +35,10 @@ SUBCOMMAND_OPTIONS = {
         "--max-batch",
         "--weights",
         "--quiet",
+        "--verbose",
+        "--revision",
+        "--draft-revision",
+        "--offline",
     ],
     "generate": [
         "engine",

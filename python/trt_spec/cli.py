@@ -14,17 +14,11 @@ from pathlib import Path
 from trt_spec import bench, models
 from trt_spec._core import DRAFT_MODES
 from trt_spec.build.builder import DEFAULT_DRAFT_LEN, WEIGHT_FORMATS
+from trt_spec.progress import Reporter, add_output_flags, mode_from_flags
 
 
 def _progress(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
-
-
-def _resolve_checkpoint(value: str) -> Path:
-    """A path, or the name of a model in the registry (fetched on demand)."""
-    if value in models.MODELS:
-        return models.fetch_model(value, progress=_progress)
-    return Path(value).expanduser()
 
 
 def cmd_fetch_models(args: argparse.Namespace) -> int:
@@ -41,19 +35,30 @@ def cmd_fetch_models(args: argparse.Namespace) -> int:
 
 def cmd_build(args: argparse.Namespace) -> int:
     from trt_spec.build.builder import build_engine
+    from trt_spec.build.resolve import resolve_checkpoint
 
-    target = _resolve_checkpoint(args.target)
-    draft = _resolve_checkpoint(args.draft) if args.draft else None
-    report = build_engine(
-        target,
-        args.output,
-        draft=draft,
-        max_seq_len=args.max_seq_len,
-        max_batch=args.max_batch,
-        weights=args.weights,
-        draft_len=args.draft_len,
-        progress=None if args.quiet else _progress,
-    )
+    out = Reporter(mode_from_flags(args.quiet, args.verbose))
+    hub = {"offline": True if args.offline else None, "progress": out.info, "hub_bars": out.bars}
+    target = resolve_checkpoint(args.target, revision=args.revision, **hub)
+    draft = None
+    if args.draft:
+        draft = resolve_checkpoint(args.draft, revision=args.draft_revision, **hub)
+    elif args.draft_revision is not None:
+        raise ValueError("--draft-revision needs --draft")
+    try:
+        report = build_engine(
+            target,
+            args.output,
+            draft=draft,
+            max_seq_len=args.max_seq_len,
+            max_batch=args.max_batch,
+            weights=args.weights,
+            draft_len=args.draft_len,
+            progress=out.info,
+            on_tensor=lambda role, done, total, line: out.step(role, done, total, line, "tensor"),
+        )
+    finally:
+        out.close()
     for role, m in report.models.items():
         print(
             f"{role}: {m['arch']}, {m['weight_bytes'] / 1e6:.1f} MB of weights {m['types']}, "
@@ -158,8 +163,22 @@ def make_parser() -> argparse.ArgumentParser:
     f.set_defaults(func=cmd_fetch_models)
 
     b = sub.add_parser("build", help="compile checkpoint(s) into one engine file")
-    b.add_argument("--target", required=True, help="GGUF file, HF folder or registry name")
-    b.add_argument("--draft", help="draft model (same tokenizer) for speculative decoding")
+    b.add_argument(
+        "--target",
+        required=True,
+        help="a GGUF file or HF model folder, else a registry name (fetch-models --model), else "
+        "a Hugging Face model id: org/name (safetensors) or org/name:file.gguf",
+    )
+    b.add_argument(
+        "--draft", help="draft model (same tokenizer, same forms as --target) for speculation"
+    )
+    b.add_argument("--revision", default=None, help="Hub branch, tag or commit of --target")
+    b.add_argument("--draft-revision", default=None, help="Hub branch, tag or commit of --draft")
+    b.add_argument(
+        "--offline",
+        action="store_true",
+        help="read Hub ids from the Hugging Face cache only (also HF_HUB_OFFLINE=1)",
+    )
     b.add_argument("-o", "--output", required=True, help="engine file to write")
     b.add_argument("--max-seq-len", type=int, default=None, help="positions per sequence")
     b.add_argument("--max-batch", type=int, default=1, help="sequences decoded together")
@@ -176,7 +195,7 @@ def make_parser() -> argparse.ArgumentParser:
         choices=WEIGHT_FORMATS,
         help="weight format (default q4)",
     )
-    b.add_argument("-q", "--quiet", action="store_true", help="no per-tensor progress")
+    add_output_flags(b, "one line per tensor")
     b.set_defaults(func=cmd_build)
 
     g = sub.add_parser("generate", help="generate a completion with an engine")

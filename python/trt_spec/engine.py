@@ -6,10 +6,13 @@ statistics. This layer turns prompts into token ids (tokenizer and chat template
 engine's metadata), hands requests over, and turns the scheduler's events into text, results
 and streams.
 
-Threads: one Engine may be used from several threads at once. Every call's requests join the
-same scheduler, so concurrent calls decode together in one batch (up to the engine's
-``max_batch``; more wait in its queue); whichever thread is waiting steps the scheduler for
-everyone.
+Threads: one Engine may be used from several threads at once (``generate``, streams,
+``logits`` and the properties). Every call's requests join the same scheduler: concurrent calls
+decode together in one batch, up to the engine's ``max_batch`` sequences, and the rest wait in
+its FIFO queue for a slot. There is no scheduler thread: whichever caller is waiting steps the
+scheduler (under ``_lock``, with the GIL released inside the step) and files every request's
+events in its inbox (under ``_mu``), so one step serves all callers. Each request's output is
+what it would be alone (greedy: the same tokens; sampled: the same tokens for the same seed).
 """
 
 from __future__ import annotations
@@ -175,18 +178,21 @@ class Engine:
     @property
     def running_requests(self) -> int:
         """Requests holding a KV slot (prefilling or decoding)."""
-        return self._sched.running
+        with self._lock:  # not while another thread's step changes it
+            return self._sched.running
 
     @property
     def waiting_requests(self) -> int:
         """Requests queued for a slot."""
-        return self._sched.waiting
+        with self._lock:
+            return self._sched.waiting
 
     @property
     def use_graphs(self) -> bool:
         """Replay each speculative iteration as one captured graph (CUDA; default True).
         False launches the same kernels one by one (for debugging and comparisons)."""
-        return self._sched.use_graphs
+        with self._lock:
+            return self._sched.use_graphs
 
     @use_graphs.setter
     def use_graphs(self, on: bool) -> None:
@@ -196,7 +202,8 @@ class Engine:
     @property
     def graphs_captured(self) -> int:
         """Iteration graphs captured so far (one per draft source, batch size and length)."""
-        return self._sched.graphs_captured
+        with self._lock:
+            return self._sched.graphs_captured
 
     def config(self, role: str = "target") -> dict[str, Any]:
         return dict(self.metadata["models"][role]["config"])
@@ -299,6 +306,10 @@ class Engine:
 
         With ``stream=True`` (one prompt) the call returns a :class:`GenerationStream` that
         yields text as each iteration's tokens become final.
+
+        Thread-safe: calls from several threads join the running batch (up to ``max_batch``
+        sequences; further requests queue, first come first served) and each gets the output it
+        would get alone; a call's bad arguments raise in that thread only.
         """
         max_new_tokens = _int(max_new_tokens, "max_new_tokens")
         top_k = _int(top_k, "top_k")

@@ -30,6 +30,7 @@ from trt_spec.bench.peers.runs import PEERS, PeerSetup, peer_comparisons, resolv
 from trt_spec.bench.prompts import Prompt, load_prompts
 from trt_spec.bench.report import write_report
 from trt_spec.bench.run import BAR, bench_engine, engine_label, make_configs
+from trt_spec.progress import Reporter, add_output_flags, mode_from_flags
 
 __all__ = ["add_parser", "cmd_bench"]
 
@@ -142,13 +143,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
     gc.collect()
 
     env = environment(opts.threads)
+    out = Reporter(mode_from_flags(args.quiet, args.verbose))
     now = dt.datetime.now()
     results: list[dict[str, Any]] = []
     for info in infos:
         configs = make_configs(info["sources"], info["ks"], args.auto)
         info["configs"] = [c.label for c in configs]
         results += bench_engine(
-            info["path"], engine_label(info), prompts, configs, args, opts.threads
+            info["path"], engine_label(info), prompts, configs, args, opts.threads, out
         )
     peer_results = _run_peers(pairs, peers, prompts, opts, args, notes) if peers else []
     peer_comparisons(results, peer_results)
@@ -250,4 +252,5 @@ def add_parser(sub: Any) -> None:
     b.add_argument("--peer-draft-lens", default=None, help="K for peers (default: --draft-lens)")
     b.add_argument("--target-gguf", default=None, help="target GGUF for peers (default: found)")
     b.add_argument("--draft-gguf", default=None, help="draft GGUF for peers (default: found)")
+    add_output_flags(b, "one line per prompt")
     b.set_defaults(func=cmd_bench)

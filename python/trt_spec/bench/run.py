@@ -17,11 +17,13 @@ from __future__ import annotations
 import argparse
 import gc
 import statistics
+import time
 from pathlib import Path
 from typing import Any
 
-from trt_spec.bench.common import Config, div, log, percentile
+from trt_spec.bench.common import Config, div, percentile
 from trt_spec.bench.prompts import Prompt
+from trt_spec.progress import Reporter
 
 #: The bar every configuration should clear against target-only, on every prompt.
 BAR = 0.95
@@ -181,9 +183,18 @@ def bench_engine(
     configs: list[Config],
     args: argparse.Namespace,
     threads: int,
+    out: Reporter | None = None,
 ) -> list[dict[str, Any]]:
-    """Every temperature x configuration on one engine; one result per temperature."""
+    """Every temperature x configuration on one engine; one result per temperature.
+
+    ``out`` shows one bar over every (temperature, prompt, configuration) run, or with
+    ``verbose`` one line per prompt (default: a Reporter in its normal mode).
+    """
     from trt_spec.engine import Engine
+
+    out = out or Reporter()
+    total = len(args.temperatures) * len(prompts) * len(configs)
+    done = 0
 
     engine = Engine(path, n_threads=threads)
     top = max((c.draft_len for c in configs if isinstance(c.draft_len, int)), default=0)
@@ -229,7 +240,15 @@ def bench_engine(
                 rec["ratio_vs_target"] = div(rec["decode_tok_s"], base)
                 runs[c.label].append(rec)
                 line.append(f"{c.label} {rec['decode_tok_s']:.1f}")
-            log(f"[{name} T={temp:g}] prompt {i + 1}/{len(prompts)} ({p.id}): {', '.join(line)}")
+                done += 1
+                last = c is configs[-1]
+                out.step(
+                    name,
+                    done,
+                    total,
+                    _prompt_line(name, temp, i, prompts, line) if last else None,
+                    "run",
+                )
         aggs = [aggregate(c, runs[c.label]) for c in configs]
         for a in aggs:
             if temp == 0 and a["draft"] != "none":
@@ -247,6 +266,14 @@ def bench_engine(
     del engine, engines
     gc.collect()
     return results
+
+
+def _prompt_line(name: str, temp: float, i: int, prompts: list[Prompt], runs: list[str]) -> str:
+    """The line about one prompt: tokens/s per configuration."""
+    return (
+        f"[{time.strftime('%H:%M:%S')}] [{name} T={temp:g}] prompt {i + 1}/{len(prompts)} "
+        f"({prompts[i].id}): {', '.join(runs)}"
+    )
 
 
 def _best(aggs: list[dict[str, Any]]) -> dict[str, Any] | None:

@@ -38,6 +38,8 @@ MAX_BATCH_LIMIT = 64
 DEFAULT_DRAFT_LEN = 8
 
 Progress = Callable[[str], None]
+#: Called after each engine tensor: (role, tensors done, tensors in the model, a line about it).
+TensorProgress = Callable[[str, int, int, str], None]
 
 
 @dataclass
@@ -134,7 +136,7 @@ def _load(src: ModelSource, name: str) -> np.ndarray:
 
 
 def _write_model(
-    writer: EngineWriter, role: str, src: ModelSource, weights: str, progress: Progress
+    writer: EngineWriter, role: str, src: ModelSource, weights: str, on_tensor: TensorProgress
 ) -> dict:
     plan = _plan(src)
     tensors: dict[str, dict] = {}
@@ -156,9 +158,12 @@ def _write_model(
         types[type_name] = types.get(type_name, 0) + 1
         if w.ndim == 2:
             errors[name] = err
-        progress(
+        on_tensor(
+            role,
+            k + 1,
+            len(plan),
             f"{role}: [{k + 1}/{len(plan)}] {name} {list(w.shape)} -> {type_name}"
-            + (f" (rel err {err:.2e})" if w.ndim == 2 and type_name != "f32" else "")
+            + (f" (rel err {err:.2e})" if w.ndim == 2 and type_name != "f32" else ""),
         )
     mats = list(errors.values())
     return {
@@ -194,14 +199,19 @@ def build_engine(
     weights: str = "q4",
     draft_len: int = DEFAULT_DRAFT_LEN,
     progress: Progress | None = None,
+    on_tensor: TensorProgress | None = None,
 ) -> BuildReport:
     """Build one engine file from a target checkpoint and an optional draft.
 
     ``draft_len`` is the most draft tokens an iteration may propose, from the draft model or
     from prompt lookup (which needs no draft model); the runtime sizes its verify pass for it,
     and requests choose any length up to it. 0 builds an engine that never speculates.
+
+    ``progress`` receives status lines (reading, writing); ``on_tensor`` is called after each
+    tensor is encoded. Without ``on_tensor``, its per-tensor lines go to ``progress`` too.
     """
     say = progress or (lambda _msg: None)
+    tensor_done = on_tensor or (lambda _role, _done, _total, line: say(line))
     if weights not in WEIGHT_FORMATS:
         raise BuildError(
             f"unknown weight format {weights!r} (choose from {', '.join(WEIGHT_FORMATS)})"
@@ -247,9 +257,9 @@ def build_engine(
         "models": {},
     }
     with EngineWriter(output) as writer:
-        meta["models"]["target"] = _write_model(writer, "target", tgt, weights, say)
+        meta["models"]["target"] = _write_model(writer, "target", tgt, weights, tensor_done)
         if dft is not None:
-            meta["models"]["draft"] = _write_model(writer, "draft", dft, weights, say)
+            meta["models"]["draft"] = _write_model(writer, "draft", dft, weights, tensor_done)
         writer.finish(meta)
     report = BuildReport(output, output.stat().st_size, time.perf_counter() - t0)
     for role, m in meta["models"].items():

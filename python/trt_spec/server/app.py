@@ -99,7 +99,8 @@ def create_app(
 
     @app.get("/metrics")
     async def get_metrics() -> Response:
-        return Response(metrics.render(), media_type=CONTENT_TYPE)
+        # (on a worker thread: the engine's gauges wait for a running scheduler step)
+        return Response(await anyio.to_thread.run_sync(metrics.render), media_type=CONTENT_TYPE)
 
     @app.get("/v1/models")
     async def models(request: Request) -> Any:
