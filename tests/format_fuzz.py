@@ -197,7 +197,8 @@ def mutate_bytes(data: bytes, rnd: random.Random, lo: int = 0, hi: int | None = 
             b[rnd.randrange(lo, hi)] ^= 1 << rnd.randrange(8)
     elif op in ("u64", "u32") and at + 8 <= len(b):
         fmt = "<Q" if op == "u64" else "<I"
-        struct.pack_into(fmt, b, at, rnd.choice(INTERESTING_U64) % (2 ** (struct.calcsize(fmt) * 8)))
+        value = rnd.choice(INTERESTING_U64) % (2 ** (struct.calcsize(fmt) * 8))
+        struct.pack_into(fmt, b, at, value)
     elif op == "cut":
         del b[at:]
     elif op == "insert":
