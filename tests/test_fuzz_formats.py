@@ -36,4 +36,3 @@ def test_mutated_inputs_are_accepted_or_rejected_cleanly(
     assert "rejected" in statuses  # the mutations do reach the checks ...
     if target == "engine":
         assert "accepted" in statuses  # ... and some inputs survive them and generate
-
