@@ -51,7 +51,7 @@ def test_names_are_defined_once_in_the_native_core() -> None:
 
 def test_engine_schema_comes_from_the_native_core() -> None:
     assert _core.ENGINE_MAGIC == b"TRTSPEC\0"
-    assert _core.ENGINE_FORMAT_VERSION == 1
+    assert _core.ENGINE_FORMAT_VERSION == 2  # 2: XXH64 checksums (tests/test_checksum_xxh64.py)
     names = [_core.weight_type_name(t) for t in _core.WeightType]
     assert tuple(names) == trt_spec.WEIGHT_FORMATS
     assert _core.weight_type_from_name("q4") == _core.WeightType.Q4

@@ -90,7 +90,7 @@ NB_MODULE(_core, m) {
         nb::gil_scoped_release release;
         return checksum64(data.data(), data.shape(0));
       },
-      "data"_a, "The engine file's 64-bit checksum of a uint8 array");
+      "data"_a, "The engine file's checksum of a uint8 array: XXH64 with seed 0");
 
   // ---- quantizers and CPU kernels --------------------------------------------------------
   m.def(

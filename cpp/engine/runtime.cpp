@@ -86,16 +86,23 @@ Runtime::Runtime(const std::string& path, const RuntimeOptions& opts) {
   if (opts.prefill_chunk < 1) throw InvalidArgument("prefill_chunk must be >= 1");
   backend_ = make_backend(opts.device, opts.n_threads);
   file_ = std::make_unique<EngineFile>(path, opts.verify_checksums);
-  const Json& build = file_->meta().at("build");
-  max_seq_ = static_cast<int>(build.at("max_seq_len").as_int());
-  max_batch_ = static_cast<int>(build.at("max_batch").as_int());
-  if (max_seq_ < 1 || max_batch_ < 1)
+  const Json build = file_->meta().at("build");
+  const int64_t max_seq = build.at("max_seq_len").as_int();
+  const int64_t max_batch = build.at("max_batch").as_int();
+  if (max_seq < 1 || max_batch < 1)
     throw EngineFileError("engine metadata: max_seq_len and max_batch must be positive");
-  const Json& models = file_->meta().at("models");
+  if (max_seq > (int64_t{1} << 24) || max_batch > (int64_t{1} << 16))
+    throw EngineFileError(
+        "engine metadata: max_seq_len (at most 2^24) or max_batch (at most "
+        "2^16) is too large");
+  max_seq_ = static_cast<int>(max_seq);
+  max_batch_ = static_cast<int>(max_batch);
+  const Json models = file_->meta().at("models");
   const bool has_draft = models.has("draft");
   // The most draft tokens per iteration, any source. Engines from before --draft-len was stored
   // drafted 4 tokens at most with a draft model, and none without.
-  draft_len_ = static_cast<int>(build.get_int("draft_len", has_draft ? 4 : 0));
+  const int64_t draft_len = build.get_int("draft_len", has_draft ? 4 : 0);
+  draft_len_ = static_cast<int>(std::clamp<int64_t>(draft_len, -1, kMaxDraftLen + 1));
   if (draft_len_ < (has_draft ? 1 : 0) || draft_len_ > kMaxDraftLen)
     throw EngineFileError("engine metadata: draft_len must be in [" +
                           std::to_string(has_draft ? 1 : 0) + ", " + std::to_string(kMaxDraftLen) +

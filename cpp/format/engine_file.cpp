@@ -15,21 +15,7 @@ namespace trt_spec {
 
 namespace {
 
-constexpr uint64_t kP1 = 0x9E3779B185EBCA87ULL;
-constexpr uint64_t kP2 = 0xC2B2AE3D27D4EB4FULL;
-constexpr uint64_t kP3 = 0x165667B19E3779F9ULL;
-
-inline uint64_t rotl(uint64_t x, int r) {
-  return (x << r) | (x >> (64 - r));
-}
-inline uint64_t round64(uint64_t acc, uint64_t v) {
-  return rotl(acc + v * kP2, 31) * kP1;
-}
-inline uint64_t load64(const uint8_t* p) {
-  uint64_t v;
-  std::memcpy(&v, p, 8);
-  return v;
-}
+constexpr int64_t kMaxDim = int64_t{1} << 31;
 
 template <typename T>
 T read_le(const uint8_t* p) {
@@ -61,27 +47,6 @@ std::string hex64(uint64_t v) {
 }
 
 }  // namespace
-
-uint64_t checksum64(const void* data, size_t bytes) {
-  const uint8_t* p = static_cast<const uint8_t*>(data);
-  uint64_t a = kP1 + kP2, b = kP2, c = 0, d = 0 - kP1;
-  size_t i = 0;
-  for (; i + 32 <= bytes; i += 32) {
-    a = round64(a, load64(p + i));
-    b = round64(b, load64(p + i + 8));
-    c = round64(c, load64(p + i + 16));
-    d = round64(d, load64(p + i + 24));
-  }
-  uint64_t h = rotl(a, 1) + rotl(b, 7) + rotl(c, 12) + rotl(d, 18) + bytes;
-  for (; i + 8 <= bytes; i += 8) h = rotl(h ^ round64(0, load64(p + i)), 27) * kP1 + kP3;
-  for (; i < bytes; ++i) h = rotl(h ^ (p[i] * kP1), 11) * kP2;
-  h ^= h >> 33;
-  h *= kP2;
-  h ^= h >> 29;
-  h *= kP3;
-  h ^= h >> 32;
-  return h;
-}
 
 WeightType weight_type_from_name(const std::string& name) {
   for (WeightType t :
@@ -117,8 +82,11 @@ EngineFile::EngineFile(const std::string& path, bool verify_checksums) : path_(p
     uint32_t version = read_le<uint32_t>(base_ + 8);
     if (version != kEngineFormatVersion)
       throw EngineFileError(path + " has engine format version " + std::to_string(version) +
+                            (version < kEngineFormatVersion ? " (an older trt-spec built it)"
+                                                            : " (a newer trt-spec built it)") +
                             "; this trt-spec reads version " +
-                            std::to_string(kEngineFormatVersion) + ": rebuild the engine");
+                            std::to_string(kEngineFormatVersion) +
+                            " only: rebuild the engine with this trt-spec");
     if (read_le<uint32_t>(base_ + 12) != 0)
       throw EngineFileError(path +
                             " uses engine features this trt-spec does not know (header "
@@ -145,13 +113,13 @@ EngineFile::EngineFile(const std::string& path, bool verify_checksums) : path_(p
     if (meta_.at("format_version").as_int() != kEngineFormatVersion)
       throw EngineFileError(path + ": metadata format_version disagrees with the header");
 
-    for (const auto& [role, model] : meta_.at("models").as_object()) {
+    for (const auto& [role, model] : meta_.at("models").items()) {
       auto& table = tensors_[role];
-      for (const auto& [name, t] : model.at("tensors").as_object()) {
+      for (const auto& [name, t] : model.at("tensors").items()) {
         TensorEntry e;
         e.name = name;
         e.type = weight_type_from_name(t.at("type").as_string());
-        const Json& shape = t.at("shape");
+        const Json shape = t.at("shape");
         if (shape.size() == 1) {
           e.rows = 1;
           e.cols = shape.at(0).as_int();
@@ -166,6 +134,8 @@ EngineFile::EngineFile(const std::string& path, bool verify_checksums) : path_(p
         e.checksum = parse_hex64(t.at("checksum").as_string(), name);
         if (e.rows <= 0 || e.cols <= 0)
           throw EngineFileError("tensor " + name + " has an empty shape");
+        if (e.rows > kMaxDim || e.cols > kMaxDim)  // keeps rows * cols * 4 far from overflow
+          throw EngineFileError("tensor " + name + " has a dimension above 2^31");
         if (weight_type_needs_groups(e.type) && e.cols % kQ4SuperBlock != 0)
           throw EngineFileError("tensor " + name + ": quantized columns must be a multiple of 64");
         if (e.bytes != weight_blob_bytes(e.type, e.rows, e.cols))

@@ -10,8 +10,10 @@
 //   [json_offset, ...)  UTF-8 JSON metadata: models (config + tensor table), tokenizer,
 //                       chat template, special tokens, build options, source checksums; the
 //                       builder writes it after the data (the two regions must not overlap)
-// Every tensor entry carries a checksum64 of its bytes; the reader checks sizes always and
-// checksums on request, so a truncated, corrupted or foreign file fails with EngineFileError.
+// Checksums are XXH64 with seed 0 (xxhash64.h), written as 16 lowercase hex digits for a tensor
+// and as a u64 in the header for the metadata, so `xxhsum -H64` can check them. The reader checks
+// sizes always and tensor checksums on request, so a truncated, corrupted or foreign file fails
+// with EngineFileError.
 #pragma once
 
 #include <cstddef>
@@ -20,18 +22,22 @@
 #include <string>
 
 #include "format/json.h"
+#include "format/xxhash64.h"
 #include "kernels/weight_format.h"
 
 namespace trt_spec {
 
 constexpr char kEngineMagic[8] = {'T', 'R', 'T', 'S', 'P', 'E', 'C', '\0'};
-constexpr uint32_t kEngineFormatVersion = 1;
+// Version 2: checksums are XXH64 (version 1 used an xxHash-like function of its own).
+constexpr uint32_t kEngineFormatVersion = 2;
 constexpr size_t kEngineHeaderBytes = 64;
 constexpr size_t kDataAlign = 4096;
 
-// A fast 64-bit checksum (4 independent multiply-rotate lanes over 8-byte words). The builder
-// calls this same function through the bindings.
-uint64_t checksum64(const void* data, size_t bytes);
+// The engine file's checksum: XXH64, seed 0. The builder calls this same function through the
+// bindings (_core.checksum64).
+inline uint64_t checksum64(const void* data, size_t bytes) {
+  return xxh64(data, bytes, 0);
+}
 
 WeightType weight_type_from_name(const std::string& name);  // throws EngineFileError
 
@@ -57,7 +63,7 @@ class EngineFile {
 
   const std::string& path() const { return path_; }
   const std::string& json_text() const { return json_text_; }
-  const Json& meta() const { return meta_; }
+  const Json& meta() const { return meta_; }  // the parsed metadata (root "$")
   const uint8_t* data() const { return base_ + data_offset_; }
   uint64_t file_bytes() const { return size_; }
 

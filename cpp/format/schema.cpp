@@ -14,19 +14,30 @@ ModelConfig ModelConfig::from_json(const Json& j) {
   if (std::find(std::begin(kArchitectures), std::end(kArchitectures), c.arch) ==
       std::end(kArchitectures))
     throw EngineFileError("unsupported architecture '" + c.arch + "' in engine file");
-  c.n_layers = static_cast<int>(j.at("n_layers").as_int());
-  c.dim = static_cast<int>(j.at("dim").as_int());
-  c.n_heads = static_cast<int>(j.at("n_heads").as_int());
-  c.n_kv_heads = static_cast<int>(j.at("n_kv_heads").as_int());
-  c.head_dim = static_cast<int>(j.at("head_dim").as_int());
-  c.ffn_dim = static_cast<int>(j.at("ffn_dim").as_int());
-  c.vocab_size = static_cast<int>(j.at("vocab_size").as_int());
-  c.rope_theta = static_cast<float>(j.at("rope_theta").as_number());
-  c.rms_eps = static_cast<float>(j.at("rms_eps").as_number());
+  // Sizes are bounded far above any real model so that the products the loader forms from them
+  // (qkv_dim, KV cache bytes) cannot overflow.
+  auto size = [&j](const char* key, int64_t most) {
+    const int64_t v = j.at(key).as_int();
+    if (v <= 0 || v > most)
+      throw EngineFileError("engine metadata: " + j.path() + "." + key + " is " +
+                            std::to_string(v) + ", outside [1, " + std::to_string(most) + "]");
+    return static_cast<int>(v);
+  };
+  c.n_layers = size("n_layers", 1 << 12);
+  c.dim = size("dim", 1 << 20);
+  c.n_heads = size("n_heads", 1 << 12);
+  c.n_kv_heads = size("n_kv_heads", 1 << 12);
+  c.head_dim = size("head_dim", 1 << 12);
+  c.ffn_dim = size("ffn_dim", 1 << 22);
+  c.vocab_size = size("vocab_size", 1 << 24);
+  const double theta = j.at("rope_theta").as_number(), eps = j.at("rms_eps").as_number();
+  if (!(theta > 0 && theta < 1e30) || !(eps > 0 && eps < 1))
+    throw EngineFileError("engine metadata: rope_theta must be in (0, 1e30) and rms_eps in (0, 1)");
+  c.rope_theta = static_cast<float>(theta);
+  c.rms_eps = static_cast<float>(eps);
   c.tied_embeddings = j.at("tied_embeddings").as_bool();
   c.qkv_bias = j.at("qkv_bias").as_bool();
-  if (c.n_layers <= 0 || c.dim <= 0 || c.n_heads <= 0 || c.n_kv_heads <= 0 || c.head_dim <= 0 ||
-      c.ffn_dim <= 0 || c.vocab_size <= 0 || c.n_heads % c.n_kv_heads != 0 || c.head_dim % 2 != 0)
+  if (c.n_heads % c.n_kv_heads != 0 || c.head_dim % 2 != 0)
     throw EngineFileError("engine metadata: inconsistent model shape");
   return c;
 }

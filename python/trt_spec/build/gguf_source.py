@@ -67,6 +67,20 @@ def open_gguf(path: Path) -> ModelSource:
             fields[k] = _field_value(f)
         except Exception:  # an exotic field type the builder does not need
             continue
+    try:
+        src = _source_from_fields(path, reader, fields)
+        src.check()
+    except BuildError:
+        raise
+    except (TypeError, ValueError, KeyError, IndexError, AttributeError, ArithmeticError) as e:
+        # A value of the wrong type or range (a list where a count belongs, a tokenizer that
+        # cannot be converted, ...): the file is readable but not a model trt-spec can build.
+        raise BuildError(f"{path}: malformed GGUF metadata ({type(e).__name__}: {e})") from e
+    return src
+
+
+def _source_from_fields(path: Path, reader: gguf.GGUFReader, fields: dict) -> ModelSource:
+    """The model source described by a GGUF file's metadata `fields` and tensors."""
     arch = fields.get("general.architecture")
     if arch not in ARCHITECTURES:
         raise BuildError(
@@ -143,5 +157,4 @@ def open_gguf(path: Path) -> ModelSource:
         context_length=int(fields.get(f"{arch}.context_length", 4096)),
         extra={"reader": reader},  # keeps the memory map alive
     )
-    src.check()
     return src

@@ -95,8 +95,13 @@ def open_hf(folder: Path) -> ModelSource:
         raise BuildError(f"{cfg_path}: invalid JSON ({e})") from e
     try:
         return _open_hf(folder, hf)
+    except BuildError:
+        raise
     except KeyError as e:
         raise BuildError(f"{cfg_path}: missing key {e}") from e
+    except (TypeError, ValueError, AttributeError, IndexError, ArithmeticError) as e:
+        # A value of the wrong type or range in config.json or a safetensors header.
+        raise BuildError(f"{folder}: malformed checkpoint ({type(e).__name__}: {e})") from e
 
 
 def _open_hf(folder: Path, hf: dict) -> ModelSource:

@@ -19,7 +19,12 @@ from pathlib import Path
 
 import numpy as np
 
-from trt_spec.build.schema import ARCHITECTURES, checkpoint_tensors, config_problems
+from trt_spec.build.schema import (
+    ARCHITECTURES,
+    checkpoint_tensors,
+    config_problems,
+    engine_tensors,
+)
 
 
 class BuildError(ValueError):
@@ -68,6 +73,22 @@ class ModelSource:
         emb = self.tensors["tok_embd.weight"].shape
         if emb != (c["vocab_size"], c["dim"]):
             raise BuildError(f"{self.path}: token embedding has shape {emb}")
+        for t in engine_tensors(c):  # parts concatenate along rows into the engine's shape
+            shapes = [tuple(self.tensors[s].shape) for s in t.sources]
+            cols_ok = all(len(s) == len(t.shape) and s[1:] == t.shape[1:] for s in shapes)
+            if not cols_ok or sum(s[0] for s in shapes) != t.shape[0]:
+                raise BuildError(
+                    f"{self.path}: tensor(s) {', '.join(t.sources)} have shapes {shapes}; the "
+                    f"config needs {t.shape} (together, along rows)"
+                )
+        for key, value in self.special.items():
+            ids = value if key == "eog_ids" else [value] if key.endswith("_id") else []
+            for i in ids or []:
+                if i is not None and not (isinstance(i, int) and 0 <= i < c["vocab_size"]):
+                    raise BuildError(
+                        f"{self.path}: special token {key} = {i!r} is outside the vocabulary "
+                        f"[0, {c['vocab_size']})"
+                    )
 
 
 def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
