@@ -4,7 +4,9 @@ Drafts come in kinds that pin down acceptance: ``random`` (another random model:
 ``same`` (the target's own weights: accepts everything greedy), ``negated`` (the target with its
 output head negated: its argmax is the target's argmin, so greedy never accepts) and
 ``padded`` (a random model whose embedding and head have extra rows, the tokenizer unchanged) and
-``noisy`` (the target plus weight noise: accepts part of each block, at random lengths).
+``noisy`` (the target plus weight noise: accepts part of each block, at random lengths) and
+``narrow`` (the pair's target padded with extra embedding and head rows, the draft the unpadded
+target: ids the target has and the draft lacks, as between Qwen2.5-7B and its 0.5B draft).
 ``small_vocab`` models have a 16-token word-level tokenizer, for distribution tests.
 """
 
@@ -49,6 +51,23 @@ def make_checkpoint(
     return folder
 
 
+def _pad_vocab(folder: Path, extra: int) -> None:
+    """Adds `extra` rows to the embedding and the head (the tokenizer unchanged)."""
+
+    gen = torch.Generator().manual_seed(5)
+
+    def pad(t: dict) -> None:
+        for name in ("model.embed_tokens.weight", "lm_head.weight"):
+            w = t[name]
+            rows = 0.05 * torch.randn(extra, w.shape[1], generator=gen)
+            t[name] = torch.cat([w, rows]).contiguous()
+
+    _edit_weights(folder, pad)
+    cfg = json.loads((folder / "config.json").read_text())
+    cfg["vocab_size"] += extra
+    (folder / "config.json").write_text(json.dumps(cfg))
+
+
 def make_draft(root: Path, target: Path, kind: str, *, small_vocab: bool) -> Path:
     folder = root / f"{target.name}-draft-{kind}"
     if (folder / "config.json").exists():
@@ -57,16 +76,7 @@ def make_draft(root: Path, target: Path, kind: str, *, small_vocab: bool) -> Pat
         return make_checkpoint(root, folder.name, seed=7, small_vocab=small_vocab, layers=1)
     if kind == "padded":
         folder = make_checkpoint(root, folder.name, seed=7, small_vocab=small_vocab, layers=1)
-
-        def pad(t: dict) -> None:
-            for name in ("model.embed_tokens.weight", "lm_head.weight"):
-                w = t[name]
-                t[name] = torch.cat([w, 0.05 * torch.randn(24, w.shape[1])]).contiguous()
-
-        _edit_weights(folder, pad)
-        cfg = json.loads((folder / "config.json").read_text())
-        cfg["vocab_size"] += 24
-        (folder / "config.json").write_text(json.dumps(cfg))
+        _pad_vocab(folder, 24)
         return folder
     shutil.copytree(target, folder)
     if kind == "negated":
@@ -84,7 +94,7 @@ def make_draft(root: Path, target: Path, kind: str, *, small_vocab: bool) -> Pat
                     t[name] = (w + 0.012 * torch.randn(w.shape, generator=gen)).contiguous()
 
         _edit_weights(folder, perturb)
-    elif kind != "same":
+    elif kind not in ("same", "narrow"):  # (narrow: the target is the padded one)
         raise ValueError(kind)
     return folder
 
@@ -107,6 +117,12 @@ def make_pair(
             root, f"target-{'v16' if small_vocab else 'v384'}", seed=3, small_vocab=small_vocab
         )
         draft = make_draft(root, target, kind, small_vocab=small_vocab)
+        if kind == "narrow":  # the draft is the plain target; the target gets 24 more ids
+            wide = root / f"{target.name}-wide"
+            if not (wide / "config.json").exists():
+                shutil.copytree(target, wide)
+                _pad_vocab(wide, 24)
+            target = wide
         build_engine(
             target,
             path,

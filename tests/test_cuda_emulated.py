@@ -133,11 +133,13 @@ def test_embed(emu, wtype: str) -> None:
     t = _core.weight_type_from_name(wtype)
     w = rng.standard_normal((40, 128)).astype(np.float32)
     blob = _core.quantize_weight(w, t)
-    tok = np.array([0, 39, 7, 7], np.int32)
-    out = np.zeros((4, 128), np.float32)
-    emu.emu_embed(t.value, P(blob), I64(40), I64(128), P(tok), I32(4), P(out))
-    exact = _core.dequantize_weight(blob, t, 40, 128)[tok]
-    np.testing.assert_allclose(out, exact, rtol=1e-6, atol=1e-7)
+    # ids outside the table (a target id the draft's vocabulary lacks) read nothing: zero rows
+    tok = np.array([0, 39, 7, 7, 40, 1 << 30, -1], np.int32)
+    out = np.full((7, 128), np.nan, np.float32)
+    emu.emu_embed(t.value, P(blob), I64(40), I64(128), P(tok), I32(7), P(out))
+    exact = _core.dequantize_weight(blob, t, 40, 128)[tok[:4]]
+    np.testing.assert_allclose(out[:4], exact, rtol=1e-6, atol=1e-7)
+    assert not out[4:].any()
 
 
 def test_rmsnorm_rope_swiglu(emu, cpu) -> None:

@@ -79,10 +79,11 @@ def test_embed(cpu, gpu, wtype: str) -> None:
     t = _core.weight_type_from_name(wtype)
     w = rng.standard_normal((500, 256)).astype(np.float32)
     blob = _core.quantize_weight(w, t)
-    tokens = [0, 499, 17, 17, 250]
+    tokens = [0, 499, 17, 17, 250, 500, -1]  # the last two outside the table: zero rows
     got = gpu.embed(blob, wt(t), 500, 256, tokens)
-    exact = _core.dequantize_weight(blob, t, 500, 256)[tokens]
-    np.testing.assert_allclose(got, exact, rtol=1e-6, atol=1e-7)
+    exact = _core.dequantize_weight(blob, t, 500, 256)[tokens[:5]]
+    np.testing.assert_allclose(got[:5], exact, rtol=1e-6, atol=1e-7)
+    assert not got[5:].any()
     np.testing.assert_allclose(got, cpu.embed(blob, wt(t), 500, 256, tokens), rtol=1e-6, atol=1e-7)
 
 

@@ -247,6 +247,7 @@ BAD = [
     ("unknown field", {"model": MODEL, "prompt": "a", "frobnicate": 1}, 400, "frobnicate"),
     ("bad stop", {"model": MODEL, "prompt": "a", "stop": [1]}, 400, "stop"),
     ("bad draft", {"model": MODEL, "prompt": "a", "draft": "magic"}, 400, "draft"),
+    ("bad ignore_eos", {"model": MODEL, "prompt": "a", "ignore_eos": "yes"}, 400, "ignore_eos"),
     ("no prompt", {"model": MODEL}, 400, "prompt"),
     ("unknown model", {"model": "gpt-9", "prompt": "a"}, 404, "model"),
 ]

@@ -411,6 +411,33 @@ def test_engine_without_draft_model_speculates_with_lookup(tiny) -> None:
     assert r.stats.iterations < 39
 
 
+# ---- a target vocabulary larger than the draft's ---------------------------------------------
+def test_cpu_embedding_of_ids_outside_the_table_is_zero() -> None:
+    from trt_spec import _core
+
+    w = np.random.default_rng(1).standard_normal((40, 64)).astype(np.float32)
+    blob = _core.quantize_weight(w, _core.weight_type_from_name("f32"))
+    got = T.OpRunner("cpu").embed(blob, 0, 40, 64, [3, 40, 1 << 30, -1, 39])
+    np.testing.assert_array_equal(got[[0, 4]], w[[3, 39]])
+    assert not got[1:4].any()
+
+
+@pytest.mark.parametrize("draft", ["model", "auto"])
+def test_ids_beyond_the_drafts_vocabulary_never_reach_it(root, draft: str) -> None:
+    """The target has 24 ids the draft lacks (Qwen2.5-7B and its 0.5B draft differ by 128):
+    prompts full of them, read by the draft as zero embeddings, keep greedy output exact."""
+    e = pair(root, "narrow", draft_len=4, max_batch=4)
+    vt, vd = e.config("target")["vocab_size"], e.config("draft")["vocab_size"]
+    assert vt == vd + 24
+    prompts = [[1, 2, vd + 3, 4], [vd + 23, 9, 2, vd], [5] * 6 + [vd + 1], [vd + 7] * 3]
+    base = e.generate(prompts, max_new_tokens=32, speculate=False, ignore_eos=True)
+    for k in [1, 4, "auto"]:
+        got = e.generate(prompts, max_new_tokens=32, draft=draft, draft_len=k, ignore_eos=True)
+        assert [g.token_ids for g in got] == [b.token_ids for b in base], k
+    s = e.generate(prompts[0], max_new_tokens=32, draft="model", draft_len=4, ignore_eos=True)
+    assert s.stats.accepted > 0  # the draft (the target's own weights) still drafts well
+
+
 # ---- the engine file -------------------------------------------------------------------------
 def test_engine_stores_draft_len_and_both_models(root) -> None:
     e = pair(root, "padded", draft_len=3, max_batch=1)

@@ -9,8 +9,9 @@ plain GPT-2 ``ByteLevel``; SmolLM2's own tokenizer.json (and llama.cpp) first sp
 (``Digits(individual_digits=True)``). The two differ only on numerals such as ``" Ⅻ"``, so the
 SmolLM2 reference gets its real pre-tokenizer put back before comparing.
 
-Loading the 151k-token Qwen vocabulary through transformers reads the GGUF with the stock
-``gguf.GGUFReader`` (~10-20 s on 2 cores); the fixture lends it our bulk reader instead, which
+trt-spec reads GGUF metadata with the stock ``gguf.GGUFReader`` (public API only). Loading the
+151k-token Qwen vocabulary through transformers reads the GGUF again (~10-20 s on 2 cores); the
+fixture lends transformers the tests' bulk reader (tests/gguf_bulk_reader.py) instead, which
 ``test_fast_reader_matches_stock_reader`` checks field by field against the stock one.
 """
 
@@ -25,9 +26,9 @@ from typing import Any
 import gguf
 import numpy as np
 import pytest
+from gguf_bulk_reader import fast_gguf_reader_class
 from trt_spec.tokenizer import (
     TextCodec,
-    fast_gguf_reader_class,
     gguf_metadata,
     special_tokens_from_gguf,
     tokenizer_json_from_gguf,

@@ -189,8 +189,9 @@ void bind_op_runner(nb::module_& m) {
           "embed",
           [](OpRunner& r, HostArray<uint8_t, 1> blob, int type, int64_t rows, int64_t cols,
              const std::vector<int32_t>& tokens) {
+            // (ids outside [0, rows) are not refused: the backends' guard turns them into zero
+            // rows, the draft's reading of a target id its vocabulary lacks)
             const WeightType t = static_cast<WeightType>(type);
-            check_token_ids(tokens, static_cast<int>(rows), "tokens");
             const int n = static_cast<int>(tokens.size());
             WeightView w = r.weight(blob, t, rows, cols);
             BackendBuffer tb = r.put(tokens), out(r.be(), n * cols * 4);

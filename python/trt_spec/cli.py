@@ -13,7 +13,7 @@ from pathlib import Path
 
 from trt_spec import bench, models
 from trt_spec._core import DRAFT_MODES
-from trt_spec.build.builder import DEFAULT_DRAFT_LEN, WEIGHT_FORMATS
+from trt_spec.build.builder import DEFAULT_DRAFT_LEN, DEFAULT_MAX_BATCH, WEIGHT_FORMATS
 from trt_spec.progress import Reporter, add_output_flags, mode_from_flags
 
 
@@ -181,7 +181,12 @@ def make_parser() -> argparse.ArgumentParser:
     )
     b.add_argument("-o", "--output", required=True, help="engine file to write")
     b.add_argument("--max-seq-len", type=int, default=None, help="positions per sequence")
-    b.add_argument("--max-batch", type=int, default=1, help="sequences decoded together")
+    b.add_argument(
+        "--max-batch",
+        type=int,
+        default=DEFAULT_MAX_BATCH,
+        help=f"sequences decoded together (default {DEFAULT_MAX_BATCH})",
+    )
     b.add_argument(
         "--draft-len",
         type=int,

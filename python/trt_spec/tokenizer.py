@@ -3,7 +3,7 @@
 The engine file stores a Hugging Face ``tokenizer.json`` string, a chat template and the special
 token ids, so the runtime needs only the ``tokenizers`` library and ``jinja2``, never transformers.
 
-* :func:`gguf_metadata` reads a GGUF file's metadata into a plain dict (fast, via ``gguf``).
+* :func:`gguf_metadata` reads a GGUF file's metadata into a plain dict (``gguf``'s public API).
 * :func:`tokenizer_json_from_gguf` / :func:`special_tokens_from_gguf` turn that metadata into a
   byte-level BPE ``tokenizer.json`` and the special-token dict.
 * :func:`tokenizer_json_from_hf` does the same for a Hugging Face model folder.
@@ -29,7 +29,6 @@ __all__ = [
     "PRE_TOKENIZERS",
     "StreamDecoder",
     "TextCodec",
-    "fast_gguf_reader_class",
     "gguf_metadata",
     "special_tokens_from_gguf",
     "tokenizer_json_from_gguf",
@@ -127,57 +126,16 @@ def _unicode_to_bytes() -> dict[str, int]:
 # GGUF metadata
 
 
-@lru_cache(maxsize=1)
-def fast_gguf_reader_class() -> type:
-    """A `gguf.GGUFReader` subclass whose array fields parse in bulk, not element by element.
-
-    The stock reader builds each element of a 151k-string array through several numpy calls on a
-    memmap (~10 s for Qwen's vocabulary). This one produces the same `ReaderField` parts from
-    plain ndarray views (~0.5 s); anything unusual (byte-swapped files, empty or nested arrays)
-    goes to the stock code. A drop-in replacement: ``fast_gguf_reader_class()(path)``.
-    """
-    from gguf import GGUFReader, GGUFValueType
-
-    class _FastGGUFReader(GGUFReader):  # type: ignore[misc]
-        def _get_field_parts(self, orig_offs: int, raw_type: int) -> tuple[int, list, list, list]:
-            if raw_type != GGUFValueType.ARRAY or self.byte_order != "I":
-                return super()._get_field_parts(orig_offs, raw_type)
-            itype = self._get(orig_offs, np.uint32)
-            alen = self._get(orig_offs + 4, np.uint64)
-            sub, count, offs = GGUFValueType(int(itype[0])), int(alen[0]), orig_offs + 12
-            if count == 0:
-                return super()._get_field_parts(orig_offs, raw_type)
-            parts: list[np.ndarray] = [itype, alen]
-            types = [GGUFValueType.ARRAY, sub]
-            nptype = self.gguf_scalar_to_np.get(sub)
-            if nptype is not None:
-                arr = self._get(offs, nptype, count).view(np.ndarray)
-                parts += [arr[i : i + 1] for i in range(count)]
-                return 12 + int(arr.nbytes), parts, list(range(2, count + 2)), types
-            if sub != GGUFValueType.STRING:
-                return super()._get_field_parts(orig_offs, raw_type)
-            raw = self.data.view(np.ndarray)
-            view = memoryview(raw)
-            end = offs
-            for _ in range(count):
-                length = int.from_bytes(view[end : end + 8], "little")
-                parts.append(raw[end : end + 8].view(np.uint64))
-                parts.append(raw[end + 8 : end + 8 + length])
-                end += 8 + length
-            return end - orig_offs, parts, list(range(3, 2 * count + 3, 2)), types
-
-    return _FastGGUFReader
-
-
 def gguf_metadata(path: str | Path) -> dict[str, Any]:
     """All key/value metadata of a GGUF file as plain Python values (str, int, float, bool, list).
 
-    Tensor data is not read (the file is memory-mapped). The reader's own ``GGUF.*`` bookkeeping
-    entries are left out.
+    Read with the ``gguf`` package's public API only (``GGUFReader`` and its fields' ``parts``
+    and ``data``). Tensor data is not read (the file is memory-mapped). The reader's own
+    ``GGUF.*`` bookkeeping entries are left out.
     """
-    from gguf import GGUFValueType
+    from gguf import GGUFReader, GGUFValueType
 
-    reader = fast_gguf_reader_class()(str(path), "r")
+    reader = GGUFReader(str(path), "r")
     out: dict[str, Any] = {}
     for name, field in reader.fields.items():
         if name.startswith("GGUF.") or not field.types:

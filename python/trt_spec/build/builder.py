@@ -35,6 +35,9 @@ from trt_spec.build.writer import EngineWriter
 WEIGHT_FORMATS = tuple(_core.weight_type_name(t) for t in _core.WeightType)  # from C++
 DEFAULT_MAX_SEQ_LEN = 4096
 MAX_BATCH_LIMIT = 64
+# Sequences an engine decodes together unless told: batch 1 to 4 is what trt-spec is for, and a
+# server needs room to batch (the CPU backend's KV pages are only resident once used).
+DEFAULT_MAX_BATCH = 4
 DEFAULT_DRAFT_LEN = 8
 
 Progress = Callable[[str], None]
@@ -195,7 +198,7 @@ def build_engine(
     *,
     draft: str | Path | None = None,
     max_seq_len: int | None = None,
-    max_batch: int = 1,
+    max_batch: int = DEFAULT_MAX_BATCH,
     weights: str = "q4",
     draft_len: int = DEFAULT_DRAFT_LEN,
     progress: Progress | None = None,

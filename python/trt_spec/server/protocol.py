@@ -9,7 +9,8 @@ is answered the same way by the app.
 Supported: ``model``, ``prompt`` (completions: text or token ids) / ``messages`` (chat),
 ``max_tokens`` (chat also ``max_completion_tokens``), ``temperature``, ``top_p``, ``seed``,
 ``stop``, ``stream``, ``stream_options.include_usage``, ``prediction`` (OpenAI's Predicted
-Outputs, drafted from by prompt lookup) and the extras ``top_k``, ``draft``, ``draft_len``.
+Outputs, drafted from by prompt lookup) and the extras ``top_k``, ``draft``, ``draft_len`` and
+``ignore_eos`` (as vLLM's: generate to ``max_tokens``).
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ _COMMON = {
     "top_k",
     "draft",
     "draft_len",
+    "ignore_eos",
 }
 COMPLETION_FIELDS = _COMMON | {"prompt"} | _HARMLESS | set(_NEUTRAL)
 CHAT_FIELDS = _COMMON | {"messages", "max_completion_tokens"} | _HARMLESS | set(_NEUTRAL)
@@ -133,6 +135,13 @@ def _integer(body: dict, name: str, default: int | None, lo: int, hi: int) -> in
         raise _bad(f"'{name}' must be an integer, got {type(v).__name__}", name)
     if not lo <= v <= hi:
         raise _bad(f"'{name}' must be in [{lo}, {hi}], got {v}", name)
+    return v
+
+
+def _flag(body: dict, name: str) -> bool:
+    v = body.get(name, False)
+    if not isinstance(v, bool):
+        raise _bad(f"'{name}' must be a boolean", name)
     return v
 
 
@@ -256,6 +265,7 @@ def parse(body: Any, *, chat: bool, model_name: str, max_seq_len: int) -> Reques
         "draft": draft,
         "draft_len": draft_len,
         "prediction": _prediction(body),
+        "ignore_eos": _flag(body, "ignore_eos"),
     }
     if gen["top_p"] == 0.0:
         raise _bad("'top_p' must be > 0", "top_p")

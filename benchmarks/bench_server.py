@@ -1,0 +1,340 @@
+"""Serving benchmark: `trt-spec serve` against llama.cpp's `llama-server`, at several concurrencies.
+
+For each runner and each concurrency C (default 1, 2, 4, 8), C client threads send the same
+prompts (streaming OpenAI completions, greedy, a fixed number of new tokens: ``ignore_eos``) until
+every prompt has been answered once, and the run reports:
+  - output tokens/s over the run (all requests' new tokens / wall time);
+  - time to first token (TTFT) p50/p95/p99;
+  - inter-token latency (ITL) p50/p95/p99: the gaps between streamed chunks, as vLLM's
+    benchmark_serving defines it (a speculative chunk may carry several tokens);
+  - TPOT: (end - first token) / (tokens - 1) per request, p50.
+
+Runners, in one run on the same prompts:
+  - ``trt-spec spec``: our server, ``draft: auto`` (the engine's draft model and prompt lookup);
+  - ``trt-spec target``: the same server, ``draft: none``;
+  - ``llama-server spec``: ``llama-server -m TARGET --model-draft DRAFT``;
+  - ``llama-server target``: ``llama-server -m TARGET``.
+Both servers get the same threads, context per slot and parallel slots (the largest C).
+
+    python benchmarks/bench_server.py --engine pair.engine --target T.gguf --draft D.gguf \
+        [--concurrency 1,2,4,8] [--prompts humaneval] [--n-prompts 8] [--max-tokens 64] \
+        [--threads 2] [--no-llama] [--tag NAME]
+
+Writes ``benchmarks/results/server_<tag>.json``, ``.md`` (also printed) and ``.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import queue
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+from trt_spec.bench.common import environment, percentile
+from trt_spec.bench.peers.llama_spec_runner import find_binary
+from trt_spec.bench.prompts import load_prompts
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ServerProcess:
+    """A server subprocess, ready once GET `health` answers 200."""
+
+    def __init__(self, cmd: list[str], port: int, name: str, env: dict | None = None) -> None:
+        self.url = f"http://127.0.0.1:{port}"
+        self.name = name
+        self.log = open(RESULTS / f".{name.replace(' ', '_')}.log", "w")  # noqa: SIM115
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env)
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(
+                    f"{name} exited with {self.proc.returncode}; see {self.log.name}"
+                )
+            try:
+                if httpx.get(self.url + "/health", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+        self.stop()
+        raise RuntimeError(f"{name} did not become ready in 600 s")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        self.log.close()
+
+
+def one_request(url: str, body: dict[str, Any]) -> dict[str, Any]:
+    """Streams one completion; returns its send time, chunk times and token count."""
+    t0 = time.perf_counter()
+    times: list[float] = []
+    tokens = None
+    text = []
+    with httpx.stream("POST", url + "/v1/completions", json=body, timeout=3600) as r:
+        if r.status_code != 200:
+            raise RuntimeError(f"{url}: HTTP {r.status_code}: {r.read()[:300]!r}")
+        for line in r.iter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            msg = json.loads(line[6:])
+            if msg.get("usage"):
+                tokens = msg["usage"].get("completion_tokens", tokens)
+            for c in msg.get("choices") or []:
+                if c.get("text"):
+                    times.append(time.perf_counter())
+                    text.append(c["text"])
+    n = tokens if tokens is not None else len(times)  # llama-server: one token per chunk
+    return {"t0": t0, "times": times, "tokens": n, "text": "".join(text)}
+
+
+def run_load(url: str, bodies: list[dict[str, Any]], concurrency: int) -> dict[str, Any]:
+    """Sends every body once from `concurrency` threads; the run's statistics."""
+    todo: queue.Queue[dict[str, Any]] = queue.Queue()
+    for b in bodies:
+        todo.put(b)
+    done: list[dict[str, Any]] = []
+    errors: list[str] = []
+    lock = threading.Lock()
+
+    def worker() -> None:
+        while True:
+            try:
+                b = todo.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                r = one_request(url, b)
+                with lock:
+                    done.append(r)
+            except Exception as e:  # noqa: BLE001 (counted and reported)
+                with lock:
+                    errors.append(repr(e))
+
+    start = time.perf_counter()
+    threads = [threading.Thread(target=worker) for _ in range(concurrency)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - start
+    ttft = [r["times"][0] - r["t0"] for r in done if r["times"]]
+    itl = [b - a for r in done for a, b in zip(r["times"], r["times"][1:], strict=False)]
+    tpot = [
+        (r["times"][-1] - r["times"][0]) / (r["tokens"] - 1)
+        for r in done
+        if len(r["times"]) > 1 and r["tokens"] > 1
+    ]
+    tokens = sum(r["tokens"] for r in done)
+    ms = 1e3
+    return {
+        "concurrency": concurrency,
+        "requests": len(done),
+        "errors": errors,
+        "wall_s": wall,
+        "tokens": tokens,
+        "tokens_per_s": tokens / wall if wall > 0 else 0.0,
+        **{f"ttft_p{q}_ms": (percentile(ttft, q) or 0.0) * ms for q in (50, 95, 99)},
+        **{f"itl_p{q}_ms": (percentile(itl, q) or 0.0) * ms for q in (50, 95, 99)},
+        "tpot_p50_ms": (percentile(tpot, 50) or 0.0) * ms,
+        "texts": [r["text"] for r in sorted(done, key=lambda r: r["t0"])],
+    }
+
+
+def markdown(report: dict[str, Any]) -> str:
+    env = report["environment"]
+    s = report["settings"]
+    lines = [
+        f"# Serving benchmark ({report['tag']})",
+        "",
+        f"CPU {env['cpu']}, {s['threads']} threads, commit {env['git_commit']}, load at start "
+        f"{env['loadavg_start']}. {s['n_prompts']} prompts ({s['prompts']}), {s['max_tokens']} "
+        f"new tokens each (greedy, ignore_eos), streaming /v1/completions; llama.cpp "
+        f"{s.get('llama_server') or 'not run'}.",
+        "",
+        "| runner | C | tok/s | TTFT p50 | p95 | p99 | ITL p50 | p95 | p99 | TPOT p50 | errors |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name, runs in report["runs"].items():
+        for r in runs:
+            lines.append(
+                f"| {name} | {r['concurrency']} | {r['tokens_per_s']:.2f} | "
+                f"{r['ttft_p50_ms']:.0f} | {r['ttft_p95_ms']:.0f} | {r['ttft_p99_ms']:.0f} | "
+                f"{r['itl_p50_ms']:.0f} | {r['itl_p95_ms']:.0f} | {r['itl_p99_ms']:.0f} | "
+                f"{r['tpot_p50_ms']:.0f} | {len(r['errors'])} |"
+            )
+    lines += ["", "Times in ms. " + "; ".join(report["notes"]), ""]
+    return "\n".join(lines)
+
+
+def goals(report: dict[str, Any]) -> list[str]:
+    """The issue's goals, checked on this run."""
+    runs = {name: {r["concurrency"]: r for r in rs} for name, rs in report["runs"].items()}
+    out = []
+    ours = runs.get("trt-spec spec", {})
+    peer = runs.get("llama-server spec", {})
+    if 1 in ours and 1 in peer:
+        a, b = ours[1], peer[1]
+        out.append(
+            f"C=1 tok/s {a['tokens_per_s']:.2f} vs llama-server {b['tokens_per_s']:.2f} "
+            f"({a['tokens_per_s'] / b['tokens_per_s']:.2f}x); TTFT p50 {a['ttft_p50_ms']:.0f} vs "
+            f"{b['ttft_p50_ms']:.0f} ms"
+        )
+    if 1 in ours and 4 in ours:
+        x = ours[4]["tokens_per_s"] / ours[1]["tokens_per_s"]
+        out.append(f"trt-spec spec C=4 / C=1 total tok/s: {x:.2f}x (goal 1.5x)")
+    same = []
+    for name in ("trt-spec target", "llama-server target", "llama-server spec"):
+        for c, r in runs.get(name, {}).items():
+            if c in ours:
+                same.append(r["texts"] == ours[c]["texts"])
+    if same:
+        out.append(f"greedy texts equal to trt-spec spec's in {sum(same)} of {len(same)} runs")
+    return out
+
+
+def plot(report: dict[str, Any], path: Path) -> bool:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    for name, runs in report["runs"].items():
+        cs = [r["concurrency"] for r in runs]
+        axes[0].plot(cs, [r["tokens_per_s"] for r in runs], "o-", label=name)
+        axes[1].plot(cs, [r["ttft_p50_ms"] for r in runs], "o-", label=name)
+        axes[2].plot(cs, [r["itl_p50_ms"] for r in runs], "o-", label=name)
+    for ax, title in zip(axes, ["output tokens/s", "TTFT p50 (ms)", "ITL p50 (ms)"], strict=True):
+        ax.set_xlabel("concurrency")
+        ax.set_title(title)
+        ax.set_xscale("log", base=2)
+        ax.grid(alpha=0.3)
+    axes[0].legend()
+    fig.suptitle(f"Serving: {report['tag']}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    return True
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--engine", required=True, help="a pair engine built with --max-batch >= C")
+    p.add_argument("--target", help="the target GGUF (for llama-server)")
+    p.add_argument("--draft", help="the draft GGUF (for llama-server --model-draft)")
+    p.add_argument("--concurrency", default="1,2,4,8")
+    p.add_argument("--prompts", default="humaneval")
+    p.add_argument("--n-prompts", type=int, default=8)
+    p.add_argument("--max-tokens", type=int, default=64)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--ctx", type=int, default=2048, help="context per slot")
+    p.add_argument("--draft-max", type=int, default=8, help="llama-server --draft-max")
+    p.add_argument("--no-llama", action="store_true")
+    p.add_argument("--tag", default=time.strftime("%Y%m%d"))
+    args = p.parse_args(argv)
+    cs = [int(c) for c in args.concurrency.split(",")]
+    prompts, source = load_prompts(args.prompts, args.n_prompts)
+    texts = [pr.prompt for pr in prompts if isinstance(pr.prompt, str)]
+    RESULTS.mkdir(exist_ok=True)
+    base = {"max_tokens": args.max_tokens, "temperature": 0, "stream": True, "ignore_eos": True}
+    report: dict[str, Any] = {
+        "tag": args.tag,
+        "environment": environment(args.threads),
+        "settings": {
+            "threads": args.threads,
+            "concurrency": cs,
+            "prompts": source,
+            "n_prompts": len(texts),
+            "max_tokens": args.max_tokens,
+            "ctx": args.ctx,
+            "engine": str(args.engine),
+        },
+        "runs": {},
+        "notes": [
+            "ITL: gaps between streamed chunks (a speculative chunk may hold several tokens)",
+            "TPOT: (last - first token) / (tokens - 1)",
+            "runners one after another, each server alone on the machine",
+        ],
+    }
+    port = _free_port()
+    cmd = [sys.executable, "-m", "trt_spec.cli", "serve", args.engine, "--port", str(port)]
+    cmd += ["--threads", str(args.threads), "--served-model-name", "m", "--log-level", "warning"]
+    srv = ServerProcess(cmd, port, "trt-spec")
+    try:
+        for name, extra in (("trt-spec spec", {"draft": "auto"}), ("trt-spec target", {})):
+            if not extra:
+                extra = {"draft": "none"}
+            bodies = [{"model": "m", "prompt": t, **base, **extra} for t in texts]
+            run_load(srv.url, bodies[:1], 1)  # warm-up
+            report["runs"][name] = []
+            for c in cs:
+                r = run_load(srv.url, bodies, c)
+                print(f"{name} C={c}: {r['tokens_per_s']:.2f} tok/s", file=sys.stderr)
+                report["runs"][name].append(r)
+    finally:
+        srv.stop()
+    if not args.no_llama and args.target:
+        binary = find_binary("llama-server")
+        env = dict(os.environ, LD_LIBRARY_PATH=str(binary.parent))
+        report["settings"]["llama_server"] = str(binary)
+        for name, draft in (("llama-server spec", args.draft), ("llama-server target", None)):
+            port = _free_port()
+            par = max(cs)
+            cmd = [str(binary), "-m", args.target, "--port", str(port), "-t", str(args.threads)]
+            cmd += [
+                "-c",
+                str(args.ctx * par),
+                "-np",
+                str(par),
+                "--no-webui",
+                "-tb",
+                str(args.threads),
+            ]
+            if draft:
+                cmd += ["--model-draft", draft, "--draft-max", str(args.draft_max)]
+                cmd += ["-td", str(args.threads)]
+            srv = ServerProcess(cmd, port, name, env)
+            try:
+                bodies = [{"model": "m", "prompt": t, **base} for t in texts]
+                run_load(srv.url, bodies[:1], 1)
+                report["runs"][name] = []
+                for c in cs:
+                    r = run_load(srv.url, bodies, c)
+                    print(f"{name} C={c}: {r['tokens_per_s']:.2f} tok/s", file=sys.stderr)
+                    report["runs"][name].append(r)
+            finally:
+                srv.stop()
+    report["goals"] = goals(report)
+    stem = RESULTS / f"server_{args.tag}"
+    stem.with_suffix(".json").write_text(json.dumps(report, indent=1))
+    md = markdown(report) + "\n" + "\n".join(f"- {g}" for g in report["goals"]) + "\n"
+    if plot(report, stem.with_suffix(".png")):
+        md += f"\n![serving]({stem.name}.png)\n"
+    stem.with_suffix(".md").write_text(md)
+    print(md)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
