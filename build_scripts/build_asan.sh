@@ -8,7 +8,7 @@
 # Every undefined-behaviour finding aborts (-fno-sanitize-recover), so a report cannot scroll by
 # unnoticed. Python itself is not instrumented, so the ASan runtime must be preloaded: the script
 # ends by printing the environment to use (also written to BUILD_DIR/asan_env.sh):
-#   LD_PRELOAD=<libasan.so> ASAN_OPTIONS=detect_leaks=0:... PYTHONPATH=BUILD_DIR/python ...
+#   LD_PRELOAD="<libasan.so> <libstdc++.so.6>" ASAN_OPTIONS=detect_leaks=0:... PYTHONPATH=BUILD_DIR/python ...
 # BUILD_DIR/python is a copy of python/trt_spec with the sanitized _core linked in, so the normal
 # source tree (and its dev build) is left alone.
 set -euo pipefail
@@ -41,9 +41,12 @@ done
 ln -s "$out"/_core*.so "$pkg/"
 
 libasan="$("${CXX:-c++}" -print-file-name=libasan.so)"
+# libstdc++ preloaded too: Python does not link it, so without it ASan starts before the real
+# __cxa_throw exists and its interceptor aborts on the first C++ exception.
+libstdcxx="$(realpath "$("${CXX:-c++}" -print-file-name=libstdc++.so.6)")"
 cat >"$out/asan_env.sh" <<ENV
 # Source this to run Python against the sanitized build (written by build_scripts/build_asan.sh).
-export LD_PRELOAD="$libasan"
+export LD_PRELOAD="$libasan $libstdcxx"
 export ASAN_OPTIONS="detect_leaks=0:abort_on_error=1:allocator_may_return_null=1:handle_segv=1"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 export PYTHONPATH="$pkg/..:$repo/tests"

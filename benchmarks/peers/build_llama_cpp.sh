@@ -44,7 +44,7 @@ VERSION="${LLAMA_CPP_PYTHON_VERSION:-0.3.36}"
 JOBS="${TRT_SPEC_BUILD_JOBS:-2}"
 BUILD_BINARIES="${LLAMA_PEER_BUILD_BINARIES:-1}"
 STAMP="$PEERS/llama_cpp.stamp"
-BIN_TARGETS=(llama-bench llama-speculative-simple llama-completion llama-lookup)
+BIN_TARGETS=(llama-bench llama-speculative-simple llama-completion llama-lookup llama-server)
 
 # Flags the issue demands (AVX-512 on, AMX off, OpenMP on).
 ISSUE_FLAGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
@@ -175,14 +175,14 @@ if [[ "$BUILD_BINARIES" == 1 ]]; then
     log "cmake build of ${BIN_TARGETS[*]} into $BIN_BUILD"
     # shellcheck disable=SC2086
     "${NICE[@]}" cmake -S "$LLAMA_SRC" -B "$BIN_BUILD" -DCMAKE_BUILD_TYPE=Release \
-        -DBUILD_SHARED_LIBS=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF \
+        -DBUILD_SHARED_LIBS=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=ON \
         -DLLAMA_BUILD_APP=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF $BIN_FLAGS >/dev/null
     "${NICE[@]}" cmake --build "$BIN_BUILD" --config Release -j "$JOBS" \
         --target "${BIN_TARGETS[@]}"
     binaries_present
     "$BIN_BUILD/bin/llama-bench" --version 2>&1 | tail -n 2 || true
     bins_built=1
-    log "note: the new llama-cli needs the llama-server stack (LLAMA_BUILD_SERVER); not built." \
+    log "note: llama-server is built for benchmarks/bench_server.py; the new llama-cli is not." \
         "llama-completion is the classic one-shot CLI."
 else
     log "skipping CLI binaries (LLAMA_PEER_BUILD_BINARIES=$BUILD_BINARIES)"
