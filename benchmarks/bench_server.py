@@ -249,7 +249,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-tokens", type=int, default=64)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--ctx", type=int, default=2048, help="context per slot")
-    p.add_argument("--draft-max", type=int, default=8, help="llama-server --draft-max")
+    p.add_argument(
+        "--draft-max", type=int, default=None, help="llama-server --spec-draft-n-max (its default)"
+    )
     p.add_argument("--no-llama", action="store_true")
     p.add_argument("--tag", default=time.strftime("%Y%m%d"))
     args = p.parse_args(argv)
@@ -275,6 +277,7 @@ def main(argv: list[str] | None = None) -> int:
             "ITL: gaps between streamed chunks (a speculative chunk may hold several tokens)",
             "TPOT: (last - first token) / (tokens - 1)",
             "runners one after another, each server alone on the machine",
+            "llama-server with cache_prompt false (no reuse of a previous run's prompt KV)",
         ],
     }
     port = _free_port()
@@ -312,11 +315,15 @@ def main(argv: list[str] | None = None) -> int:
                 str(args.threads),
             ]
             if draft:
-                cmd += ["--model-draft", draft, "--draft-max", str(args.draft_max)]
-                cmd += ["-td", str(args.threads)]
+                cmd += ["--model-draft", draft, "-td", str(args.threads)]
+                if args.draft_max is not None:
+                    cmd += ["--spec-draft-n-max", str(args.draft_max)]
             srv = ServerProcess(cmd, port, name, env)
             try:
-                bodies = [{"model": "m", "prompt": t, **base} for t in texts]
+                # cache_prompt off: the same prompts come back at every concurrency, and
+                # llama-server would reuse their KV from the previous run (trt-spec has no
+                # prefix cache)
+                bodies = [{"model": "m", "prompt": t, **base, "cache_prompt": False} for t in texts]
                 run_load(srv.url, bodies[:1], 1)
                 report["runs"][name] = []
                 for c in cs:
