@@ -160,6 +160,17 @@ def run_load(url: str, bodies: list[dict[str, Any]], concurrency: int) -> dict[s
     }
 
 
+def sweep(name: str, url: str, bodies: list[dict[str, Any]], cs: list[int]) -> list[dict]:
+    """One runner at every concurrency, after a one-request warm-up."""
+    run_load(url, bodies[:1], 1)
+    runs = []
+    for c in cs:
+        r = run_load(url, bodies, c)
+        print(f"{name} C={c}: {r['tokens_per_s']:.2f} tok/s", file=sys.stderr)
+        runs.append(r)
+    return runs
+
+
 def markdown(report: dict[str, Any]) -> str:
     env = report["environment"]
     s = report["settings"]
@@ -310,12 +321,7 @@ def main(argv: list[str] | None = None) -> int:
             if not extra:
                 extra = {"draft": "none"}
             bodies = [{"model": "m", "prompt": t, **base, **extra} for t in texts]
-            run_load(srv.url, bodies[:1], 1)  # warm-up
-            report["runs"][name] = []
-            for c in cs:
-                r = run_load(srv.url, bodies, c)
-                print(f"{name} C={c}: {r['tokens_per_s']:.2f} tok/s", file=sys.stderr)
-                report["runs"][name].append(r)
+            report["runs"][name] = sweep(name, srv.url, bodies, cs)
     finally:
         srv.stop()
     if not args.no_llama and args.target:
@@ -345,12 +351,7 @@ def main(argv: list[str] | None = None) -> int:
                 # llama-server would reuse their KV from the previous run (trt-spec has no
                 # prefix cache)
                 bodies = [{"model": "m", "prompt": t, **base, "cache_prompt": False} for t in texts]
-                run_load(srv.url, bodies[:1], 1)
-                report["runs"][name] = []
-                for c in cs:
-                    r = run_load(srv.url, bodies, c)
-                    print(f"{name} C={c}: {r['tokens_per_s']:.2f} tok/s", file=sys.stderr)
-                    report["runs"][name].append(r)
+                report["runs"][name] = sweep(name, srv.url, bodies, cs)
             finally:
                 srv.stop()
     md = render(report, RESULTS / f"server_{args.tag}")

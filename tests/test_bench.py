@@ -402,11 +402,11 @@ def test_bench_llama_cpp_lookup_peer_with_fake_binaries(
 
 
 def test_benchmark_scripts_import_the_shared_helpers() -> None:
-    """bench_decode.py and bench_gpu.py take the environment helpers from trt_spec.bench.common
-    and still start (--help needs no GPU, model or peer)."""
+    """The benchmark scripts take the environment helpers from trt_spec.bench.common and still
+    start (--help needs no GPU, model, server or peer)."""
     repo = Path(__file__).resolve().parents[1]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-    for script in ("bench_decode.py", "bench_gpu.py"):
+    for script in ("bench_decode.py", "bench_gpu.py", "bench_server.py"):
         path = repo / "benchmarks" / script
         assert "from trt_spec.bench.common import" in path.read_text()
         out = subprocess.run(
@@ -499,3 +499,33 @@ def test_cost_model_prediction() -> None:
     assert a["per_prompt_ratio_min"] == 1.2 and a["per_prompt_ratio_min_id"] == "p1"
     assert a["per_prompt_ratio_median"] == pytest.approx(1.35)
     assert a["source_counts"]["model"] == 20 and a["by_source"]["model"]["drafted"] == 40
+
+
+def test_server_benchmark_goals_from_a_report(tmp_path: Path) -> None:
+    """bench_server's goal lines and files from a synthetic report (no server)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import bench_server
+
+    def run(c: int, tps: float, texts: list[str]) -> dict:
+        ms = {f"{k}_p{q}_ms": 1.0 for k in ("ttft", "itl") for q in (50, 95, 99)}
+        return {"concurrency": c, "tokens_per_s": tps, "tpot_p50_ms": 1.0, "errors": [],
+                "texts": texts, **ms}  # fmt: skip
+
+    report = {
+        "tag": "t",
+        "environment": {"cpu": "x", "git_commit": "abc", "loadavg_start": 0.0},
+        "settings": {"threads": 2, "n_prompts": 1, "prompts": "p", "max_tokens": 4},
+        "notes": [],
+        "runs": {
+            "trt-spec spec": [run(1, 2.0, ["a"]), run(4, 4.0, ["a"])],
+            "trt-spec target": [run(1, 1.0, ["a"]), run(4, 3.0, ["b"])],
+            "llama-server spec": [run(1, 4.0, ["z"])],
+            "llama-server target": [run(1, 2.0, ["z"])],
+        },
+    }
+    md = bench_server.render(report, tmp_path / "server_t")
+    assert "C=1 tok/s 2.00 vs llama-server 4.00 (0.50x)" in md
+    assert "C=4 / C=1 total tok/s: 2.00x" in md
+    assert "target-only C=1: trt-spec 0.50x" in md
+    assert "equal to trt-spec target's at 1 of 2 concurrencies" in md
+    assert (tmp_path / "server_t.json").exists() and (tmp_path / "server_t.md").exists()
