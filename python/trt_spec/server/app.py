@@ -135,38 +135,31 @@ def create_app(
             admission.enter()
         except APIError as e:
             return error_response(e)
+        handed_off = False  # a stream's worker thread leaves admission when it ends
         try:
             if req.stream:
-                return await _stream(req)
-            result = await anyio.to_thread.run_sync(_generate, req, limiter=limiter)
+                response = await _stream(req)
+                handed_off = True
+                return response
+            result = await anyio.to_thread.run_sync(_generate, req, False, limiter=limiter)
         except APIError as e:
-            admission.leave()
             return error_response(e)
-        except BaseException:
-            admission.leave()
-            raise
-        admission.leave()
+        finally:
+            if not handed_off:
+                admission.leave()
         metrics.observe(result)
         return JSONResponse(protocol.response(req, result))
 
-    def _generate(req: protocol.Request) -> GenerationResult:
+    def _generate(req: protocol.Request, stream: bool) -> Any:
+        """Engine.generate for the request: a result, or a stream already submitted."""
         try:
-            out = engine.generate(req.prompt, **req.gen)
+            return engine.generate(req.prompt, stream=stream, **req.gen)
         except ValueError as e:  # the engine's own checks: prompt too long, bad ids, ...
             raise APIError(str(e)) from None
-        assert isinstance(out, GenerationResult)
-        return out
 
     async def _stream(req: protocol.Request) -> StreamingResponse:
         """Submits the request (errors still get their status), then streams its pieces."""
-
-        def submit():  # noqa: ANN202
-            try:
-                return engine.generate(req.prompt, stream=True, **req.gen)
-            except ValueError as e:
-                raise APIError(str(e)) from None
-
-        stream = await anyio.to_thread.run_sync(submit, limiter=limiter)
+        stream = await anyio.to_thread.run_sync(_generate, req, True, limiter=limiter)
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
         cancelled = threading.Event()

@@ -29,69 +29,58 @@ class ServerMetrics:
 
     def __init__(self, running: Callable[[], int], waiting: Callable[[], int]) -> None:
         r = self.registry = CollectorRegistry()
-        p = "trt_spec:"
-        running_g = Gauge(p + "num_requests_running", "Requests in the batch.", registry=r)
-        running_g.set_function(running)
-        waiting_g = Gauge(p + "num_requests_waiting", "Requests waiting for a slot.", registry=r)
-        waiting_g.set_function(waiting)
-        self.prompt_tokens = Counter(p + "prompt_tokens", "Prefilled prompt tokens.", registry=r)
-        self.generation_tokens = Counter(p + "generation_tokens", "Generated tokens.", registry=r)
-        self.request_success = Counter(
-            p + "request_success",
-            "Finished requests, by finish reason.",
-            ["finished_reason"],
-            registry=r,
+
+        def counter(name: str, doc: str, *labels: str) -> Counter:
+            return Counter("trt_spec:" + name, doc, labels, registry=r)
+
+        def histogram(name: str, doc: str, buckets: tuple[float, ...]) -> Histogram:
+            return Histogram("trt_spec:" + name, doc, buckets=buckets, registry=r)
+
+        for name, doc, fn in (
+            ("num_requests_running", "Requests in the batch.", running),
+            ("num_requests_waiting", "Requests waiting for a slot.", waiting),
+        ):
+            Gauge("trt_spec:" + name, doc, registry=r).set_function(fn)
+        self.prompt_tokens = counter("prompt_tokens", "Prefilled prompt tokens.")
+        self.generation_tokens = counter("generation_tokens", "Generated tokens.")
+        self.request_success = counter(
+            "request_success", "Finished requests, by finish reason.", "finished_reason"
         )
-        self.request_cancelled = Counter(
-            p + "request_cancelled",
-            "Requests cancelled because the client went away.",
-            registry=r,
+        self.request_cancelled = counter(
+            "request_cancelled", "Requests cancelled because the client went away."
         )
-        self.request_errors = Counter(
-            p + "request_errors", "Requests answered with an error, by status.", ["status"],
-            registry=r,
-        )  # fmt: skip
-        self.ttft = Histogram(
-            p + "time_to_first_token_seconds",
-            "Submission to first token.",
-            buckets=_LATENCY_BUCKETS,
-            registry=r,
+        self.request_errors = counter(
+            "request_errors", "Requests answered with an error, by status.", "status"
         )
-        self.itl = Histogram(
-            p + "inter_token_latency_seconds",
+        self.ttft = histogram(
+            "time_to_first_token_seconds", "Submission to first token.", _LATENCY_BUCKETS
+        )
+        self.itl = histogram(
+            "inter_token_latency_seconds",
             "Time between successive tokens becoming final.",
-            buckets=_LATENCY_BUCKETS,
-            registry=r,
+            _LATENCY_BUCKETS,
         )
-        self.e2e = Histogram(
-            p + "e2e_request_latency_seconds",
-            "Submission to the last token.",
-            buckets=_E2E_BUCKETS,
-            registry=r,
+        self.e2e = histogram(
+            "e2e_request_latency_seconds", "Submission to the last token.", _E2E_BUCKETS
         )
-        self.drafts = Counter(
-            p + "spec_decode_num_drafts",
-            "Iterations that verified draft tokens.",
-            ["source"],
-            registry=r,
+        self.drafts = counter(
+            "spec_decode_num_drafts", "Iterations that verified draft tokens.", "source"
         )
-        self.draft_tokens = Counter(
-            p + "spec_decode_num_draft_tokens", "Draft tokens verified.", ["source"], registry=r
+        self.draft_tokens = counter(
+            "spec_decode_num_draft_tokens", "Draft tokens verified.", "source"
         )
-        self.accepted_tokens = Counter(
-            p + "spec_decode_num_accepted_tokens", "Draft tokens kept.", ["source"], registry=r
+        self.accepted_tokens = counter(
+            "spec_decode_num_accepted_tokens", "Draft tokens kept.", "source"
         )
-        self.accepted_per_pos = Counter(
-            p + "spec_decode_num_accepted_tokens_per_pos",
+        self.accepted_per_pos = counter(
+            "spec_decode_num_accepted_tokens_per_pos",
             "Drafting iterations that kept at least position+1 draft tokens.",
-            ["position"],
-            registry=r,
+            "position",
         )
-        self.tokens_per_iteration = Histogram(
-            p + "tokens_per_iteration",
+        self.tokens_per_iteration = histogram(
+            "tokens_per_iteration",
             "Tokens a request got per decode iteration (averaged over the request).",
-            buckets=(1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0, 17.0),
-            registry=r,
+            (1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0, 17.0),
         )
 
     def observe(self, result: GenerationResult) -> None:

@@ -322,6 +322,19 @@ def spec_stats(result: GenerationResult) -> dict[str, Any]:
     }
 
 
+def _envelope(req: Request, streamed: bool, choices: list, **rest: Any) -> dict[str, Any]:
+    """The fields every answer and chunk shares."""
+    kind = ("chat.completion.chunk" if streamed else "chat.completion") if req.chat else None
+    return {
+        "id": req.id,
+        "object": kind or "text_completion",
+        "created": req.created,
+        "model": req.model,
+        "choices": choices,
+        **rest,
+    }
+
+
 def response(req: Request, result: GenerationResult) -> dict[str, Any]:
     """The non-streaming answer."""
     if req.chat:
@@ -338,15 +351,7 @@ def response(req: Request, result: GenerationResult) -> dict[str, Any]:
             "logprobs": None,
             "finish_reason": finish_reason(result),
         }
-    return {
-        "id": req.id,
-        "object": "chat.completion" if req.chat else "text_completion",
-        "created": req.created,
-        "model": req.model,
-        "choices": [choice],
-        "usage": usage(result),
-        "trt_spec": spec_stats(result),
-    }
+    return _envelope(req, False, [choice], usage=usage(result), trt_spec=spec_stats(result))
 
 
 def chunk(
@@ -367,23 +372,9 @@ def chunk(
         }
     else:
         choice = {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}
-    return {
-        "id": req.id,
-        "object": "chat.completion.chunk" if req.chat else "text_completion",
-        "created": req.created,
-        "model": req.model,
-        "choices": [choice],
-    }
+    return _envelope(req, True, [choice])
 
 
 def usage_chunk(req: Request, result: GenerationResult) -> dict[str, Any]:
     """The last chunk when ``stream_options.include_usage``: no choices, the usage."""
-    return {
-        "id": req.id,
-        "object": "chat.completion.chunk" if req.chat else "text_completion",
-        "created": req.created,
-        "model": req.model,
-        "choices": [],
-        "usage": usage(result),
-        "trt_spec": spec_stats(result),
-    }
+    return _envelope(req, True, [], usage=usage(result), trt_spec=spec_stats(result))
