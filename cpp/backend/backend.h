@@ -136,6 +136,25 @@ class Backend {
   // the state of slot[i] (its params; step counter used then advanced by one).
   virtual void sample(const float* logits, int n, int vocab, const int32_t* slot,
                       SamplingState* states, int32_t* out_tokens) = 0;
+
+  // ---- Fused ops: the five steps of a transformer layer and the output head (model.cpp) ------
+  // Each defaults to the primitive ops above (backend.cpp); a backend that pays per launch (CUDA)
+  // overrides them with one kernel each. `tmp` arguments are scratch [n, cols] the defaults use.
+
+  // out [n, w.rows] = rmsnorm(x row r_i) @ W^T (+ bias), r_i = in_rows[i] (in_rows null: i).
+  virtual void norm_linear(const float* x, const int32_t* in_rows, WeightView norm, float eps,
+                           WeightView w, WeightView bias, int n, float* out, float* tmp);
+  // qkv [n, (n_heads + 2 n_kv_heads) head_dim] = rope(rmsnorm(x) @ Wqkv^T + bias) (rope as in
+  // rope()), and each row's k and v into the cache at (slot[i], layer, :, kv_idx[i]).
+  virtual void qkv_projection(const float* x, WeightView norm, float eps, WeightView w,
+                              WeightView bias, const Rows& rows, int n, const AttentionShape& shape,
+                              const float* cos_table, const float* sin_table, KvCache& cache,
+                              int layer, float* qkv, float* tmp);
+  // x [n, w.rows] += in [n, w.cols] @ W^T     (tmp [n, w.rows])
+  virtual void linear_residual(WeightView w, const float* in, int n, float* x, float* tmp);
+  // x [n, w.rows] += swiglu(gate_up [n, 2 w.cols]) @ W^T     (act [n, w.cols], tmp [n, w.rows])
+  virtual void swiglu_linear_residual(WeightView w, const float* gate_up, int n, float* x,
+                                      float* act, float* tmp);
 };
 
 // Owning handle to backend memory (released with the handle).

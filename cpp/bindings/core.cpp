@@ -8,6 +8,7 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/pair.h>
+#include <nanobind/stl/map.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
@@ -18,6 +19,7 @@
 #include "bindings/common.h"
 #include "bindings/events.h"
 #include "common/errors.h"
+#include "engine/launch_plan.h"
 #include "engine/runtime.h"
 #include "engine/scheduler.h"
 #include "format/engine_file.h"
@@ -128,6 +130,31 @@ NB_MODULE(_core, m) {
   m.def("cuda_compiled", &cuda_compiled, "Whether this build has the CUDA backend");
   m.def("cuda_available", &cuda_available,
         "Whether this build has the CUDA backend and a usable GPU is present");
+
+  m.def(
+      "cuda_launch_plan",
+      [](const std::string& path, int batch, int draft_len, int sm_count) {
+        LaunchPlan p;
+        {
+          nb::gil_scoped_release nogil;
+          p = cuda_launch_plan(path, batch, draft_len, sm_count);
+        }
+        nb::dict d;
+        d["batch"] = p.batch;
+        d["draft_len"] = p.draft_len;
+        d["sm_count"] = p.sm_count;
+        d["target_layers"] = p.target_layers;
+        d["draft_layers"] = p.draft_layers;
+        d["target_step"] = p.target_step;
+        d["draft_step"] = p.draft_step;
+        d["iteration"] = p.iteration;
+        d["iteration_kernels"] = p.iteration_kernels;
+        return d;
+      },
+      "path"_a, "batch"_a = 1, "draft_len"_a = 4, "sm_count"_a = 132,
+      "CUDA kernel launches of an engine's target step, draft step and one speculative iteration "
+      "(B sequences, draft_len tokens), counted by the CUDA backend's own launch code without a "
+      "GPU (a dict)");
 
   // ---- runtime ----------------------------------------------------------------------------
   nb::class_<Runtime>(m, "Runtime", "An opened engine file with its backend and target model")

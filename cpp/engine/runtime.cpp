@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <utility>
 
 #include "backend/cpu/cpu_backend.h"
 #include "common/errors.h"
@@ -82,9 +83,15 @@ void check_token_ids(const std::vector<int32_t>& ids, int vocab, const char* wha
   }
 }
 
-Runtime::Runtime(const std::string& path, const RuntimeOptions& opts) {
+Runtime::Runtime(const std::string& path, const RuntimeOptions& opts)
+    : Runtime(path, opts,
+              opts.prefill_chunk < 1 ? nullptr : make_backend(opts.device, opts.n_threads)) {}
+
+Runtime::Runtime(const std::string& path, const RuntimeOptions& opts,
+                 std::unique_ptr<Backend> backend) {
   if (opts.prefill_chunk < 1) throw InvalidArgument("prefill_chunk must be >= 1");
-  backend_ = make_backend(opts.device, opts.n_threads);
+  if (!backend) throw InvalidArgument("Runtime: no backend");
+  backend_ = std::move(backend);
   file_ = std::make_unique<EngineFile>(path, opts.verify_checksums);
   const Json build = file_->meta().at("build");
   const int64_t max_seq = build.at("max_seq_len").as_int();
@@ -119,7 +126,9 @@ Runtime::Runtime(const std::string& path, const RuntimeOptions& opts) {
   double ram = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
   const char* where = "this machine's memory";
 #ifdef TRT_SPEC_WITH_CUDA
-  if (auto* gpu = dynamic_cast<CudaBackend*>(backend_.get())) {
+  auto* gpu = dynamic_cast<CudaBackend*>(backend_.get());
+  if (gpu && gpu->is_planning()) ram = 1e30;  // (nothing is allocated on a device)
+  if (gpu && !gpu->is_planning()) {
     ram = static_cast<double>(cuda_device_info(gpu->device()).free_bytes);
     where = "the GPU's free memory";
   }

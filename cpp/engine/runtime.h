@@ -25,6 +25,8 @@ struct RuntimeOptions {
 class Runtime {
  public:
   Runtime(const std::string& path, const RuntimeOptions& opts);
+  // On a given backend (opts.device and opts.n_threads are not used).
+  Runtime(const std::string& path, const RuntimeOptions& opts, std::unique_ptr<Backend> backend);
   ~Runtime();
 
   const EngineFile& file() const { return *file_; }

@@ -98,29 +98,25 @@ void Model::forward(const Rows& rows, int n, const int32_t* logit_rows, int n_lo
                     float* logits_out) {
   if (n <= 0 || n > limits_.max_rows || n_logits < 0 || n_logits > n)
     throw InvalidArgument("forward: bad row count");
-  const int D = cfg_.dim;
   float *x = x_.as<float>(), *h = h_.as<float>(), *qkv = qkv_.as<float>(), *att = att_.as<float>(),
         *proj = proj_.as<float>(), *gate_up = gate_up_.as<float>(), *act = act_.as<float>(),
         *sel = sel_.as<float>();
   be_.embed(tok_embd_, rows.tokens, n, x);  // [n, D]
+  // Five fused ops per layer (backend.h); h, proj and act are the default ops' scratch.
   for (int l = 0; l < cfg_.n_layers; ++l) {
     const Layer& L = layers_[l];
-    be_.rmsnorm(x, L.attn_norm, cfg_.rms_eps, n, D, h);  // [n, D]
-    be_.linear(L.attn_qkv, L.attn_qkv_bias, h, n, qkv);  // [n, qkv_dim]
-    be_.rope(qkv, rows.pos, n, attn_, cos_.as<float>(), sin_.as<float>());
-    be_.attention(qkv, rows, n, attn_, kv_, l, att);   // [n, heads * head_dim]
-    be_.linear(L.attn_o, WeightView{}, att, n, proj);  // [n, D]
-    be_.add(x, proj, static_cast<size_t>(n) * D);
-    be_.rmsnorm(x, L.ffn_norm, cfg_.rms_eps, n, D, h);
-    be_.linear(L.ffn_gate_up, WeightView{}, h, n, gate_up);  // [n, 2 F]
-    be_.swiglu(gate_up, n, cfg_.ffn_dim, act);               // [n, F]
-    be_.linear(L.ffn_down, WeightView{}, act, n, proj);      // [n, D]
-    be_.add(x, proj, static_cast<size_t>(n) * D);
+    be_.qkv_projection(x, L.attn_norm, cfg_.rms_eps, L.attn_qkv, L.attn_qkv_bias, rows, n, attn_,
+                       cos_.as<float>(), sin_.as<float>(), kv_, l, qkv, h);  // [n, qkv_dim]
+    be_.attention(qkv, rows, n, attn_, kv_, l, att);  // [n, heads * head_dim]
+    be_.linear_residual(L.attn_o, att, n, x, proj);   // x += att @ Wo^T
+    be_.norm_linear(x, nullptr, L.ffn_norm, cfg_.rms_eps, L.ffn_gate_up, WeightView{}, n, gate_up,
+                    h);                                                   // [n, 2 F]
+    be_.swiglu_linear_residual(L.ffn_down, gate_up, n, x, act, proj);  // x += swiglu @ Wd^T
   }
   if (n_logits == 0) return;
-  be_.gather_rows(x, logit_rows, n_logits, D, sel);  // [n_logits, D]
-  be_.rmsnorm(sel, output_norm_, cfg_.rms_eps, n_logits, D, h);
-  be_.linear(output_, WeightView{}, h, n_logits, logits_out);  // [n_logits, V]
+  // The selected rows' final norm and the head: [n_logits, V].
+  be_.norm_linear(x, logit_rows, output_norm_, cfg_.rms_eps, output_, WeightView{}, n_logits,
+                  logits_out, sel);
 }
 
 }  // namespace trt_spec

@@ -115,7 +115,34 @@ def cmd_info(args: argparse.Namespace) -> int:
             f"  weights {m['weight_bytes'] / 1e6:.1f} MB {m['tensor_type_counts']}, relative error "
             f"mean {m['quant_error']['mean']:.2e} max {m['quant_error']['max']:.2e}"
         )
+    if args.plan:
+        print_launch_plan(args.engine, args.draft_len, engine.draft_len)
     return 0
+
+
+def print_launch_plan(path: str, draft_len: int | None, engine_draft_len: int) -> None:
+    """The CUDA launches per step and per iteration at batch 1, counted by the CUDA backend's own
+    launch code on a planning backend (no GPU needed)."""
+    from trt_spec import _core
+
+    if not _core.cuda_compiled():
+        raise SystemExit("info --plan: this build of trt-spec has no CUDA backend")
+    k = min(4, engine_draft_len) if draft_len is None else draft_len
+    p = _core.cuda_launch_plan(path, batch=1, draft_len=k)
+    t, d = p["target_layers"], p["draft_layers"]
+    print(f"cuda plan for {p['sm_count']} SMs at batch 1 (counted, nothing ran):")
+    print(
+        f"  cuda launches per target step: {p['target_step']} "
+        f"({t} layers, {(p['target_step'] - 2) / max(t, 1):.1f} per layer + 2)"
+    )
+    if d:
+        print(
+            f"  cuda launches per draft step: {p['draft_step']} "
+            f"({d} layers, {(p['draft_step'] - 2) / max(d, 1):.1f} per layer + 2)"
+        )
+    print(f"cuda launches per iteration (B=1, K={k}): {p['iteration']}")
+    kernels = ", ".join(f"{name} {n}" for name, n in sorted(p["iteration_kernels"].items()))
+    print(f"  by kernel: {kernels}")
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -237,6 +264,19 @@ def make_parser() -> argparse.ArgumentParser:
     i = sub.add_parser("info", help="describe an engine file")
     i.add_argument("engine")
     i.add_argument("--no-verify", action="store_true", help="skip checksum verification")
+    i.add_argument(
+        "--plan",
+        action="store_true",
+        help="CUDA kernel launches per target step, draft step and iteration at batch 1 "
+        "(counted without a GPU)",
+    )
+    i.add_argument(
+        "--draft-len",
+        type=int,
+        default=None,
+        help="draft tokens of the planned iteration (default: 4, or the engine's draft length "
+        "if smaller)",
+    )
     i.set_defaults(func=cmd_info)
 
     s = sub.add_parser("serve", help="serve an engine over an OpenAI-compatible HTTP API")

@@ -3,7 +3,9 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <utility>
 
 #include "backend/cuda/cuda_api.h"
 #include "backend/cuda/cuda_backend.h"
@@ -18,6 +20,18 @@ namespace trt_spec {
 namespace {
 
 constexpr size_t kPinnedBytes = size_t{8} << 20;  // download() staging; larger copies go in parts
+
+// Planning mode: a graph is the list of launches its capture recorded.
+class PlanGraph final : public BackendGraph {
+ public:
+  PlanGraph(std::vector<std::string> launches, std::vector<std::string>* record)
+      : launches_(std::move(launches)), record_(record) {}
+  void launch() override { record_->insert(record_->end(), launches_.begin(), launches_.end()); }
+
+ private:
+  std::vector<std::string> launches_;
+  std::vector<std::string>* record_;
+};
 
 class CudaGraph final : public BackendGraph {
  public:
@@ -108,6 +122,35 @@ double cuda_copy_bandwidth_gbps(int device, size_t bytes, int iters) {
 
 // ---- construction, memory ---------------------------------------------------------------------
 
+class CudaBackend::Recorder final : public cuda::LaunchRecorder {
+ public:
+  void record(const char* kernel, dim3, dim3, size_t) override { launches.emplace_back(kernel); }
+  std::vector<std::string> launches;
+  cuda::LaunchRecorder* previous = nullptr;
+};
+
+CudaBackend::CudaBackend(PlanTag, int sm_count) : planning_(true), device_(-1) {
+  if (sm_count < 1) throw InvalidArgument("planning: sm_count must be >= 1");
+  sm_count_ = sm_count;
+  name_ = "cuda plan (" + std::to_string(sm_count) + " SMs, nothing runs)";
+  recorder_ = std::make_unique<Recorder>();
+  recorder_->previous = cuda::launch_recorder();
+  cuda::launch_recorder() = recorder_.get();
+}
+
+std::unique_ptr<CudaBackend> CudaBackend::planning(int sm_count) {
+  return std::unique_ptr<CudaBackend>(new CudaBackend(PlanTag{}, sm_count));
+}
+
+const std::vector<std::string>& CudaBackend::launches() const {
+  if (!planning_) throw Error("launches() is for a planning backend");
+  return recorder_->launches;
+}
+
+void CudaBackend::clear_launches() {
+  if (planning_) recorder_->launches.clear();
+}
+
 CudaBackend::CudaBackend(int device) : device_(device) {
   std::string why;
   const int count = cuda_device_count(&why);
@@ -131,6 +174,12 @@ CudaBackend::CudaBackend(int device) : device_(device) {
 }
 
 CudaBackend::~CudaBackend() {
+  if (planning_) {
+    for (Scratch& s : scratch_) std::free(s.p);
+    for (void* p : retired_) std::free(p);
+    if (cuda::launch_recorder() == recorder_.get()) cuda::launch_recorder() = recorder_->previous;
+    return;
+  }
   cudaSetDevice(device_);
   cudaStreamSynchronize(stream_);
   for (void* p : weights_) cudaFree(p);
@@ -141,12 +190,14 @@ CudaBackend::~CudaBackend() {
 }
 
 void CudaBackend::use_device() const {
+  if (planning_) return;
   int current = -1;
   if (cudaGetDevice(&current) != cudaSuccess || current != device_)
     cuda_check(cudaSetDevice(device_), "cudaSetDevice");
 }
 
 void CudaBackend::check_launch(const char* what) const {
+  if (planning_) return;
   cuda_check(cudaGetLastError(), what);
 }
 
@@ -154,6 +205,11 @@ void* CudaBackend::alloc(size_t bytes) {
   use_device();
   void* p = nullptr;
   const size_t n = align_up(bytes == 0 ? 64 : bytes, 64);
+  if (planning_) {  // zeroed pages, committed only where written (a KV cache stays untouched)
+    p = std::calloc(1, n);
+    if (!p) throw Error("out of host memory planning an allocation of " + std::to_string(bytes));
+    return p;
+  }
   const cudaError_t e = cudaMalloc(&p, n);
   if (e != cudaSuccess) {
     cudaGetLastError();
@@ -166,17 +222,26 @@ void* CudaBackend::alloc(size_t bytes) {
 
 void CudaBackend::release(void* p) {
   if (!p) return;
+  if (planning_) return std::free(p);
   cudaSetDevice(device_);
   cudaFree(p);  // (waits for the device; never throws: called from destructors)
 }
 
 void CudaBackend::upload(void* dst, const void* src, size_t bytes) {
+  if (planning_) {
+    std::memcpy(dst, src, bytes);
+    return;
+  }
   use_device();
   // Pageable source: the copy is staged before the call returns, so src may change afterwards.
   cuda_check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_), "upload");
 }
 
 void CudaBackend::download(void* dst, const void* src, size_t bytes) {
+  if (planning_) {
+    std::memcpy(dst, src, bytes);
+    return;
+  }
   use_device();
   auto* out = static_cast<uint8_t*>(dst);
   const auto* in = static_cast<const uint8_t*>(src);
@@ -194,11 +259,13 @@ void CudaBackend::download(void* dst, const void* src, size_t bytes) {
 }
 
 void CudaBackend::synchronize() {
+  if (planning_) return;
   use_device();
   cuda_check(cudaStreamSynchronize(stream_), "synchronize");
 }
 
 WeightView CudaBackend::import_weight(const WeightView& host) {
+  if (planning_) return host;  // (never read: nothing runs)
   use_device();
   const size_t bytes = weight_blob_bytes(host.type, host.rows, host.cols);
   void* p = nullptr;
@@ -224,6 +291,12 @@ void CudaBackend::grow(Scratch& s, size_t bytes) {
   s.p = nullptr;
   s.bytes = 0;
   const size_t n = align_up(bytes, 256);
+  if (planning_) {
+    s.p = std::calloc(1, n);
+    if (!s.p) throw Error("out of host memory planning " + std::to_string(n) + " bytes of scratch");
+    s.bytes = n;
+    return;
+  }
   const cudaError_t e = cudaMalloc(&s.p, n);
   if (e != cudaSuccess) {
     cudaGetLastError();
@@ -259,6 +332,23 @@ std::unique_ptr<BackendGraph> CudaBackend::capture(const std::function<void()>& 
   sizing_ = false;
   for (Scratch& s : scratch_)
     if (s.need > s.bytes) grow(s, s.need);
+  if (planning_) {  // 2'. Record the launches of one issue.
+    std::vector<std::string> before;
+    before.swap(recorder_->launches);
+    capturing_ = true;
+    try {
+      issue_ops();
+    } catch (...) {
+      capturing_ = false;
+      recorder_->launches.swap(before);
+      throw;
+    }
+    capturing_ = false;
+    std::vector<std::string> graph;
+    graph.swap(recorder_->launches);
+    recorder_->launches.swap(before);
+    return std::make_unique<PlanGraph>(std::move(graph), &recorder_->launches);
+  }
   // 2. Capture.
   cuda_check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal),
              "cudaStreamBeginCapture");
@@ -286,14 +376,15 @@ std::unique_ptr<BackendGraph> CudaBackend::capture(const std::function<void()>& 
 
 void CudaBackend::embed(WeightView table, const int32_t* tokens, int n, float* out) {
   if (sizing() || n <= 0) return;
-  cuda::embed_kernel<<<n, cuda::kRowThreads, 0, stream_>>>(cuda::dev_weight(table), tokens, out);
+  TRT_SPEC_LAUNCH(cuda::embed_kernel, n, cuda::kRowThreads, stream_, cuda::dev_weight(table), tokens,
+                  out);
   check_launch("embed");
 }
 
 void CudaBackend::rmsnorm(const float* x, WeightView w, float eps, int n, int dim, float* out) {
   if (sizing() || n <= 0) return;
-  cuda::rmsnorm_kernel<<<n, cuda::kRowThreads, 0, stream_>>>(
-      x, static_cast<const float*>(w.section(0)), eps, dim, out);
+  TRT_SPEC_LAUNCH(cuda::rmsnorm_kernel, n, cuda::kRowThreads, stream_, x,
+                  static_cast<const float*>(w.section(0)), eps, dim, out);
   check_launch("rmsnorm");
 }
 
@@ -307,8 +398,8 @@ void CudaBackend::linear(WeightView w, WeightView bias, const float* x, int n, f
 void CudaBackend::rope(float* qkv, const int32_t* pos, int n, const AttentionShape& s,
                        const float* cos_table, const float* sin_table) {
   if (sizing() || n <= 0) return;
-  cuda::rope_kernel<<<n, cuda::kRowThreads, 0, stream_>>>(qkv, pos, s.n_heads, s.n_kv_heads,
-                                                          s.head_dim, cos_table, sin_table);
+  TRT_SPEC_LAUNCH(cuda::rope_kernel, n, cuda::kRowThreads, stream_, qkv, pos, s.n_heads,
+                  s.n_kv_heads, s.head_dim, cos_table, sin_table);
   check_launch("rope");
 }
 
@@ -356,21 +447,21 @@ void CudaBackend::kv_copy(KvCache& cache, const int32_t* slot, const int32_t* sr
 void CudaBackend::swiglu(const float* gate_up, int n, int ffn, float* out) {
   if (sizing() || n <= 0) return;
   const int64_t count = static_cast<int64_t>(n) * ffn;
-  cuda::swiglu_kernel<<<cuda::elementwise_blocks(count, 256), 256, 0, stream_>>>(gate_up, n, ffn,
-                                                                                 out);
+  TRT_SPEC_LAUNCH(cuda::swiglu_kernel, cuda::elementwise_blocks(count, 256), 256, stream_, gate_up,
+                  static_cast<int64_t>(n), ffn, out);
   check_launch("swiglu");
 }
 
 void CudaBackend::add(float* x, const float* y, size_t count) {
   if (sizing() || count == 0) return;
-  cuda::add_kernel<<<cuda::elementwise_blocks(static_cast<int64_t>(count), 256), 256, 0, stream_>>>(
-      x, y, static_cast<int64_t>(count));
+  TRT_SPEC_LAUNCH(cuda::add_kernel, cuda::elementwise_blocks(static_cast<int64_t>(count), 256), 256,
+                  stream_, x, y, static_cast<int64_t>(count));
   check_launch("add");
 }
 
 void CudaBackend::gather_rows(const float* src, const int32_t* rows, int n, int dim, float* dst) {
   if (sizing() || n <= 0) return;
-  cuda::gather_rows_kernel<<<n, cuda::kRowThreads, 0, stream_>>>(src, rows, dim, dst);
+  TRT_SPEC_LAUNCH(cuda::gather_rows_kernel, n, cuda::kRowThreads, stream_, src, rows, dim, dst);
   check_launch("gather_rows");
 }
 

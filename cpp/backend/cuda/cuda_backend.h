@@ -11,8 +11,14 @@
 // so an outgrown buffer is retired (kept until the backend goes), never freed early; capture()
 // first issues the ops in a sizing pass that launches nothing, so no buffer grows while
 // capturing.
+//
+// Planning mode (CudaBackend::planning): the same class and the same op code with no GPU at all:
+// memory is host memory, nothing runs, and every kernel launch the ops would make is recorded
+// (TRT_SPEC_LAUNCH, kernels/cuda/common.cuh). Graphs replay their recorded launches into the
+// record. This is how `trt-spec info --plan` counts launches per step and per iteration.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -26,6 +32,14 @@ class CudaBackend final : public Backend {
  public:
   explicit CudaBackend(int device);
   ~CudaBackend() override;
+
+  // A backend that plans for a device with sm_count SMs and runs nothing (see above). Its
+  // launches are recorded while it lives, on the thread that made it.
+  static std::unique_ptr<CudaBackend> planning(int sm_count);
+  bool is_planning() const { return planning_; }
+  // Planning mode: the kernel names of every launch so far (graph launches included).
+  const std::vector<std::string>& launches() const;
+  void clear_launches();
 
   std::string name() const override { return name_; }
   int threads() const override { return 1; }
@@ -56,6 +70,7 @@ class CudaBackend final : public Backend {
   void sample(const float* logits, int n, int vocab, const int32_t* slot, SamplingState* states,
               int32_t* out_tokens) override;
   int device() const { return device_; }
+  int sm_count() const { return sm_count_; }
   CUstream_st* stream() const { return stream_; }
   // True during capture()'s sizing pass: ops (the spec layer's too) launch nothing.
   bool sizing() const { return sizing_; }
@@ -75,6 +90,12 @@ class CudaBackend final : public Backend {
   void* scratch(ScratchId id, size_t bytes);
   void grow(Scratch& s, size_t bytes);
 
+  struct PlanTag {};
+  CudaBackend(PlanTag, int sm_count);
+  class Recorder;
+
+  bool planning_ = false;
+  std::unique_ptr<Recorder> recorder_;  // planning mode: the launches so far
   int device_ = 0;
   int sm_count_ = 1;
   std::string name_;

@@ -19,15 +19,47 @@
 
 #include "kernels/weight_format.h"
 
-// kernel<<<grid, block, 0, stream>>>(args...), or its host emulation: host launch code written
-// with it runs unchanged in the emulated tests (no template arguments with commas in `kernel`).
+namespace trt_spec::cuda {
+
+// Launch recording: while a recorder is set on the calling thread, TRT_SPEC_LAUNCH records each
+// launch (kernel name, grid, block, dynamic shared memory) instead of running it. The CUDA
+// backend's planning mode (CudaBackend::planning) counts the launches of the very code that
+// launches on a GPU, on machines without one; the emulated tests count launches per launch
+// function with it.
+struct LaunchRecorder {
+  virtual ~LaunchRecorder() = default;
+  virtual void record(const char* kernel, dim3 grid, dim3 block, size_t smem_bytes) = 0;
+};
+
+inline LaunchRecorder*& launch_recorder() {
+  static thread_local LaunchRecorder* recorder = nullptr;
+  return recorder;
+}
+
+}  // namespace trt_spec::cuda
+
+// kernel<<<grid, block, smem, stream>>>(args...), its host emulation, or a record of it (above):
+// host launch code written with it runs unchanged in the emulated tests and in planning mode.
+// `kernel` must not contain a comma: name a template instance through a function pointer first.
 #if defined(TRT_SPEC_CUDA_EMU)
-#define TRT_SPEC_LAUNCH(kernel, grid, block, stream, ...) \
-  cuda_emu::launch(dim3(grid), dim3(block), kernel, __VA_ARGS__)
+#define TRT_SPEC_LAUNCH_SMEM(kernel, grid, block, smem, stream, ...)                        \
+  do {                                                                                    \
+    if (auto* rec_ = ::trt_spec::cuda::launch_recorder())                                 \
+      rec_->record(#kernel, dim3(grid), dim3(block), (smem));                             \
+    else                                                                                  \
+      cuda_emu::launch(dim3(grid), dim3(block), kernel, __VA_ARGS__);                     \
+  } while (0)
 #else
-#define TRT_SPEC_LAUNCH(kernel, grid, block, stream, ...) \
-  kernel<<<(grid), (block), 0, (stream)>>>(__VA_ARGS__)
+#define TRT_SPEC_LAUNCH_SMEM(kernel, grid, block, smem, stream, ...)                        \
+  do {                                                                                    \
+    if (auto* rec_ = ::trt_spec::cuda::launch_recorder())                                 \
+      rec_->record(#kernel, dim3(grid), dim3(block), (smem));                             \
+    else                                                                                  \
+      kernel<<<(grid), (block), (smem), (stream)>>>(__VA_ARGS__);                         \
+  } while (0)
 #endif
+#define TRT_SPEC_LAUNCH(kernel, grid, block, stream, ...) \
+  TRT_SPEC_LAUNCH_SMEM(kernel, grid, block, 0, stream, __VA_ARGS__)
 
 namespace trt_spec::cuda {
 

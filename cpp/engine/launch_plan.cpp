@@ -1,0 +1,97 @@
+// launch_plan.cpp: CUDA launch counts of an engine's programs on a planning backend
+// (launch_plan.h).
+#include "engine/launch_plan.h"
+
+#include <memory>
+#include <numeric>
+#include <vector>
+
+#include "common/errors.h"
+#include "engine/runtime.h"
+#include "spec/draft_model_proposer.h"
+#include "spec/iteration.h"
+#include "spec/lookup_proposer.h"
+#ifdef TRT_SPEC_WITH_CUDA
+#include "backend/cuda/cuda_backend.h"
+#endif
+
+namespace trt_spec {
+
+#ifdef TRT_SPEC_WITH_CUDA
+namespace {
+
+// Launches of model.forward over one row at position 1 of slot 0 (its logits included).
+int count_forward(CudaBackend& be, Model& model) {
+  BackendBuffer tok(be, 4), pos(be, 4), slot(be, 4), rows(be, 4);
+  BackendBuffer logits(be, static_cast<size_t>(model.config().vocab_size) * 4);
+  const int32_t one = 1;
+  be.upload(pos.as<void>(), &one, 4);
+  be.clear_launches();
+  model.forward(Rows{tok.as<int32_t>(), pos.as<int32_t>(), slot.as<int32_t>()}, 1,
+                rows.as<int32_t>(), 1, logits.as<float>());
+  const int n = static_cast<int>(be.launches().size());
+  be.clear_launches();
+  return n;
+}
+
+}  // namespace
+
+LaunchPlan cuda_launch_plan(const std::string& engine_path, int batch, int draft_len,
+                            int sm_count) {
+  RuntimeOptions opts;
+  Runtime rt(engine_path, opts, CudaBackend::planning(sm_count));
+  auto& be = static_cast<CudaBackend&>(rt.backend());
+  if (batch < 1 || batch > rt.max_batch())
+    throw InvalidArgument("plan: batch " + std::to_string(batch) + " outside [1, " +
+                          std::to_string(rt.max_batch()) + "] (the engine's max_batch)");
+  if (draft_len < 0 || draft_len > rt.draft_len() || (draft_len > 0 && !rt.draft()))
+    throw InvalidArgument("plan: draft length " + std::to_string(draft_len) +
+                          (rt.draft() ? " outside [0, " + std::to_string(rt.draft_len()) + "]"
+                                      : " needs a draft model; this engine has none"));
+  LaunchPlan plan;
+  plan.batch = batch;
+  plan.draft_len = draft_len;
+  plan.sm_count = sm_count;
+  plan.target_layers = rt.target().config().n_layers;
+  plan.target_step = count_forward(be, rt.target());
+  if (rt.draft()) {
+    plan.draft_layers = rt.draft()->config().n_layers;
+    plan.draft_step = count_forward(be, *rt.draft());
+  }
+
+  // One iteration as the scheduler builds it (scheduler.cpp): both proposers, graphs on.
+  const int B = rt.max_batch(), K = rt.draft_len();
+  Iteration iter(be, rt.target(), rt.draft(), B, K, rt.max_seq_len());
+  std::unique_ptr<DraftModelProposer> model;
+  std::unique_ptr<LookupProposer> lookup;
+  if (rt.draft() && K > 0) {
+    model = std::make_unique<DraftModelProposer>(be, *rt.draft(), B, K, rt.vocab_size());
+    iter.set_proposer(DraftSource::kModel, model.get());
+  }
+  if (K > 0) {
+    lookup = std::make_unique<LookupProposer>(B, K, model ? &model->controller() : nullptr);
+    iter.set_proposer(DraftSource::kLookup, lookup.get());
+  }
+  std::vector<int32_t> slots(batch);
+  std::iota(slots.begin(), slots.end(), 0);
+  iter.set_slots(slots.data(), batch);
+  const DraftSource source = draft_len > 0 ? DraftSource::kModel : DraftSource::kNone;
+  iter.capture(source, draft_len);
+  be.clear_launches();
+  iter.run(source, draft_len);
+  plan.iteration = static_cast<int>(be.launches().size());
+  for (const std::string& k : be.launches()) ++plan.iteration_kernels[k];
+  return plan;
+}
+
+#else
+
+LaunchPlan cuda_launch_plan(const std::string&, int, int, int) {
+  throw Error(
+      "this build of trt-spec has no CUDA backend (no CUDA compiler was found when it was "
+      "built), so it cannot plan CUDA launches");
+}
+
+#endif
+
+}  // namespace trt_spec

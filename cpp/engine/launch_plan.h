@@ -1,0 +1,31 @@
+// launch_plan.h: how many CUDA kernel launches an engine's steps and speculative iterations make,
+// counted without a GPU (`trt-spec info --plan`).
+//
+// The engine is opened on a planning CUDA backend (CudaBackend::planning: host memory, nothing
+// runs, every launch recorded by the same launch code that runs on a GPU), and the same
+// programs the scheduler runs are issued on it: a one-row target forward, a one-row draft
+// forward, and one speculative iteration of the draft model (B sequences, k draft tokens) with
+// the scheduler's proposers, captured as a graph the way the GPU path does.
+#pragma once
+
+#include <map>
+#include <string>
+
+namespace trt_spec {
+
+struct LaunchPlan {
+  int batch = 1, draft_len = 0;  // the iteration counted: B sequences, k draft tokens
+  int sm_count = 0;              // the device planned for
+  int target_layers = 0, draft_layers = 0;
+  int target_step = 0;  // launches of one target forward, one row (decode)
+  int draft_step = 0;   // launches of one draft forward, one row (0 without a draft model)
+  int iteration = 0;    // launches of one iteration (the captured graph's nodes)
+  std::map<std::string, int> iteration_kernels;  // kernel name -> launches in the iteration
+};
+
+// Throws Error when this build has no CUDA backend, InvalidArgument for a batch beyond the
+// engine's max_batch or a draft length beyond its draft_len (or without a draft model).
+LaunchPlan cuda_launch_plan(const std::string& engine_path, int batch, int draft_len,
+                            int sm_count = 132);
+
+}  // namespace trt_spec
