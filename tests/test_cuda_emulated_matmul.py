@@ -71,7 +71,9 @@ def lib(tmp_path_factory: pytest.TempPathFactory):
     so = tmp_path_factory.mktemp("emumatmul") / "libemu_matmul.so"
     cmd = ["g++", "-std=c++20", "-O1", "-pthread", "-shared", "-fPIC", "-DTRT_SPEC_CUDA_EMU"]
     cmd += [f"-I{REPO / 'cpp'}", f"-I{REPO / 'tests' / 'cpp'}"]
-    subprocess.run(cmd + [str(REPO / "tests" / "cpp" / "emu_matmul.cpp"), "-o", str(so)], check=True)
+    subprocess.run(
+        cmd + [str(REPO / "tests" / "cpp" / "emu_matmul.cpp"), "-o", str(so)], check=True
+    )
     return ctypes.CDLL(str(so))
 
 
@@ -120,12 +122,42 @@ def new_cache(kv_type: str, rng: np.random.Generator):
     return bits.copy(), bits.copy() + 1
 
 
-def launch(lib, t, blob, rows, cols, x, n, in_mode, epi, out, *, norm_w=None, bias=None,
-           in_rows=None, rope=None, sm_count=1, counters=None, run=True):
+def launch(
+    lib,
+    t,
+    blob,
+    rows,
+    cols,
+    x,
+    n,
+    in_mode,
+    epi,
+    out,
+    *,
+    norm_w=None,
+    bias=None,
+    in_rows=None,
+    rope=None,
+    sm_count=1,
+    counters=None,
+    run=True,
+):
     """Plans (and runs) the product; returns the plan's info dict."""
-    m = EmuMatmul(type=t, n=n, rows=rows, cols=cols, blob=ptr(blob), x=ptr(x),
-                  in_rows=ptr(in_rows), in_mode=INS[in_mode], epi=EPIS[epi],
-                  norm_w=ptr(norm_w), eps=EPS, bias=ptr(bias), out=ptr(out))
+    m = EmuMatmul(
+        type=t,
+        n=n,
+        rows=rows,
+        cols=cols,
+        blob=ptr(blob),
+        x=ptr(x),
+        in_rows=ptr(in_rows),
+        in_mode=INS[in_mode],
+        epi=EPIS[epi],
+        norm_w=ptr(norm_w),
+        eps=EPS,
+        bias=ptr(bias),
+        out=ptr(out),
+    )
     if rope is not None:
         m.n_heads, m.n_kv_heads, m.head_dim = NH, NKV, HD
         m.pos, m.slot, m.kv_idx = ptr(rope["pos"]), ptr(rope["slot"]), ptr(rope["kv_idx"])
@@ -133,20 +165,37 @@ def launch(lib, t, blob, rows, cols, x, n, in_mode, epi, out, *, norm_w=None, bi
         m.k, m.v, m.kv_type = ptr(rope["k"]), ptr(rope["v"]), KV_TYPES[rope["kv_type"]]
         m.layers, m.max_seq, m.layer = LAYERS, MAX_SEQ, LAYER
     info = np.zeros(9, np.int64)
-    rc = lib.emu_matmul(ctypes.byref(m), sm_count, 0, P(0), ctypes.c_int64(0), P(0),
-                        ctypes.c_int64(0), P(ptr(info)))
-    keys = ["vectorized", "splits", "tile", "grid_x", "grid_y", "reps", "split_units",
-            "partial_bytes", "counter_bytes"]
+    rc = lib.emu_matmul(
+        ctypes.byref(m), sm_count, 0, P(0), ctypes.c_int64(0), P(0), ctypes.c_int64(0), P(ptr(info))
+    )
+    keys = [
+        "vectorized",
+        "splits",
+        "tile",
+        "grid_x",
+        "grid_y",
+        "reps",
+        "split_units",
+        "partial_bytes",
+        "counter_bytes",
+    ]
     if rc != 0:
         return {"rc": rc}
-    d = dict(zip(keys, (int(v) for v in info)), rc=0)
+    d = dict(zip(keys, (int(v) for v in info), strict=True), rc=0)
     if run:
         partial = np.full(max(d["partial_bytes"] // 4, 1), np.nan, np.float32)
         if counters is None:
             counters = np.zeros(max(d["counter_bytes"] // 4, 1), np.int32)
-        rc = lib.emu_matmul(ctypes.byref(m), sm_count, 1, P(ptr(partial)),
-                            ctypes.c_int64(partial.nbytes), P(ptr(counters)),
-                            ctypes.c_int64(counters.nbytes), P(ptr(info)))
+        rc = lib.emu_matmul(
+            ctypes.byref(m),
+            sm_count,
+            1,
+            P(ptr(partial)),
+            ctypes.c_int64(partial.nbytes),
+            P(ptr(counters)),
+            ctypes.c_int64(counters.nbytes),
+            P(ptr(info)),
+        )
         assert rc == 0
         assert not counters.any(), "split-K counters must be back to zero"
     return d
@@ -198,19 +247,51 @@ class Case:
         self.cos, self.sin = rope_tables()
         self.rng = rng
 
-    def run(self, x: np.ndarray, n: int, *, kv_type="f32", with_kv_idx=False, in_rows=None,
-            counters=None, start=None):
+    def run(
+        self,
+        x: np.ndarray,
+        n: int,
+        *,
+        kv_type="f32",
+        with_kv_idx=False,
+        in_rows=None,
+        counters=None,
+        start=None,
+    ):
         out = aligned((self.out0[:n] if start is None else start).copy())
         rope = None
         if self.epi == "rope_kv":
             pos, slot, kv_idx = rope_rows(n, with_kv_idx)
             k, v = new_cache(kv_type, np.random.default_rng(7))
-            rope = dict(pos=pos, slot=slot, kv_idx=kv_idx, cos=self.cos, sin=self.sin, k=k, v=v,
-                        kv_type=kv_type)
+            rope = dict(
+                pos=pos,
+                slot=slot,
+                kv_idx=kv_idx,
+                cos=self.cos,
+                sin=self.sin,
+                k=k,
+                v=v,
+                kv_type=kv_type,
+            )
         bias = None if self.epi == "accumulate" else self.bias
-        info = launch(self.lib, self.t, self.blob, self.rows, self.cols, x, n, self.in_mode,
-                      self.epi, out, norm_w=self.g, bias=bias, in_rows=in_rows, rope=rope,
-                      sm_count=self.sm_count, counters=counters)
+        info = launch(
+            self.lib,
+            self.t,
+            self.blob,
+            self.rows,
+            self.cols,
+            x,
+            n,
+            self.in_mode,
+            self.epi,
+            out,
+            norm_w=self.g,
+            bias=bias,
+            in_rows=in_rows,
+            rope=rope,
+            sm_count=self.sm_count,
+            counters=counters,
+        )
         return out, info, rope
 
     def reference(self, x: np.ndarray, n: int) -> np.ndarray:
@@ -238,7 +319,15 @@ def test_matmul_matrix(lib, wtype: str, in_mode: str, epi: str) -> None:
     """All n of NS against the reference; every row bitwise equal to the same row in any other
     launch (n = 1 of row 0, the n = 17 launch, a 1-row launch of row 16)."""
     rows = NH * HD + 2 * NKV * HD if epi == "rope_kv" else 71  # 71: an unpaired last row
-    case = Case(lib, wtype, in_mode, epi, rows, 256, seed=TYPES.index(wtype) * 9 + list(INS).index(in_mode) * 3 + list(EPIS).index(epi))
+    case = Case(
+        lib,
+        wtype,
+        in_mode,
+        epi,
+        rows,
+        256,
+        seed=TYPES.index(wtype) * 9 + list(INS).index(in_mode) * 3 + list(EPIS).index(epi),
+    )
     outs = {}
     for n in NS:
         out, info, _ = case.run(case.x, n)
@@ -346,19 +435,31 @@ def test_plan(lib) -> None:
     t, blob, _ = weight(rng, "q4", 64, 96 * 64)
     x = aligned(np.zeros((40, 96 * 64), np.float32))
     out = aligned(np.zeros((40, 64), np.float32))
-    plans = [launch(lib, t, blob, 64, 96 * 64, x, n, "plain", "store", out, sm_count=64,
-                    run=False) for n in (1, 2, 5, 16, 17, 40)]
+    plans = [
+        launch(lib, t, blob, 64, 96 * 64, x, n, "plain", "store", out, sm_count=64, run=False)
+        for n in (1, 2, 5, 16, 17, 40)
+    ]
     assert {p["splits"] for p in plans} == {3}
     assert [p["tile"] for p in plans] == [1, 2, 8, 16, 16, 16]
-    assert launch(lib, t, blob, 64, 96 * 64, x, 1, "plain", "store", out, sm_count=1,
-                  run=False)["splits"] == 1
+    assert (
+        launch(lib, t, blob, 64, 96 * 64, x, 1, "plain", "store", out, sm_count=1, run=False)[
+            "splits"
+        ]
+        == 1
+    )
     # rope-kv with rows that are not (n_heads + 2 n_kv_heads) head_dim; accumulate with a bias
     cos, sin = rope_tables()
     k, v = new_cache("f32", rng)
     pos, slot, _ = rope_rows(1, False)
     rope = dict(pos=pos, slot=slot, kv_idx=None, cos=cos, sin=sin, k=k, v=v, kv_type="f32")
-    assert launch(lib, t, blob, 64, 96 * 64, x, 1, "plain", "rope_kv", out, rope=rope,
-                  run=False)["rc"] == -2
-    assert launch(lib, t, blob, 64, 96 * 64, x, 1, "plain", "accumulate", out,
-                  bias=out[0], run=False)["rc"] == -2
+    assert (
+        launch(lib, t, blob, 64, 96 * 64, x, 1, "plain", "rope_kv", out, rope=rope, run=False)["rc"]
+        == -2
+    )
+    assert (
+        launch(lib, t, blob, 64, 96 * 64, x, 1, "plain", "accumulate", out, bias=out[0], run=False)[
+            "rc"
+        ]
+        == -2
+    )
     assert launch(lib, t, blob, 64, 96 * 64, x, 0, "plain", "store", out, run=False)["rc"] == -2

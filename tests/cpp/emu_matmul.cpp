@@ -64,9 +64,8 @@ int emu_matmul(const EmuMatmul* m, int sm_count, int run, float* partial, int64_
   a.head_dim = m->head_dim;
   a.cos_t = m->cos_t;
   a.sin_t = m->sin_t;
-  a.kv = KvView{m->k,      m->v,           static_cast<KvType>(m->kv_type),
-                m->layers, m->n_kv_heads, m->max_seq,
-                m->head_dim};
+  a.kv = KvView{m->k,       m->v,       static_cast<KvType>(m->kv_type), m->layers, m->n_kv_heads,
+                m->max_seq, m->head_dim};
   a.layer = m->layer;
   MatmulPlan p;
   try {
@@ -74,10 +73,14 @@ int emu_matmul(const EmuMatmul* m, int sm_count, int run, float* partial, int64_
   } catch (const std::invalid_argument&) {
     return -2;
   }
-  const int64_t v[9] = {p.vectorized,       p.splits,
-                        p.tile_rows,        p.grid.x,
-                        p.grid.y,           p.geom.reps,
-                        p.geom.split_units, static_cast<int64_t>(p.partial_bytes),
+  const int64_t v[9] = {p.vectorized,
+                        p.splits,
+                        p.tile_rows,
+                        p.grid.x,
+                        p.grid.y,
+                        p.geom.reps,
+                        p.geom.split_units,
+                        static_cast<int64_t>(p.partial_bytes),
                         static_cast<int64_t>(p.counter_bytes)};
   for (int i = 0; i < 9; ++i) info[i] = v[i];
   if (!run) return 0;

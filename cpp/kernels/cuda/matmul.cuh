@@ -70,11 +70,11 @@ struct MatmulArgs {
 
 constexpr int kMatmulWarps = 8;  // output row pairs per row group
 constexpr int kMatmulThreads = kMatmulWarps * 32;
-constexpr int kMatmulMaxTile = 16;           // activation rows per tile
-constexpr int kMatmulStageBudget = 40960;    // bytes of staged activations per block
-constexpr int kMatmulMaxStageUnits = 128;    // units per staged piece, at most
-constexpr int kMatmulMinSplitUnits = 32;     // units per split, at least (one per lane)
-constexpr size_t kMatmulSmemLimit = 49152;   // static shared memory per block
+constexpr int kMatmulMaxTile = 16;          // activation rows per tile
+constexpr int kMatmulStageBudget = 40960;   // bytes of staged activations per block
+constexpr int kMatmulMaxStageUnits = 128;   // units per staged piece, at most
+constexpr int kMatmulMinSplitUnits = 32;    // units per split, at least (one per lane)
+constexpr size_t kMatmulSmemLimit = 49152;  // static shared memory per block
 
 // The kernel's geometry (from plan_matmul; depends on the shape and the SM count, never on n).
 struct MatmulGeom {
@@ -120,9 +120,9 @@ struct MatmulStage {
   static constexpr int kUnits = matmul_stage_units(T, kTile);
   static constexpr int kRowSlots = kUnits * kSlots, kRowGroups = kUnits * kGroups;
   static_assert(kUnits >= 32 && kUnits % 32 == 0, "a piece holds whole lane rounds");
-  uint4 x[kTile * kRowSlots];                                    // [kTile][units / 32][slot][32]
-  float dx[kGroups > 0 ? kTile * kRowGroups : 1];                // [kTile][units / 32][group][32]
-  float ds[T == WeightType::Q4 ? kTile * kRowGroups : 1];        // same, q4 only
+  uint4 x[kTile * kRowSlots];                              // [kTile][units / 32][slot][32]
+  float dx[kGroups > 0 ? kTile * kRowGroups : 1];          // [kTile][units / 32][group][32]
+  float ds[T == WeightType::Q4 ? kTile * kRowGroups : 1];  // same, q4 only
 };
 
 // ---- input transform ------------------------------------------------------------------------
@@ -188,7 +188,8 @@ __device__ __forceinline__ void matmul_stage(const MatmulArgs& a, int i0, int nr
         ok ? matmul_in4(a, matmul_src_row(a, i0 + i), col0 + cc, rs[i]) : float4{0, 0, 0, 0};
     const int uu = cc / kUC, off = cc % kUC, it = uu / 32, l = uu % 32;
     if constexpr (!matmul_quantized(T)) {
-      if (ok) reinterpret_cast<float4*>(st.x)[i * S::kRowSlots + (it * S::kSlots + off / 4) * 32 + l] = v;
+      if (ok)
+        reinterpret_cast<float4*>(st.x)[i * S::kRowSlots + (it * S::kSlots + off / 4) * 32 + l] = v;
     } else {
       // 8 consecutive lanes hold one group of 32 columns: max, codes, code sum.
       float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
@@ -201,10 +202,9 @@ __device__ __forceinline__ void matmul_stage(const MatmulArgs& a, int i0, int nr
 #pragma unroll
       for (int o = 1; o < 8; o <<= 1) qs += __shfl_xor_sync(kFullMask, qs, o);
       if (ok) {
-        const uint32_t word = (static_cast<uint32_t>(q0) & 0xffu) |
-                              ((static_cast<uint32_t>(q1) & 0xffu) << 8) |
-                              ((static_cast<uint32_t>(q2) & 0xffu) << 16) |
-                              (static_cast<uint32_t>(q3) << 24);
+        const uint32_t word =
+            (static_cast<uint32_t>(q0) & 0xffu) | ((static_cast<uint32_t>(q1) & 0xffu) << 8) |
+            ((static_cast<uint32_t>(q2) & 0xffu) << 16) | (static_cast<uint32_t>(q3) << 24);
         reinterpret_cast<uint32_t*>(
             st.x)[(i * S::kRowSlots + (it * S::kSlots + off / 16) * 32 + l) * 4 + (off % 16) / 4] =
             word;
@@ -338,8 +338,8 @@ __device__ __forceinline__ float matmul_dot(const MatmulUnit<T>& w, const Matmul
 // ---- epilogue and kernels -----------------------------------------------------------------
 
 // The epilogue of activation row gi for output rows ra and rb (rb < 0: none), full sums va, vb.
-__device__ __forceinline__ void matmul_epilogue(const MatmulArgs& a, int gi, int64_t ra,
-                                                int64_t rb, float va, float vb) {
+__device__ __forceinline__ void matmul_epilogue(const MatmulArgs& a, int gi, int64_t ra, int64_t rb,
+                                                float va, float vb) {
   float* o = a.out + static_cast<int64_t>(gi) * a.W.rows;  // [rows]
   switch (a.epi) {
     case MatmulOut::kStore:

@@ -141,13 +141,21 @@ inline void launch_matmul(cudaStream_t stream, const MatmulArgs& a, const Matmul
     return;
   }
   switch (a.W.type) {
-    case WeightType::F32: launch_matmul_typed<WeightType::F32>(stream, a, p, partial, counters); break;
-    case WeightType::F16: launch_matmul_typed<WeightType::F16>(stream, a, p, partial, counters); break;
+    case WeightType::F32:
+      launch_matmul_typed<WeightType::F32>(stream, a, p, partial, counters);
+      break;
+    case WeightType::F16:
+      launch_matmul_typed<WeightType::F16>(stream, a, p, partial, counters);
+      break;
     case WeightType::BF16:
       launch_matmul_typed<WeightType::BF16>(stream, a, p, partial, counters);
       break;
-    case WeightType::Q8: launch_matmul_typed<WeightType::Q8>(stream, a, p, partial, counters); break;
-    case WeightType::Q4: launch_matmul_typed<WeightType::Q4>(stream, a, p, partial, counters); break;
+    case WeightType::Q8:
+      launch_matmul_typed<WeightType::Q8>(stream, a, p, partial, counters);
+      break;
+    case WeightType::Q4:
+      launch_matmul_typed<WeightType::Q4>(stream, a, p, partial, counters);
+      break;
   }
 }
 
