@@ -198,3 +198,24 @@ inline float __half2float(__half h) {
   if (exp == 31) return __uint_as_float(sign | 0x7f800000u | (mant << 13));
   return __uint_as_float(sign | ((exp + 112) << 23) | (mant << 13));
 }
+
+// ---- intrinsics of the fused matmul (cpp/kernels/cuda/matmul.cuh) --------------------------
+
+// c + the dot product of the 4 signed bytes of a and b.
+inline int __dp4a(int a, int b, int c) {
+  for (int k = 0; k < 4; ++k)
+    c += static_cast<int>(static_cast<int8_t>(static_cast<uint32_t>(a) >> (8 * k))) *
+         static_cast<int>(static_cast<int8_t>(static_cast<uint32_t>(b) >> (8 * k)));
+  return c;
+}
+// Round to nearest, ties to even (the default rounding mode).
+inline int __float2int_rn(float x) {
+  return static_cast<int>(std::nearbyint(x));
+}
+inline void __threadfence() {
+  __atomic_thread_fence(__ATOMIC_SEQ_CST);
+}
+template <class T>
+T __ldcg(const T* p) {
+  return *p;
+}

@@ -1,0 +1,525 @@
+// matmul.cuh: the transformer's matrix products on the GPU for 1 to any number of activation
+// rows (decode, verify, prefill chunks): out [n, W.rows] = f(x) [n, W.cols] @ W^T for every
+// weight type (kernels/weight_format.h), with a fused input transform (plain, RMSNorm, SwiGLU,
+// optional row gather) and a fused epilogue (store + bias, residual accumulate, QKV bias + RoPE +
+// KV-cache write). Host side (plan and launch): matmul_launch.cuh.
+//
+// Work layout. A block of 8 warps stages the activations of one tile of up to kTile rows (its
+// split's column range, in pieces that fit 40 KiB of static shared memory) and then computes
+// 16 output rows per row group: each warp owns a pair of output rows (a, b), b = a + half (RoPE
+// partners for the QKV projection, adjacent rows otherwise), so one thread holds both operands
+// of the rotation. A lane walks the columns in units of 32 weight bytes (two 16-byte loads per
+// row: f32 8, f16/bf16 16, q8 32, q4 64 columns); unit u of the split goes to lane u % 32 in
+// ascending order, consecutive lanes reading consecutive units (coalesced). The staged
+// activations are stored lane-interleaved (16-byte slot h of unit u at [u / 32][h][u % 32]): the
+// reads of a warp are conflict-free.
+//
+// Arithmetic. Float weights: fp32 FMA on the staged floats, column order. Q8 / Q4: the staged
+// activations are quantized per group of 32 columns (d = max|x| / 127, q = round-even(x / d), as
+// the CPU's quantize_acts), then per group and row one int32 dot product (__dp4a) and one float
+// FMA: q8 acc += (d_w d_x) * isum with the codes made signed by xor 0x80 (q - 128 exactly);
+// q4 acc += (d_w d_x) * isum, acc += m_w * (d_x sum(q_x)). The lane sums are reduced by one
+// warp_sum per row; split-K partials are summed in split order by the last-arriving block.
+//
+// Exactness: a row's result goes through the same operations in the same order whatever n, the
+// tile it lands in and the other rows (the split count and unit -> lane map depend on the shape
+// only): a 1-row decode and an n-row verify compute each row bit-identically.
+#pragma once
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/kv.cuh"
+
+namespace trt_spec::cuda {
+
+// Input transform applied while staging the activations.
+enum class MatmulIn : int32_t {
+  kPlain = 0,    // x [n, cols]
+  kRmsNorm = 1,  // x * rsqrt(mean(x^2) + eps) * norm_w       (x [n, cols], norm_w f32 [cols])
+  kSwiGLU = 2,   // silu(x[:, c]) * x[:, cols + c]            (x [n, 2 cols])
+};
+
+// Epilogue applied to the full sums.
+enum class MatmulOut : int32_t {
+  kStore = 0,       // out = acc (+ bias[row])
+  kAccumulate = 1,  // out += acc (residual add; no bias)
+  kRopeKv = 2,      // qkv: acc + bias, RoPE of q and k, all of q, k, v to out, k and v to the cache
+};
+
+struct MatmulArgs {
+  DevWeight W;                       // [rows, cols]
+  const float* x = nullptr;          // [n or gathered rows, cols] (kSwiGLU: [.., 2 cols])
+  const int32_t* in_rows = nullptr;  // [n] staged row i is x row in_rows[i]; null: row i
+  int n = 0;
+  MatmulIn in = MatmulIn::kPlain;
+  const float* norm_w = nullptr;  // kRmsNorm: [cols]
+  float eps = 0.0f;
+  const float* bias = nullptr;  // [rows] or null
+  MatmulOut epi = MatmulOut::kStore;
+  float* out = nullptr;  // [n, rows]
+  // kRopeKv: rows == (n_heads + 2 n_kv_heads) head_dim; pos, slot [n]; kv_idx [n] or null (pos);
+  // cos_t / sin_t [max_seq, head_dim / 2]; k, v of row i go to (slot, layer, g, kv_idx or pos).
+  const int32_t* pos = nullptr;
+  const int32_t* slot = nullptr;
+  const int32_t* kv_idx = nullptr;
+  int n_heads = 0, n_kv_heads = 0, head_dim = 0;
+  const float* cos_t = nullptr;
+  const float* sin_t = nullptr;
+  KvView kv{};
+  int layer = 0;
+};
+
+constexpr int kMatmulWarps = 8;  // output row pairs per row group
+constexpr int kMatmulThreads = kMatmulWarps * 32;
+constexpr int kMatmulMaxTile = 16;          // activation rows per tile
+constexpr int kMatmulStageBudget = 40960;   // bytes of staged activations per block
+constexpr int kMatmulMaxStageUnits = 128;   // units per staged piece, at most
+constexpr int kMatmulMinSplitUnits = 32;    // units per split, at least (one per lane)
+constexpr size_t kMatmulSmemLimit = 49152;  // static shared memory per block
+
+// The kernel's geometry (from plan_matmul; depends on the shape and the SM count, never on n).
+struct MatmulGeom {
+  int64_t pairs;        // output row pairs: (rows + 1) / 2
+  int half;             // pair p = rows a = (p / half) 2 half + p % half and b = a + half
+  int reps;             // row groups (kMatmulWarps pairs) per block
+  int splits;           // column splits (blockIdx.y)
+  int tiles;            // activation tiles: blockIdx.x = row block * tiles + tile
+  int64_t units;        // units of the row (cols / unit columns)
+  int64_t split_units;  // units per split (the last one: the rest)
+};
+
+// ---- units and staging layout --------------------------------------------------------------
+
+// Columns per unit (32 weight bytes).
+__host__ __device__ constexpr int matmul_unit_cols(WeightType t) {
+  return t == WeightType::F32 ? 8 : (t == WeightType::Q4 ? 64 : (t == WeightType::Q8 ? 32 : 16));
+}
+__host__ __device__ constexpr bool matmul_quantized(WeightType t) {
+  return t == WeightType::Q8 || t == WeightType::Q4;
+}
+// 16-byte slots of staged activations per unit and row (floats, or int8 codes).
+__host__ __device__ constexpr int matmul_stage_slots(WeightType t) {
+  return matmul_quantized(t) ? matmul_unit_cols(t) / 16 : matmul_unit_cols(t) / 4;
+}
+// Quantization groups per unit.
+__host__ __device__ constexpr int matmul_stage_groups(WeightType t) {
+  return matmul_quantized(t) ? matmul_unit_cols(t) / kQuantGroup : 0;
+}
+// Staged bytes per unit and row: the slots, d_x per group (q8, q4) and d_x sum(q_x) (q4).
+__host__ __device__ constexpr int matmul_unit_row_bytes(WeightType t) {
+  return matmul_stage_slots(t) * 16 + matmul_stage_groups(t) * (t == WeightType::Q4 ? 8 : 4);
+}
+// Units per staged piece: a multiple of 32 within the budget.
+__host__ __device__ constexpr int matmul_stage_units(WeightType t, int tile) {
+  const int u = 32 * (kMatmulStageBudget / (tile * 32 * matmul_unit_row_bytes(t)));
+  return u < kMatmulMaxStageUnits ? u : kMatmulMaxStageUnits;
+}
+
+template <WeightType T, int kTile>
+struct MatmulStage {
+  static constexpr int kSlots = matmul_stage_slots(T), kGroups = matmul_stage_groups(T);
+  static constexpr int kUnits = matmul_stage_units(T, kTile);
+  static constexpr int kRowSlots = kUnits * kSlots, kRowGroups = kUnits * kGroups;
+  static_assert(kUnits >= 32 && kUnits % 32 == 0, "a piece holds whole lane rounds");
+  uint4 x[kTile * kRowSlots];                              // [kTile][units / 32][slot][32]
+  float dx[kGroups > 0 ? kTile * kRowGroups : 1];          // [kTile][units / 32][group][32]
+  float ds[T == WeightType::Q4 ? kTile * kRowGroups : 1];  // same, q4 only
+};
+
+// ---- input transform ------------------------------------------------------------------------
+
+// Input row of activation row gi.
+__device__ __forceinline__ int64_t matmul_src_row(const MatmulArgs& a, int gi) {
+  return a.in_rows ? a.in_rows[gi] : gi;
+}
+
+// f(x)[src, c] for one column; r: the row's RMSNorm factor.
+__device__ __forceinline__ float matmul_in1(const MatmulArgs& a, int64_t src, int64_t c, float r) {
+  const int64_t cols = a.W.cols;
+  switch (a.in) {
+    case MatmulIn::kPlain: return a.x[src * cols + c];
+    case MatmulIn::kRmsNorm: return a.norm_w[c] * (a.x[src * cols + c] * r);
+    case MatmulIn::kSwiGLU: {
+      const float g = a.x[src * 2 * cols + c], u = a.x[src * 2 * cols + cols + c];
+      return g / (1.0f + expf(-g)) * u;
+    }
+  }
+  return 0.0f;
+}
+
+// f(x)[src, c .. c + 3] (16-byte aligned loads; same arithmetic as matmul_in1).
+__device__ __forceinline__ float4 matmul_in4(const MatmulArgs& a, int64_t src, int64_t c, float r) {
+  const int64_t cols = a.W.cols;
+  if (a.in == MatmulIn::kSwiGLU) {
+    const float4 g = *reinterpret_cast<const float4*>(a.x + src * 2 * cols + c);
+    const float4 u = *reinterpret_cast<const float4*>(a.x + src * 2 * cols + cols + c);
+    return float4{g.x / (1.0f + expf(-g.x)) * u.x, g.y / (1.0f + expf(-g.y)) * u.y,
+                  g.z / (1.0f + expf(-g.z)) * u.z, g.w / (1.0f + expf(-g.w)) * u.w};
+  }
+  const float4 v = *reinterpret_cast<const float4*>(a.x + src * cols + c);
+  if (a.in == MatmulIn::kPlain) return v;
+  const float4 g = __ldg(reinterpret_cast<const float4*>(a.norm_w + c));
+  return float4{g.x * (v.x * r), g.y * (v.y * r), g.z * (v.z * r), g.w * (v.w * r)};
+}
+
+// 1 / sqrt(mean(x^2) + eps) of input row src, by one warp (fixed order: lane stride, warp_sum).
+__device__ __forceinline__ float matmul_rms_factor(const MatmulArgs& a, int64_t src) {
+  const int64_t cols = a.W.cols;
+  const float* xr = a.x + src * cols;
+  float ss = 0.0f;
+  for (int64_t c = threadIdx.x & 31; c < cols; c += 32) ss = fmaf(xr[c], xr[c], ss);
+  ss = warp_sum(ss) / static_cast<float>(cols);
+  return 1.0f / sqrtf(ss + a.eps);
+}
+
+// Stages columns [col0, col0 + ncols) of tile rows [0, nr) (activation rows i0 + i). All threads
+// of the block call it (the quantizer's shuffles need whole warps).
+template <WeightType T, int kTile>
+__device__ __forceinline__ void matmul_stage(const MatmulArgs& a, int i0, int nr, int64_t col0,
+                                             int ncols, const float* rs,
+                                             MatmulStage<T, kTile>& st) {
+  using S = MatmulStage<T, kTile>;
+  constexpr int kUC = matmul_unit_cols(T);
+  const int quads = ncols / 4, total = nr * quads;
+  for (int e0 = 0; e0 < total; e0 += kMatmulThreads) {
+    const int e = e0 + static_cast<int>(threadIdx.x);
+    const bool ok = e < total;  // uniform over each 8-lane group (quads % 8 == 0 when quantized)
+    const int i = ok ? e / quads : 0, cc = ok ? (e % quads) * 4 : 0;
+    const float4 v =
+        ok ? matmul_in4(a, matmul_src_row(a, i0 + i), col0 + cc, rs[i]) : float4{0, 0, 0, 0};
+    const int uu = cc / kUC, off = cc % kUC, it = uu / 32, l = uu % 32;
+    if constexpr (!matmul_quantized(T)) {
+      if (ok)
+        reinterpret_cast<float4*>(st.x)[i * S::kRowSlots + (it * S::kSlots + off / 4) * 32 + l] = v;
+    } else {
+      // 8 consecutive lanes hold one group of 32 columns: max, codes, code sum.
+      float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+#pragma unroll
+      for (int o = 1; o < 8; o <<= 1) amax = fmaxf(amax, __shfl_xor_sync(kFullMask, amax, o));
+      const float d = amax / 127.0f, id = d > 0.0f ? 1.0f / d : 0.0f;
+      const int q0 = __float2int_rn(v.x * id), q1 = __float2int_rn(v.y * id);
+      const int q2 = __float2int_rn(v.z * id), q3 = __float2int_rn(v.w * id);
+      int qs = q0 + q1 + q2 + q3;
+#pragma unroll
+      for (int o = 1; o < 8; o <<= 1) qs += __shfl_xor_sync(kFullMask, qs, o);
+      if (ok) {
+        const uint32_t word =
+            (static_cast<uint32_t>(q0) & 0xffu) | ((static_cast<uint32_t>(q1) & 0xffu) << 8) |
+            ((static_cast<uint32_t>(q2) & 0xffu) << 16) | (static_cast<uint32_t>(q3) << 24);
+        reinterpret_cast<uint32_t*>(
+            st.x)[(i * S::kRowSlots + (it * S::kSlots + off / 16) * 32 + l) * 4 + (off % 16) / 4] =
+            word;
+        if ((threadIdx.x & 7) == 0) {
+          const int gidx = i * S::kRowGroups + (it * S::kGroups + off / kQuantGroup) * 32 + l;
+          st.dx[gidx] = d;
+          if constexpr (T == WeightType::Q4) st.ds[gidx] = d * static_cast<float>(qs);
+        }
+      }
+    }
+  }
+}
+
+// ---- weight units -------------------------------------------------------------------------
+
+// Unit u of weight row r, decoded as far as it is shared by all activation rows.
+template <WeightType T>
+struct MatmulUnit;
+
+template <>
+struct MatmulUnit<WeightType::F32> {
+  float w[8];
+  __device__ __forceinline__ void load(const DevWeight& W, int64_t r, int64_t u) {
+    const float4* p = reinterpret_cast<const float4*>(W.q) + (r * W.cols) / 4 + 2 * u;
+    const float4 x = __ldg(p), y = __ldg(p + 1);
+    w[0] = x.x, w[1] = x.y, w[2] = x.z, w[3] = x.w, w[4] = y.x, w[5] = y.y, w[6] = y.z, w[7] = y.w;
+  }
+};
+
+template <bool kBf16>
+struct MatmulUnitHalf {
+  float w[16];
+  __device__ __forceinline__ void load(const DevWeight& W, int64_t r, int64_t u) {
+    const uint4* p = reinterpret_cast<const uint4*>(W.q) + (r * W.cols) / 8 + 2 * u;
+    const uint4 x = __ldg(p), y = __ldg(p + 1);
+    const uint32_t words[8] = {x.x, x.y, x.z, x.w, y.x, y.y, y.z, y.w};
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      const uint16_t lo = static_cast<uint16_t>(words[k] & 0xffffu);
+      const uint16_t hi = static_cast<uint16_t>(words[k] >> 16);
+      w[2 * k] = kBf16 ? bf16_bits_to_float(lo) : f16_bits_to_float(lo);
+      w[2 * k + 1] = kBf16 ? bf16_bits_to_float(hi) : f16_bits_to_float(hi);
+    }
+  }
+};
+template <>
+struct MatmulUnit<WeightType::F16> : MatmulUnitHalf<false> {};
+template <>
+struct MatmulUnit<WeightType::BF16> : MatmulUnitHalf<true> {};
+
+// q8: one group of 32 codes, made signed (q - 128 == q ^ 0x80 as int8).
+template <>
+struct MatmulUnit<WeightType::Q8> {
+  int w[8];
+  float d;
+  __device__ __forceinline__ void load(const DevWeight& W, int64_t r, int64_t u) {
+    const uint4* p = reinterpret_cast<const uint4*>(W.q + r * W.cols) + 2 * u;
+    const uint4 x = __ldg(p), y = __ldg(p + 1);
+    const uint32_t words[8] = {x.x, x.y, x.z, x.w, y.x, y.y, y.z, y.w};
+#pragma unroll
+    for (int k = 0; k < 8; ++k) w[k] = static_cast<int>(words[k] ^ 0x80808080u);
+    d = f16_bits_to_float(__ldg(W.d + r * (W.cols / kQuantGroup) + u));
+  }
+};
+
+// q4: one super-block (64 columns, groups A and B): lo[k] = codes of columns 4k .. 4k + 3 (A),
+// hi[k] = codes of columns 32 + 4k .. (B).
+template <>
+struct MatmulUnit<WeightType::Q4> {
+  int lo[8], hi[8];
+  float dA, mA, dB, mB;
+  __device__ __forceinline__ void load(const DevWeight& W, int64_t r, int64_t u) {
+    const uint4* p = reinterpret_cast<const uint4*>(W.q + r * (W.cols / 2)) + 2 * u;
+    const uint4 x = __ldg(p), y = __ldg(p + 1);
+    const uint32_t words[8] = {x.x, x.y, x.z, x.w, y.x, y.y, y.z, y.w};
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      lo[k] = static_cast<int>(words[k] & 0x0f0f0f0fu);
+      hi[k] = static_cast<int>((words[k] >> 4) & 0x0f0f0f0fu);
+    }
+    const int64_t g = r * (W.cols / kQuantGroup) + 2 * u;  // even: a 4-byte aligned pair
+    const uint32_t d2 = __ldg(reinterpret_cast<const uint32_t*>(W.d + g));
+    const uint32_t m2 = __ldg(reinterpret_cast<const uint32_t*>(W.m + g));
+    dA = f16_bits_to_float(static_cast<uint16_t>(d2 & 0xffffu));
+    dB = f16_bits_to_float(static_cast<uint16_t>(d2 >> 16));
+    mA = f16_bits_to_float(static_cast<uint16_t>(m2 & 0xffffu));
+    mB = f16_bits_to_float(static_cast<uint16_t>(m2 >> 16));
+  }
+};
+
+__device__ __forceinline__ int dp4a_16(const int* w, uint4 x0, uint4 x1) {
+  int s = __dp4a(w[0], static_cast<int>(x0.x), 0);
+  s = __dp4a(w[1], static_cast<int>(x0.y), s);
+  s = __dp4a(w[2], static_cast<int>(x0.z), s);
+  s = __dp4a(w[3], static_cast<int>(x0.w), s);
+  s = __dp4a(w[4], static_cast<int>(x1.x), s);
+  s = __dp4a(w[5], static_cast<int>(x1.y), s);
+  s = __dp4a(w[6], static_cast<int>(x1.z), s);
+  return __dp4a(w[7], static_cast<int>(x1.w), s);
+}
+
+// acc += unit . staged activations of one row; xs: the row's slot 0 of this unit (slot h at
+// xs[32 h]), gs: its group 0 (group k at gs[32 k]).
+template <WeightType T, int kTile>
+__device__ __forceinline__ float matmul_dot(const MatmulUnit<T>& w, const MatmulStage<T, kTile>& st,
+                                            int xs, int gs, float acc) {
+  if constexpr (T == WeightType::Q8) {
+    const int is = dp4a_16(w.w, st.x[xs], st.x[xs + 32]);
+    return fmaf(w.d * st.dx[gs], static_cast<float>(is), acc);
+  } else if constexpr (T == WeightType::Q4) {
+    const int iA = dp4a_16(w.lo, st.x[xs], st.x[xs + 32]);
+    const int iB = dp4a_16(w.hi, st.x[xs + 64], st.x[xs + 96]);
+    acc = fmaf(w.dA * st.dx[gs], static_cast<float>(iA), acc);
+    acc = fmaf(w.mA, st.ds[gs], acc);
+    acc = fmaf(w.dB * st.dx[gs + 32], static_cast<float>(iB), acc);
+    return fmaf(w.mB, st.ds[gs + 32], acc);
+  } else {
+    const float4* x = reinterpret_cast<const float4*>(st.x);
+#pragma unroll
+    for (int h = 0; h < MatmulStage<T, kTile>::kSlots; ++h) {
+      const float4 v = x[xs + 32 * h];
+      acc = fmaf(w.w[4 * h], v.x, acc);
+      acc = fmaf(w.w[4 * h + 1], v.y, acc);
+      acc = fmaf(w.w[4 * h + 2], v.z, acc);
+      acc = fmaf(w.w[4 * h + 3], v.w, acc);
+    }
+    return acc;
+  }
+}
+
+// ---- epilogue and kernels -----------------------------------------------------------------
+
+// The epilogue of activation row gi for output rows ra and rb (rb < 0: none), full sums va, vb.
+__device__ __forceinline__ void matmul_epilogue(const MatmulArgs& a, int gi, int64_t ra, int64_t rb,
+                                                float va, float vb) {
+  float* o = a.out + static_cast<int64_t>(gi) * a.W.rows;  // [rows]
+  switch (a.epi) {
+    case MatmulOut::kStore:
+      o[ra] = a.bias ? va + a.bias[ra] : va;
+      if (rb >= 0) o[rb] = a.bias ? vb + a.bias[rb] : vb;
+      break;
+    case MatmulOut::kAccumulate:
+      o[ra] += va;
+      if (rb >= 0) o[rb] += vb;
+      break;
+    case MatmulOut::kRopeKv: {
+      // ra = (head h, dim j), rb = (h, j + half): rotate-half partners (rope_kernel's formula).
+      if (a.bias) va += a.bias[ra], vb += a.bias[rb];
+      const int hd = a.head_dim, half = hd / 2;
+      const int h = static_cast<int>(ra / hd), j = static_cast<int>(ra % hd);
+      if (h < a.n_heads + a.n_kv_heads) {
+        const int64_t t = static_cast<int64_t>(a.pos[gi]) * half + j;
+        const float c = a.cos_t[t], s = a.sin_t[t], x0 = va, x1 = vb;
+        va = x0 * c - x1 * s;
+        vb = x1 * c + x0 * s;
+      }
+      o[ra] = va;
+      o[rb] = vb;
+      if (h >= a.n_heads) {  // k or v head g: to the cache too
+        const bool is_k = h < a.n_heads + a.n_kv_heads;
+        const int g = is_k ? h - a.n_heads : h - a.n_heads - a.n_kv_heads;
+        const int64_t idx = a.kv_idx ? a.kv_idx[gi] : a.pos[gi];
+        const int64_t e = a.kv.head_offset(a.slot[gi], a.layer, g) + idx * hd + j;
+        void* base = is_k ? a.kv.k : a.kv.v;
+        kv_store(base, a.kv.type, e, va);
+        kv_store(base, a.kv.type, e + half, vb);
+      }
+      break;
+    }
+  }
+}
+
+// Output rows of pair p.
+__device__ __forceinline__ int64_t matmul_pair_row(const MatmulGeom& g, int64_t p) {
+  return (p / g.half) * 2 * g.half + p % g.half;
+}
+
+// The vectorized path: W.cols % unit columns == 0, 16-byte aligned x (and norm_w).
+// grid (row blocks * tiles, splits), block kMatmulThreads; partial [splits, n, rows] and
+// counters [row blocks * tiles] (zero) when splits > 1.
+template <WeightType T, int kTile>
+__global__ void __launch_bounds__(kMatmulThreads)
+    matmul_kernel(MatmulArgs a, MatmulGeom g, float* __restrict__ partial, int* counters) {
+  using S = MatmulStage<T, kTile>;
+  constexpr int kUC = matmul_unit_cols(T);
+  __shared__ S st;
+  __shared__ float rs[kTile];  // RMSNorm factors of the tile's rows
+  __shared__ int last;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t row_block = blockIdx.x / g.tiles;
+  const int tile = static_cast<int>(blockIdx.x % g.tiles), split = static_cast<int>(blockIdx.y);
+  const int i0 = tile * kTile, nr = min(kTile, a.n - i0);
+  const int64_t rows = a.W.rows;
+  const int64_t u0 = split * g.split_units;
+  const int64_t u1 = u0 + g.split_units < g.units ? u0 + g.split_units : g.units;
+
+  if (a.in == MatmulIn::kRmsNorm) {
+    for (int i = warp; i < nr; i += kMatmulWarps) {
+      const float r = matmul_rms_factor(a, matmul_src_row(a, i0 + i));
+      if (lane == 0) rs[i] = r;
+    }
+  } else if (threadIdx.x < kTile) {
+    rs[threadIdx.x] = 1.0f;
+  }
+  __syncthreads();
+  const int pieces = static_cast<int>((u1 - u0 + S::kUnits - 1) / S::kUnits);
+  if (pieces == 1) {  // staged once for all row groups of the block
+    matmul_stage<T, kTile>(a, i0, nr, u0 * kUC, static_cast<int>(u1 - u0) * kUC, rs, st);
+    __syncthreads();
+  }
+
+  for (int rep = 0; rep < g.reps; ++rep) {
+    const int64_t p = (row_block * g.reps + rep) * kMatmulWarps + warp;
+    const bool active = p < g.pairs;  // uniform over the warp
+    const int64_t ra = active ? matmul_pair_row(g, p) : 0, rb = ra + g.half;
+    const int64_t rb_load = rb < rows ? rb : ra;
+    float acc_a[kTile], acc_b[kTile];
+#pragma unroll
+    for (int i = 0; i < kTile; ++i) acc_a[i] = acc_b[i] = 0.0f;
+    for (int pc = 0; pc < pieces; ++pc) {
+      const int64_t pu0 = u0 + static_cast<int64_t>(pc) * S::kUnits;
+      const int np = static_cast<int>(u1 - pu0 < S::kUnits ? u1 - pu0 : S::kUnits);
+      if (pieces > 1) {
+        __syncthreads();
+        matmul_stage<T, kTile>(a, i0, nr, pu0 * kUC, np * kUC, rs, st);
+        __syncthreads();
+      }
+      if (!active) continue;
+#pragma unroll 2
+      for (int it = 0; it * 32 < np; ++it) {
+        const int uu = it * 32 + lane;
+        if (uu >= np) continue;
+        MatmulUnit<T> wa, wb;
+        wa.load(a.W, ra, pu0 + uu);
+        wb.load(a.W, rb_load, pu0 + uu);
+        const int xs = it * S::kSlots * 32 + lane, gs = it * S::kGroups * 32 + lane;
+#pragma unroll
+        for (int i = 0; i < kTile; ++i) {
+          if (i < nr) {
+            acc_a[i] = matmul_dot<T, kTile>(wa, st, i * S::kRowSlots + xs, i * S::kRowGroups + gs,
+                                            acc_a[i]);
+            acc_b[i] = matmul_dot<T, kTile>(wb, st, i * S::kRowSlots + xs, i * S::kRowGroups + gs,
+                                            acc_b[i]);
+          }
+        }
+      }
+    }
+    if (!active) continue;
+    float va = 0.0f, vb = 0.0f;  // lane i: the sums of tile row i
+#pragma unroll
+    for (int i = 0; i < kTile; ++i) {
+      if (i < nr) {
+        const float sa = warp_sum(acc_a[i]), sb = warp_sum(acc_b[i]);
+        if (lane == i) va = sa, vb = sb;
+      }
+    }
+    if (lane < nr) {
+      if (g.splits == 1) {
+        matmul_epilogue(a, i0 + lane, ra, rb < rows ? rb : -1, va, vb);
+      } else {
+        float* pp = partial + (static_cast<int64_t>(split) * a.n + i0 + lane) * rows;  // [rows]
+        pp[ra] = va;
+        if (rb < rows) pp[rb] = vb;
+      }
+    }
+  }
+  if (g.splits == 1) return;
+
+  // Split-K: the last block of this (row block, tile) to arrive sums the splits in split order.
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const int old = atomicAdd(counters + blockIdx.x, 1);
+    last = old == g.splits - 1;
+    if (last) counters[blockIdx.x] = 0;  // ready for the next launch (graph replays)
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  for (int rep = 0; rep < g.reps; ++rep) {
+    const int64_t p = (row_block * g.reps + rep) * kMatmulWarps + warp;
+    if (p >= g.pairs || lane >= nr) continue;
+    const int64_t ra = matmul_pair_row(g, p), rb = ra + g.half;
+    const int gi = i0 + lane;
+    float va = 0.0f, vb = 0.0f;
+    for (int s = 0; s < g.splits; ++s) {
+      const float* pp = partial + (static_cast<int64_t>(s) * a.n + gi) * rows;
+      va = s == 0 ? __ldcg(pp + ra) : va + __ldcg(pp + ra);
+      if (rb < rows) vb = s == 0 ? __ldcg(pp + rb) : vb + __ldcg(pp + rb);
+    }
+    matmul_epilogue(a, gi, ra, rb < rows ? rb : -1, va, vb);
+  }
+}
+
+// Any shape and alignment (float arithmetic on the dequantized weights, no split):
+// grid (row groups, n), block kMatmulThreads; one warp per output row pair and activation row.
+__global__ void __launch_bounds__(kMatmulThreads)
+    matmul_fallback_kernel(MatmulArgs a, MatmulGeom g) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int gi = static_cast<int>(blockIdx.y);
+  const int64_t src = matmul_src_row(a, gi), rows = a.W.rows;
+  const float r = a.in == MatmulIn::kRmsNorm ? matmul_rms_factor(a, src) : 1.0f;
+  const int64_t p = static_cast<int64_t>(blockIdx.x) * kMatmulWarps + warp;
+  if (p >= g.pairs) return;
+  const int64_t ra = matmul_pair_row(g, p), rb = ra + g.half;
+  const int64_t rb_load = rb < rows ? rb : ra;
+  float sa = 0.0f, sb = 0.0f;
+  for (int64_t c = lane; c < a.W.cols; c += 32) {
+    const float v = matmul_in1(a, src, c, r);
+    sa = fmaf(weight_at(a.W, ra, c), v, sa);
+    sb = fmaf(weight_at(a.W, rb_load, c), v, sb);
+  }
+  sa = warp_sum(sa);
+  sb = warp_sum(sb);
+  if (lane == 0) matmul_epilogue(a, gi, ra, rb < rows ? rb : -1, sa, sb);
+}
+
+}  // namespace trt_spec::cuda

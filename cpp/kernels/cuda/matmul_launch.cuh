@@ -1,0 +1,162 @@
+// matmul_launch.cuh: the host side of the fused matmul (matmul.cuh): plan_matmul, the single
+// source of grids, tiles and split-K, and launch_matmul, exactly one kernel launch. The CUDA
+// backend and the emulated tests (tests/cpp/emu_matmul.cpp) both call these.
+//
+// Plan (pure arithmetic on the shape, the pointers' alignment and the SM count):
+//   pairs = ceil(rows / 2), row groups = ceil(pairs / 8) (16 output rows each);
+//   tile = 1, 2, 4, 8 or 16 activation rows (n <= 16: the smallest that holds n), tiles =
+//   ceil(n / tile);
+//   splits: 1 when row groups >= 2 SMs; else ceil(2 SMs / row groups), at most units / 32 and
+//   64, the split length rounded up to whole lane rounds (32 units) - never a function of n;
+//   reps (row groups per block, staging shared): splits > 1 ? 1 : clamp(groups / (4 SMs), 1, 8);
+//   grid (ceil(groups / reps) * tiles, splits), block 256; static shared memory: the stage
+//   (<= 40 KiB) + 4 bytes per tile row.
+// Scratch when splits > 1: partial f32 [splits, n, rows], counters int32 [grid.x] (zero before
+// the first launch; every launch leaves them zero).
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+#include "kernels/cuda/matmul.cuh"
+
+namespace trt_spec::cuda {
+
+struct MatmulPlan {
+  dim3 grid, block;
+  int splits = 1, tile_rows = 1;
+  bool vectorized = true;  // false: matmul_fallback_kernel
+  size_t smem_bytes = 0, partial_bytes = 0, counter_bytes = 0;
+  MatmulGeom geom{};
+};
+
+// Activation rows per tile for n rows: 1, 2, 4, 8 or 16 (more rows: several tiles).
+inline int matmul_tile_rows(int n) {
+  return n <= 1 ? 1 : (n <= 2 ? 2 : (n <= 4 ? 4 : (n <= 8 ? 8 : kMatmulMaxTile)));
+}
+
+// Static shared memory of matmul_kernel<t, tile>.
+inline size_t matmul_smem_bytes(WeightType t, int tile) {
+  const size_t units = static_cast<size_t>(matmul_stage_units(t, tile));
+  const size_t groups = units * matmul_stage_groups(t) * tile;
+  return units * matmul_stage_slots(t) * 16 * tile + (groups ? groups : 1) * 4 +
+         (t == WeightType::Q4 ? groups * 4 : 4) + tile * 4 + 4;
+}
+
+inline bool matmul_aligned16(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
+
+// Whether matmul_kernel takes this product (else matmul_fallback_kernel).
+inline bool matmul_vectorized(const MatmulArgs& a) {
+  return a.W.cols % matmul_unit_cols(a.W.type) == 0 && matmul_aligned16(a.x) &&
+         matmul_aligned16(a.W.q) && (a.in != MatmulIn::kRmsNorm || matmul_aligned16(a.norm_w));
+}
+
+inline MatmulPlan plan_matmul(const MatmulArgs& a, int sm_count) {
+  auto fail = [](const char* what) { throw std::invalid_argument(std::string("matmul: ") + what); };
+  if (sm_count < 1) fail("sm_count < 1");
+  if (a.n < 1 || a.W.rows < 1 || a.W.cols < 1) fail("empty product");
+  if (!a.x || !a.out || !a.W.q) fail("null x, out or weight");
+  if (matmul_quantized(a.W.type) && a.W.cols % kQ4SuperBlock != 0) fail("q8/q4 need cols % 64");
+  if (a.in == MatmulIn::kRmsNorm && !a.norm_w) fail("rmsnorm without weights");
+  if (a.epi == MatmulOut::kAccumulate && a.bias) fail("accumulate takes no bias");
+  if (a.epi == MatmulOut::kRopeKv) {
+    if (a.head_dim < 2 || a.head_dim % 2 != 0 || a.n_heads < 1 || a.n_kv_heads < 1 ||
+        a.W.rows != static_cast<int64_t>(a.n_heads + 2 * a.n_kv_heads) * a.head_dim)
+      fail("rope-kv: rows != (n_heads + 2 n_kv_heads) head_dim");
+    if (!a.pos || !a.slot || !a.cos_t || !a.sin_t || !a.kv.k || !a.kv.v) fail("rope-kv: null");
+    if (a.kv.kv_heads != a.n_kv_heads || a.kv.head_dim != a.head_dim) fail("rope-kv: cache shape");
+  }
+  MatmulPlan p;
+  MatmulGeom& g = p.geom;
+  g.half = a.epi == MatmulOut::kRopeKv ? a.head_dim / 2 : 1;
+  g.pairs = (a.W.rows + 1) / 2;
+  const int64_t groups = (g.pairs + kMatmulWarps - 1) / kMatmulWarps;
+  p.block = dim3(kMatmulThreads);
+  p.vectorized = matmul_vectorized(a);
+  if (!p.vectorized) {
+    if (a.n > 65535 || groups > 0x7fffffff) fail("too many rows");
+    g.reps = g.splits = g.tiles = 1;
+    g.units = g.split_units = a.W.cols;
+    p.grid = dim3(static_cast<unsigned>(groups), static_cast<unsigned>(a.n));
+    return p;
+  }
+  g.units = a.W.cols / matmul_unit_cols(a.W.type);
+  const int64_t target = 2 * static_cast<int64_t>(sm_count);
+  int64_t splits = 1;
+  if (groups < target) {
+    splits = (target + groups - 1) / groups;
+    const int64_t most = g.units / kMatmulMinSplitUnits;
+    splits = splits < most ? splits : most;
+    splits = splits < 64 ? (splits > 1 ? splits : 1) : 64;
+  }
+  int64_t su = (g.units + splits - 1) / splits;
+  su = (su + 31) / 32 * 32;
+  g.split_units = su;
+  g.splits = static_cast<int>((g.units + su - 1) / su);
+  int64_t reps = groups / (4 * static_cast<int64_t>(sm_count));
+  g.reps = g.splits > 1 ? 1 : static_cast<int>(reps < 1 ? 1 : (reps > 8 ? 8 : reps));
+  p.tile_rows = matmul_tile_rows(a.n);
+  g.tiles = (a.n + p.tile_rows - 1) / p.tile_rows;
+  const int64_t blocks_x = (groups + g.reps - 1) / g.reps * g.tiles;
+  if (blocks_x > 0x7fffffff) fail("too many rows");
+  p.grid = dim3(static_cast<unsigned>(blocks_x), static_cast<unsigned>(g.splits));
+  p.splits = g.splits;
+  p.smem_bytes = matmul_smem_bytes(a.W.type, p.tile_rows);
+  if (p.smem_bytes > kMatmulSmemLimit) fail("shared memory over 48 KiB");
+  if (g.splits > 1) {
+    p.partial_bytes = static_cast<size_t>(g.splits) * a.n * a.W.rows * sizeof(float);
+    p.counter_bytes = static_cast<size_t>(blocks_x) * sizeof(int);
+  }
+  return p;
+}
+
+template <WeightType T, int kTile>
+inline void launch_matmul_tile(cudaStream_t stream, const MatmulArgs& a, const MatmulPlan& p,
+                               float* partial, int* counters) {
+  const auto kernel = matmul_kernel<T, kTile>;
+  TRT_SPEC_LAUNCH(kernel, p.grid, p.block, stream, a, p.geom, partial, counters);
+}
+
+template <WeightType T>
+inline void launch_matmul_typed(cudaStream_t stream, const MatmulArgs& a, const MatmulPlan& p,
+                                float* partial, int* counters) {
+  switch (p.tile_rows) {
+    case 1: launch_matmul_tile<T, 1>(stream, a, p, partial, counters); break;
+    case 2: launch_matmul_tile<T, 2>(stream, a, p, partial, counters); break;
+    case 4: launch_matmul_tile<T, 4>(stream, a, p, partial, counters); break;
+    case 8: launch_matmul_tile<T, 8>(stream, a, p, partial, counters); break;
+    default: launch_matmul_tile<T, kMatmulMaxTile>(stream, a, p, partial, counters); break;
+  }
+}
+
+// out = epilogue(f(x) @ W^T) with plan p (plan_matmul of the same args): one kernel launch.
+// partial / counters: scratch of p.partial_bytes / p.counter_bytes (null when 0).
+inline void launch_matmul(cudaStream_t stream, const MatmulArgs& a, const MatmulPlan& p,
+                          float* partial, int* counters) {
+  if (p.splits > 1 && (!partial || !counters)) throw std::invalid_argument("matmul: no scratch");
+  if (!p.vectorized) {
+    TRT_SPEC_LAUNCH(matmul_fallback_kernel, p.grid, p.block, stream, a, p.geom);
+    return;
+  }
+  switch (a.W.type) {
+    case WeightType::F32:
+      launch_matmul_typed<WeightType::F32>(stream, a, p, partial, counters);
+      break;
+    case WeightType::F16:
+      launch_matmul_typed<WeightType::F16>(stream, a, p, partial, counters);
+      break;
+    case WeightType::BF16:
+      launch_matmul_typed<WeightType::BF16>(stream, a, p, partial, counters);
+      break;
+    case WeightType::Q8:
+      launch_matmul_typed<WeightType::Q8>(stream, a, p, partial, counters);
+      break;
+    case WeightType::Q4:
+      launch_matmul_typed<WeightType::Q4>(stream, a, p, partial, counters);
+      break;
+  }
+}
+
+}  // namespace trt_spec::cuda
