@@ -198,3 +198,11 @@ inline float __half2float(__half h) {
   if (exp == 31) return __uint_as_float(sign | 0x7f800000u | (mant << 13));
   return __uint_as_float(sign | ((exp + 112) << 23) | (mant << 13));
 }
+
+// ---- multi-block rows (kernels/cuda/sample_rows.cuh) -------------------------------------------
+// Blocks run one after another, so the last block of a row to arrive is its highest chunk; a
+// fence is a host fence.
+#include <atomic>
+inline void __threadfence() {
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+}

@@ -56,6 +56,7 @@ class CudaBackend final : public Backend {
   void sample(const float* logits, int n, int vocab, const int32_t* slot, SamplingState* states,
               int32_t* out_tokens) override;
   int device() const { return device_; }
+  int sm_count() const { return sm_count_; }
   CUstream_st* stream() const { return stream_; }
   // True during capture()'s sizing pass: ops (the spec layer's too) launch nothing.
   bool sizing() const { return sizing_; }
@@ -65,13 +66,14 @@ class CudaBackend final : public Backend {
   void check_launch(const char* what) const;
 
  private:
-  enum ScratchId { kAttnPartial = 0, kScratchCount };
+  enum ScratchId { kAttnPartial = 0, kSampleRows, kScratchCount };
   struct Scratch {
     void* p = nullptr;
     size_t bytes = 0;
     size_t need = 0;  // the most a sizing pass asked for
   };
-  // A scratch buffer of at least `bytes`; nullptr during a sizing pass (which only records).
+  // A scratch buffer of at least `bytes`, zeroed when (re)allocated (the sampling rows' counters
+  // must start at zero); nullptr during a sizing pass (which only records).
   void* scratch(ScratchId id, size_t bytes);
   void grow(Scratch& s, size_t bytes);
 
