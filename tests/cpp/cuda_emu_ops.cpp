@@ -12,7 +12,6 @@
 #include "kernels/cuda/gemv.cuh"
 #include "kernels/cuda/norm_rope.cuh"
 #include "kernels/cuda/sampling.cuh"
-#include "kernels/cuda/sampling_launch.cuh"
 #include "spec/spec_launch.cuh"
 
 using namespace trt_spec;
@@ -125,7 +124,7 @@ long long emu_sample_scratch_row_offset(int rows) {
   return static_cast<long long>(sample_align(static_cast<size_t>(rows) * sizeof(unsigned)));
 }
 
-// Backend::sample through the backend's own launch function (sampling_launch.cuh); scratch:
+// Backend::sample through the backend's own launch function (sampling.cuh); scratch:
 // emu_sample_scratch_bytes(n, chunks) bytes, counters zero.
 void emu_sample(const float* logits, int n, int vocab, const int32_t* slot, void* states,
                 int32_t* out, int threads, int sms, int min_chunk, void* scratch) {

@@ -1,5 +1,5 @@
 // cuda_sampling.cu: CudaBackend's token selection (cuda_backend.h): sample(), through
-// launch_sample (kernels/cuda/sampling_launch.cuh: several blocks per row, two launches) with
+// launch_sample (kernels/cuda/sampling.cuh: several blocks per row, two launches) with
 // its scratch (counters zeroed at allocation) from the backend's scratch(). Same rule and the
 // same Philox draws as the CPU backend (cpu_sampling.cpp).
 #include <cuda_runtime.h>
@@ -10,7 +10,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.h"
 #include "common/errors.h"
-#include "kernels/cuda/sampling_launch.cuh"
+#include "kernels/cuda/sampling.cuh"
 
 namespace trt_spec {
 

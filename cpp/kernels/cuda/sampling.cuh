@@ -12,9 +12,9 @@
 //   rows_rule_pass       the kept set and mass of sampling_probs
 //   rows_probs_pass      sampling_probs' values, a chunk per block
 //   rows_dense_draw      sample_dense over those probs
-// and the kernel of Backend::sample (launched by sampling_launch.cuh). The random numbers are the
-// same Philox draws (same seed, counter and stream) as on the CPU. The speculative iteration's
-// kernels (spec/spec_kernels.cuh) build on these.
+// and the kernel of Backend::sample with its launch function (launch_sample). The random numbers
+// are the same Philox draws (same seed, counter and stream) as on the CPU. The speculative
+// iteration's kernels (spec/spec_kernels.cuh) build on these.
 #pragma once
 
 #include "kernels/cuda/sample_rows.cuh"
@@ -285,6 +285,22 @@ static __global__ void __launch_bounds__(kSampleThreads)
   const uint32_t r24 = uniform_bits(philox_uniform(p.seed, step, 0, kSampleStream));
   const int tok = rows_draw_pass(l, vocab, chunk, p, mx, r24, s, i);
   if (tok >= 0 && threadIdx.x == 0) out_tokens[i] = tok;
+}
+
+// ---- host launch (TRT_SPEC_LAUNCH: CudaBackend and the emulated tests run this function) ----
+
+// Backend::sample: tokens out_tokens [n] from logits [n, vocab] and states [slot[i]] (steps
+// advanced). Two launches over grid (g.chunks, n) of g.threads threads (sample_grid(vocab, SMs));
+// scratch: sample_scratch(p, n, g.chunks) of sample_scratch_bytes(n, g.chunks) bytes whose
+// counters are zero (and are left zero).
+inline void launch_sample(cudaStream_t stream, const SampleGrid& g, const float* logits, int n,
+                          int vocab, const int32_t* slot, DevSamplingState* states,
+                          int32_t* out_tokens, SampleScratch scratch) {
+  if (n <= 0) return;
+  const dim3 grid(static_cast<unsigned>(g.chunks), static_cast<unsigned>(n));
+  for (int phase = 0; phase < 2; ++phase)
+    TRT_SPEC_LAUNCH(sample_rows_kernel, grid, g.threads, stream, phase, logits, n, vocab, g.chunk,
+                    slot, states, out_tokens, scratch);
 }
 
 }  // namespace trt_spec::cuda
