@@ -296,24 +296,97 @@ def test_kv_copy(emu, cpu) -> None:
 
 
 # ---- token selection ---------------------------------------------------------------------------
+# The multi-block rows (sample_rows.cuh): sample_grid(vocab, SMS, threads, MIN_CHUNK) chunks per
+# row. The backend uses its SM count and 4096-element chunks; small chunks split the small rows
+# of these tests into several blocks each.
+SMS, MIN_CHUNK = I32(64), I32(128)
+
+
+def scratch(emu, rows: int, vocab: int, threads=T, min_chunk=MIN_CHUNK) -> np.ndarray:
+    chunks = emu.emu_sample_chunks(I32(vocab), SMS, threads, min_chunk)
+    return np.zeros(emu.emu_sample_scratch_bytes(I32(rows), I32(chunks)), np.uint8)
+
+
+def counters(emu, buf: np.ndarray, rows: int) -> np.ndarray:
+    return buf[: 4 * rows].view(np.uint32)
+
+
+def emu_sample(emu, logits, st, slot=None, threads=T, min_chunk=MIN_CHUNK, buf=None):
+    """Backend::sample on the emulation (launch_sample); returns the tokens and the scratch."""
+    n, V = logits.shape
+    slot = np.arange(n, dtype=np.int32) if slot is None else np.asarray(slot, np.int32)
+    buf = scratch(emu, n, V, threads, min_chunk) if buf is None else buf
+    out = np.full(n, -1, np.int32)
+    logits = np.ascontiguousarray(logits, np.float32)
+    emu.emu_sample(
+        P(logits), I32(n), I32(V), P(slot), P(st), P(out), threads, SMS, min_chunk, P(buf)
+    )
+    return out, buf
+
+
+def test_sample_grid(emu) -> None:
+    """Chunks per row from the vocabulary and the SM count only; none empty."""
+    assert emu.emu_sample_chunks(I32(151936), I32(132), I32(512), I32(4096)) == 38
+    assert emu.emu_sample_chunks(I32(151936), I32(16), I32(512), I32(4096)) == 16
+    assert emu.emu_sample_chunks(I32(32000), I32(132), I32(512), I32(4096)) == 8
+    assert emu.emu_sample_chunks(I32(1000), I32(132), I32(512), I32(4096)) == 1
+    assert emu.emu_sample_chunks(I32(10**6), I32(1000), I32(512), I32(4096)) == 64
+    assert emu.emu_sample_chunks(I32(700), SMS, T, MIN_CHUNK) == 6
+
+
 def test_sample(emu, cpu) -> None:
     rng = np.random.default_rng(5)
     n, V = 6, 700
     logits = random_logits(rng, (n, V))
-    logits[0, [3, 11]] = logits[0].max() + 1.0  # tied maxima
+    logits[0, [3, 11]] = logits[0].max() + 1.0  # tied maxima (one chunk)
     logits[1, :] = 0.25  # all equal
     logits[2, :] = np.round(logits[2])  # many ties
+    logits[3, [130, 650]] = logits[3].max() + 1.0  # tied maxima in two chunks
+    logits[4, ::3] = -np.inf  # masked ids
     for rule in RULES:
         ps = [params(rule, seed=40 + i, step=3 * i) for i in range(n)]
         st = states(ps)
-        out = np.zeros(n, np.int32)
         threads = I32(512) if rule == RULES[5] else T
-        emu.emu_sample(
-            P(logits), I32(n), I32(V), P(np.arange(n, dtype=np.int32)), P(st), P(out), threads
-        )
+        out, buf = emu_sample(emu, logits, st, threads=threads)
         want, steps = cpu.sample(logits, list(range(n)), ps)
         assert list(out) == want, rule
         assert list(st["step"]) == steps
+        assert not counters(emu, buf, n).any()  # left zero for the next launch / graph replay
+        if rule[0] == 0.0:
+            assert out[0] == 3 and out[3] == 130  # ties: the lowest index
+
+
+def test_sample_slot_twice(emu, cpu) -> None:
+    """A slot listed twice advances its step twice; rows draw in order."""
+    rng = np.random.default_rng(15)
+    logits = random_logits(rng, (4, 500))
+    slot = [1, 0, 1, 1]
+    ps = [params(RULES[2], seed=7, step=5), params(RULES[4], seed=8, step=9)]
+    st = states(ps)
+    out, _ = emu_sample(emu, logits, st, slot=slot)
+    want, steps = cpu.sample(logits, slot, ps)
+    assert list(out) == want
+    assert list(st["step"]) == steps == [6, 12]
+
+
+def test_sample_chunking_and_replay(emu) -> None:
+    """The same tokens whatever the split (one block per row, several, many), and a second
+    launch on the same scratch (as a graph replays) gives the same tokens."""
+    rng = np.random.default_rng(16)
+    n, V = 2, 900
+    logits = random_logits(rng, (n, V))
+    logits[1, 5:] = -np.inf  # five live ids, all in the first chunk
+    for rule in [RULES[0], RULES[2], RULES[3], RULES[4]]:
+        ps = [params(rule, seed=90 + i, step=i) for i in range(n)]
+        first, buf = emu_sample(emu, logits, states(ps), min_chunk=I32(1 << 20))
+        for mc in (I32(64), I32(300)):
+            again, buf = emu_sample(emu, logits, states(ps), min_chunk=mc)
+            assert list(again) == list(first), (rule, mc.value)
+            again, _ = emu_sample(emu, logits, states(ps), min_chunk=mc, buf=buf)
+            assert list(again) == list(first), (rule, mc.value)
+            assert not counters(emu, buf, n).any()
+        if rule[0] > 0:
+            assert first[1] < 5
 
 
 def test_sample_many_seeds(emu) -> None:
@@ -324,10 +397,29 @@ def test_sample_many_seeds(emu) -> None:
         logits = random_logits(rng, (1, V), scale=float(rng.uniform(0.5, 6.0)))
         rule = RULES[1 + trial % (len(RULES) - 1)]
         st = states([params(rule, seed=trial, step=trial)])
-        out = np.zeros(1, np.int32)
-        emu.emu_sample(P(logits), I32(1), I32(V), P(np.zeros(1, np.int32)), P(st), P(out), T)
+        out, _ = emu_sample(emu, logits, st, min_chunk=I32(64))
         t, k, p, seed, step = params(rule, seed=trial, step=trial)
         assert out[0] == native.sample_row(logits[0], t, k, p, seed, step), (trial, rule)
+
+
+@pytest.mark.parametrize("rule", [RULES[0], RULES[2]])
+def test_sample_qwen_vocab(emu, cpu, rule) -> None:
+    """A 151,936-entry vocabulary (Qwen's), 38 chunks per row as on a 132-SM GPU: greedy and
+    index-order draws (top-k / top-p run on smaller rows above: slow in the emulation)."""
+    rng = np.random.default_rng(17)
+    n, V = 2, 151936
+    logits = random_logits(rng, (n, V))
+    logits[1, [70000, 151935]] = logits[1].max() + 2.0  # tied maxima in distant chunks
+    ps = [params(rule, seed=3 + i, step=11 * i) for i in range(n)]
+    st = states(ps)
+    out, buf = emu_sample(emu, logits, st, min_chunk=I32(4096), slot=[0, 1])
+    assert emu.emu_sample_chunks(I32(V), SMS, T, I32(4096)) == 38
+    want, steps = cpu.sample(logits, [0, 1], ps)
+    assert list(out) == want
+    assert list(st["step"]) == steps
+    assert not counters(emu, buf, n).any()
+    if rule[0] == 0.0:
+        assert out[1] == 70000
 
 
 def test_spec_draft_rows(emu, cpu) -> None:
@@ -363,9 +455,22 @@ def test_spec_draft_sample(emu, cpu, vocab: int, common: int) -> None:
         logits = random_logits(rng, (B, vocab))
         qc, sc = cpu.spec_draft_sample(logits, common, j, seqs, list(slots), ps)
         qg, sg = logits.copy(), seqs.copy()
+        buf = scratch(emu, B, vocab)
         emu.emu_spec_draft_sample(
-            P(qg), I32(B), I32(vocab), I32(common), I32(j), P(sg), P(slots), P(states(ps)), T
+            P(qg),
+            I32(B),
+            I32(vocab),
+            I32(common),
+            I32(j),
+            P(sg),
+            P(slots),
+            P(states(ps)),
+            T,
+            SMS,
+            MIN_CHUNK,
+            P(buf),
         )
+        assert not counters(emu, buf, B).any()
         np.testing.assert_array_equal(sg, sc)
         np.testing.assert_allclose(qg, qc, rtol=1e-5, atol=1e-7)
         seqs = sc
@@ -463,6 +568,7 @@ def test_spec_accept(emu, cpu, k: int, source: str) -> None:
         Pbuf = np.zeros(B * (k + 1) * V, np.float32)
         best = np.zeros(B * (k + 1), np.int32)
         mv = [np.zeros(B * 16, np.int32) for _ in range(3)]
+        buf = scratch(emu, B * (k + 1), V, min_chunk=I32(64))
         emu.emu_spec_accept(
             P(target),
             P(q if k else None),
@@ -479,7 +585,11 @@ def test_spec_accept(emu, cpu, k: int, source: str) -> None:
             I32(max_seq),
             *map(P, mv),
             T,
+            SMS,
+            I32(64),
+            P(buf),
         )
+        assert not counters(emu, buf, B * (k + 1)).any()
         np.testing.assert_array_equal(got, want_s)
         np.testing.assert_array_equal(hg, want_h)
         for a, b in zip(mv, want_m, strict=True):

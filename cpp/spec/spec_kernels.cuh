@@ -4,9 +4,9 @@
 // are the sampling rule's kernels (kernels/cuda/sampling.cuh), the same Philox draws as the CPU.
 //
 //   draft_rows_kernel     chain rows of draft step j                    grid-stride
-//   draft_sample_kernel   node j of each chain (and q_j in place)       grid B
+//   draft_sample_kernel   node j of each chain (and q_j in place)       grid (chunks, B) x 3
 //   verify_rows_kernel    the tree of each sequence, its verify rows    grid B
-//   accept_rows_kernel    argmax or dense p of each verify row          grid B (k + 1)
+//   accept_rows_kernel    argmax, dense p or bonus of each verify row   grid (chunks, B (k+1)) x 3
 //   accept_walk_kernel    walk, emitted token, commit, history, moves   grid B
 //   lookup_kernel         prompt lookup: matches by the whole block,
 //                         the tree by one thread                         grid B
@@ -48,24 +48,34 @@ __global__ void draft_rows_kernel(const SeqState* __restrict__ seqs,
   }
 }
 
-// Node j of each chain from logits_q [B, vocab]; sampling rows become q_j in place.  grid B.
+// Node j of each chain from logits_q [B, vocab]; sampling rows become q_j in place.
+// grid (chunks, B), three launches: phase 0 the maxima over [0, vocab_common) (greedy: the
+// node), phase 1 the kept mass, phase 2 q_j and the node drawn from it (sample_dense).
 __global__ void __launch_bounds__(kSpecThreads)
-    draft_sample_kernel(float* logits_q, int vocab, int vocab_common, int j, SeqState* seqs,
-                        const int32_t* __restrict__ slots,
-                        const DevSamplingState* __restrict__ states) {
-  const int b = blockIdx.x;
+    draft_sample_kernel(int phase, float* logits_q, int vocab, int vocab_common, int chunk, int j,
+                        SeqState* seqs, const int32_t* __restrict__ slots,
+                        const DevSamplingState* __restrict__ states, SampleScratch sc) {
+  const int b = blockIdx.y;
   SeqState* s = seqs + slots[b];
   const SamplingParams p = states[slots[b]].params;
-  const int32_t n_gen = s->n_gen;
   float* row = logits_q + static_cast<int64_t>(b) * vocab;
-  int d;
-  if (is_greedy(p)) {
-    d = block_argmax_row(row, vocab_common).i;
-  } else {
-    block_sampling_probs(row, vocab_common, vocab, p, row);
-    d = block_sample_dense(row, vocab, spec_uniform(p.seed, n_gen + j, kStreamDraft));
+  if (phase == 0) {
+    const ArgMax a = rows_max_pass(row, vocab_common, chunk, sc, b);
+    if (a.i < 0 || threadIdx.x != 0) return;
+    sc.row[b].mx = a.v;
+    if (is_greedy(p)) tree_set_chain_node(s->tree, j, a.i, kNodeDense);
+    return;
   }
-  if (threadIdx.x == 0) tree_set_chain_node(s->tree, j, d, kNodeDense);
+  if (is_greedy(p)) return;
+  if (phase == 1) {
+    rows_rule_pass(row, vocab_common, chunk, p, sc.row[b].mx, sc, b);
+    return;
+  }
+  const RowStat rs = sc.row[b];
+  const ProbsSum ps = rows_probs_pass(row, vocab_common, vocab, chunk, p, rs, row);
+  const int d = rows_dense_draw(row, vocab, chunk, ps,
+                                spec_uniform(p.seed, s->n_gen + j, kStreamDraft), sc, b);
+  if (d >= 0 && threadIdx.x == 0) tree_set_chain_node(s->tree, j, d, kNodeDense);
 }
 
 // Each sequence's tree for (source, k) and its k + 1 verify rows.  grid B, block >= 32.
@@ -101,22 +111,48 @@ __global__ void verify_rows_kernel(SeqState* seqs, const int32_t* __restrict__ s
   }
 }
 
-// Per verify row r = b (k + 1) + row: argmax (greedy) or, where the row has children, the dense
-// p (P [B, k + 1, vocab]).  grid B (k + 1).
+// Per verify row r = b (k + 1) + row, grid (chunks, B (k + 1)), three launches (phases 0-2):
+//   greedy rows: the argmax (best[r], phase 0);
+//   sampling rows with children: the dense p (P [B, k + 1, vocab], phases 1 and 2);
+//   sampling rows without children the walk can stop at (the root, the tree's nodes): the
+//   bonus token, drawn as a target-only step draws it at generation index n_gen + the node's
+//   depth (best[r], phase 1).
 __global__ void __launch_bounds__(kSpecThreads)
-    accept_rows_kernel(const float* __restrict__ logits, int k, int vocab,
+    accept_rows_kernel(int phase, const float* __restrict__ logits, int k, int vocab, int chunk,
                        const SeqState* __restrict__ seqs, const int32_t* __restrict__ slots,
                        const DevSamplingState* __restrict__ states, float* __restrict__ P,
-                       int32_t* __restrict__ best) {
-  const int r = blockIdx.x, b = r / (k + 1), row = r % (k + 1);
+                       int32_t* __restrict__ best, SampleScratch sc) {
+  const int r = blockIdx.y, b = r / (k + 1), row = r % (k + 1);
+  const SeqState& s = seqs[slots[b]];
   const SamplingParams p = states[slots[b]].params;
+  const bool greedy = is_greedy(p);
+  const bool children = !greedy && row_has_children(s.tree, row);
+  const bool bonus = !greedy && !children && row <= s.tree.n;
+  if (!greedy && !children && !bonus) return;
   const float* l = logits + static_cast<int64_t>(r) * vocab;
-  if (is_greedy(p)) {
-    const int a = block_argmax_row(l, vocab).i;
-    if (threadIdx.x == 0) best[r] = a;
-  } else if (row_has_children(seqs[slots[b]].tree, row)) {
-    block_sampling_probs(l, vocab, vocab, p, P + static_cast<int64_t>(r) * vocab);
+  if (phase == 0) {
+    const ArgMax a = rows_max_pass(l, vocab, chunk, sc, r);
+    if (a.i < 0 || threadIdx.x != 0) return;
+    sc.row[r].mx = a.v;
+    if (greedy) best[r] = a.i;
+    return;
   }
+  if (greedy) return;
+  if (bonus) {
+    if (phase != 1) return;
+    const int64_t m = s.n_gen + (row == 0 ? 0 : s.tree.depth[row - 1]);
+    const uint32_t r24 =
+        uniform_bits(philox_uniform(p.seed, static_cast<uint64_t>(m), 0, kSampleStream));
+    const int tok = rows_draw_pass(l, vocab, chunk, p, sc.row[r].mx, r24, sc, r);
+    if (tok >= 0 && threadIdx.x == 0) best[r] = tok;
+    return;
+  }
+  if (phase == 1) {
+    rows_rule_pass(l, vocab, chunk, p, sc.row[r].mx, sc, r);
+    return;
+  }
+  const RowStat rs = sc.row[r];
+  rows_probs_pass(l, vocab, vocab, chunk, p, rs, P + static_cast<int64_t>(r) * vocab);
 }
 
 // accept.h's Scores over device memory for sequence b.
@@ -169,9 +205,8 @@ __global__ void __launch_bounds__(kSpecThreads)
   int tok = 0;
   if (greedy) {
     tok = best[b * R + w.stop_row];
-  } else if (w.tested == 0) {  // a leaf: the bonus, as a target-only step draws it
-    tok = block_sample_row(logits + (static_cast<int64_t>(b) * R + w.stop_row) * vocab, vocab, p,
-                           static_cast<uint64_t>(m), 0);
+  } else if (w.tested == 0) {  // a leaf: the bonus, drawn by accept_rows_kernel
+    tok = best[b * R + w.stop_row];
   } else {  // rejections at stop_row: the residual (accept.h)
     const float* pr = Pb + static_cast<int64_t>(w.stop_row) * vocab;
     const float u = spec_uniform(p.seed, m, kStreamResidual);

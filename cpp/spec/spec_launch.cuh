@@ -10,11 +10,20 @@
 
 namespace trt_spec::cuda {
 
-// Scratch of accept: dense p [B, k + 1, vocab] and argmaxes [B, k + 1].
+// Scratch of accept: dense p [B, k + 1, vocab], argmaxes / bonus tokens [B, k + 1] and the
+// multi-block rows' scratch for B (k + 1) rows (sample_rows.cuh).
 struct AcceptScratch {
   float* P;
   int32_t* best;
+  SampleScratch rows;
 };
+
+// Rows of the multi-block row scratch the ops need: draft_sample B, accept B (k + 1) (they run
+// one after the other on one stream and share it): sample_scratch_bytes(spec_sample_rows(..),
+// g.chunks) bytes, counters zeroed once.
+inline int spec_sample_rows(int max_batch, int max_k) {
+  return max_batch * (max_k + 1);
+}
 
 inline void launch_draft_rows(cudaStream_t stream, const SeqState* seqs, const int32_t* slots,
                               int B, int j, int32_t* tokens, int32_t* pos, int32_t* row_slots) {
@@ -24,11 +33,15 @@ inline void launch_draft_rows(cudaStream_t stream, const SeqState* seqs, const i
                   row_slots);
 }
 
-inline void launch_draft_sample(cudaStream_t stream, float* logits_q, int B, int vocab,
-                                int vocab_common, int j, SeqState* seqs, const int32_t* slots,
-                                const DevSamplingState* states, int threads = kSpecThreads) {
-  TRT_SPEC_LAUNCH(draft_sample_kernel, B, threads, stream, logits_q, vocab, vocab_common, j, seqs,
-                  slots, states);
+// Three launches over grid (g.chunks, B), g = sample_grid(vocab, SMs).
+inline void launch_draft_sample(cudaStream_t stream, const SampleGrid& g, float* logits_q, int B,
+                                int vocab, int vocab_common, int j, SeqState* seqs,
+                                const int32_t* slots, const DevSamplingState* states,
+                                SampleScratch rows) {
+  const dim3 grid(static_cast<unsigned>(g.chunks), static_cast<unsigned>(B));
+  for (int phase = 0; phase < 3; ++phase)
+    TRT_SPEC_LAUNCH(draft_sample_kernel, grid, g.threads, stream, phase, logits_q, vocab,
+                    vocab_common, g.chunk, j, seqs, slots, states, rows);
 }
 
 inline void launch_verify_rows(cudaStream_t stream, SeqState* seqs, const int32_t* slots, int B,
@@ -38,15 +51,19 @@ inline void launch_verify_rows(cudaStream_t stream, SeqState* seqs, const int32_
                   kv_idx, tree_base, tree_bits);
 }
 
-inline void launch_accept(cudaStream_t stream, const float* logits, const float* q, int B, int k,
-                          int vocab, int vocab_draft, SeqState* seqs, const int32_t* slots,
-                          const DevSamplingState* states, AcceptScratch scratch, int32_t* history,
-                          int max_seq, int32_t* mv_slot, int32_t* mv_src, int32_t* mv_dst,
-                          int threads = kSpecThreads) {
-  TRT_SPEC_LAUNCH(accept_rows_kernel, B * (k + 1), threads, stream, logits, k, vocab, seqs, slots,
-                  states, scratch.P, scratch.best);
-  TRT_SPEC_LAUNCH(accept_walk_kernel, B, threads, stream, logits, q, B, k, vocab, vocab_draft, seqs,
-                  slots, states, scratch.P, scratch.best, history, max_seq, mv_slot, mv_src,
+// Three launches over grid (g.chunks, B (k + 1)) (g = sample_grid(vocab, SMs)), then the walk
+// over grid B.
+inline void launch_accept(cudaStream_t stream, const SampleGrid& g, const float* logits,
+                          const float* q, int B, int k, int vocab, int vocab_draft, SeqState* seqs,
+                          const int32_t* slots, const DevSamplingState* states,
+                          AcceptScratch scratch, int32_t* history, int max_seq, int32_t* mv_slot,
+                          int32_t* mv_src, int32_t* mv_dst) {
+  const dim3 grid(static_cast<unsigned>(g.chunks), static_cast<unsigned>(B * (k + 1)));
+  for (int phase = 0; phase < 3; ++phase)
+    TRT_SPEC_LAUNCH(accept_rows_kernel, grid, g.threads, stream, phase, logits, k, vocab, g.chunk,
+                    seqs, slots, states, scratch.P, scratch.best, scratch.rows);
+  TRT_SPEC_LAUNCH(accept_walk_kernel, B, g.threads, stream, logits, q, B, k, vocab, vocab_draft,
+                  seqs, slots, states, scratch.P, scratch.best, history, max_seq, mv_slot, mv_src,
                   mv_dst);
 }
 

@@ -110,12 +110,27 @@ void emu_kv_copy(float* k, float* v, int slots, int layers, int nkv, int max_seq
   launch(dim3(1), 256, kv_copy_kernel, kv, slot, src, dst, n);
 }
 
-// threads: of the sampling blocks (the backend's kSampleThreads = 512; fewer keep the emulation
-// fast, the algorithms take any multiple of 32 up to 1024).
+// The multi-block rows' grid: sample_grid(vocab, sms, threads, min_chunk) (the backend: its SM
+// count, kSampleThreads = 512 and kSampleChunkMin; fewer threads and smaller chunks keep the
+// emulation fast and split small rows into several chunks). Returns the chunks per row.
+int emu_sample_chunks(int vocab, int sms, int threads, int min_chunk) {
+  return sample_grid(vocab, sms, threads, min_chunk).chunks;
+}
+long long emu_sample_scratch_bytes(int rows, int chunks) {
+  return static_cast<long long>(sample_scratch_bytes(rows, chunks));
+}
+// The offset of the row stats in the scratch (after the counters [rows] of uint32).
+long long emu_sample_scratch_row_offset(int rows) {
+  return static_cast<long long>(sample_align(static_cast<size_t>(rows) * sizeof(unsigned)));
+}
+
+// Backend::sample through the backend's own launch function (sampling.cuh); scratch:
+// emu_sample_scratch_bytes(n, chunks) bytes, counters zero.
 void emu_sample(const float* logits, int n, int vocab, const int32_t* slot, void* states,
-                int32_t* out, int threads) {
-  launch(dim3(1), threads, sample_kernel, logits, n, vocab, slot,
-         static_cast<DevSamplingState*>(states), out);
+                int32_t* out, int threads, int sms, int min_chunk, void* scratch) {
+  const SampleGrid g = sample_grid(vocab, sms, threads, min_chunk);
+  launch_sample(nullptr, g, logits, n, vocab, slot, static_cast<DevSamplingState*>(states), out,
+                sample_scratch(scratch, n, g.chunks));
 }
 
 // The speculative ops, through the CUDA SpecOps' launch functions (spec_launch.cuh).
@@ -125,10 +140,14 @@ void emu_spec_draft_rows(const void* seqs, const int32_t* slots, int B, int j, i
                     row_slots);
 }
 
+// scratch: emu_sample_scratch_bytes(B, chunks) bytes, counters zero.
 void emu_spec_draft_sample(float* logits_q, int B, int vocab, int vocab_common, int j, void* seqs,
-                           const int32_t* slots, const void* states, int threads) {
-  launch_draft_sample(nullptr, logits_q, B, vocab, vocab_common, j, static_cast<SeqState*>(seqs),
-                      slots, static_cast<const DevSamplingState*>(states), threads);
+                           const int32_t* slots, const void* states, int threads, int sms,
+                           int min_chunk, void* scratch) {
+  const SampleGrid g = sample_grid(vocab, sms, threads, min_chunk);
+  launch_draft_sample(nullptr, g, logits_q, B, vocab, vocab_common, j, static_cast<SeqState*>(seqs),
+                      slots, static_cast<const DevSamplingState*>(states),
+                      sample_scratch(scratch, B, g.chunks));
 }
 
 void emu_spec_verify_rows(void* seqs, const int32_t* slots, int B, int k, int source,
@@ -139,14 +158,16 @@ void emu_spec_verify_rows(void* seqs, const int32_t* slots, int B, int k, int so
 }
 
 // P: [B, k + 1, vocab] scratch, best: [B (k + 1)] scratch; history [slots, max_seq]; moves
-// [B kMaxDraftNodes] each.
+// [B kMaxDraftNodes] each; scratch: emu_sample_scratch_bytes(B (k + 1), chunks), counters zero.
 void emu_spec_accept(const float* logits, const float* q, int B, int k, int vocab, int vocab_draft,
                      void* seqs, const int32_t* slots, const void* states, float* P, int32_t* best,
                      int32_t* history, int max_seq, int32_t* mv_slot, int32_t* mv_src,
-                     int32_t* mv_dst, int threads) {
-  launch_accept(nullptr, logits, q, B, k, vocab, vocab_draft, static_cast<SeqState*>(seqs), slots,
-                static_cast<const DevSamplingState*>(states), AcceptScratch{P, best}, history,
-                max_seq, mv_slot, mv_src, mv_dst, threads);
+                     int32_t* mv_dst, int threads, int sms, int min_chunk, void* scratch) {
+  const SampleGrid g = sample_grid(vocab, sms, threads, min_chunk);
+  launch_accept(nullptr, g, logits, q, B, k, vocab, vocab_draft, static_cast<SeqState*>(seqs),
+                slots, static_cast<const DevSamplingState*>(states),
+                AcceptScratch{P, best, sample_scratch(scratch, B * (k + 1), g.chunks)}, history,
+                max_seq, mv_slot, mv_src, mv_dst);
 }
 
 void emu_spec_lookup(void* seqs, const int32_t* slots, int B, const int32_t* history,

@@ -304,6 +304,8 @@ void CudaBackend::grow(Scratch& s, size_t bytes) {
     throw Error("out of GPU memory allocating " + std::to_string(n) + " bytes of scratch");
   }
   s.bytes = n;
+  // Zero (synchronously: grow never runs while capturing): counters of the sampling rows.
+  cuda_check(cudaMemset(s.p, 0, n), "cudaMemset");
 }
 
 void* CudaBackend::scratch(ScratchId id, size_t bytes) {

@@ -80,13 +80,14 @@ class CudaBackend final : public Backend {
   void check_launch(const char* what) const;
 
  private:
-  enum ScratchId { kAttnPartial = 0, kScratchCount };
+  enum ScratchId { kAttnPartial = 0, kSampleRows, kScratchCount };
   struct Scratch {
     void* p = nullptr;
     size_t bytes = 0;
     size_t need = 0;  // the most a sizing pass asked for
   };
-  // A scratch buffer of at least `bytes`; nullptr during a sizing pass (which only records).
+  // A scratch buffer of at least `bytes`, zeroed when (re)allocated (the sampling rows' counters
+  // must start at zero); nullptr during a sizing pass (which only records).
   void* scratch(ScratchId id, size_t bytes);
   void grow(Scratch& s, size_t bytes);
 

@@ -1,6 +1,7 @@
-// cuda_sampling.cu: CudaBackend's token selection (cuda_backend.h): sample(), launching the
-// kernel of kernels/cuda/sampling.cuh. Same rule and the same Philox draws as the CPU backend
-// (cpu_sampling.cpp).
+// cuda_sampling.cu: CudaBackend's token selection (cuda_backend.h): sample(), through
+// launch_sample (kernels/cuda/sampling.cuh: several blocks per row, two launches) with
+// its scratch (counters zeroed at allocation) from the backend's scratch(). Same rule and the
+// same Philox draws as the CPU backend (cpu_sampling.cpp).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -18,9 +19,6 @@ static_assert(sizeof(cuda::DevSamplingState) == sizeof(SamplingState) &&
               "the kernels' view of SamplingState must match backend.h");
 
 namespace {
-const cuda::DevSamplingState* dev_states(const SamplingState* s) {
-  return reinterpret_cast<const cuda::DevSamplingState*>(s);
-}
 // Fixed-point masses need vocab * 2^kMassBits < 2^63.
 void check_vocab(int vocab) {
   if (vocab <= 0 || vocab >= (1 << (63 - cuda::kMassBits)))
@@ -32,9 +30,13 @@ void check_vocab(int vocab) {
 void CudaBackend::sample(const float* logits, int n, int vocab, const int32_t* slot,
                          SamplingState* states, int32_t* out_tokens) {
   check_vocab(vocab);
-  if (sizing() || n <= 0) return;
-  cuda::sample_kernel<<<1, cuda::kSampleThreads, 0, stream_>>>(
-      logits, n, vocab, slot, reinterpret_cast<cuda::DevSamplingState*>(states), out_tokens);
+  if (n <= 0) return;
+  const cuda::SampleGrid g = cuda::sample_grid(vocab, sm_count_);
+  void* buf = scratch(kSampleRows, cuda::sample_scratch_bytes(n, g.chunks));
+  if (sizing()) return;
+  cuda::launch_sample(stream_, g, logits, n, vocab, slot,
+                      reinterpret_cast<cuda::DevSamplingState*>(states), out_tokens,
+                      cuda::sample_scratch(buf, n, g.chunks));
   check_launch("sample");
 }
 

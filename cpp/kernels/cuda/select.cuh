@@ -12,8 +12,9 @@
 //     Once a bucket holds at most kCompactCap candidates they are copied to shared memory and the
 //     remaining digits read only those. Histogram updates are aggregated per warp and bucket.
 //   * block_index_draw is the inverse CDF in token-index order (pure temperature sampling,
-//     sample_dense, sample_residual): per-thread segment sums, a block scan, one thread walks
-//     the segment the target falls in.
+//     sample_dense, sample_residual): a coalesced pass for the total, then tiles of blockDim
+//     consecutive elements, one block scan each, up to the tile the target falls in
+//     (block_first_above, which the multi-block rows of sample_rows.cuh use on one chunk).
 // Masses are fixed point (kMassBits fractional bits, uint64): sums are exact and independent of
 // the summation order, so a row gives the same token however the work is split, in a graph or
 // not. Against the CPU's double sums they differ by rounding (~1e-13 relative), far below the
@@ -213,43 +214,50 @@ struct IndexDraw {
   uint64_t total;    // sum of v over [0, n)
 };
 
+// The first i in [begin, end) at which the running sum of v from `begin` exceeds target; -1 when
+// none. Tiles of blockDim consecutive elements (coalesced reads), one block scan per tile, until
+// the tile the target falls in. All threads must call; all get the same result.
+template <class Value>
+__device__ inline int block_first_above(int begin, int end, Value v, uint64_t target) {
+  __shared__ int found;
+  if (threadIdx.x == 0) found = -1;
+  uint64_t acc = 0;  // the same in every thread
+  for (int base = begin; base < end; base += blockDim.x) {
+    const int i = base + static_cast<int>(threadIdx.x);
+    const uint64_t x = i < end ? v(i) : 0ull;
+    unsigned long long tile = 0;
+    const uint64_t excl = block_exclusive_scan_u64(x, &tile);  // (synchronises)
+    if (x > 0 && acc + excl <= target && target < acc + excl + x) found = i;
+    acc += tile;
+    if (acc > target) break;  // block-uniform: the tile held the target
+  }
+  __syncthreads();
+  const int r = found;
+  __syncthreads();
+  return r;
+}
+
 // Inverse CDF in index order of the fixed-point values v(i), i in [0, n), for the uniform
 // r24 / 2^24: the first i whose inclusive prefix sum exceeds floor(r24 * total / 2^24).
+// Two coalesced passes: the total (and last nonzero), then block_first_above.
 // All threads must call; all get the same result.
 template <class Value>
 __device__ inline IndexDraw block_index_draw(int n, Value v, uint32_t r24) {
-  __shared__ int found, last_nz;
-  const int seg = (n + blockDim.x - 1) / blockDim.x;
-  const int b = min(n, static_cast<int>(threadIdx.x) * seg), e = min(n, b + seg);
-  if (threadIdx.x == 0) {
-    found = -1;
-    last_nz = -1;
-  }
+  __shared__ int last_nz;
+  if (threadIdx.x == 0) last_nz = -1;
   uint64_t sum = 0;
   int my_last = -1;
-  for (int i = b; i < e; ++i) {
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
     const uint64_t x = v(i);
     sum += x;
     if (x > 0) my_last = i;
   }
-  unsigned long long total = 0;
-  const uint64_t excl = block_exclusive_scan_u64(sum, &total);  // (synchronises)
+  __syncthreads();
   if (my_last >= 0) atomicMax(&last_nz, my_last);
-  const uint64_t target = scale_by_uniform(r24, total);
-  if (excl <= target && target < excl + sum) {  // exactly one thread when target < total
-    uint64_t acc = excl;
-    for (int i = b; i < e; ++i) {
-      acc += v(i);
-      if (acc > target) {
-        found = i;
-        break;
-      }
-    }
-  }
-  __syncthreads();
-  IndexDraw r{found, last_nz, total};
-  __syncthreads();
-  return r;
+  const uint64_t total = block_sum_u64(sum);  // (synchronises)
+  const int last = last_nz;
+  const int index = block_first_above(0, n, v, scale_by_uniform(r24, total));
+  return IndexDraw{index, last, total};
 }
 
 }  // namespace trt_spec::cuda

@@ -1,0 +1,235 @@
+// sample_rows.cuh: the sampling rule (kernels/sampling.h) over rows split into vocabulary chunks,
+// several thread blocks per row: the building blocks of Backend::sample (sampling.cuh) and of the
+// speculative iteration's row kernels (spec/spec_kernels.cuh).
+//
+// A row's vocabulary [0, vocab) is cut into `chunks` chunks of `chunk` elements (SampleGrid,
+// from the vocabulary size and the SM count only, never from the data); grid (chunks, rows).
+// Each block reduces its chunk (coalesced, float4 loads where aligned) to a ChunkPartial; the
+// last block of the row to arrive (an atomic counter per row, reset by that block, so graphs
+// replay) combines the partials in chunk order and finishes the row. No float atomics: maxima
+// are exact, masses are fixed point (select.cuh), so the result never depends on the split.
+//
+// The rule takes up to three launches, each a pass over the row:
+//   1. max:   the argmax (greedy: the token) and the row maximum           RowStat.mx / arg
+//   2. rule:  the kept mass (index order: the sum over chunks), or, with top-k / top-p, the key
+//             threshold and mass (block_rule, by the row's first block); or a draw: the chunk
+//             the target falls in, then one block scan walk inside it     RowStat.floor / total
+//   3. probs: the dense distribution (and its index-order draw: sample_dense)
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+
+#include "kernels/cuda/select.cuh"
+
+namespace trt_spec::cuda {
+
+constexpr int kSampleChunkMin = 4096;  // elements per chunk at least (the backend's choice)
+constexpr int kSampleMaxChunks = 64;   // chunks per row at most
+
+// The launch shape of the multi-block rows.
+struct SampleGrid {
+  int threads;  // per block: a multiple of 32, at most 1024
+  int chunks;   // blocks per row
+  int chunk;    // elements per chunk, a multiple of 4 (float4 loads)
+};
+
+// chunks = clamp(ceil(vocab / min_chunk), 1, min(kSampleMaxChunks, sm_count)), then the chunk
+// length rounded up to a multiple of 4 and chunks recounted so that none is empty.
+// (Host code; min_chunk below kSampleChunkMin lets the emulated tests split small rows.)
+inline SampleGrid sample_grid(int vocab, int sm_count, int threads = kSampleThreads,
+                              int min_chunk = kSampleChunkMin) {
+  vocab = std::max(vocab, 1);
+  min_chunk = std::max(min_chunk, 4);
+  const int cap = std::max(1, std::min(kSampleMaxChunks, sm_count));
+  const int want = std::max(1, std::min(cap, (vocab + min_chunk - 1) / min_chunk));
+  const int chunk = ((vocab + want - 1) / want + 3) / 4 * 4;
+  return SampleGrid{threads, (vocab + chunk - 1) / chunk, chunk};
+}
+
+// Per row, what the passes hand on.
+struct RowStat {
+  float mx;        // the row maximum (over the valid ids)
+  int32_t arg;     // its lowest index
+  int32_t sorted;  // top-k / top-p active
+  int32_t pad;
+  unsigned long long step;   // the draw's counter (Backend::sample: the slot's step + earlier rows)
+  unsigned long long floor;  // kept keys >= floor (sorted)
+  unsigned long long total;  // the kept mass
+};
+
+// Per (row, chunk): one block's reduction.
+struct ChunkPartial {
+  float v;          // chunk max
+  int32_t i;        // its index (-1: empty chunk)
+  int32_t last_nz;  // the last index with a nonzero mass (probs pass)
+  int32_t pad;
+  unsigned long long mass;  // fixed-point mass of the chunk
+};
+
+// Scratch of the multi-block rows: counters (zero between launches), row stats and partials.
+struct SampleScratch {
+  unsigned* count;     // [rows]
+  RowStat* row;        // [rows]
+  ChunkPartial* part;  // [rows, chunks]
+};
+
+inline size_t sample_align(size_t b) {
+  return (b + 255) / 256 * 256;
+}
+
+// Bytes of scratch for `rows` rows of `chunks` chunks; the counters (the first bytes) must be
+// zero when allocated (the kernels leave them zero).
+inline size_t sample_scratch_bytes(int rows, int chunks) {
+  const size_t r = static_cast<size_t>(std::max(rows, 1));
+  return sample_align(r * sizeof(unsigned)) + sample_align(r * sizeof(RowStat)) +
+         r * static_cast<size_t>(std::max(chunks, 1)) * sizeof(ChunkPartial);
+}
+
+// The layout of sample_scratch_bytes(rows, chunks) at base.
+inline SampleScratch sample_scratch(void* base, int rows, int chunks) {
+  (void)chunks;
+  const size_t r = static_cast<size_t>(std::max(rows, 1));
+  char* p = static_cast<char*>(base);
+  SampleScratch s;
+  s.count = reinterpret_cast<unsigned*>(p);
+  s.row = reinterpret_cast<RowStat*>(p + sample_align(r * sizeof(unsigned)));
+  s.part = reinterpret_cast<ChunkPartial*>(p + sample_align(r * sizeof(unsigned)) +
+                                           sample_align(r * sizeof(RowStat)));
+  return s;
+}
+
+// ---- device side --------------------------------------------------------------------------
+
+// A load that bypasses L1: data other blocks of this launch wrote (after a fence).
+template <class T>
+__device__ __forceinline__ T load_cg(const T* p) {
+#if defined(TRT_SPEC_CUDA_EMU)
+  return *p;
+#else
+  return __ldcg(p);
+#endif
+}
+
+// f(i, l[i]) for i in [begin, end): consecutive threads on consecutive elements, float4 loads
+// when l + begin is 16-byte aligned.
+template <class F>
+__device__ __forceinline__ void for_range(const float* l, int begin, int end, F f) {
+  int i0 = begin;
+  if (end > begin && (reinterpret_cast<uintptr_t>(l + begin) & 15u) == 0) {
+    const int n4 = (end - begin) / 4;
+    const float4* l4 = reinterpret_cast<const float4*>(l + begin);
+    for (int j = threadIdx.x; j < n4; j += blockDim.x) {
+      const float4 v = l4[j];
+      const int i = begin + 4 * j;
+      f(i, v.x);
+      f(i + 1, v.y);
+      f(i + 2, v.z);
+      f(i + 3, v.w);
+    }
+    i0 = begin + 4 * n4;
+  }
+  for (int i = i0 + static_cast<int>(threadIdx.x); i < end; i += blockDim.x) f(i, l[i]);
+}
+
+// True in every thread of the block that arrives last of the `chunks` blocks of its row; that
+// block resets the counter. Writes of this block before the call are visible to the last one.
+__device__ inline bool block_arrive_last(unsigned* count, int chunks) {
+  __shared__ int last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const unsigned prev = atomicAdd(count, 1u);
+    last = prev == static_cast<unsigned>(chunks - 1) ? 1 : 0;
+    if (last) *count = 0;  // every block of the row has arrived: ready for the next launch
+  }
+  __syncthreads();
+  const bool r = last != 0;
+  if (r) __threadfence();
+  return r;
+}
+
+// argmax over l [begin, end) (lowest index among equal maxima; i = -1 when empty).
+__device__ inline ArgMax block_argmax_range(const float* l, int begin, int end) {
+  ArgMax a{0.0f, -1};
+  for_range(l, begin, end, [&](int i, float x) { a = argmax_pick(a, ArgMax{x, i}); });
+  return block_argmax(a);
+}
+
+// The partials of one row combined in chunk order (thread 0).
+__device__ inline ArgMax combine_argmax(const ChunkPartial* part, int chunks) {
+  ArgMax a{0.0f, -1};
+  for (int c = 0; c < chunks; ++c)
+    a = argmax_pick(a, ArgMax{load_cg(&part[c].v), load_cg(&part[c].i)});
+  return a;
+}
+
+// Pass 1 for row `row` of the grid: chunk argmax; the last block gets the row's argmax in every
+// thread (index 0 when the row has no valid ids), the others {., -2}.
+__device__ inline ArgMax rows_max_pass(const float* l, int n_valid, int chunk, SampleScratch s,
+                                       int row) {
+  const int c = blockIdx.x, chunks = gridDim.x;
+  const int begin = c * chunk, end = min(n_valid, begin + chunk);
+  const ArgMax a = block_argmax_range(l, begin, end);
+  ChunkPartial* part = s.part + static_cast<int64_t>(row) * chunks;
+  if (threadIdx.x == 0) {
+    part[c].v = a.v;
+    part[c].i = a.i;
+  }
+  __shared__ ArgMax best;
+  if (!block_arrive_last(s.count + row, chunks)) return ArgMax{0.0f, -2};
+  if (threadIdx.x == 0) {
+    ArgMax m = combine_argmax(part, chunks);
+    if (m.i < 0) m = ArgMax{n_valid > 0 ? l[0] : 0.0f, 0};
+    best = m;
+  }
+  __syncthreads();
+  return best;
+}
+
+// The fixed-point weight of logit x under (mx, inv_t): RowWeights::weight from a loaded value.
+__device__ __forceinline__ uint64_t weight_of(float x, float mx, float inv_t) {
+  return mass_fx(expf((x - mx) * inv_t));
+}
+
+// Sum of the weights over [begin, end).
+__device__ inline uint64_t block_mass_range(const float* l, int begin, int end, float mx,
+                                            float inv_t) {
+  uint64_t m = 0;
+  for_range(l, begin, end, [&](int, float x) { m += weight_of(x, mx, inv_t); });
+  return block_sum_u64(m);
+}
+
+// The chunk the fixed-point target falls in, the partials' masses in chunk order: every thread
+// gets {chunk, mass before it} ({-1, total} when the target is at or beyond the total).
+struct ChunkHit {
+  int c;
+  uint64_t before;
+};
+__device__ inline ChunkHit find_chunk(const ChunkPartial* part, int chunks, uint64_t target) {
+  __shared__ ChunkHit hit;
+  if (threadIdx.x == 0) {
+    ChunkHit h{-1, 0};
+    uint64_t acc = 0;
+    for (int c = 0; c < chunks && h.c < 0; ++c) {
+      const uint64_t m = load_cg(&part[c].mass);
+      if (acc + m > target) h = ChunkHit{c, acc};
+      acc += m;
+    }
+    if (h.c < 0) h.before = acc;
+    hit = h;
+  }
+  __syncthreads();
+  const ChunkHit r = hit;
+  __syncthreads();
+  return r;
+}
+
+// Sum of the partials' masses (thread 0's value is the one used).
+__device__ inline uint64_t partial_total(const ChunkPartial* part, int chunks) {
+  uint64_t t = 0;
+  for (int c = 0; c < chunks; ++c) t += load_cg(&part[c].mass);
+  return t;
+}
+
+}  // namespace trt_spec::cuda
