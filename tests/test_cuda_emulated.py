@@ -80,53 +80,7 @@ def rel_err(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.max(np.abs(a.astype(np.float64) - b)) / max(np.max(np.abs(b)), 1e-30))
 
 
-# ---- matrix products, row ops ------------------------------------------------------------------
-@pytest.mark.parametrize("wtype", TYPES)
-def test_gemv(emu, wtype: str) -> None:
-    rng = np.random.default_rng(1)
-    rows, cols = 24, 192
-    t = _core.weight_type_from_name(wtype)
-    w = rng.standard_normal((rows, cols)).astype(np.float32)
-    blob = _core.quantize_weight(w, t)
-    exact = _core.dequantize_weight(blob, t, rows, cols).astype(np.float64)
-    bias = rng.standard_normal(rows).astype(np.float32)
-    x = rng.standard_normal((19, cols)).astype(np.float32)
-    first = None
-    for n, tile in [(1, 0), (3, 0), (8, 0), (19, 0), (5, 16)]:
-        out = np.zeros((n, rows), np.float32)
-        vec = emu.emu_gemv(
-            t.value, P(blob), I64(rows), I64(cols), P(x), I32(n), P(bias), P(out), I32(tile)
-        )
-        assert vec == 1
-        assert rel_err(out, x[:n].astype(np.float64) @ exact.T + bias) < 1e-5, (n, tile)
-        if first is None:
-            first = out[0].copy()
-        np.testing.assert_array_equal(out[0], first)  # a row's result whatever the batch
-
-
-def test_gemv_scalar_path(emu) -> None:
-    rng = np.random.default_rng(2)
-    rows, cols = 10, 75
-    w = rng.standard_normal((rows, cols)).astype(np.float32)
-    blob = _core.quantize_weight(w, _core.WeightType.F16)
-    exact = _core.dequantize_weight(blob, _core.WeightType.F16, rows, cols).astype(np.float64)
-    x = rng.standard_normal((3, cols)).astype(np.float32)
-    out = np.zeros((3, rows), np.float32)
-    vec = emu.emu_gemv(
-        _core.WeightType.F16.value,
-        P(blob),
-        I64(rows),
-        I64(cols),
-        P(x),
-        I32(3),
-        P(None),
-        P(out),
-        I32(0),
-    )
-    assert vec == 0
-    assert rel_err(out, x @ exact.T) < 1e-5
-
-
+# ---- row ops (matrix products: test_cuda_emulated_matmul.py) ------------------------------
 @pytest.mark.parametrize("wtype", TYPES)
 def test_embed(emu, wtype: str) -> None:
     rng = np.random.default_rng(3)
@@ -456,6 +410,7 @@ def test_spec_draft_sample(emu, cpu, vocab: int, common: int) -> None:
         qc, sc = cpu.spec_draft_sample(logits, common, j, seqs, list(slots), ps)
         qg, sg = logits.copy(), seqs.copy()
         buf = scratch(emu, B, vocab)
+        nxt = np.full((3, B), -1, np.int32)  # the next draft step's rows: tokens, pos, slots
         emu.emu_spec_draft_sample(
             P(qg),
             I32(B),
@@ -469,9 +424,16 @@ def test_spec_draft_sample(emu, cpu, vocab: int, common: int) -> None:
             SMS,
             MIN_CHUNK,
             P(buf),
+            P(nxt[0]),
+            P(nxt[1]),
+            P(nxt[2]),
         )
         assert not counters(emu, buf, B).any()
         np.testing.assert_array_equal(sg, sc)
+        rec = fields(sc)[np.asarray(slots)]
+        np.testing.assert_array_equal(nxt[0], rec["tree_token"][:, j])
+        np.testing.assert_array_equal(nxt[1], rec["n_past"] + j + 1)
+        np.testing.assert_array_equal(nxt[2], slots)
         np.testing.assert_allclose(qg, qc, rtol=1e-5, atol=1e-7)
         seqs = sc
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from trt_spec import Engine, build_engine
+from trt_spec import Engine, _core, build_engine
 from trt_spec import models as registry
 
 pytestmark = pytest.mark.models
@@ -59,3 +59,13 @@ def test_greedy_speculation_is_exact_on_the_default_pair(pair_engine, reference,
 def _first_diff(a: list[int], b: list[int]) -> int:
     diffs = (i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y)
     return next(diffs, min(len(a), len(b)))
+
+
+@pytest.mark.skipif(not _core.cuda_compiled(), reason="needs the CUDA build")
+def test_cuda_launches_per_iteration_of_the_default_pair(pair_engine: Engine) -> None:
+    """Issue 12: at most 5 launches per layer and at most 650 per K = 4 iteration at batch 1
+    (about 1,640 before the fused ops), counted by the CUDA backend's launch code, no GPU."""
+    p = _core.cuda_launch_plan(pair_engine.path, batch=1, draft_len=4)
+    assert (p["target_step"] - 2) / p["target_layers"] <= 5
+    assert (p["draft_step"] - 2) / p["draft_layers"] <= 5
+    assert p["iteration"] <= 650, p

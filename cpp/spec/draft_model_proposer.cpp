@@ -83,12 +83,14 @@ void DraftModelProposer::issue_propose(IterationContext& ctx, int k) {
   const int B = ctx.B;
   for (int j = 0; j < k; ++j) {
     float* qj = ctx.q + static_cast<size_t>(j) * B * ctx.vocab_draft;  // [B, vocab_draft]
-    ctx.ops.draft_rows(ctx.st, ctx.slots, B, j, ctx.rows);
+    if (j == 0) ctx.ops.draft_rows(ctx.st, ctx.slots, B, j, ctx.rows);  // (later steps: below)
     if (j == 0)  // [B, 2] rows: prev, last; the logits of `last` (rows 1, 3, 5, ..)
       draft_.forward(ctx.rows.rows(false), 2 * B, ctx.odd, B, qj);
     else  // [B, 1] rows: node j - 1
       draft_.forward(ctx.rows.rows(false), B, ctx.identity, B, qj);
-    ctx.ops.draft_sample(ctx.st, ctx.slots, B, j, qj, ctx.vocab_draft, vocab_common_);
+    // ... and the rows of step j + 1 (node j), written as node j is drawn.
+    ctx.ops.draft_sample(ctx.st, ctx.slots, B, j, qj, ctx.vocab_draft, vocab_common_,
+                         j + 1 < k ? &ctx.rows : nullptr);
   }
 }
 

@@ -24,6 +24,7 @@ class DraftModelProposer final : public Proposer {
   DraftModelProposer(Backend& be, Model& draft, int max_batch, int max_k, int vocab_target);
 
   DraftSource source() const override { return DraftSource::kModel; }
+  bool proposes_trees() const override { return false; }  // chains
   void begin(int slot, const std::vector<int32_t>& prompt) override;
   void prepare(int slot, const std::vector<int32_t>& tokens, const SeqState& seq) override;
   void issue_propose(IterationContext& ctx, int k) override;

@@ -46,6 +46,9 @@ class Proposer {
  public:
   virtual ~Proposer() = default;
   virtual DraftSource source() const = 0;
+  // Whether its drafts can branch (siblings at one position). Chains only (false): every accepted
+  // node's cache entry is already at its position, so the iteration moves none (no kv_copy).
+  virtual bool proposes_trees() const { return true; }
 
   virtual void begin(int slot, const std::vector<int32_t>& prompt) {}
   // tokens: the sequence so far (prompt, generated, `last`); seq: its state after the last

@@ -48,17 +48,32 @@ __global__ void draft_rows_kernel(const SeqState* __restrict__ seqs,
   }
 }
 
+// The rows of the next draft step (draft_rows_kernel's j + 1 output), or all null.
+struct NextRows {
+  int32_t* tokens;
+  int32_t* pos;
+  int32_t* slot;
+};
+
 // Node j of each chain from logits_q [B, vocab]; sampling rows become q_j in place.
 // grid (chunks, B), three launches: phase 0 the maxima over [0, vocab_common) (greedy: the
-// node), phase 1 the kept mass, phase 2 q_j and the node drawn from it (sample_dense).
+// node), phase 1 the kept mass, phase 2 q_j and the node drawn from it (sample_dense); phase 2
+// also writes the next step's row b (node j at n_past + j + 1) when `next` is given.
 __global__ void __launch_bounds__(kSpecThreads)
     draft_sample_kernel(int phase, float* logits_q, int vocab, int vocab_common, int chunk, int j,
                         SeqState* seqs, const int32_t* __restrict__ slots,
-                        const DevSamplingState* __restrict__ states, SampleScratch sc) {
+                        const DevSamplingState* __restrict__ states, SampleScratch sc,
+                        NextRows next) {
   const int b = blockIdx.y;
   SeqState* s = seqs + slots[b];
   const SamplingParams p = states[slots[b]].params;
   float* row = logits_q + static_cast<int64_t>(b) * vocab;
+  auto write_next = [&](int32_t node) {
+    if (!next.tokens) return;
+    next.tokens[b] = node;
+    next.pos[b] = s->n_past + j + 1;
+    next.slot[b] = slots[b];
+  };
   if (phase == 0) {
     const ArgMax a = rows_max_pass(row, vocab_common, chunk, sc, b);
     if (a.i < 0 || threadIdx.x != 0) return;
@@ -66,7 +81,10 @@ __global__ void __launch_bounds__(kSpecThreads)
     if (is_greedy(p)) tree_set_chain_node(s->tree, j, a.i, kNodeDense);
     return;
   }
-  if (is_greedy(p)) return;
+  if (is_greedy(p)) {
+    if (phase == 2 && blockIdx.x == 0 && threadIdx.x == 0) write_next(s->tree.token[j]);
+    return;
+  }
   if (phase == 1) {
     rows_rule_pass(row, vocab_common, chunk, p, sc.row[b].mx, sc, b);
     return;
@@ -75,7 +93,10 @@ __global__ void __launch_bounds__(kSpecThreads)
   const ProbsSum ps = rows_probs_pass(row, vocab_common, vocab, chunk, p, rs, row);
   const int d = rows_dense_draw(row, vocab, chunk, ps,
                                 spec_uniform(p.seed, s->n_gen + j, kStreamDraft), sc, b);
-  if (d >= 0 && threadIdx.x == 0) tree_set_chain_node(s->tree, j, d, kNodeDense);
+  if (d >= 0 && threadIdx.x == 0) {
+    tree_set_chain_node(s->tree, j, d, kNodeDense);
+    write_next(d);
+  }
 }
 
 // Each sequence's tree for (source, k) and its k + 1 verify rows.  grid B, block >= 32.

@@ -37,11 +37,11 @@ inline void launch_draft_rows(cudaStream_t stream, const SeqState* seqs, const i
 inline void launch_draft_sample(cudaStream_t stream, const SampleGrid& g, float* logits_q, int B,
                                 int vocab, int vocab_common, int j, SeqState* seqs,
                                 const int32_t* slots, const DevSamplingState* states,
-                                SampleScratch rows) {
+                                SampleScratch rows, NextRows next = {}) {
   const dim3 grid(static_cast<unsigned>(g.chunks), static_cast<unsigned>(B));
   for (int phase = 0; phase < 3; ++phase)
     TRT_SPEC_LAUNCH(draft_sample_kernel, grid, g.threads, stream, phase, logits_q, vocab,
-                    vocab_common, g.chunk, j, seqs, slots, states, rows);
+                    vocab_common, g.chunk, j, seqs, slots, states, rows, next);
 }
 
 inline void launch_verify_rows(cudaStream_t stream, SeqState* seqs, const int32_t* slots, int B,

@@ -68,9 +68,11 @@ class SpecOps {
                           const RowBuffers& out) = 0;
   // Node j of each sequence's chain, drawn from the draft's logits [B, vocab] (ids below
   // vocab_common only); for sampling sequences the row becomes, in place, q_j: the dense
-  // distribution it was drawn from.
+  // distribution it was drawn from. With `next`, also the rows of draft step j + 1 (what
+  // draft_rows(j + 1) writes: node j at n_past + j + 1), so that step needs no rows op.
   virtual void draft_sample(const SpecState& st, const int32_t* slots, int B, int j,
-                            float* logits_q, int vocab, int vocab_common) = 0;
+                            float* logits_q, int vocab, int vocab_common,
+                            const RowBuffers* next = nullptr) = 0;
   // Fixes each sequence's tree for an iteration of `source` with k nodes (fewer where the
   // request caps them, the source is not allowed, or lookup found fewer) and writes the verify
   // rows [B, k + 1] (tree rows: kv_idx and mask set; nodes past the tree pad the block).

@@ -61,7 +61,7 @@ class CpuSpecOps final : public SpecOps {
   }
 
   void draft_sample(const SpecState& st, const int32_t* slots, int B, int j, float* logits_q,
-                    int vocab, int vocab_common) override {
+                    int vocab, int vocab_common, const RowBuffers* next) override {
     pool_.parallel_for(B, 1, [&](int64_t b0, int64_t b1) {
       thread_local std::vector<float> q;
       for (int64_t b = b0; b < b1; ++b) {
@@ -78,6 +78,11 @@ class CpuSpecOps final : public SpecOps {
           d = sample_dense(row, vocab, spec_uniform(p.seed, s.n_gen + j, kStreamDraft));
         }
         tree_set_chain_node(s.tree, j, d, kNodeDense);
+        if (next) {  // draft step j + 1's row: node j
+          next->tokens[b] = d;
+          next->pos[b] = s.n_past + j + 1;
+          next->slot[b] = slots[b];
+        }
       }
     });
   }

@@ -41,14 +41,17 @@ class CudaSpecOps final : public SpecOps {
   }
 
   void draft_sample(const SpecState& st, const int32_t* slots, int B, int j, float* logits_q,
-                    int vocab, int vocab_common) override {
+                    int vocab, int vocab_common, const RowBuffers* next) override {
     if (j < 0 || j >= kMaxDraftNodes || vocab_common <= 0 || vocab_common > vocab)
       throw InvalidArgument("draft_sample: bad draft index or vocabulary");
     if (B > max_batch_ || vocab > vocab_)
       throw InvalidArgument("draft_sample: batch or vocabulary beyond the scratch");
     if (be_.sizing() || B <= 0) return;
     cuda::launch_draft_sample(be_.stream(), grid(vocab), logits_q, B, vocab, vocab_common, j,
-                              st.seqs, slots, dev_states(st.states), rows(B));
+                              st.seqs, slots, dev_states(st.states), rows(B),
+                              cuda::NextRows{next ? next->tokens : nullptr,
+                                             next ? next->pos : nullptr,
+                                             next ? next->slot : nullptr});
     be_.check_launch("draft_sample");
   }
 

@@ -9,7 +9,6 @@
 #include <cstddef>
 
 #include "kernels/cuda/attention.cuh"
-#include "kernels/cuda/gemv.cuh"
 #include "kernels/cuda/norm_rope.cuh"
 #include "kernels/cuda/sampling.cuh"
 #include "spec/spec_launch.cuh"
@@ -24,19 +23,6 @@ DevWeight host_weight(int type, const uint8_t* blob, int64_t rows, int64_t cols)
   return dev_weight(WeightView{static_cast<WeightType>(type), rows, cols, blob});
 }
 
-template <WeightType T>
-void gemv_typed(const DevWeight& W, const float* x, int n, const float* bias, float* out,
-                int tile) {
-  const dim3 grid = gemv_grid(W, n, tile);
-  switch (tile) {
-    case 1: launch(grid, kGemvThreads, gemv_kernel<T, 1>, W, x, n, bias, out); break;
-    case 2: launch(grid, kGemvThreads, gemv_kernel<T, 2>, W, x, n, bias, out); break;
-    case 4: launch(grid, kGemvThreads, gemv_kernel<T, 4>, W, x, n, bias, out); break;
-    case 8: launch(grid, kGemvThreads, gemv_kernel<T, 8>, W, x, n, bias, out); break;
-    default: launch(grid, kGemvThreads, gemv_kernel<T, 16>, W, x, n, bias, out); break;
-  }
-}
-
 }  // namespace
 
 extern "C" {
@@ -48,43 +34,22 @@ int emu_seq_state_bytes() {
   return static_cast<int>(sizeof(SeqState));
 }
 
-// out [n, rows] = x [n, cols] @ W^T (+ bias); tile 0: the backend's choice. Returns 1 when the
-// vectorized kernel ran, 0 for the scalar one.
-int emu_gemv(int type, const uint8_t* blob, int64_t rows, int64_t cols, const float* x, int n,
-             const float* bias, float* out, int tile) {
-  const DevWeight W = host_weight(type, blob, rows, cols);
-  if (!gemv_vectorized(W, x)) {
-    launch(gemv_grid(W, n, 1), kGemvThreads, gemv_scalar_kernel, W, x, n, bias, out);
-    return 0;
-  }
-  if (tile <= 0) tile = gemv_tile_rows(n);
-  switch (W.type) {
-    case WeightType::F32: gemv_typed<WeightType::F32>(W, x, n, bias, out, tile); break;
-    case WeightType::F16: gemv_typed<WeightType::F16>(W, x, n, bias, out, tile); break;
-    case WeightType::BF16: gemv_typed<WeightType::BF16>(W, x, n, bias, out, tile); break;
-    case WeightType::Q8: gemv_typed<WeightType::Q8>(W, x, n, bias, out, tile); break;
-    case WeightType::Q4: gemv_typed<WeightType::Q4>(W, x, n, bias, out, tile); break;
-  }
-  return 1;
-}
-
 void emu_embed(int type, const uint8_t* blob, int64_t rows, int64_t cols, const int32_t* tokens,
                int n, float* out) {
-  launch(dim3(n), kRowThreads, embed_kernel, host_weight(type, blob, rows, cols), tokens, out);
+  launch_embed(nullptr, host_weight(type, blob, rows, cols), tokens, n, out);
 }
 
 void emu_rmsnorm(const float* x, const float* g, float eps, int n, int dim, float* out) {
-  launch(dim3(n), kRowThreads, rmsnorm_kernel, x, g, eps, dim, out);
+  launch_rmsnorm(nullptr, x, g, eps, n, dim, out);
 }
 
 void emu_rope(float* qkv, const int32_t* pos, int n, int nh, int nkv, int hd, const float* cos_t,
               const float* sin_t) {
-  launch(dim3(n), kRowThreads, rope_kernel, qkv, pos, nh, nkv, hd, cos_t, sin_t);
+  launch_rope(nullptr, qkv, pos, n, nh, nkv, hd, cos_t, sin_t);
 }
 
 void emu_swiglu(const float* gate_up, int n, int ffn, float* out) {
-  const int64_t count = static_cast<int64_t>(n) * ffn;
-  launch(dim3(elementwise_blocks(count, 256)), 256, swiglu_kernel, gate_up, int64_t{n}, ffn, out);
+  launch_swiglu(nullptr, gate_up, n, ffn, out);
 }
 
 // k, v: the cache [slots, layers, nkv, max_seq, hd]; partial: [n nh splits (hd + 2)] scratch.
@@ -143,11 +108,12 @@ void emu_spec_draft_rows(const void* seqs, const int32_t* slots, int B, int j, i
 // scratch: emu_sample_scratch_bytes(B, chunks) bytes, counters zero.
 void emu_spec_draft_sample(float* logits_q, int B, int vocab, int vocab_common, int j, void* seqs,
                            const int32_t* slots, const void* states, int threads, int sms,
-                           int min_chunk, void* scratch) {
+                           int min_chunk, void* scratch, int32_t* next_tokens, int32_t* next_pos,
+                           int32_t* next_slots) {
   const SampleGrid g = sample_grid(vocab, sms, threads, min_chunk);
   launch_draft_sample(nullptr, g, logits_q, B, vocab, vocab_common, j, static_cast<SeqState*>(seqs),
                       slots, static_cast<const DevSamplingState*>(states),
-                      sample_scratch(scratch, B, g.chunks));
+                      sample_scratch(scratch, B, g.chunks), NextRows{next_tokens, next_pos, next_slots});
 }
 
 void emu_spec_verify_rows(void* seqs, const int32_t* slots, int B, int k, int source,

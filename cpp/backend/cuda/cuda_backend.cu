@@ -1,5 +1,6 @@
-// cuda_backend.cu: CudaBackend (cuda_backend.h): device, memory, graphs and the transformer ops;
-// plus the device queries of cuda_api.h. Token selection is in cuda_sampling.cu.
+// cuda_backend.cu: CudaBackend (cuda_backend.h): device, memory, graphs and the per-row
+// transformer ops; plus the device queries of cuda_api.h. Matrix products (and the fused layer
+// ops built on them) are in cuda_matmul.cu, token selection in cuda_sampling.cu.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -12,7 +13,6 @@
 #include "backend/cuda/cuda_check.h"
 #include "common/errors.h"
 #include "kernels/cuda/attention.cuh"
-#include "kernels/cuda/gemv.cuh"
 #include "kernels/cuda/norm_rope.cuh"
 
 namespace trt_spec {
@@ -124,7 +124,11 @@ double cuda_copy_bandwidth_gbps(int device, size_t bytes, int iters) {
 
 class CudaBackend::Recorder final : public cuda::LaunchRecorder {
  public:
-  void record(const char* kernel, dim3, dim3, size_t) override { launches.emplace_back(kernel); }
+  void record(const char* kernel, dim3, dim3, size_t) override {
+    std::string name(kernel);  // the name as launched, without its namespace
+    const size_t colons = name.rfind("::");
+    launches.push_back(colons == std::string::npos ? name : name.substr(colons + 2));
+  }
   std::vector<std::string> launches;
   cuda::LaunchRecorder* previous = nullptr;
 };
@@ -304,8 +308,9 @@ void CudaBackend::grow(Scratch& s, size_t bytes) {
     throw Error("out of GPU memory allocating " + std::to_string(n) + " bytes of scratch");
   }
   s.bytes = n;
-  // Zero (synchronously: grow never runs while capturing): counters of the sampling rows.
-  cuda_check(cudaMemset(s.p, 0, n), "cudaMemset");
+  // Zero, in stream order (grow never runs while capturing): the counters of the multi-block
+  // kernels (sampling rows, split-K matmuls) must start at 0.
+  cuda_check(cudaMemsetAsync(s.p, 0, n, stream_), "cudaMemsetAsync");
 }
 
 void* CudaBackend::scratch(ScratchId id, size_t bytes) {
@@ -378,30 +383,21 @@ std::unique_ptr<BackendGraph> CudaBackend::capture(const std::function<void()>& 
 
 void CudaBackend::embed(WeightView table, const int32_t* tokens, int n, float* out) {
   if (sizing() || n <= 0) return;
-  TRT_SPEC_LAUNCH(cuda::embed_kernel, n, cuda::kRowThreads, stream_, cuda::dev_weight(table), tokens,
-                  out);
+  cuda::launch_embed(stream_, cuda::dev_weight(table), tokens, n, out);
   check_launch("embed");
 }
 
 void CudaBackend::rmsnorm(const float* x, WeightView w, float eps, int n, int dim, float* out) {
   if (sizing() || n <= 0) return;
-  TRT_SPEC_LAUNCH(cuda::rmsnorm_kernel, n, cuda::kRowThreads, stream_, x,
-                  static_cast<const float*>(w.section(0)), eps, dim, out);
+  cuda::launch_rmsnorm(stream_, x, static_cast<const float*>(w.section(0)), eps, n, dim, out);
   check_launch("rmsnorm");
-}
-
-void CudaBackend::linear(WeightView w, WeightView bias, const float* x, int n, float* out) {
-  if (sizing() || n <= 0) return;
-  const float* b = bias.data ? static_cast<const float*>(bias.section(0)) : nullptr;
-  cuda::launch_gemv(cuda::dev_weight(w), x, n, b, out, stream_);
-  check_launch("linear");
 }
 
 void CudaBackend::rope(float* qkv, const int32_t* pos, int n, const AttentionShape& s,
                        const float* cos_table, const float* sin_table) {
   if (sizing() || n <= 0) return;
-  TRT_SPEC_LAUNCH(cuda::rope_kernel, n, cuda::kRowThreads, stream_, qkv, pos, s.n_heads,
-                  s.n_kv_heads, s.head_dim, cos_table, sin_table);
+  cuda::launch_rope(stream_, qkv, pos, n, s.n_heads, s.n_kv_heads, s.head_dim, cos_table,
+                    sin_table);
   check_launch("rope");
 }
 
@@ -448,22 +444,19 @@ void CudaBackend::kv_copy(KvCache& cache, const int32_t* slot, const int32_t* sr
 
 void CudaBackend::swiglu(const float* gate_up, int n, int ffn, float* out) {
   if (sizing() || n <= 0) return;
-  const int64_t count = static_cast<int64_t>(n) * ffn;
-  TRT_SPEC_LAUNCH(cuda::swiglu_kernel, cuda::elementwise_blocks(count, 256), 256, stream_, gate_up,
-                  static_cast<int64_t>(n), ffn, out);
+  cuda::launch_swiglu(stream_, gate_up, n, ffn, out);
   check_launch("swiglu");
 }
 
 void CudaBackend::add(float* x, const float* y, size_t count) {
   if (sizing() || count == 0) return;
-  TRT_SPEC_LAUNCH(cuda::add_kernel, cuda::elementwise_blocks(static_cast<int64_t>(count), 256), 256,
-                  stream_, x, y, static_cast<int64_t>(count));
+  cuda::launch_add(stream_, x, y, static_cast<int64_t>(count));
   check_launch("add");
 }
 
 void CudaBackend::gather_rows(const float* src, const int32_t* rows, int n, int dim, float* dst) {
   if (sizing() || n <= 0) return;
-  TRT_SPEC_LAUNCH(cuda::gather_rows_kernel, n, cuda::kRowThreads, stream_, src, rows, dim, dst);
+  cuda::launch_gather_rows(stream_, src, rows, n, dim, dst);
   check_launch("gather_rows");
 }
 

@@ -28,6 +28,10 @@ struct CUstream_st;
 
 namespace trt_spec {
 
+namespace cuda {
+struct MatmulArgs;
+}
+
 class CudaBackend final : public Backend {
  public:
   explicit CudaBackend(int device);
@@ -67,6 +71,16 @@ class CudaBackend final : public Backend {
   void swiglu(const float* gate_up, int n, int ffn, float* out) override;
   void add(float* x, const float* y, size_t count) override;
   void gather_rows(const float* src, const int32_t* rows, int n, int dim, float* dst) override;
+  // Fused layer ops (cuda_matmul.cu): one launch each.
+  void norm_linear(const float* x, const int32_t* in_rows, WeightView norm, float eps, WeightView w,
+                   WeightView bias, int n, float* out, float* tmp) override;
+  void qkv_projection(const float* x, WeightView norm, float eps, WeightView w, WeightView bias,
+                      const Rows& rows, int n, const AttentionShape& shape, const float* cos_table,
+                      const float* sin_table, KvCache& cache, int layer, float* qkv,
+                      float* tmp) override;
+  void linear_residual(WeightView w, const float* in, int n, float* x, float* tmp) override;
+  void swiglu_linear_residual(WeightView w, const float* gate_up, int n, float* x, float* act,
+                              float* tmp) override;
   void sample(const float* logits, int n, int vocab, const int32_t* slot, SamplingState* states,
               int32_t* out_tokens) override;
   int device() const { return device_; }
@@ -80,7 +94,7 @@ class CudaBackend final : public Backend {
   void check_launch(const char* what) const;
 
  private:
-  enum ScratchId { kAttnPartial = 0, kSampleRows, kScratchCount };
+  enum ScratchId { kAttnPartial = 0, kSampleRows, kMatmulPartial, kMatmulCounters, kScratchCount };
   struct Scratch {
     void* p = nullptr;
     size_t bytes = 0;
@@ -90,6 +104,8 @@ class CudaBackend final : public Backend {
   // must start at zero); nullptr during a sizing pass (which only records).
   void* scratch(ScratchId id, size_t bytes);
   void grow(Scratch& s, size_t bytes);
+  // One fused matmul (kernels/cuda/matmul_launch.cuh) with its split-K scratch.
+  void matmul(const cuda::MatmulArgs& args, const char* what);
 
   struct PlanTag {};
   CudaBackend(PlanTag, int sm_count);

@@ -115,8 +115,8 @@ inline MatmulPlan plan_matmul(const MatmulArgs& a, int sm_count) {
 template <WeightType T, int kTile>
 inline void launch_matmul_tile(cudaStream_t stream, const MatmulArgs& a, const MatmulPlan& p,
                                float* partial, int* counters) {
-  const auto kernel = matmul_kernel<T, kTile>;
-  TRT_SPEC_LAUNCH(kernel, p.grid, p.block, stream, a, p.geom, partial, counters);
+  const auto matmul_tile_kernel = matmul_kernel<T, kTile>;  // (no comma inside the macro)
+  TRT_SPEC_LAUNCH(matmul_tile_kernel, p.grid, p.block, stream, a, p.geom, partial, counters);
 }
 
 template <WeightType T>

@@ -87,4 +87,38 @@ inline unsigned elementwise_blocks(int64_t count, int threads) {
   return static_cast<unsigned>(b < 1 ? 1 : (b > 65535 ? 65535 : b));
 }
 
+// ---- host launch code: one launch each, run by CudaBackend and by the emulated tests ----------
+
+inline void launch_embed(cudaStream_t stream, const DevWeight& table, const int32_t* tokens, int n,
+                         float* out) {
+  TRT_SPEC_LAUNCH(embed_kernel, n, kRowThreads, stream, table, tokens, out);
+}
+
+inline void launch_rmsnorm(cudaStream_t stream, const float* x, const float* g, float eps, int n,
+                           int dim, float* out) {
+  TRT_SPEC_LAUNCH(rmsnorm_kernel, n, kRowThreads, stream, x, g, eps, dim, out);
+}
+
+inline void launch_rope(cudaStream_t stream, float* qkv, const int32_t* pos, int n, int n_heads,
+                        int n_kv_heads, int head_dim, const float* cos_table,
+                        const float* sin_table) {
+  TRT_SPEC_LAUNCH(rope_kernel, n, kRowThreads, stream, qkv, pos, n_heads, n_kv_heads, head_dim,
+                  cos_table, sin_table);
+}
+
+inline void launch_swiglu(cudaStream_t stream, const float* gate_up, int n, int ffn, float* out) {
+  const int64_t count = static_cast<int64_t>(n) * ffn;
+  TRT_SPEC_LAUNCH(swiglu_kernel, elementwise_blocks(count, 256), 256, stream, gate_up,
+                  static_cast<int64_t>(n), ffn, out);
+}
+
+inline void launch_add(cudaStream_t stream, float* x, const float* y, int64_t count) {
+  TRT_SPEC_LAUNCH(add_kernel, elementwise_blocks(count, 256), 256, stream, x, y, count);
+}
+
+inline void launch_gather_rows(cudaStream_t stream, const float* src, const int32_t* rows, int n,
+                               int dim, float* dst) {
+  TRT_SPEC_LAUNCH(gather_rows_kernel, n, kRowThreads, stream, src, rows, dim, dst);
+}
+
 }  // namespace trt_spec::cuda

@@ -1,0 +1,118 @@
+// cuda_matmul.cu: CudaBackend's matrix products (cuda_backend.h): linear() and the fused layer
+// ops of backend.h, each ONE launch of the fused matmul (kernels/cuda/matmul.cuh):
+//
+//   norm_linear              rmsnorm in the staging prologue (+ row gather: the output head)
+//   qkv_projection           rmsnorm prologue; bias, RoPE and the k / v cache write in the epilogue
+//   linear_residual          x += in @ W^T in the epilogue
+//   swiglu_linear_residual   silu(gate) * up in the staging prologue, x += ... in the epilogue
+//
+// plan_matmul (matmul_launch.cuh) fixes grid, tiles and split-K from the shape and the SM count;
+// its split-K scratch (partials, zeroed counters) comes from the backend's scratch buffers, sized
+// before graph capture like every other scratch.
+#include <cuda_runtime.h>
+
+#include <stdexcept>
+
+#include "backend/cuda/cuda_backend.h"
+#include "common/errors.h"
+#include "kernels/cuda/matmul_launch.cuh"
+
+namespace trt_spec {
+
+namespace {
+
+cuda::MatmulArgs args_of(WeightView w, const float* x, int n, float* out) {
+  cuda::MatmulArgs a{};
+  a.W = cuda::dev_weight(w);
+  a.x = x;
+  a.n = n;
+  a.in = cuda::MatmulIn::kPlain;
+  a.epi = cuda::MatmulOut::kStore;
+  a.out = out;
+  return a;
+}
+
+const float* f32_or_null(WeightView v) {
+  return v.data ? static_cast<const float*>(v.section(0)) : nullptr;
+}
+
+}  // namespace
+
+void CudaBackend::matmul(const cuda::MatmulArgs& a, const char* what) {
+  cuda::MatmulPlan p;
+  try {
+    p = cuda::plan_matmul(a, sm_count_);
+  } catch (const std::invalid_argument& e) {
+    throw InvalidArgument(std::string(what) + ": " + e.what());
+  }
+  float* partial = nullptr;
+  int* counters = nullptr;
+  if (p.partial_bytes) partial = static_cast<float*>(scratch(kMatmulPartial, p.partial_bytes));
+  if (p.counter_bytes) counters = static_cast<int*>(scratch(kMatmulCounters, p.counter_bytes));
+  if (sizing()) return;
+  cuda::launch_matmul(stream_, a, p, partial, counters);
+  check_launch(what);
+}
+
+void CudaBackend::linear(WeightView w, WeightView bias, const float* x, int n, float* out) {
+  if (n <= 0) return;
+  cuda::MatmulArgs a = args_of(w, x, n, out);  // [n, w.rows]
+  a.bias = f32_or_null(bias);
+  matmul(a, "linear");
+}
+
+void CudaBackend::norm_linear(const float* x, const int32_t* in_rows, WeightView norm, float eps,
+                              WeightView w, WeightView bias, int n, float* out, float* tmp) {
+  if (n <= 0) return;
+  cuda::MatmulArgs a = args_of(w, x, n, out);  // [n, w.rows]
+  a.in_rows = in_rows;
+  a.in = cuda::MatmulIn::kRmsNorm;
+  a.norm_w = static_cast<const float*>(norm.section(0));
+  a.eps = eps;
+  a.bias = f32_or_null(bias);
+  matmul(a, "norm_linear");
+}
+
+void CudaBackend::qkv_projection(const float* x, WeightView norm, float eps, WeightView w,
+                                 WeightView bias, const Rows& rows, int n,
+                                 const AttentionShape& shape, const float* cos_table,
+                                 const float* sin_table, KvCache& cache, int layer, float* qkv,
+                                 float* tmp) {
+  if (n <= 0) return;
+  cuda::MatmulArgs a = args_of(w, x, n, qkv);  // [n, (n_heads + 2 n_kv_heads) head_dim]
+  a.in = cuda::MatmulIn::kRmsNorm;
+  a.norm_w = static_cast<const float*>(norm.section(0));
+  a.eps = eps;
+  a.bias = f32_or_null(bias);
+  a.epi = cuda::MatmulOut::kRopeKv;
+  a.pos = rows.pos;
+  a.slot = rows.slot;
+  a.kv_idx = rows.kv_idx;
+  a.n_heads = shape.n_heads;
+  a.n_kv_heads = shape.n_kv_heads;
+  a.head_dim = shape.head_dim;
+  a.cos_t = cos_table;
+  a.sin_t = sin_table;
+  a.kv = cuda::KvView{cache.k,        cache.v,       KvType::F32, cache.layers,
+                      cache.kv_heads, cache.max_seq, cache.head_dim};
+  a.layer = layer;
+  matmul(a, "qkv_projection");
+}
+
+void CudaBackend::linear_residual(WeightView w, const float* in, int n, float* x, float* tmp) {
+  if (n <= 0) return;
+  cuda::MatmulArgs a = args_of(w, in, n, x);  // x [n, w.rows] += in @ W^T
+  a.epi = cuda::MatmulOut::kAccumulate;
+  matmul(a, "linear_residual");
+}
+
+void CudaBackend::swiglu_linear_residual(WeightView w, const float* gate_up, int n, float* x,
+                                         float* act, float* tmp) {
+  if (n <= 0) return;
+  cuda::MatmulArgs a = args_of(w, gate_up, n, x);  // x [n, w.rows] += swiglu(gate_up) @ W^T
+  a.in = cuda::MatmulIn::kSwiGLU;
+  a.epi = cuda::MatmulOut::kAccumulate;
+  matmul(a, "swiglu_linear_residual");
+}
+
+}  // namespace trt_spec
