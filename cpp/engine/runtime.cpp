@@ -73,6 +73,15 @@ std::unique_ptr<Backend> make_backend(const std::string& device, int n_threads) 
 #endif
 }
 
+KvType resolve_kv_type(const std::string& kv_type, bool gpu) {
+  if (kv_type == "auto") return gpu ? KvType::F16 : KvType::F32;
+  KvType t;
+  if (!parse_kv_type(kv_type, &t))
+    throw InvalidArgument("unknown KV cache type '" + kv_type +
+                          "' (expected auto, f32, f16 or bf16)");
+  return t;
+}
+
 void check_token_ids(const std::vector<int32_t>& ids, int vocab, const char* what) {
   for (size_t i = 0; i < ids.size(); ++i) {
     if (ids[i] < 0 || ids[i] >= vocab)
@@ -84,7 +93,9 @@ void check_token_ids(const std::vector<int32_t>& ids, int vocab, const char* wha
 
 Runtime::Runtime(const std::string& path, const RuntimeOptions& opts) {
   if (opts.prefill_chunk < 1) throw InvalidArgument("prefill_chunk must be >= 1");
+  resolve_kv_type(opts.kv_type, false);  // a bad name throws before a backend opens
   backend_ = make_backend(opts.device, opts.n_threads);
+  kv_type_ = resolve_kv_type(opts.kv_type, !backend_->runs_on_host());
   file_ = std::make_unique<EngineFile>(path, opts.verify_checksums);
   const Json build = file_->meta().at("build");
   const int64_t max_seq = build.at("max_seq_len").as_int();
@@ -108,8 +119,8 @@ Runtime::Runtime(const std::string& path, const RuntimeOptions& opts) {
                           std::to_string(has_draft ? 1 : 0) + ", " + std::to_string(kMaxDraftLen) +
                           "]");
   const int chunk = std::min(opts.prefill_chunk, max_seq_);
-  ModelLimits lim{max_seq_, max_batch_, std::max(chunk, max_batch_ * (draft_len_ + 1))};
-  ModelLimits dlim{max_seq_, max_batch_, std::max(chunk, 2 * max_batch_)};
+  ModelLimits lim{max_seq_, max_batch_, std::max(chunk, max_batch_ * (draft_len_ + 1)), kv_type_};
+  ModelLimits dlim{max_seq_, max_batch_, std::max(chunk, 2 * max_batch_), kv_type_};
   // Refuse KV caches larger than this machine's memory before touching them.
   double kv_bytes = static_cast<double>(
       kv_cache_bytes(ModelConfig::from_json(models.at("target").at("config")), lim));

@@ -6,10 +6,12 @@
 //   F32   float
 //   F16   IEEE half (uint16 bits)
 //   BF16  bfloat16 (uint16 bits: the upper half of a float)
-// kv_store_bits / kv_load_bits are the one definition of that rounding and decoding; the CPU and
-// the CUDA kernels call them (or bit-identical intrinsics), so the backends store the same bits.
+// The f32 <-> f16 / bf16 functions below (and kv_store_f32 / kv_load_f32 on top of them) are the
+// one definition of that rounding and decoding; the CPU and the CUDA kernels call them (or
+// bit-identical intrinsics, kernels/cuda/kv.cuh), so the backends store the same bits.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -96,6 +98,25 @@ inline float bf16_bits_to_f32(uint16_t h) {
   float f;
   std::memcpy(&f, &x, 4);
   return f;
+}
+
+// base[e] = f, rounded to type t.
+inline void kv_store_f32(void* base, KvType t, size_t e, float f) {
+  switch (t) {
+    case KvType::F32: static_cast<float*>(base)[e] = f; break;
+    case KvType::F16: static_cast<uint16_t*>(base)[e] = f32_to_f16_bits(f); break;
+    case KvType::BF16: static_cast<uint16_t*>(base)[e] = f32_to_bf16_bits(f); break;
+  }
+}
+
+// base[e] (type t) as f32, exactly.
+inline float kv_load_f32(const void* base, KvType t, size_t e) {
+  switch (t) {
+    case KvType::F32: return static_cast<const float*>(base)[e];
+    case KvType::F16: return f16_bits_to_f32(static_cast<const uint16_t*>(base)[e]);
+    case KvType::BF16: return bf16_bits_to_f32(static_cast<const uint16_t*>(base)[e]);
+  }
+  return 0.0f;
 }
 
 }  // namespace trt_spec
