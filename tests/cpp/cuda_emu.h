@@ -198,3 +198,17 @@ inline float __half2float(__half h) {
   if (exp == 31) return __uint_as_float(sign | 0x7f800000u | (mant << 13));
   return __uint_as_float(sign | ((exp + 112) << 23) | (mant << 13));
 }
+
+// ---- attention (kernels/cuda/attention.cuh) ---------------------------------------------------
+// __syncwarp: a barrier of the warp's 32 threads. __threadfence: blocks run one after another, so
+// a full fence is enough. __ldcg: a plain load.
+inline void __syncwarp(unsigned = 0xffffffffu) {
+  cuda_emu::tl_block->warps[threadIdx.x / 32]->bar.arrive_and_wait();
+}
+inline void __threadfence() {
+  __atomic_thread_fence(__ATOMIC_SEQ_CST);
+}
+template <class T>
+T __ldcg(const T* p) {
+  return *p;
+}

@@ -67,7 +67,8 @@ class CudaBackend final : public Backend {
   void check_launch(const char* what) const;
 
  private:
-  enum ScratchId { kAttnPartial = 0, kScratchCount };
+  // Attention: split partials, and the split counters (zeroed when allocated, left zero).
+  enum ScratchId { kAttnPartial = 0, kAttnCounters, kScratchCount };
   struct Scratch {
     void* p = nullptr;
     size_t bytes = 0;
