@@ -260,8 +260,22 @@ def test_backend_kv_write_and_copy_per_type(kv):
     cache = base if kv == "f32" else to_bits(base, kv)
     qkv = rng.standard_normal((2, (nh + 2 * nkv) * hd)).astype(np.float32)
     be = T.OpRunner("cpu")
-    out, k, v = be.attention(qkv, [5, 9], [0, 1], nh, nkv, hd, 0.25, cache, cache.copy(),
-                             slots, layers, max_seq, 1, kv_type=kv)  # fmt: skip
+    out, k, v = be.attention(
+        qkv,
+        [5, 9],
+        [0, 1],
+        nh,
+        nkv,
+        hd,
+        0.25,
+        cache,
+        cache.copy(),
+        slots,
+        layers,
+        max_seq,
+        1,
+        kv_type=kv,
+    )
     assert k.dtype == cache.dtype
     kk = k.reshape(slots, layers, nkv, max_seq, hd)
     want = qkv[0, nh * hd : (nh + nkv) * hd].reshape(nkv, hd)

@@ -94,10 +94,22 @@ class Case:
         if bits is not None:
             extra.update(tree_base=[int(b) for b in base], tree_bits=[int(b) for b in bits])
         return cpu.attention(
-            qkv, [int(p) for p in pos], [int(s) for s in slot], self.nh, self.nkv, self.hd,
-            1 / np.sqrt(self.hd), self.k, self.v, self.slots, self.layers, self.max_seq,
-            self.layer, kv_type=self.kv, **extra,
-        )  # fmt: skip
+            qkv,
+            [int(p) for p in pos],
+            [int(s) for s in slot],
+            self.nh,
+            self.nkv,
+            self.hd,
+            1 / np.sqrt(self.hd),
+            self.k,
+            self.v,
+            self.slots,
+            self.layers,
+            self.max_seq,
+            self.layer,
+            kv_type=self.kv,
+            **extra,
+        )
 
     def emu(self, emu, qkv, pos, slot, kv_idx=None, base=None, bits=None, k=None, v=None, sm=SM):
         """kv_write then attention on copies of the cache (or k, v in place)."""
@@ -110,17 +122,45 @@ class Case:
         bits = None if bits is None else np.asarray(bits, np.uint64)
         t, dims = KV_TYPES[self.kv], (self.layers, self.max_seq, self.layer)
         shape = (I32(self.nh), I32(self.nkv), I32(self.hd))
-        emu.emu_kv_write(P(qkv), P(pos), P(slot), P(kv_idx), I32(n), *shape, I32(t), P(k), P(v),
-                         I32(dims[0]), I32(dims[1]), I32(dims[2]))  # fmt: skip
+        emu.emu_kv_write(
+            P(qkv),
+            P(pos),
+            P(slot),
+            P(kv_idx),
+            I32(n),
+            *shape,
+            I32(t),
+            P(k),
+            P(v),
+            I32(dims[0]),
+            I32(dims[1]),
+            I32(dims[2]),
+        )
         pl = plan(emu, n, self.nh, self.nkv, self.hd, self.max_seq, sm)
         partial = np.full(max(pl["partial"], 1), np.nan, np.float32)
         counters = np.zeros(max(pl["counters"], 1), np.uint32)
         out = np.full((n, self.nh * self.hd), np.nan, np.float32)
         emu.emu_attention(
-            P(qkv), P(pos), P(slot), P(kv_idx), P(base), P(bits), I32(n), *shape,
-            F32(1 / np.sqrt(self.hd)), I32(t), P(k), P(v), I32(dims[0]), I32(dims[1]),
-            I32(dims[2]), I32(sm), P(partial), P(counters), P(out),
-        )  # fmt: skip
+            P(qkv),
+            P(pos),
+            P(slot),
+            P(kv_idx),
+            P(base),
+            P(bits),
+            I32(n),
+            *shape,
+            F32(1 / np.sqrt(self.hd)),
+            I32(t),
+            P(k),
+            P(v),
+            I32(dims[0]),
+            I32(dims[1]),
+            I32(dims[2]),
+            I32(sm),
+            P(partial),
+            P(counters),
+            P(out),
+        )
         assert not counters.any(), "split counters must be back to 0"
         return out, k, v, pl
 
@@ -154,12 +194,22 @@ def test_attention_mixed_rows(emu, cpu, kv: str, group: int, hd: int, nkv: int) 
     assert rel_err(out, out_c) < 2e-5
     # Every row alone gives its bits in the batch; so do the verify block and the tree alone.
     for i in range(len(POS)):
-        one, _, _, _ = c.emu(emu, qkv[i : i + 1], POS[i : i + 1], SLOT[i : i + 1],
-                             KV_IDX[i : i + 1], BASE[i : i + 1], BITS[i : i + 1], k=k, v=v)  # fmt: skip
+        one, _, _, _ = c.emu(
+            emu,
+            qkv[i : i + 1],
+            POS[i : i + 1],
+            SLOT[i : i + 1],
+            KV_IDX[i : i + 1],
+            BASE[i : i + 1],
+            BITS[i : i + 1],
+            k=k,
+            v=v,
+        )
         np.testing.assert_array_equal(one[0], out[i], err_msg=f"row {i}")
     sub = slice(1, 9)
-    part, _, _, _ = c.emu(emu, qkv[sub], POS[sub], SLOT[sub], KV_IDX[sub], BASE[sub], BITS[sub],
-                          k=k, v=v)  # fmt: skip
+    part, _, _, _ = c.emu(
+        emu, qkv[sub], POS[sub], SLOT[sub], KV_IDX[sub], BASE[sub], BITS[sub], k=k, v=v
+    )
     np.testing.assert_array_equal(part, out[sub])
 
 
@@ -170,9 +220,21 @@ def test_tree_row_equals_accepted_decode_row(emu, kv: str) -> None:
     c = Case(7, kv, 6, 1, 64, 640, 4)
     qkv = c.qkv(4)
     tree, k, v, _ = c.emu(emu, qkv, POS[7:], SLOT[7:], KV_IDX[7:], BASE[7:], BITS[7:])
-    slot, src, dst = np.full(2, 3, np.int32), np.array([102, 103], np.int32), np.array([101, 102], np.int32)
-    emu.emu_kv_copy(P(k), P(v), I32(KV_TYPES[kv]), I32(c.layers), I32(1), I32(c.max_seq),
-                    I32(64), P(slot), P(src), P(dst), I32(2))  # fmt: skip
+    slot = np.full(2, 3, np.int32)
+    src, dst = np.array([102, 103], np.int32), np.array([101, 102], np.int32)
+    emu.emu_kv_copy(
+        P(k),
+        P(v),
+        I32(KV_TYPES[kv]),
+        I32(c.layers),
+        I32(1),
+        I32(c.max_seq),
+        I32(64),
+        P(slot),
+        P(src),
+        P(dst),
+        I32(2),
+    )
     # The chain row at position 102 reads entries [0, 102] in place (its own k, v already there).
     chain, _, _, _ = c.emu(emu, qkv[3:4], [102], [3], [102], k=k.copy(), v=v.copy())
     np.testing.assert_array_equal(chain[0], tree[3])
@@ -245,8 +307,19 @@ def test_kv_copy(emu, cpu, kv: str) -> None:
     args = (slots, layers, nkv, max_seq, hd, list(slot), list(src), list(dst))
     kc, vc = cpu.kv_copy(k, v, *args, kv_type=kv)
     kg, vg = k.copy(), v.copy()
-    emu.emu_kv_copy(P(kg), P(vg), I32(KV_TYPES[kv]), I32(layers), I32(nkv), I32(max_seq),
-                    I32(hd), P(slot), P(src), P(dst), I32(len(slot)))  # fmt: skip
+    emu.emu_kv_copy(
+        P(kg),
+        P(vg),
+        I32(KV_TYPES[kv]),
+        I32(layers),
+        I32(nkv),
+        I32(max_seq),
+        I32(hd),
+        P(slot),
+        P(src),
+        P(dst),
+        I32(len(slot)),
+    )
     np.testing.assert_array_equal(kg, kc)
     np.testing.assert_array_equal(vg, vc)
     cache = k.reshape(slots, layers, nkv, max_seq, hd)

@@ -16,7 +16,8 @@ PREDICTION = [1, 2, 3, 4, 5, 6, 1, 2, 3, 4, 7, 8, 9, 2, 3, 4, 10, 11, 12, 1, 2, 
 
 @pytest.fixture(scope="module")
 def path(tmp_path_factory: pytest.TempPathFactory):
-    return spec_pairs.make_pair(tmp_path_factory.mktemp("kvtype"), "noisy", draft_len=4, max_batch=4)
+    root = tmp_path_factory.mktemp("kvtype")
+    return spec_pairs.make_pair(root, "noisy", draft_len=4, max_batch=4)
 
 
 @pytest.mark.parametrize("kv", ["f32", "f16", "bf16"])
@@ -26,9 +27,13 @@ def test_greedy_speculation_exact_per_kv_type(path, kv: str) -> None:
     base = e.generate(PROMPTS, max_new_tokens=24, speculate=False, ignore_eos=True)
     for draft in ["model", "lookup"]:
         got = e.generate(
-            PROMPTS, max_new_tokens=24, draft=draft, draft_len=4, ignore_eos=True,
+            PROMPTS,
+            max_new_tokens=24,
+            draft=draft,
+            draft_len=4,
+            ignore_eos=True,
             prediction=PREDICTION,
-        )  # fmt: skip
+        )
         for b, g in zip(base, got, strict=True):
             assert g.token_ids == b.token_ids, (kv, draft)
 

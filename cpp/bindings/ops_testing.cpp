@@ -112,10 +112,10 @@ KvType kv_type_arg(const std::string& name, const KvArray& k, const KvArray& v, 
   KvType t;
   if (!parse_kv_type(name, &t)) throw InvalidArgument("kv_type must be f32, f16 or bf16");
   const nb::dlpack::dtype want = t == KvType::F32 ? nb::dtype<float>() : nb::dtype<uint16_t>();
-  if (k.dtype() != want || v.dtype() != want || k.shape(0) != elements ||
-      v.shape(0) != elements)
-    throw InvalidArgument("KV cache arrays: float32 for f32, uint16 for f16 / bf16, flat "
-                          "[slots, layers, kv_heads, max_seq, head_dim]");
+  if (k.dtype() != want || v.dtype() != want || k.shape(0) != elements || v.shape(0) != elements)
+    throw InvalidArgument(
+        "KV cache arrays: float32 for f32, uint16 for f16 / bf16, flat "
+        "[slots, layers, kv_heads, max_seq, head_dim]");
   return t;
 }
 
@@ -330,8 +330,7 @@ void bind_op_runner(nb::module_& m) {
             BackendBuffer kb = r.put(k_cache.data(), cache * eb),
                           vb = r.put(v_cache.data(), cache * eb);
             BackendBuffer sb = r.put(slot), srb = r.put(src), db = r.put(dst);
-            KvCache kv{kb.as<void>(), vb.as<void>(), t,       slots,
-                       layers,        kv_heads,      max_seq, head_dim};
+            KvCache kv{kb.as<void>(), vb.as<void>(), t, slots, layers, kv_heads, max_seq, head_dim};
             r.be().kv_copy(kv, sb.as<int32_t>(), srb.as<int32_t>(), db.as<int32_t>(), n);
             return std::make_tuple(cache_array(r, kb, cache, t), cache_array(r, vb, cache, t));
           },

@@ -49,10 +49,11 @@ inline uint16_t f32_to_f16_bits(float f) {
   std::memcpy(&x, &f, 4);
   const uint32_t sign = (x >> 16) & 0x8000u;
   const uint32_t ax = x & 0x7fffffffu;
-  if (ax >= 0x7f800000u) return static_cast<uint16_t>(sign | (ax > 0x7f800000u ? 0x7e00u : 0x7c00u));
+  if (ax >= 0x7f800000u)
+    return static_cast<uint16_t>(sign | (ax > 0x7f800000u ? 0x7e00u : 0x7c00u));
   if (ax >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // rounds past 65504
-  if (ax < 0x38800000u) {                                                // subnormal or zero
-    if (ax < 0x33000000u) return static_cast<uint16_t>(sign);            // < 2^-25: to zero
+  if (ax < 0x38800000u) {                                               // subnormal or zero
+    if (ax < 0x33000000u) return static_cast<uint16_t>(sign);           // < 2^-25: to zero
     const uint32_t e = ax >> 23, m = (ax & 0x7fffffu) | 0x800000u;
     const uint32_t shift = 126 - e;  // 14 .. 24
     uint32_t h = m >> shift;

@@ -16,9 +16,9 @@
 namespace trt_spec {
 
 struct ModelLimits {
-  int max_seq = 0;    // positions per KV slot
-  int max_batch = 1;  // KV slots
-  int max_rows = 0;   // token rows per forward
+  int max_seq = 0;               // positions per KV slot
+  int max_batch = 1;             // KV slots
+  int max_rows = 0;              // token rows per forward
   KvType kv_type = KvType::F32;  // KV cache element type
 };
 

@@ -128,9 +128,8 @@ class Engine:
         if n_threads is not None and n_threads < 1:
             raise ValueError(f"n_threads must be >= 1, got {n_threads}")
         if kv_cache_dtype not in KV_CACHE_DTYPES:
-            raise ValueError(
-                f"kv_cache_dtype must be one of {', '.join(KV_CACHE_DTYPES)}, got {kv_cache_dtype!r}"
-            )
+            names = ", ".join(KV_CACHE_DTYPES)
+            raise ValueError(f"kv_cache_dtype must be one of {names}, got {kv_cache_dtype!r}")
         self.path = str(path)
         self._rt = _core.Runtime(
             self.path, device, n_threads or 0, verify, prefill_chunk, kv_cache_dtype

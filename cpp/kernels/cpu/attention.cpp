@@ -79,15 +79,15 @@ void to_f32(const void* src, KvType t, int64_t count, float* dst) {
     case KvType::F16: {
       const auto* h = static_cast<const uint16_t*>(src);
       for (int64_t i = 0; i < count; i += 8)
-        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(
-                                      reinterpret_cast<const __m128i*>(h + i))));
+        _mm256_storeu_ps(dst + i,
+                         _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + i))));
       return;
     }
     case KvType::BF16: {
       const auto* h = static_cast<const uint16_t*>(src);
       for (int64_t i = 0; i < count; i += 8) {
-        const __m256i w = _mm256_cvtepu16_epi32(
-            _mm_loadu_si128(reinterpret_cast<const __m128i*>(h + i)));
+        const __m256i w =
+            _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + i)));
         _mm256_storeu_ps(dst + i, _mm256_castsi256_ps(_mm256_slli_epi32(w, 16)));
       }
       return;

@@ -52,7 +52,7 @@ struct AttentionArgs {
   KvType kv_type = KvType::F32;
   const void* const* k = nullptr;
   const void* const* v = nullptr;
-  int64_t kv_head_stride = 0;  // elements between kv heads of a slice (max_seq * head_dim)
+  int64_t kv_head_stride = 0;          // elements between kv heads of a slice (max_seq * head_dim)
   int max_seq = 0;                     // entries per kv head (tiles never read past it)
   const int32_t* len = nullptr;        // row i attends entries [0, len[i]) ...
   const int32_t* tree_base = nullptr;  // ... with this mask (both nullptr: none)

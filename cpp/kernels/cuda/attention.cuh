@@ -88,15 +88,15 @@ struct RowsView {
 // Shapes of the kernel instance for head_dim <= HD.
 template <int HD>
 struct AttnTile {
-  static constexpr int kt = HD <= 128 ? 32 : 16;        // entries per K / V tile
-  static constexpr int queries = HD <= 128 ? 16 : 8;    // (row, head) pairs per block, at most
+  static constexpr int kt = HD <= 128 ? 32 : 16;         // entries per K / V tile
+  static constexpr int queries = HD <= 128 ? 16 : 8;     // (row, head) pairs per block, at most
   static constexpr int per_warp = queries / kAttnWarps;  // pairs per warp
   static constexpr int lanes_per_entry = 32 / kt;        // lanes sharing an entry's dot product
   static constexpr int dims = HD / 32;                   // output dims per lane
   static constexpr int k_stride = HD + 1;                // K rows padded: no bank conflicts
-  static constexpr size_t smem = sizeof(float) * (queries * HD + kt * k_stride + kt * HD +
-                                                  queries * kt) +
-                                 sizeof(int) * (kt + 2 * queries + 1);
+  static constexpr size_t smem =
+      sizeof(float) * (queries * HD + kt * k_stride + kt * HD + queries * kt) +
+      sizeof(int) * (kt + 2 * queries + 1);
 };
 static_assert(AttnTile<64>::smem <= kAttnMaxSmem && AttnTile<128>::smem <= kAttnMaxSmem &&
                   AttnTile<256>::smem <= kAttnMaxSmem,
@@ -147,9 +147,9 @@ __device__ __forceinline__ void load_kv_tile(const KvView& kv, int64_t head, con
 // out [n, n_heads hd]; partial [n, n_heads, splits, hd + 2]; counters [n, kv_heads head_chunks].
 template <int HD>
 __global__ void __launch_bounds__(kAttnThreads)
-    attention_kernel(const float* __restrict__ qkv, RowsView rows, int n, int n_heads,
-                     float scale, KvView kv, int layer, int tile_rows, int head_chunk, int chunk,
-                     int splits, float* __restrict__ out, float* __restrict__ partial,
+    attention_kernel(const float* __restrict__ qkv, RowsView rows, int n, int n_heads, float scale,
+                     KvView kv, int layer, int tile_rows, int head_chunk, int chunk, int splits,
+                     float* __restrict__ out, float* __restrict__ partial,
                      unsigned* __restrict__ counters) {
   using S = AttnTile<HD>;
   constexpr int KT = S::kt, QW = S::per_warp, ND = S::dims, KS = S::k_stride;
@@ -224,8 +224,7 @@ __global__ void __launch_bounds__(kAttnThreads)
       const float kd = kr[d];
 #pragma unroll
       for (int jj = 0; jj < QW; ++jj)
-        if (act[jj])
-          s[jj] = fmaf(sq[(warp + kAttnWarps * jj) * HD + part * dlen + d], kd, s[jj]);
+        if (act[jj]) s[jj] = fmaf(sq[(warp + kAttnWarps * jj) * HD + part * dlen + d], kd, s[jj]);
     }
     float alpha[QW];
 #pragma unroll
@@ -419,19 +418,19 @@ inline void launch_attention(cudaStream_t stream, const AttentionPlan& p, const 
                              float* out, float* partial, unsigned* counters) {
   switch (p.hd_class) {
     case 64:
-      TRT_SPEC_LAUNCH(attention_kernel<64>, p.grid, p.block, stream, qkv, rows, n, n_heads,
-                      scale, kv, layer, p.tile_rows, p.head_chunk, p.chunk, p.splits, out,
-                      partial, counters);
+      TRT_SPEC_LAUNCH(attention_kernel<64>, p.grid, p.block, stream, qkv, rows, n, n_heads, scale,
+                      kv, layer, p.tile_rows, p.head_chunk, p.chunk, p.splits, out, partial,
+                      counters);
       break;
     case 128:
-      TRT_SPEC_LAUNCH(attention_kernel<128>, p.grid, p.block, stream, qkv, rows, n, n_heads,
-                      scale, kv, layer, p.tile_rows, p.head_chunk, p.chunk, p.splits, out,
-                      partial, counters);
+      TRT_SPEC_LAUNCH(attention_kernel<128>, p.grid, p.block, stream, qkv, rows, n, n_heads, scale,
+                      kv, layer, p.tile_rows, p.head_chunk, p.chunk, p.splits, out, partial,
+                      counters);
       break;
     default:
-      TRT_SPEC_LAUNCH(attention_kernel<256>, p.grid, p.block, stream, qkv, rows, n, n_heads,
-                      scale, kv, layer, p.tile_rows, p.head_chunk, p.chunk, p.splits, out,
-                      partial, counters);
+      TRT_SPEC_LAUNCH(attention_kernel<256>, p.grid, p.block, stream, qkv, rows, n, n_heads, scale,
+                      kv, layer, p.tile_rows, p.head_chunk, p.chunk, p.splits, out, partial,
+                      counters);
       break;
   }
 }
@@ -474,16 +473,18 @@ __global__ void kv_copy_kernel(KvView kv, const int32_t* __restrict__ slot,
       for (int e = threadIdx.x; e < per_entry; e += blockDim.x) {
         const int l = e / (kv.kv_heads * words), g = (e / words) % kv.kv_heads, c = e % words;
         const int64_t base = kv.head_offset(slot[i], l, g) * w;
-        k[base + static_cast<int64_t>(d) * words + c] = k[base + static_cast<int64_t>(s) * words + c];
-        v[base + static_cast<int64_t>(d) * words + c] = v[base + static_cast<int64_t>(s) * words + c];
+        k[base + static_cast<int64_t>(d) * words + c] =
+            k[base + static_cast<int64_t>(s) * words + c];
+        v[base + static_cast<int64_t>(d) * words + c] =
+            v[base + static_cast<int64_t>(s) * words + c];
       }
     }
     __syncthreads();
   }
 }
 
-inline void launch_kv_copy(cudaStream_t stream, KvView kv, const int32_t* slot,
-                           const int32_t* src, const int32_t* dst, int n) {
+inline void launch_kv_copy(cudaStream_t stream, KvView kv, const int32_t* slot, const int32_t* src,
+                           const int32_t* dst, int n) {
   if (n <= 0) return;
   TRT_SPEC_LAUNCH(kv_copy_kernel, dim3(1), dim3(256), stream, kv, slot, src, dst, n);
 }
