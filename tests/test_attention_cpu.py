@@ -203,3 +203,85 @@ def test_attention_rejects_bad_shapes():
     kv = np.zeros((1, 1, 4, 12), np.float32)
     with pytest.raises(Exception):  # noqa: B017 - the bindings map it to their own error type
         T.cpu_attention(q, kv, kv, np.zeros(1, np.int32), np.ones(1, np.int32), 1.0)
+
+
+# ---- f16 / bf16 caches ---------------------------------------------------------------------------
+def to_bits(x: np.ndarray, kv: str) -> np.ndarray:
+    """float32 -> f16 / bf16 bits, rounded to nearest even (as kernels/kv_format.h)."""
+    if kv == "f16":
+        return x.astype(np.float16).view(np.uint16)
+    u = x.view(np.uint32).astype(np.uint64)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def from_bits(b: np.ndarray, kv: str) -> np.ndarray:
+    if kv == "f16":
+        return b.view(np.float16).astype(np.float32)
+    return (b.astype(np.uint32) << 16).view(np.float32)
+
+
+@pytest.mark.parametrize("tree", [False, True], ids=["causal", "tree"])
+@pytest.mark.parametrize("kv", ["f16", "bf16"])
+@pytest.mark.parametrize("group,hd,length", [(1, 64, 33), (2, 128, 700), (6, 64, 100)])
+def test_attention_typed_cache_matches_float64(group, hd, length, kv, tree):
+    """An f16 / bf16 cache: the reference on the rounded values; the f32 kernel on those values
+    (as f32) gives the same bits (tiles are converted exactly on load)."""
+    q, k, v, slot, lens, scale, tb, tbits = make_case(
+        group * 100 + hd + length, group, hd, length, tree=tree
+    )
+    kb, vb = to_bits(k, kv), to_bits(v, kv)
+    got = T.cpu_attention(q, kb, vb, slot, lens, scale, tb, tbits, kv_type=kv)
+    kr, vr = from_bits(kb, kv), from_bits(vb, kv)
+    ref = reference(q, kr, vr, slot, lens, scale, tb, tbits)
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=2e-5)
+    same = T.cpu_attention(q, kr, vr, slot, lens, scale, tb, tbits)
+    np.testing.assert_array_equal(got, same)
+    assert np.abs(got - reference(q, k, v, slot, lens, scale, tb, tbits)).max() > 0  # rounded
+
+
+def test_attention_typed_cache_rejects_wrong_arrays():
+    q = np.zeros((1, 1, 16), np.float32)
+    kv16 = np.zeros((1, 1, 4, 16), np.uint16)
+    one, ln = np.zeros(1, np.int32), np.ones(1, np.int32)
+    with pytest.raises(ValueError):  # uint16 bits need kv_type f16 / bf16
+        T.cpu_attention(q, kv16, kv16, one, ln, 1.0)
+    with pytest.raises(ValueError):
+        T.cpu_attention(q, kv16, kv16, one, ln, 1.0, kv_type="f8")
+
+
+@pytest.mark.parametrize("kv", ["f32", "f16", "bf16"])
+def test_backend_kv_write_and_copy_per_type(kv):
+    """OpRunner (the CPU backend): kv_write rounds to the type's bits, attention reads them back,
+    kv_copy moves element bytes."""
+    rng = np.random.default_rng(5)
+    slots, layers, nkv, max_seq, hd, nh = 2, 2, 2, 64, 16, 4
+    size = slots * layers * nkv * max_seq * hd
+    base = rng.standard_normal(size).astype(np.float32)
+    cache = base if kv == "f32" else to_bits(base, kv)
+    qkv = rng.standard_normal((2, (nh + 2 * nkv) * hd)).astype(np.float32)
+    be = T.OpRunner("cpu")
+    out, k, v = be.attention(
+        qkv,
+        [5, 9],
+        [0, 1],
+        nh,
+        nkv,
+        hd,
+        0.25,
+        cache,
+        cache.copy(),
+        slots,
+        layers,
+        max_seq,
+        1,
+        kv_type=kv,
+    )
+    assert k.dtype == cache.dtype
+    kk = k.reshape(slots, layers, nkv, max_seq, hd)
+    want = qkv[0, nh * hd : (nh + nkv) * hd].reshape(nkv, hd)
+    want = want if kv == "f32" else to_bits(np.ascontiguousarray(want), kv)
+    np.testing.assert_array_equal(kk[0, 1, :, 5], want)
+    kc, vc = be.kv_copy(k, v, slots, layers, nkv, max_seq, hd, [0], [5], [7], kv_type=kv)
+    kc = kc.reshape(slots, layers, nkv, max_seq, hd)
+    np.testing.assert_array_equal(kc[0, :, :, 7], kk[0, :, :, 5])
+    assert np.isfinite(out).all()

@@ -22,7 +22,7 @@ void Backend::qkv_projection(const float* x, WeightView norm, float eps, WeightV
                              int layer, float* qkv, float* tmp) {
   norm_linear(x, nullptr, norm, eps, w, bias, n, qkv, tmp);  // [n, qkv_dim]
   rope(qkv, rows.pos, n, shape, cos_table, sin_table);
-  // (the cache write: attention(), until kv_write lands)
+  kv_write(qkv, rows, n, shape, cache, layer);
 }
 
 void Backend::linear_residual(WeightView w, const float* in, int n, float* x, float* tmp) {

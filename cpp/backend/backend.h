@@ -24,17 +24,26 @@
 #include <string>
 #include <utility>
 
+#include "kernels/kv_format.h"
 #include "kernels/sampling.h"
 #include "kernels/weight_format.h"
 
 namespace trt_spec {
 
-// KV cache of one model, f32: k and v each [slots, layers, kv_heads, max_seq, head_dim].
+// KV cache of one model: k and v each [slots, layers, kv_heads, max_seq, head_dim] elements of
+// `type` (kernels/kv_format.h: f32, f16 or bf16; written rounded to nearest even, read exactly).
 struct KvCache {
-  float* k = nullptr;
-  float* v = nullptr;
+  void* k = nullptr;
+  void* v = nullptr;
+  KvType type = KvType::F32;
   int slots = 0, layers = 0, kv_heads = 0, max_seq = 0, head_dim = 0;
 
+  int elem_bytes() const { return kv_type_bytes(type); }
+  // Elements of k (or v).
+  size_t elements() const {
+    return static_cast<size_t>(slots) * layers * kv_heads * max_seq * head_dim;
+  }
+  // Element offset of (slot, layer, kv head 0, index 0, dim 0).
   size_t slot_layer_offset(int slot, int layer) const {
     return ((static_cast<size_t>(slot) * layers + layer) * kv_heads) * max_seq * head_dim;
   }
@@ -115,10 +124,15 @@ class Backend {
   // by position pos[i] (rotate-half convention); cos/sin tables are f32 [max_seq, head_dim/2].
   virtual void rope(float* qkv, const int32_t* pos, int n, const AttentionShape& shape,
                     const float* cos_table, const float* sin_table) = 0;
-  // Writes the k, v parts of each qkv row into cache (slot[i], layer, :, kv_idx[i]), then
-  // out [n, n_heads head_dim] = attention of each row's q over its slot's cache indices
-  // [0, kv_idx[i]] (under the tree mask, if any), in ascending index order: a row's result
-  // depends on its own q and entries only, never on the other rows.
+  // Writes the k and v parts of each (already rotated) qkv row into cache (slot[i], layer, :,
+  // kv_idx[i] or pos[i]), rounded to the cache's type (kernels/kv_format.h; every backend
+  // stores the same bits).
+  virtual void kv_write(const float* qkv, const Rows& rows, int n, const AttentionShape& shape,
+                        KvCache& cache, int layer) = 0;
+  // Reads the cache only (kv_write put the rows' own entries there first):
+  // out [n, n_heads head_dim] = attention of each row's q (the q part of qkv) over its slot's
+  // cache indices [0, kv_idx[i]] (under the tree mask, if any), in logical order (Rows): a row's
+  // result depends on its own q and entries only, never on n or the other rows.
   virtual void attention(const float* qkv, const Rows& rows, int n, const AttentionShape& shape,
                          KvCache& cache, int layer, float* out) = 0;
   // For i < n with src[i] >= 0 and src[i] != dst[i], in order: every layer's and kv head's

@@ -161,17 +161,18 @@ NB_MODULE(_core, m) {
       .def(
           "__init__",
           [](Runtime* self, const std::string& path, const std::string& device, int n_threads,
-             bool verify, int prefill_chunk) {
+             bool verify, int prefill_chunk, const std::string& kv_type) {
             RuntimeOptions o;
             o.device = device;
             o.n_threads = n_threads;
             o.verify_checksums = verify;
             o.prefill_chunk = prefill_chunk;
+            o.kv_type = kv_type;
             nb::gil_scoped_release release;
             new (self) Runtime(path, o);
           },
           "path"_a, "device"_a = "cpu", "n_threads"_a = 0, "verify"_a = true,
-          "prefill_chunk"_a = 256)
+          "prefill_chunk"_a = 256, "kv_type"_a = "auto")
       .def_prop_ro("metadata_json", [](Runtime& r) { return r.file().json_text(); })
       .def_prop_ro("max_seq_len", &Runtime::max_seq_len)
       .def_prop_ro("max_batch", &Runtime::max_batch)
@@ -183,6 +184,7 @@ NB_MODULE(_core, m) {
                    [](Runtime& r) {
                      return r.target().weight_bytes() + (r.draft() ? r.draft()->weight_bytes() : 0);
                    })
+      .def_prop_ro("kv_type", [](Runtime& r) { return std::string(kv_type_name(r.kv_type())); })
       .def_prop_ro("kv_bytes",
                    [](Runtime& r) {
                      return r.target().kv_bytes() + (r.draft() ? r.draft()->kv_bytes() : 0);
@@ -215,6 +217,10 @@ NB_MODULE(_core, m) {
     m.attr("DRAFT_SOURCES") = nb::tuple(sources);
     m.attr("DRAFT_MODES") = nb::tuple(modes);
     m.attr("FINISH_REASONS") = nb::tuple(reasons);
+    nb::list kv_types;  // RuntimeOptions::kv_type, "auto" first
+    kv_types.append("auto");
+    for (KvType t : {KvType::F32, KvType::F16, KvType::BF16}) kv_types.append(kv_type_name(t));
+    m.attr("KV_CACHE_DTYPES") = nb::tuple(kv_types);
   }
 
   nb::class_<Scheduler>(m, "Scheduler",

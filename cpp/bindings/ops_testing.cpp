@@ -105,6 +105,26 @@ class OpRunner {
   std::vector<std::shared_ptr<uint8_t>> keep_;
 };
 
+// A KV cache array of any element type: float32 (f32) or uint16 bits (f16, bf16).
+using KvArray = nb::ndarray<nb::ndim<1>, nb::c_contig, nb::device::cpu, nb::ro>;
+
+KvType kv_type_arg(const std::string& name, const KvArray& k, const KvArray& v, size_t elements) {
+  KvType t;
+  if (!parse_kv_type(name, &t)) throw InvalidArgument("kv_type must be f32, f16 or bf16");
+  const nb::dlpack::dtype want = t == KvType::F32 ? nb::dtype<float>() : nb::dtype<uint16_t>();
+  if (k.dtype() != want || v.dtype() != want || k.shape(0) != elements || v.shape(0) != elements)
+    throw InvalidArgument(
+        "KV cache arrays: float32 for f32, uint16 for f16 / bf16, flat "
+        "[slots, layers, kv_heads, max_seq, head_dim]");
+  return t;
+}
+
+// A cache buffer back as a numpy array of its element type.
+nb::object cache_array(OpRunner& r, const BackendBuffer& b, size_t elements, KvType t) {
+  if (t == KvType::F32) return nb::cast(to_numpy(r.get<float>(b, elements), {elements}));
+  return nb::cast(to_numpy(r.get<uint16_t>(b, elements), {elements}));
+}
+
 // Host state of a speculative op call: sequences, sampling states, history and prediction
 // ([slots, max_seq] each), in backend memory.
 struct SpecArgs {
@@ -235,15 +255,17 @@ void bind_op_runner(nb::module_& m) {
       .def(
           "attention",
           [](OpRunner& r, F2 qkv, const std::vector<int32_t>& pos, const std::vector<int32_t>& slot,
-             int n_heads, int n_kv_heads, int head_dim, float scale, F1 k_cache, F1 v_cache,
-             int slots, int layers, int max_seq, int layer, const std::vector<int32_t>& kv_idx,
-             const std::vector<int32_t>& tree_base, const std::vector<uint64_t>& tree_bits) {
+             int n_heads, int n_kv_heads, int head_dim, float scale, KvArray k_cache,
+             KvArray v_cache, int slots, int layers, int max_seq, int layer,
+             const std::vector<int32_t>& kv_idx, const std::vector<int32_t>& tree_base,
+             const std::vector<uint64_t>& tree_bits, const std::string& kv_type) {
             const int n = static_cast<int>(qkv.shape(0));
             const size_t cache =
                 static_cast<size_t>(slots) * layers * n_kv_heads * max_seq * head_dim;
+            const KvType t = kv_type_arg(kv_type, k_cache, v_cache, cache);
+            const size_t eb = kv_type_bytes(t);
             if (static_cast<int>(pos.size()) != n || static_cast<int>(slot.size()) != n ||
-                k_cache.shape(0) != cache || v_cache.shape(0) != cache || layer < 0 ||
-                layer >= layers ||
+                layer < 0 || layer >= layers ||
                 static_cast<int>(qkv.shape(1)) != (n_heads + 2 * n_kv_heads) * head_dim)
               throw InvalidArgument("attention shapes");
             const bool tree = !tree_bits.empty();
@@ -267,52 +289,54 @@ void bind_op_runner(nb::module_& m) {
                       kv_idx.empty() ? nullptr : ib.as<int32_t>(),
                       tree ? tbase.as<int32_t>() : nullptr,
                       tree ? tbits.as<uint64_t>() : nullptr};
-            BackendBuffer kb = r.put(k_cache.data(), cache * 4),
-                          vb = r.put(v_cache.data(), cache * 4);
-            KvCache kv{kb.as<float>(), vb.as<float>(), slots,   layers,
-                       n_kv_heads,     max_seq,        head_dim};
+            BackendBuffer kb = r.put(k_cache.data(), cache * eb),
+                          vb = r.put(v_cache.data(), cache * eb);
+            KvCache kv{kb.as<void>(), vb.as<void>(), t,       slots,
+                       layers,        n_kv_heads,    max_seq, head_dim};
             const size_t out_n = static_cast<size_t>(n) * n_heads * head_dim;
             BackendBuffer out(r.be(), out_n * 4);
-            r.be().attention(qb.as<float>(), rows, n,
-                             AttentionShape{n_heads, n_kv_heads, head_dim, scale}, kv, layer,
-                             out.as<float>());
+            const AttentionShape shape{n_heads, n_kv_heads, head_dim, scale};
+            r.be().kv_write(qb.as<float>(), rows, n, shape, kv, layer);
+            r.be().attention(qb.as<float>(), rows, n, shape, kv, layer, out.as<float>());
             return std::make_tuple(
                 to_numpy(r.get<float>(out, out_n),
                          {static_cast<size_t>(n), static_cast<size_t>(n_heads) * head_dim}),
-                to_numpy(r.get<float>(kb, cache), {cache}),
-                to_numpy(r.get<float>(vb, cache), {cache}));
+                cache_array(r, kb, cache, t), cache_array(r, vb, cache, t));
           },
           "qkv"_a, "pos"_a, "slot"_a, "n_heads"_a, "n_kv_heads"_a, "head_dim"_a, "scale"_a,
           "k_cache"_a, "v_cache"_a, "slots"_a, "layers"_a, "max_seq"_a, "layer"_a,
           "kv_idx"_a = std::vector<int32_t>{}, "tree_base"_a = std::vector<int32_t>{},
-          "tree_bits"_a = std::vector<uint64_t>{},
-          "(out [n, n_heads head_dim], k_cache, v_cache); caches flat [slots, layers, kv_heads, "
-          "max_seq, head_dim]")
+          "tree_bits"_a = std::vector<uint64_t>{}, "kv_type"_a = "f32",
+          "kv_write then attention: (out [n, n_heads head_dim], k_cache, v_cache); caches flat "
+          "[slots, layers, kv_heads, max_seq, head_dim], float32 (kv_type f32) or uint16 bits "
+          "(f16, bf16)")
       .def(
           "kv_copy",
-          [](OpRunner& r, F1 k_cache, F1 v_cache, int slots, int layers, int kv_heads, int max_seq,
-             int head_dim, const std::vector<int32_t>& slot, const std::vector<int32_t>& src,
-             const std::vector<int32_t>& dst) {
+          [](OpRunner& r, KvArray k_cache, KvArray v_cache, int slots, int layers, int kv_heads,
+             int max_seq, int head_dim, const std::vector<int32_t>& slot,
+             const std::vector<int32_t>& src, const std::vector<int32_t>& dst,
+             const std::string& kv_type) {
             const size_t cache =
                 static_cast<size_t>(slots) * layers * kv_heads * max_seq * head_dim;
+            const KvType t = kv_type_arg(kv_type, k_cache, v_cache, cache);
+            const size_t eb = kv_type_bytes(t);
             const int n = static_cast<int>(slot.size());
-            if (k_cache.shape(0) != cache || v_cache.shape(0) != cache ||
-                static_cast<int>(src.size()) != n || static_cast<int>(dst.size()) != n)
+            if (static_cast<int>(src.size()) != n || static_cast<int>(dst.size()) != n)
               throw InvalidArgument("kv_copy shapes");
             for (int i = 0; i < n; ++i)
               if (slot[i] < 0 || slot[i] >= slots || src[i] >= max_seq || dst[i] < 0 ||
                   dst[i] >= max_seq)
                 throw InvalidArgument("kv_copy: slot or index out of range");
-            BackendBuffer kb = r.put(k_cache.data(), cache * 4),
-                          vb = r.put(v_cache.data(), cache * 4);
+            BackendBuffer kb = r.put(k_cache.data(), cache * eb),
+                          vb = r.put(v_cache.data(), cache * eb);
             BackendBuffer sb = r.put(slot), srb = r.put(src), db = r.put(dst);
-            KvCache kv{kb.as<float>(), vb.as<float>(), slots, layers, kv_heads, max_seq, head_dim};
+            KvCache kv{kb.as<void>(), vb.as<void>(), t, slots, layers, kv_heads, max_seq, head_dim};
             r.be().kv_copy(kv, sb.as<int32_t>(), srb.as<int32_t>(), db.as<int32_t>(), n);
-            return std::make_tuple(to_numpy(r.get<float>(kb, cache), {cache}),
-                                   to_numpy(r.get<float>(vb, cache), {cache}));
+            return std::make_tuple(cache_array(r, kb, cache, t), cache_array(r, vb, cache, t));
           },
           "k_cache"_a, "v_cache"_a, "slots"_a, "layers"_a, "kv_heads"_a, "max_seq"_a, "head_dim"_a,
-          "slot"_a, "src"_a, "dst"_a, "(k_cache, v_cache) after the copies")
+          "slot"_a, "src"_a, "dst"_a, "kv_type"_a = "f32",
+          "(k_cache, v_cache) after the copies (arrays as attention takes them)")
       .def(
           "swiglu",
           [](OpRunner& r, F2 gate_up) {

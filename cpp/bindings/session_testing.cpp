@@ -152,20 +152,28 @@ void bind_session(nb::module_& m) {
       .def(
           "kv_cache",
           [](Session& s, const std::string& role, int slot, int n) {
-            // k and v [layers, kv_heads, n, head_dim] of positions [0, n) of one slot.
+            // k and v [layers, kv_heads, n, head_dim] of positions [0, n) of one slot, as f32
+            // (an f16 / bf16 cache's values decoded exactly).
             const KvCache& kv = s.model(role).kv();
             if (slot < 0 || slot >= kv.slots || n < 0 || n > kv.max_seq)
               throw InvalidArgument("kv_cache: slot or length out of range");
-            const size_t row = static_cast<size_t>(n) * kv.head_dim;
+            const size_t row = static_cast<size_t>(n) * kv.head_dim, eb = kv.elem_bytes();
             std::vector<float> k(static_cast<size_t>(kv.layers) * kv.kv_heads * row), v(k.size());
+            std::vector<uint8_t> kb(k.size() * eb), vb(k.size() * eb);
             for (int l = 0; l < kv.layers; ++l)
               for (int h = 0; h < kv.kv_heads; ++h) {
                 const size_t src = kv.slot_layer_offset(slot, l) +
                                    static_cast<size_t>(h) * kv.max_seq * kv.head_dim;
                 const size_t dst = (static_cast<size_t>(l) * kv.kv_heads + h) * row;
-                s.rt->backend().download(k.data() + dst, kv.k + src, row * 4);
-                s.rt->backend().download(v.data() + dst, kv.v + src, row * 4);
+                s.rt->backend().download(kb.data() + dst * eb,
+                                         static_cast<const uint8_t*>(kv.k) + src * eb, row * eb);
+                s.rt->backend().download(vb.data() + dst * eb,
+                                         static_cast<const uint8_t*>(kv.v) + src * eb, row * eb);
               }
+            for (size_t i = 0; i < k.size(); ++i) {
+              k[i] = kv_load_f32(kb.data(), kv.type, i);
+              v[i] = kv_load_f32(vb.data(), kv.type, i);
+            }
             std::initializer_list<size_t> shape = {
                 static_cast<size_t>(kv.layers), static_cast<size_t>(kv.kv_heads),
                 static_cast<size_t>(n), static_cast<size_t>(kv.head_dim)};

@@ -53,6 +53,8 @@ namespace {
 
 using F32Matrix = HostArray<float, 2>;
 using F32Vector = HostArray<float, 1>;
+// A KV cache array of any element type (float32, or uint16 bits of f16 / bf16).
+using KvArray = nb::ndarray<nb::ndim<4>, nb::c_contig, nb::device::cpu, nb::ro>;
 
 // One sequence on the CPU's speculative ops, for acceptance trials on fixed logits.
 struct Trial {
@@ -174,22 +176,28 @@ NB_MODULE(_trt_spec_testing, m) {
 
   m.def(
       "cpu_attention",
-      [](HostArray<float, 3> q, HostArray<float, 4> k, HostArray<float, 4> v,
-         HostArray<int32_t, 1> slot, HostArray<int32_t, 1> len, float scale,
-         std::optional<HostArray<int32_t, 1>> tree_base,
-         std::optional<HostArray<uint64_t, 1>> tree_bits, int64_t task_chunk) {
-        // q [n, heads, hd]; k, v [slots, kv_heads, max_seq, hd] (one layer of the cache).
+      [](HostArray<float, 3> q, KvArray k, KvArray v, HostArray<int32_t, 1> slot,
+         HostArray<int32_t, 1> len, float scale, std::optional<HostArray<int32_t, 1>> tree_base,
+         std::optional<HostArray<uint64_t, 1>> tree_bits, int64_t task_chunk,
+         const std::string& kv_type) {
+        // q [n, heads, hd]; k, v [slots, kv_heads, max_seq, hd] (one layer of the cache):
+        // float32 for kv_type f32, uint16 bits for f16 / bf16.
+        KvType t;
+        if (!parse_kv_type(kv_type, &t)) throw InvalidArgument("cpu_attention: kv_type");
         const int n = static_cast<int>(q.shape(0)), hd = static_cast<int>(q.shape(2));
         const int slots = static_cast<int>(k.shape(0)), max_seq = static_cast<int>(k.shape(2));
+        const nb::dlpack::dtype want =
+            t == KvType::F32 ? nb::dtype<float>() : nb::dtype<uint16_t>();
         bool ok = k.shape(3) == q.shape(2) && slot.shape(0) == q.shape(0) &&
-                  len.shape(0) == q.shape(0) && tree_base.has_value() == tree_bits.has_value();
+                  len.shape(0) == q.shape(0) && tree_base.has_value() == tree_bits.has_value() &&
+                  k.dtype() == want && v.dtype() == want;
         for (int d = 0; d < 4; ++d) ok = ok && k.shape(d) == v.shape(d);
         if (tree_base)
           ok = ok && tree_base->shape(0) == q.shape(0) && tree_bits->shape(0) == q.shape(0);
         for (int i = 0; ok && i < n; ++i)
           ok = slot.data()[i] >= 0 && slot.data()[i] < slots && len.data()[i] >= 1 &&
                len.data()[i] <= max_seq;
-        if (!ok) throw InvalidArgument("cpu_attention: shapes, slots or lens out of range");
+        if (!ok) throw InvalidArgument("cpu_attention: shapes, types, slots or lens out of range");
         cpu::AttentionArgs a;
         a.n_rows = n;
         a.n_heads = static_cast<int>(q.shape(1));
@@ -198,11 +206,12 @@ NB_MODULE(_trt_spec_testing, m) {
         a.scale = scale;
         a.q = q.data();
         a.q_stride = static_cast<int64_t>(a.n_heads) * hd;
-        std::vector<const float*> kp(n), vp(n);
-        const size_t slice = static_cast<size_t>(a.n_kv_heads) * max_seq * hd;
+        a.kv_type = t;
+        std::vector<const void*> kp(n), vp(n);
+        const size_t slice = static_cast<size_t>(a.n_kv_heads) * max_seq * hd * kv_type_bytes(t);
         for (int i = 0; i < n; ++i) {
-          kp[i] = k.data() + slot.data()[i] * slice;
-          vp[i] = v.data() + slot.data()[i] * slice;
+          kp[i] = static_cast<const uint8_t*>(k.data()) + slot.data()[i] * slice;
+          vp[i] = static_cast<const uint8_t*>(v.data()) + slot.data()[i] * slice;
         }
         a.k = kp.data();
         a.v = vp.data();
@@ -231,9 +240,10 @@ NB_MODULE(_trt_spec_testing, m) {
             {static_cast<size_t>(n), static_cast<size_t>(a.n_heads), static_cast<size_t>(hd)});
       },
       "q"_a, "k"_a, "v"_a, "slot"_a, "len"_a, "scale"_a, "tree_base"_a = nb::none(),
-      "tree_bits"_a = nb::none(), "task_chunk"_a = 0,
+      "tree_bits"_a = nb::none(), "task_chunk"_a = 0, "kv_type"_a = "f32",
       "The CPU attention kernel on host arrays: out [n, heads, hd]; task_chunk > 0 runs its tasks "
-      "in chunks of that many, last chunk first");
+      "in chunks of that many, last chunk first; k, v float32 (kv_type f32) or uint16 bits (f16, "
+      "bf16)");
 
   // ---- sampling ------------------------------------------------------------------------------
   m.def("philox_uniform", &philox_uniform, "seed"_a, "step"_a, "lane"_a, "stream"_a,

@@ -74,6 +74,15 @@ std::unique_ptr<Backend> make_backend(const std::string& device, int n_threads) 
 #endif
 }
 
+KvType resolve_kv_type(const std::string& kv_type, bool gpu) {
+  if (kv_type == "auto") return gpu ? KvType::F16 : KvType::F32;
+  KvType t;
+  if (!parse_kv_type(kv_type, &t))
+    throw InvalidArgument("unknown KV cache type '" + kv_type +
+                          "' (expected auto, f32, f16 or bf16)");
+  return t;
+}
+
 void check_token_ids(const std::vector<int32_t>& ids, int vocab, const char* what) {
   for (size_t i = 0; i < ids.size(); ++i) {
     if (ids[i] < 0 || ids[i] >= vocab)
@@ -83,15 +92,24 @@ void check_token_ids(const std::vector<int32_t>& ids, int vocab, const char* wha
   }
 }
 
+namespace {
+// The backend of opts, once the options that need none are checked (a bad name throws first).
+std::unique_ptr<Backend> checked_backend(const RuntimeOptions& opts) {
+  if (opts.prefill_chunk < 1) throw InvalidArgument("prefill_chunk must be >= 1");
+  resolve_kv_type(opts.kv_type, false);
+  return make_backend(opts.device, opts.n_threads);
+}
+}  // namespace
+
 Runtime::Runtime(const std::string& path, const RuntimeOptions& opts)
-    : Runtime(path, opts,
-              opts.prefill_chunk < 1 ? nullptr : make_backend(opts.device, opts.n_threads)) {}
+    : Runtime(path, opts, checked_backend(opts)) {}
 
 Runtime::Runtime(const std::string& path, const RuntimeOptions& opts,
                  std::unique_ptr<Backend> backend) {
   if (opts.prefill_chunk < 1) throw InvalidArgument("prefill_chunk must be >= 1");
   if (!backend) throw InvalidArgument("Runtime: no backend");
   backend_ = std::move(backend);
+  kv_type_ = resolve_kv_type(opts.kv_type, !backend_->runs_on_host());
   file_ = std::make_unique<EngineFile>(path, opts.verify_checksums);
   const Json build = file_->meta().at("build");
   const int64_t max_seq = build.at("max_seq_len").as_int();
@@ -115,8 +133,8 @@ Runtime::Runtime(const std::string& path, const RuntimeOptions& opts,
                           std::to_string(has_draft ? 1 : 0) + ", " + std::to_string(kMaxDraftLen) +
                           "]");
   const int chunk = std::min(opts.prefill_chunk, max_seq_);
-  ModelLimits lim{max_seq_, max_batch_, std::max(chunk, max_batch_ * (draft_len_ + 1))};
-  ModelLimits dlim{max_seq_, max_batch_, std::max(chunk, 2 * max_batch_)};
+  ModelLimits lim{max_seq_, max_batch_, std::max(chunk, max_batch_ * (draft_len_ + 1)), kv_type_};
+  ModelLimits dlim{max_seq_, max_batch_, std::max(chunk, 2 * max_batch_), kv_type_};
   // Refuse KV caches larger than this machine's memory before touching them.
   double kv_bytes = static_cast<double>(
       kv_cache_bytes(ModelConfig::from_json(models.at("target").at("config")), lim));

@@ -20,6 +20,8 @@ struct RuntimeOptions {
   int n_threads = 0;           // CPU threads; 0: one per core
   bool verify_checksums = true;
   int prefill_chunk = 256;  // token rows per forward during prefill
+  // KV cache element type: "f32", "f16", "bf16" or "auto" (f16 on a GPU, f32 on the CPU).
+  std::string kv_type = "auto";
 };
 
 class Runtime {
@@ -38,6 +40,7 @@ class Runtime {
   int max_seq_len() const { return max_seq_; }
   int max_batch() const { return max_batch_; }
   int vocab_size() const { return target_->config().vocab_size; }
+  KvType kv_type() const { return kv_type_; }
 
   // Full logits [n, vocab] of a prompt run from position 0 in KV slot 0 (for tests and
   // scoring); overwrites that slot's cache.
@@ -49,7 +52,12 @@ class Runtime {
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Model> target_, draft_;
   int max_seq_ = 0, max_batch_ = 1, draft_len_ = 0;
+  KvType kv_type_ = KvType::F32;
 };
+
+// The KV cache type RuntimeOptions::kv_type names ("auto": f16 on a GPU, f32 on the CPU).
+// Throws InvalidArgument for anything but auto, f32, f16, bf16.
+KvType resolve_kv_type(const std::string& kv_type, bool gpu);
 
 // Backend selection. device: "cpu"; "cuda" or "cuda:N" (GPU N, default 0); "auto": the GPU when
 // this build has the CUDA backend and a GPU is present, else the CPU. Throws InvalidArgument for

@@ -6,10 +6,12 @@
 //   F32   float
 //   F16   IEEE half (uint16 bits)
 //   BF16  bfloat16 (uint16 bits: the upper half of a float)
-// kv_store_bits / kv_load_bits are the one definition of that rounding and decoding; the CPU and
-// the CUDA kernels call them (or bit-identical intrinsics), so the backends store the same bits.
+// The f32 <-> f16 / bf16 functions below (and kv_store_f32 / kv_load_f32 on top of them) are the
+// one definition of that rounding and decoding; the CPU and the CUDA kernels call them (or
+// bit-identical intrinsics, kernels/cuda/kv.cuh), so the backends store the same bits.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -47,10 +49,11 @@ inline uint16_t f32_to_f16_bits(float f) {
   std::memcpy(&x, &f, 4);
   const uint32_t sign = (x >> 16) & 0x8000u;
   const uint32_t ax = x & 0x7fffffffu;
-  if (ax >= 0x7f800000u) return static_cast<uint16_t>(sign | (ax > 0x7f800000u ? 0x7e00u : 0x7c00u));
+  if (ax >= 0x7f800000u)
+    return static_cast<uint16_t>(sign | (ax > 0x7f800000u ? 0x7e00u : 0x7c00u));
   if (ax >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // rounds past 65504
-  if (ax < 0x38800000u) {                                                // subnormal or zero
-    if (ax < 0x33000000u) return static_cast<uint16_t>(sign);            // < 2^-25: to zero
+  if (ax < 0x38800000u) {                                               // subnormal or zero
+    if (ax < 0x33000000u) return static_cast<uint16_t>(sign);           // < 2^-25: to zero
     const uint32_t e = ax >> 23, m = (ax & 0x7fffffu) | 0x800000u;
     const uint32_t shift = 126 - e;  // 14 .. 24
     uint32_t h = m >> shift;
@@ -96,6 +99,25 @@ inline float bf16_bits_to_f32(uint16_t h) {
   float f;
   std::memcpy(&f, &x, 4);
   return f;
+}
+
+// base[e] = f, rounded to type t.
+inline void kv_store_f32(void* base, KvType t, size_t e, float f) {
+  switch (t) {
+    case KvType::F32: static_cast<float*>(base)[e] = f; break;
+    case KvType::F16: static_cast<uint16_t*>(base)[e] = f32_to_f16_bits(f); break;
+    case KvType::BF16: static_cast<uint16_t*>(base)[e] = f32_to_bf16_bits(f); break;
+  }
+}
+
+// base[e] (type t) as f32, exactly.
+inline float kv_load_f32(const void* base, KvType t, size_t e) {
+  switch (t) {
+    case KvType::F32: return static_cast<const float*>(base)[e];
+    case KvType::F16: return f16_bits_to_f32(static_cast<const uint16_t*>(base)[e]);
+    case KvType::BF16: return bf16_bits_to_f32(static_cast<const uint16_t*>(base)[e]);
+  }
+  return 0.0f;
 }
 
 }  // namespace trt_spec

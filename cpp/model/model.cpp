@@ -50,12 +50,12 @@ Model::Model(const EngineFile& file, const std::string& role, Backend& backend, 
            1.0f / std::sqrt(static_cast<float>(cfg_.head_dim))};
 
   // KV cache and RoPE tables.
-  kv_ = KvCache{nullptr,         nullptr,         limits_.max_batch, cfg_.n_layers,
-                cfg_.n_kv_heads, limits_.max_seq, cfg_.head_dim};
+  kv_ = KvCache{nullptr,       nullptr,         limits_.kv_type, limits_.max_batch,
+                cfg_.n_layers, cfg_.n_kv_heads, limits_.max_seq, cfg_.head_dim};
   k_buf_ = BackendBuffer(be_, kv_bytes() / 2);
   v_buf_ = BackendBuffer(be_, kv_bytes() / 2);
-  kv_.k = k_buf_.as<float>();
-  kv_.v = v_buf_.as<float>();
+  kv_.k = k_buf_.as<void>();
+  kv_.v = v_buf_.as<void>();
   const int half = cfg_.head_dim / 2;
   std::vector<float> c(static_cast<size_t>(limits_.max_seq) * half), s(c.size());
   for (int i = 0; i < half; ++i) {
@@ -87,7 +87,7 @@ Model::Model(const EngineFile& file, const std::string& role, Backend& backend, 
 
 size_t kv_cache_bytes(const ModelConfig& cfg, const ModelLimits& limits) {
   return 2 * static_cast<size_t>(limits.max_batch) * cfg.n_layers * cfg.n_kv_heads *
-         limits.max_seq * cfg.head_dim * sizeof(float);
+         limits.max_seq * cfg.head_dim * kv_type_bytes(limits.kv_type);
 }
 
 size_t Model::kv_bytes() const {

@@ -16,12 +16,13 @@
 namespace trt_spec {
 
 struct ModelLimits {
-  int max_seq = 0;    // positions per KV slot
-  int max_batch = 1;  // KV slots
-  int max_rows = 0;   // token rows per forward
+  int max_seq = 0;               // positions per KV slot
+  int max_batch = 1;             // KV slots
+  int max_rows = 0;              // token rows per forward
+  KvType kv_type = KvType::F32;  // KV cache element type
 };
 
-// Bytes of a model's f32 KV cache (k and v) for these limits.
+// Bytes of a model's KV cache (k and v, limits.kv_type elements) for these limits.
 size_t kv_cache_bytes(const ModelConfig& cfg, const ModelLimits& limits);
 
 class Model {

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from trt_spec import bench, models
-from trt_spec._core import DRAFT_MODES
+from trt_spec._core import DRAFT_MODES, KV_CACHE_DTYPES
 from trt_spec.build.builder import DEFAULT_DRAFT_LEN, DEFAULT_MAX_BATCH, WEIGHT_FORMATS
 from trt_spec.progress import Reporter, add_output_flags, mode_from_flags
 
@@ -71,7 +71,7 @@ def cmd_build(args: argparse.Namespace) -> int:
 def cmd_generate(args: argparse.Namespace) -> int:
     from trt_spec.engine import Engine
 
-    engine = Engine(args.engine, n_threads=args.threads)
+    engine = Engine(args.engine, n_threads=args.threads, kv_cache_dtype=args.kv_cache_dtype)
     prompt = [{"role": "user", "content": args.prompt}] if args.chat else args.prompt
     kwargs = dict(
         max_new_tokens=args.max_new_tokens,
@@ -101,9 +101,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
 def cmd_info(args: argparse.Namespace) -> int:
     from trt_spec.engine import Engine
 
-    engine = Engine(args.engine, verify=not args.no_verify)
+    engine = Engine(args.engine, verify=not args.no_verify, kv_cache_dtype=args.kv_cache_dtype)
     meta = engine.metadata
     print(repr(engine))
+    print(f"kv cache: {engine.kv_cache_dtype}, {engine.kv_bytes / 1e6:.1f} MB (target and draft)")
     print(f"build: {json.dumps(meta['build'])}; producer {meta['producer']}")
     for role, m in meta["models"].items():
         src = m["source"]
@@ -157,6 +158,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         model_name=args.served_model_name,
         device=args.device,
         n_threads=args.threads,
+        kv_cache_dtype=args.kv_cache_dtype,
         drain_timeout=args.drain_timeout,
         log_level=args.log_level,
     )
@@ -178,6 +180,16 @@ def _draft_len(text: str) -> int | str:
         return int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected 'auto' or an integer, got {text!r}") from None
+
+
+def add_kv_cache_flag(p: argparse.ArgumentParser) -> None:
+    """--kv-cache-dtype of the commands that open an engine."""
+    p.add_argument(
+        "--kv-cache-dtype",
+        default="auto",
+        choices=list(KV_CACHE_DTYPES),
+        help="KV cache element type (default auto: f16 on a GPU, f32 on the CPU)",
+    )
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -259,11 +271,13 @@ def make_parser() -> argparse.ArgumentParser:
     )
     g.add_argument("--prediction-file", default=None, help="--prediction read from a file")
     g.add_argument("--no-speculate", action="store_true", help="decode with the target only")
+    add_kv_cache_flag(g)
     g.set_defaults(func=cmd_generate)
 
     i = sub.add_parser("info", help="describe an engine file")
     i.add_argument("engine")
     i.add_argument("--no-verify", action="store_true", help="skip checksum verification")
+    add_kv_cache_flag(i)
     i.add_argument(
         "--plan",
         action="store_true",
@@ -297,6 +311,7 @@ def make_parser() -> argparse.ArgumentParser:
         "--drain-timeout", type=float, default=30.0, help="seconds SIGTERM waits for requests"
     )
     s.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info"])
+    add_kv_cache_flag(s)
     s.set_defaults(func=cmd_serve)
     bench.add_parser(sub)
     return p

@@ -38,6 +38,7 @@ PromptInput = str | Sequence[int] | np.ndarray | Sequence[Message]
 __all__ = ["Engine", "GenerationResult", "GenerationStats", "GenerationStream"]
 
 DRAFT_MODES: tuple[str, ...] = tuple(_core.DRAFT_MODES)
+KV_CACHE_DTYPES: tuple[str, ...] = tuple(_core.KV_CACHE_DTYPES)
 
 
 @dataclass(frozen=True)
@@ -109,6 +110,8 @@ class Engine:
         prefill_chunk: prompt rows per forward while nothing else decodes.
         interleave_chunk: prompt rows per scheduler step while other requests decode (a long
             prompt then delays their next tokens by one such chunk at a time).
+        kv_cache_dtype: element type of the KV caches: ``"f32"``, ``"f16"``, ``"bf16"`` or
+            ``"auto"`` (f16 on a GPU, f32 on the CPU).
     """
 
     def __init__(
@@ -120,11 +123,17 @@ class Engine:
         verify: bool = True,
         prefill_chunk: int = 256,
         interleave_chunk: int = 64,
+        kv_cache_dtype: str = "auto",
     ) -> None:
         if n_threads is not None and n_threads < 1:
             raise ValueError(f"n_threads must be >= 1, got {n_threads}")
+        if kv_cache_dtype not in KV_CACHE_DTYPES:
+            names = ", ".join(KV_CACHE_DTYPES)
+            raise ValueError(f"kv_cache_dtype must be one of {names}, got {kv_cache_dtype!r}")
         self.path = str(path)
-        self._rt = _core.Runtime(self.path, device, n_threads or 0, verify, prefill_chunk)
+        self._rt = _core.Runtime(
+            self.path, device, n_threads or 0, verify, prefill_chunk, kv_cache_dtype
+        )
         try:
             self.metadata: dict[str, Any] = json.loads(self._rt.metadata_json)
             tok = self.metadata["tokenizer"]
@@ -157,6 +166,16 @@ class Engine:
     @property
     def backend(self) -> str:
         return self._rt.backend_name
+
+    @property
+    def kv_cache_dtype(self) -> str:
+        """The KV caches' element type: ``"f32"``, ``"f16"`` or ``"bf16"``."""
+        return self._rt.kv_type
+
+    @property
+    def kv_bytes(self) -> int:
+        """Bytes of the KV caches (target and draft) in that type."""
+        return self._rt.kv_bytes
 
     @property
     def weights(self) -> str:
@@ -212,7 +231,8 @@ class Engine:
         c = self.config()
         return (
             f"Engine({self.path!r}, {c['arch']} {c['n_layers']}L d{c['dim']}, "
-            f"weights={self.weights}, draft={self.has_draft}, backend={self.backend})"
+            f"weights={self.weights}, draft={self.has_draft}, backend={self.backend}, "
+            f"kv={self.kv_cache_dtype} {self.kv_bytes / 1e6:.1f} MB)"
         )
 
     # ---- tokens -------------------------------------------------------------------------------

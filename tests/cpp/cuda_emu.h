@@ -212,6 +212,12 @@ inline int __dp4a(int a, int b, int c) {
 inline int __float2int_rn(float x) {
   return static_cast<int>(std::nearbyint(x));
 }
+// ---- attention (kernels/cuda/attention.cuh) ---------------------------------------------------
+// __syncwarp: a barrier of the warp's 32 threads. __threadfence: blocks run one after another, so
+// a full fence is enough. __ldcg: a plain load.
+inline void __syncwarp(unsigned = 0xffffffffu) {
+  cuda_emu::tl_block->warps[threadIdx.x / 32]->bar.arrive_and_wait();
+}
 inline void __threadfence() {
   __atomic_thread_fence(__ATOMIC_SEQ_CST);
 }

@@ -8,7 +8,6 @@
 //       tests/cpp/cuda_emu_ops.cpp -o libcuda_emu.so
 #include <cstddef>
 
-#include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/norm_rope.cuh"
 #include "kernels/cuda/sampling.cuh"
 #include "spec/spec_launch.cuh"
@@ -50,29 +49,6 @@ void emu_rope(float* qkv, const int32_t* pos, int n, int nh, int nkv, int hd, co
 
 void emu_swiglu(const float* gate_up, int n, int ffn, float* out) {
   launch_swiglu(nullptr, gate_up, n, ffn, out);
-}
-
-// k, v: the cache [slots, layers, nkv, max_seq, hd]; partial: [n nh splits (hd + 2)] scratch.
-// kv_idx, tree_base, tree_bits: null or [n] (backend.h Rows).
-void emu_attention(const float* qkv, const int32_t* pos, const int32_t* slot, const int32_t* kv_idx,
-                   const int32_t* tree_base, const uint64_t* tree_bits, int n, int nh, int nkv,
-                   int hd, float scale, float* k, float* v, int layers, int max_seq, int layer,
-                   int splits, float* partial, float* out) {
-  const KvView kv{k, v, layers, nkv, max_seq, hd};
-  const RowsView rows{pos, slot, kv_idx, tree_base, tree_bits};
-  launch(dim3(n), 256, kv_write_kernel, qkv, rows, nh, kv, layer);
-  launch(dim3(n * nh, splits), kAttnThreads, attention_kernel, qkv, rows, nh, scale, kv, layer, out,
-         partial);
-  if (splits > 1)
-    launch(dim3(n * nh), kAttnThreads, attention_combine_kernel, static_cast<const float*>(partial),
-           splits, nh, hd, out);
-}
-
-void emu_kv_copy(float* k, float* v, int slots, int layers, int nkv, int max_seq, int hd,
-                 const int32_t* slot, const int32_t* src, const int32_t* dst, int n) {
-  (void)slots;
-  const KvView kv{k, v, layers, nkv, max_seq, hd};
-  launch(dim3(1), 256, kv_copy_kernel, kv, slot, src, dst, n);
 }
 
 // The multi-block rows' grid: sample_grid(vocab, sms, threads, min_chunk) (the backend: its SM

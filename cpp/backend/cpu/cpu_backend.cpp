@@ -194,34 +194,53 @@ void CpuBackend::rope(float* qkv, const int32_t* pos, int n, const AttentionShap
   });
 }
 
+void CpuBackend::kv_write(const float* qkv, const Rows& rows, int n, const AttentionShape& s,
+                          KvCache& cache, int layer) {
+  const int hd = s.head_dim, nh = s.n_heads, nkv = s.n_kv_heads;
+  const int64_t stride = static_cast<int64_t>(nh + 2 * nkv) * hd;
+  const size_t seq_stride = static_cast<size_t>(cache.max_seq) * hd;
+  const int32_t* idx = rows.kv_idx ? rows.kv_idx : rows.pos;
+  // Row i's k and v heads go to its slot at its cache index, rounded to the cache's type.
+  for (int i = 0; i < n; ++i) {
+    const size_t base = cache.slot_layer_offset(rows.slot[i], layer);
+    for (int g = 0; g < nkv; ++g) {
+      const size_t dst = base + g * seq_stride + static_cast<size_t>(idx[i]) * hd;
+      const float* k = qkv + i * stride + static_cast<int64_t>(nh + g) * hd;
+      const float* v = qkv + i * stride + static_cast<int64_t>(nh + nkv + g) * hd;
+      switch (cache.type) {
+        case KvType::F32:
+          std::memcpy(static_cast<float*>(cache.k) + dst, k, hd * sizeof(float));
+          std::memcpy(static_cast<float*>(cache.v) + dst, v, hd * sizeof(float));
+          break;
+        default:
+          for (int d = 0; d < hd; ++d) {
+            kv_store_f32(cache.k, cache.type, dst + d, k[d]);
+            kv_store_f32(cache.v, cache.type, dst + d, v[d]);
+          }
+          break;
+      }
+    }
+  }
+}
+
 void CpuBackend::attention(const float* qkv, const Rows& rows, int n, const AttentionShape& s,
                            KvCache& cache, int layer, float* out) {
   const int hd = s.head_dim, nh = s.n_heads, nkv = s.n_kv_heads;
   const int64_t stride = static_cast<int64_t>(nh + 2 * nkv) * hd;
   const size_t seq_stride = static_cast<size_t>(cache.max_seq) * hd;
   const int32_t* idx = rows.kv_idx ? rows.kv_idx : rows.pos;
-  // 1. Write every row's k and v into its slot at its cache index.
-  for (int i = 0; i < n; ++i) {
-    size_t base = cache.slot_layer_offset(rows.slot[i], layer);
-    for (int g = 0; g < nkv; ++g) {
-      size_t dst = base + g * seq_stride + static_cast<size_t>(idx[i]) * hd;
-      std::memcpy(cache.k + dst, qkv + i * stride + static_cast<int64_t>(nh + g) * hd,
-                  hd * sizeof(float));
-      std::memcpy(cache.v + dst, qkv + i * stride + static_cast<int64_t>(nh + nkv + g) * hd,
-                  hd * sizeof(float));
-    }
-  }
-  // 2. Row i attends entries [0, kv_idx[i]] of its slot (less those a tree mask hides): the
-  //    tiled kernel (kernels/cpu/attention.h), its tasks spread over the pool (the result does
-  //    not depend on the split).
-  thread_local std::vector<const float*> kv_ptr;
+  // Row i attends entries [0, kv_idx[i]] of its slot (less those a tree mask hides): the tiled
+  // kernel (kernels/cpu/attention.h), its tasks spread over the pool (the result does not
+  // depend on the split).
+  thread_local std::vector<const void*> kv_ptr;
   thread_local std::vector<int32_t> len;
   kv_ptr.resize(2 * static_cast<size_t>(n));
   len.resize(n);
+  const size_t eb = cache.elem_bytes();
   for (int i = 0; i < n; ++i) {
-    const size_t base = cache.slot_layer_offset(rows.slot[i], layer);
-    kv_ptr[i] = cache.k + base;
-    kv_ptr[n + i] = cache.v + base;
+    const size_t base = cache.slot_layer_offset(rows.slot[i], layer) * eb;
+    kv_ptr[i] = static_cast<const uint8_t*>(cache.k) + base;
+    kv_ptr[n + i] = static_cast<const uint8_t*>(cache.v) + base;
     len[i] = idx[i] + 1;
   }
   cpu::AttentionArgs a;
@@ -232,6 +251,7 @@ void CpuBackend::attention(const float* qkv, const Rows& rows, int n, const Atte
   a.scale = s.scale;
   a.q = qkv;  // row i, head h at i * stride + h * hd
   a.q_stride = stride;
+  a.kv_type = cache.type;
   a.k = kv_ptr.data();
   a.v = kv_ptr.data() + n;
   a.kv_head_stride = static_cast<int64_t>(seq_stride);
@@ -247,14 +267,19 @@ void CpuBackend::attention(const float* qkv, const Rows& rows, int n, const Atte
 
 void CpuBackend::kv_copy(KvCache& cache, const int32_t* slot, const int32_t* src,
                          const int32_t* dst, int n) {
-  const size_t hd = cache.head_dim, seq_stride = static_cast<size_t>(cache.max_seq) * hd;
+  // Element bytes, whatever the type: an entry moves bit for bit.
+  const size_t eb = cache.elem_bytes(), hd = cache.head_dim;
+  const size_t seq_stride = static_cast<size_t>(cache.max_seq) * hd;
+  auto* k = static_cast<uint8_t*>(cache.k);
+  auto* v = static_cast<uint8_t*>(cache.v);
   for (int i = 0; i < n; ++i) {
     if (src[i] < 0 || src[i] == dst[i]) continue;
     for (int l = 0; l < cache.layers; ++l)
       for (int g = 0; g < cache.kv_heads; ++g) {
         const size_t base = cache.slot_layer_offset(slot[i], l) + g * seq_stride;
-        std::memcpy(cache.k + base + dst[i] * hd, cache.k + base + src[i] * hd, hd * 4);
-        std::memcpy(cache.v + base + dst[i] * hd, cache.v + base + src[i] * hd, hd * 4);
+        const size_t to = (base + dst[i] * hd) * eb, from = (base + src[i] * hd) * eb;
+        std::memcpy(k + to, k + from, hd * eb);
+        std::memcpy(v + to, v + from, hd * eb);
       }
   }
 }

@@ -36,6 +36,8 @@ class CpuBackend final : public Backend {
   void linear(WeightView w, WeightView bias, const float* x, int n, float* out) override;
   void rope(float* qkv, const int32_t* pos, int n, const AttentionShape& shape,
             const float* cos_table, const float* sin_table) override;
+  void kv_write(const float* qkv, const Rows& rows, int n, const AttentionShape& shape,
+                KvCache& cache, int layer) override;
   void attention(const float* qkv, const Rows& rows, int n, const AttentionShape& shape,
                  KvCache& cache, int layer, float* out) override;
   void kv_copy(KvCache& cache, const int32_t* slot, const int32_t* src, const int32_t* dst,

@@ -309,7 +309,7 @@ void CudaBackend::grow(Scratch& s, size_t bytes) {
   }
   s.bytes = n;
   // Zero, in stream order (grow never runs while capturing): the counters of the multi-block
-  // kernels (sampling rows, split-K matmuls) must start at 0.
+  // kernels (attention splits, sampling rows, split-K matmuls) must start at 0.
   cuda_check(cudaMemsetAsync(s.p, 0, n, stream_), "cudaMemsetAsync");
 }
 
@@ -401,44 +401,46 @@ void CudaBackend::rope(float* qkv, const int32_t* pos, int n, const AttentionSha
   check_launch("rope");
 }
 
+namespace {
+
+cuda::KvView kv_view(const KvCache& c) {
+  return cuda::KvView{c.k, c.v, c.type, c.layers, c.kv_heads, c.max_seq, c.head_dim};
+}
+
+cuda::RowsView rows_view(const Rows& r) {
+  return cuda::RowsView{r.pos, r.slot, r.kv_idx, r.tree_bits ? r.tree_base : nullptr, r.tree_bits};
+}
+
+}  // namespace
+
+void CudaBackend::kv_write(const float* qkv, const Rows& rows, int n, const AttentionShape& s,
+                           KvCache& cache, int layer) {
+  if (sizing() || n <= 0) return;
+  cuda::launch_kv_write(stream_, qkv, rows_view(rows), n, s.n_heads, kv_view(cache), layer);
+  check_launch("kv_write");
+}
+
 void CudaBackend::attention(const float* qkv, const Rows& rows, int n, const AttentionShape& s,
                             KvCache& cache, int layer, float* out) {
-  if (s.head_dim > 32 * cuda::kAttnMaxPerLane || s.n_kv_heads <= 0 || s.n_heads % s.n_kv_heads != 0)
-    throw InvalidArgument(
-        "CUDA attention: head_dim must be <= 256 and n_heads a multiple of "
-        "n_kv_heads");
+  // Tiles and splits from the shape, max_seq and the SM count (never n: a row's bits do not
+  // depend on the batch); throws std::invalid_argument (ValueError) for unsupported shapes.
+  const cuda::AttentionPlan p =
+      cuda::plan_attention(n, s.n_heads, s.n_kv_heads, s.head_dim, cache.max_seq, sm_count_);
   if (n <= 0) return;
-  // Splits of the positions per (row, head): enough blocks for every SM at decode, fixed per
-  // model so that a row's result never depends on n.
-  int splits = (2 * sm_count_ + s.n_heads - 1) / s.n_heads;
-  splits = std::max(1, std::min({splits, 64, std::max(1, cache.max_seq / 32)}));
-  const int64_t row_heads = static_cast<int64_t>(n) * s.n_heads;
   float* partial = nullptr;
-  if (splits > 1)
-    partial = static_cast<float*>(scratch(
-        kAttnPartial, static_cast<size_t>(row_heads) * splits * (s.head_dim + 2) * sizeof(float)));
+  unsigned* counters = nullptr;
+  if (p.partial_bytes) partial = static_cast<float*>(scratch(kAttnPartial, p.partial_bytes));
+  if (p.counter_bytes) counters = static_cast<unsigned*>(scratch(kAttnCounters, p.counter_bytes));
   if (sizing()) return;
-  const cuda::KvView kv{cache.k,        cache.v,       cache.layers,
-                        cache.kv_heads, cache.max_seq, cache.head_dim};
-  const cuda::RowsView rv{rows.pos, rows.slot, rows.kv_idx, rows.tree_base, rows.tree_bits};
-  cuda::kv_write_kernel<<<n, 256, 0, stream_>>>(qkv, rv, s.n_heads, kv, layer);
-  check_launch("attention (kv write)");
-  cuda::attention_kernel<<<dim3(static_cast<unsigned>(row_heads), splits), cuda::kAttnThreads, 0,
-                           stream_>>>(qkv, rv, s.n_heads, s.scale, kv, layer, out, partial);
+  cuda::launch_attention(stream_, p, qkv, rows_view(rows), n, s.n_heads, s.scale, kv_view(cache),
+                         layer, out, partial, counters);
   check_launch("attention");
-  if (splits > 1) {
-    cuda::attention_combine_kernel<<<static_cast<unsigned>(row_heads), cuda::kAttnThreads, 0,
-                                     stream_>>>(partial, splits, s.n_heads, s.head_dim, out);
-    check_launch("attention (combine)");
-  }
 }
 
 void CudaBackend::kv_copy(KvCache& cache, const int32_t* slot, const int32_t* src,
                           const int32_t* dst, int n) {
   if (sizing() || n <= 0) return;
-  const cuda::KvView kv{cache.k,        cache.v,       cache.layers,
-                        cache.kv_heads, cache.max_seq, cache.head_dim};
-  cuda::kv_copy_kernel<<<1, 256, 0, stream_>>>(kv, slot, src, dst, n);
+  cuda::launch_kv_copy(stream_, kv_view(cache), slot, src, dst, n);
   check_launch("kv_copy");
 }
 

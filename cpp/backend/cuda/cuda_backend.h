@@ -64,6 +64,8 @@ class CudaBackend final : public Backend {
   void linear(WeightView w, WeightView bias, const float* x, int n, float* out) override;
   void rope(float* qkv, const int32_t* pos, int n, const AttentionShape& shape,
             const float* cos_table, const float* sin_table) override;
+  void kv_write(const float* qkv, const Rows& rows, int n, const AttentionShape& shape,
+                KvCache& cache, int layer) override;
   void attention(const float* qkv, const Rows& rows, int n, const AttentionShape& shape,
                  KvCache& cache, int layer, float* out) override;
   void kv_copy(KvCache& cache, const int32_t* slot, const int32_t* src, const int32_t* dst,
@@ -94,7 +96,15 @@ class CudaBackend final : public Backend {
   void check_launch(const char* what) const;
 
  private:
-  enum ScratchId { kAttnPartial = 0, kSampleRows, kMatmulPartial, kMatmulCounters, kScratchCount };
+  // Split partials and counters (zeroed when allocated, left zero) of the multi-block kernels.
+  enum ScratchId {
+    kAttnPartial = 0,
+    kAttnCounters,
+    kSampleRows,
+    kMatmulPartial,
+    kMatmulCounters,
+    kScratchCount
+  };
   struct Scratch {
     void* p = nullptr;
     size_t bytes = 0;

@@ -1,4 +1,4 @@
-// attention.cpp: the tiled CPU attention kernel of attention.h (built with -mavx2 -mfma).
+// attention.cpp: the tiled CPU attention kernel of attention.h (built with -mavx2 -mfma -mf16c).
 //
 // A task holds, for each of its queries (rows x query heads of one kv group), the running max m,
 // the running sum l and the unnormalised output o [head_dim] of the online softmax. Per key tile:
@@ -12,6 +12,8 @@
 // the result does not depend on the block (see attention.h). m starts at -FLT_MAX, not -inf, so a
 // tile without entries of the row (possible with a tree mask) leaves m, l and o as they are:
 // alpha = exp(0) = 1 and p = exp(-inf) = 0 exactly.
+// An f16 / bf16 cache's tiles are converted to f32 (exactly) as they are loaded; an f32 cache's
+// are read in place.
 #include "kernels/cpu/attention.h"
 
 #include <immintrin.h>
@@ -68,6 +70,29 @@ inline float hsum8(__m256 v) {
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));
   s = _mm_add_ss(s, _mm_movehdup_ps(s));
   return _mm_cvtss_f32(s);
+}
+
+// dst [count] = the f32 values of count (a multiple of 8) elements of type t at src (exact).
+void to_f32(const void* src, KvType t, int64_t count, float* dst) {
+  switch (t) {
+    case KvType::F32: std::memcpy(dst, src, sizeof(float) * count); return;
+    case KvType::F16: {
+      const auto* h = static_cast<const uint16_t*>(src);
+      for (int64_t i = 0; i < count; i += 8)
+        _mm256_storeu_ps(dst + i,
+                         _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + i))));
+      return;
+    }
+    case KvType::BF16: {
+      const auto* h = static_cast<const uint16_t*>(src);
+      for (int64_t i = 0; i < count; i += 8) {
+        const __m256i w =
+            _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + i)));
+        _mm256_storeu_ps(dst + i, _mm256_castsi256_ps(_mm256_slli_epi32(w, 16)));
+      }
+      return;
+    }
+  }
 }
 
 // Kt [hd, KT] = the first kt (<= KT) rows of K [kt, hd] transposed; columns kt.. are zero.
@@ -201,10 +226,11 @@ bool in_place(const AttentionArgs& a, int i, int t0, int kt, int llog) {
   return (a.tree_bits[i] & low) == low;
 }
 
-// Copies row i's logical entries [t0, t0 + n) of one kv head (base: its entry 0) to dst
-// [n, hd]; the rest of the tile (up to kt) is zero.
-void gather_tile(const AttentionArgs& a, int i, const float* base, int t0, int n, int kt, int hd,
+// Copies row i's logical entries [t0, t0 + n) of one kv head (base: its entry 0, elements of
+// a.kv_type) to dst [n, hd] as f32; the rest of the tile (up to kt) is zero.
+void gather_tile(const AttentionArgs& a, int i, const uint8_t* base, int t0, int n, int kt, int hd,
                  float* dst) {
+  const int64_t eb = kv_type_bytes(a.kv_type);
   uint64_t bits = a.tree_bits[i];
   int j = 0;  // logical tree index of the next set bit
   for (int t = t0; t < t0 + n; ++t) {
@@ -214,7 +240,7 @@ void gather_tile(const AttentionArgs& a, int i, const float* base, int t0, int n
       for (; j < want; ++j) bits &= bits - 1;  // drop set bits below the wanted one
       phys = a.tree_base[i] + __builtin_ctzll(bits);
     }
-    std::memcpy(dst + (t - t0) * hd, base + static_cast<int64_t>(phys) * hd, sizeof(float) * hd);
+    to_f32(base + static_cast<int64_t>(phys) * hd * eb, a.kv_type, hd, dst + (t - t0) * hd);
   }
   std::memset(dst + n * hd, 0, sizeof(float) * (kt - n) * hd);
 }
@@ -269,8 +295,9 @@ void run_slice(const AttentionArgs& a, int r0, int r1, int g, int h0, int h1) {
     m[j] = -FLT_MAX;
     l[j] = 0.0f;
   }
-  const float* kb = a.k[r0] + g * a.kv_head_stride;
-  const float* vb = a.v[r0] + g * a.kv_head_stride;
+  const int64_t eb = kv_type_bytes(a.kv_type);
+  const uint8_t* kb = static_cast<const uint8_t*>(a.k[r0]) + g * a.kv_head_stride * eb;
+  const uint8_t* vb = static_cast<const uint8_t*>(a.v[r0]) + g * a.kv_head_stride * eb;
   const __m256i lane_bit = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
   const __m256 neg_inf = _mm256_set1_ps(-INFINITY), scale = _mm256_set1_ps(a.scale);
   // One key tile (Kt transposed, vt [kt, hd]) for the active queries act[0, n_act).
@@ -336,8 +363,17 @@ void run_slice(const AttentionArgs& a, int r0, int r1, int g, int h0, int h1) {
       }
     }
     if (n_act > 0) {
-      transpose_tile(kb + static_cast<int64_t>(t0) * hd, kt, hd, kt_buf);
-      tile(act, mask, n_act, kt_buf, vb + static_cast<int64_t>(t0) * hd, kt);
+      const uint8_t* kp = kb + static_cast<int64_t>(t0) * hd * eb;
+      const uint8_t* vp = vb + static_cast<int64_t>(t0) * hd * eb;
+      if (a.kv_type == KvType::F32) {  // in place
+        transpose_tile(reinterpret_cast<const float*>(kp), kt, hd, kt_buf);
+        tile(act, mask, n_act, kt_buf, reinterpret_cast<const float*>(vp), kt);
+      } else {  // converted (through the gather buffers, free until the gathered rows below)
+        to_f32(kp, a.kv_type, static_cast<int64_t>(kt) * hd, gk_buf);
+        to_f32(vp, a.kv_type, static_cast<int64_t>(kt) * hd, gv_buf);
+        transpose_tile(gk_buf, kt, hd, kt_buf);
+        tile(act, mask, n_act, kt_buf, gv_buf, kt);
+      }
     }
     for (int x = 0; x < n_gathered; ++x) {
       const int r = gathered[x], lr = llog[r - r0];

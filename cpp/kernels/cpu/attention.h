@@ -2,8 +2,9 @@
 //
 // Raw pointers only, no runtime types, so any backend can call it. For n query rows: row i has
 // its rotated queries (n_heads x head_dim floats), its KV slice (the K and V of one sequence
-// slot and layer of an f32 cache [slots, layers, kv_heads, max_seq, head_dim]: kv head g at
-// g * kv_head_stride floats from the slice base, entry t at t * head_dim from there) and its
+// slot and layer of a cache [slots, layers, kv_heads, max_seq, head_dim] of f32, f16 or bf16
+// elements (kernels/kv_format.h): kv head g at g * kv_head_stride elements from the slice base,
+// entry t at t * head_dim from there; tiles are converted to f32 as they are loaded) and its
 // entry set: the entries t in [0, len_i), except that with a tree mask an entry t >= tree_base_i
 // counts only if bit (t - tree_base_i) of tree_bits_i is set (bits past 63: not counted). Query
 // head h reads kv head h / (n_heads / n_kv_heads) (GQA). Output per row and head:
@@ -33,6 +34,8 @@
 
 #include <cstdint>
 
+#include "kernels/kv_format.h"
+
 namespace trt_spec::cpu {
 
 constexpr int kAttentionTile = 32;  // key entries per tile
@@ -44,10 +47,12 @@ struct AttentionArgs {
   // Row i, head h: q + i * q_stride + h * head_dim (already rotated).
   const float* q = nullptr;
   int64_t q_stride = 0;
-  // Row i: its K and V slice bases (kv head 0, entry 0). Rows with equal pointers share tiles.
-  const float* const* k = nullptr;
-  const float* const* v = nullptr;
-  int64_t kv_head_stride = 0;          // floats between kv heads of a slice (max_seq * head_dim)
+  // Row i: its K and V slice bases (kv head 0, entry 0), elements of kv_type. Rows with equal
+  // pointers share tiles.
+  KvType kv_type = KvType::F32;
+  const void* const* k = nullptr;
+  const void* const* v = nullptr;
+  int64_t kv_head_stride = 0;          // elements between kv heads of a slice (max_seq * head_dim)
   int max_seq = 0;                     // entries per kv head (tiles never read past it)
   const int32_t* len = nullptr;        // row i attends entries [0, len[i]) ...
   const int32_t* tree_base = nullptr;  // ... with this mask (both nullptr: none)

@@ -1,39 +1,47 @@
-// attention.cuh: attention over the f32 KV cache for any number of query rows (decode: one per
-// sequence; verify: the k + 1 rows of a draft chain or tree; prefill chunks).
+// attention.cuh: attention over a typed KV cache (kv.cuh: f32, f16, bf16) for any number of query
+// rows (decode: one row per sequence; verify: the k + 1 rows of a draft chain or tree; prefill
+// chunks), plus the cache writes (kv_write) and moves (kv_copy).
 //
-//   kv_write_kernel      writes each row's k and v into cache (slot[i], layer, :, kv_idx[i])
-//   attention_kernel     one block per (row, q head, split): online softmax over its share of
-//                        entries (4 warps, one entry per warp at a time); a tree row's entries
-//                        in logical order, its hidden indices skipped (RowsView)
-//   attention_combine    merges the splits of each (row, head) (flash-decoding)
+//   attention_kernel   one block per (row tile, kv head [, head chunk], split). A row tile is a
+//                      run of consecutive rows of ONE slot (at most plan.tile_rows, aligned to
+//                      multiples of it; a slot change starts a new tile: grid.x has a candidate
+//                      block per row, the ones not starting a tile exit at once). The block
+//                      serves every (row, query head) pair of its tile and the kv head's group:
+//                      each K / V tile of kt entries is loaded once into shared memory (16-byte
+//                      loads, converted to f32) and read by all of them. Pair j belongs to warp
+//                      j % 4 for the whole launch: lane t scores entry t, lanes own output dims.
+//   (combine)          splits: each split writes (max, sum, acc[hd]) per pair; the last block of
+//                      a tile to arrive (atomic counter per (tile, kv head), reset by that block:
+//                      graphs replay) merges them in split order, in the same launch.
+//   kv_write_kernel    k and v of each row into cache (slot[i], layer, :, kv_idx[i] or pos[i]).
+//   kv_copy_kernel     Backend::kv_copy, element bytes (every type).
 //
-// A row attends to its own sequence's entries [0, kv_idx[i]] only (backend.h Rows: kv_idx is
-// the position unless a draft tree gives siblings distinct indices, and a tree mask leaves a
-// verify row its ancestors only), so rows of one verify block see the block's earlier tokens
-// (written by kv_write_kernel first) and never the later ones.
-// The number of splits depends on the model alone (never on n), so a row's result is the same
-// whatever the other rows of the batch. KV layout (backend.h KvCache):
-// [slots, layers, kv_heads, max_seq, head_dim].
+// Exactness: a row reads its entries in LOGICAL order (RowsView; a tree row the values of the
+// decode row it equals after acceptance) in tiles of kt entries at fixed logical offsets; its
+// operations (dot products in dim order, online softmax, p.v in entry order, the split merge)
+// never depend on the other rows of the tile, on n or on which warp or pass serves it, so its
+// result is bitwise that of the row alone. Splits: logical entries [z chunk, (z + 1) chunk) go to
+// split z, chunk fixed by the plan from max_seq and the SM count (never n); a row uses
+// ceil(len / chunk) splits; a one-split row's output is acc / l in either path.
+// A tile's entries past a row's length are masked (never multiplied), so stale cache values
+// (even inf in f16) do not leak. Layout: [slots, layers, kv_heads, max_seq, head_dim].
 #pragma once
 
+#include <algorithm>
+#include <cstddef>
+#include <stdexcept>
+
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/kv.cuh"
 
 namespace trt_spec::cuda {
 
 constexpr int kAttnWarps = 4;
 constexpr int kAttnThreads = 32 * kAttnWarps;
-constexpr int kAttnMaxPerLane = 8;  // head_dim <= 256
-
-struct KvView {
-  float* k;
-  float* v;
-  int layers, kv_heads, max_seq, head_dim;
-
-  __device__ __forceinline__ int64_t head_offset(int slot, int layer, int g) const {
-    return ((static_cast<int64_t>(slot) * layers + layer) * kv_heads + g) *
-           static_cast<int64_t>(max_seq) * head_dim;
-  }
-};
+constexpr int kAttnMinChunk = 256;  // logical entries per split, at least
+constexpr int kAttnMaxSplits = 16;
+constexpr size_t kAttnMaxSmem = 48 * 1024;  // static shared memory of one block
+constexpr int kKvThreads = 128;
 
 // Device view of backend.h's Rows (the optional arrays may be null).
 struct RowsView {
@@ -47,8 +55,6 @@ struct RowsView {
   // Row i reads its entries in LOGICAL order (as the CPU kernel, kernels/cpu/attention.h):
   // entry t < tree_base is cache index t, entry tree_base + j the j-th set bit of tree_bits (the
   // ancestors in depth order, then the row itself), where the accepted path stands once moved.
-  // So a tree row sums the same values in the same order as the decode row it equals after
-  // acceptance: identical bits whatever the branch layout.
   __device__ __forceinline__ int logical_len(int i) const {
     const int len = index(i) + 1;
     if (!tree_bits || len <= tree_base[i]) return len;
@@ -68,9 +74,368 @@ struct RowsView {
     }
     return tree_base[i] + at;
   }
+  // Whether row i's logical entries [t0, min(t0 + kt, llog)) are its cache entries in place.
+  __device__ __forceinline__ bool in_place(int i, int t0, int kt, int llog) const {
+    if (!tree_bits) return true;
+    const int end = min(t0 + kt, llog) - tree_base[i];
+    if (end <= 0) return true;
+    if (end >= 64) return tree_bits[i] == ~uint64_t{0};
+    const uint64_t low = (uint64_t{1} << end) - 1;
+    return (tree_bits[i] & low) == low;
+  }
 };
 
-// grid n, block kRowThreads-ish: copies the k and v heads of qkv row i into the cache.
+// Shapes of the kernel instance for head_dim <= HD.
+template <int HD>
+struct AttnTile {
+  static constexpr int kt = HD <= 128 ? 32 : 16;         // entries per K / V tile
+  static constexpr int queries = HD <= 128 ? 16 : 8;     // (row, head) pairs per block, at most
+  static constexpr int per_warp = queries / kAttnWarps;  // pairs per warp
+  static constexpr int lanes_per_entry = 32 / kt;        // lanes sharing an entry's dot product
+  static constexpr int dims = HD / 32;                   // output dims per lane
+  static constexpr int k_stride = HD + 1;                // K rows padded: no bank conflicts
+  static constexpr size_t smem =
+      sizeof(float) * (queries * HD + kt * k_stride + kt * HD + queries * kt) +
+      sizeof(int) * (kt + 2 * queries + 1);
+};
+static_assert(AttnTile<64>::smem <= kAttnMaxSmem && AttnTile<128>::smem <= kAttnMaxSmem &&
+                  AttnTile<256>::smem <= kAttnMaxSmem,
+              "attention tiles exceed static shared memory");
+
+// Loads cnt entries (entry t: phys[t] if phys, else t0 + t) of one kv head (k, v: its entry 0)
+// into sk [t * k_stride + d] and sv [t * HD + d] as f32, 16 bytes per load.
+template <int HD>
+__device__ __forceinline__ void load_kv_tile(const KvView& kv, int64_t head, const int* phys,
+                                             int t0, int cnt, float* sk, float* sv) {
+  using S = AttnTile<HD>;
+  const int hd = kv.head_dim;
+  const int per = kv.type == KvType::F32 ? 4 : 8;  // elements per 16 bytes
+  const int vpr = hd / per, total = cnt * vpr;
+  for (int i = threadIdx.x; i < total; i += blockDim.x) {
+    const int t = i / vpr, c = (i % vpr) * per;
+    const int64_t e = head + static_cast<int64_t>(phys ? phys[t] : t0 + t) * hd + c;
+    float* dk = sk + t * S::k_stride + c;
+    float* dv = sv + t * HD + c;
+    if (kv.type == KvType::F32) {
+      const uint4 a = *reinterpret_cast<const uint4*>(static_cast<const float*>(kv.k) + e);
+      const uint4 b = *reinterpret_cast<const uint4*>(static_cast<const float*>(kv.v) + e);
+      const uint32_t wa[4] = {a.x, a.y, a.z, a.w}, wb[4] = {b.x, b.y, b.z, b.w};
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        dk[q] = __uint_as_float(wa[q]);
+        dv[q] = __uint_as_float(wb[q]);
+      }
+    } else {
+      const uint4 a = *reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(kv.k) + e);
+      const uint4 b = *reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(kv.v) + e);
+      const uint32_t wa[4] = {a.x, a.y, a.z, a.w}, wb[4] = {b.x, b.y, b.z, b.w};
+      const bool f16 = kv.type == KvType::F16;
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const uint16_t k0 = wa[q] & 0xffffu, k1 = wa[q] >> 16;
+        const uint16_t v0 = wb[q] & 0xffffu, v1 = wb[q] >> 16;
+        dk[2 * q] = f16 ? f16_bits_to_float(k0) : bf16_bits_to_float(k0);
+        dk[2 * q + 1] = f16 ? f16_bits_to_float(k1) : bf16_bits_to_float(k1);
+        dv[2 * q] = f16 ? f16_bits_to_float(v0) : bf16_bits_to_float(v0);
+        dv[2 * q + 1] = f16 ? f16_bits_to_float(v1) : bf16_bits_to_float(v1);
+      }
+    }
+  }
+}
+
+// grid (n, kv_heads * head_chunks * splits), block kAttnThreads; see the file comment.
+// out [n, n_heads hd]; partial [n, n_heads, splits, hd + 2]; counters [n, kv_heads head_chunks].
+template <int HD>
+__global__ void __launch_bounds__(kAttnThreads)
+    attention_kernel(const float* __restrict__ qkv, RowsView rows, int n, int n_heads, float scale,
+                     KvView kv, int layer, int tile_rows, int head_chunk, int chunk, int splits,
+                     float* __restrict__ out, float* __restrict__ partial,
+                     unsigned* __restrict__ counters) {
+  using S = AttnTile<HD>;
+  constexpr int KT = S::kt, QW = S::per_warp, ND = S::dims, KS = S::k_stride;
+  __shared__ float sq[S::queries * HD];  // the pairs' q
+  __shared__ float sk[KT * KS];
+  __shared__ float sv[KT * HD];
+  __shared__ float sp[S::queries * KT];  // probabilities of a tile, per pair
+  __shared__ int s_phys[KT];             // a gathered tile's cache indices
+  __shared__ int s_llog[S::queries];     // logical length per tile row
+  __shared__ int s_mode[S::queries];     // per tile row and key tile: 0 idle, 1 shared, 2 gathered
+  __shared__ int s_last;
+
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int hd = kv.head_dim, nkv = kv.kv_heads, group = n_heads / nkv;
+  const int n_chunks = (group + head_chunk - 1) / head_chunk;
+  const int z = blockIdx.y % splits, gy = blockIdx.y / splits;
+  const int g = gy / n_chunks, h0 = g * group + (gy % n_chunks) * head_chunk;
+  const int nhb = min(head_chunk, (g + 1) * group - h0);
+  // The tile: rows [x, x_end) of one slot.
+  const int x = blockIdx.x, slot = rows.slot[x];
+  if (x % tile_rows != 0 && rows.slot[x - 1] == slot) return;  // not the first row of a tile
+  const int lim = min(n, (x / tile_rows + 1) * tile_rows);
+  int x_end = x + 1;
+  while (x_end < lim && rows.slot[x_end] == slot) ++x_end;
+  const int nr = x_end - x, nq = nr * nhb;
+  if (static_cast<int>(threadIdx.x) < nr) s_llog[threadIdx.x] = rows.logical_len(x + threadIdx.x);
+  __syncthreads();
+  int max_len = 0;
+  for (int r = 0; r < nr; ++r) max_len = max(max_len, s_llog[r]);
+  const int tile_splits = (max_len + chunk - 1) / chunk;
+  if (z >= tile_splits) return;  // no entries of this tile in split z
+
+  const int64_t stride = static_cast<int64_t>(n_heads + 2 * nkv) * hd;
+  for (int e = threadIdx.x; e < nq * hd; e += blockDim.x) {
+    const int j = e / hd, d = e % hd;
+    sq[j * HD + d] = qkv[(x + j / nhb) * stride + static_cast<int64_t>(h0 + j % nhb) * hd + d];
+  }
+  // This warp's pairs j = warp + 4 jj: state of the online softmax.
+  float m[QW], l[QW], acc[QW][ND];
+  int len[QW], row[QW];
+#pragma unroll
+  for (int jj = 0; jj < QW; ++jj) {
+    const int j = warp + kAttnWarps * jj;
+    row[jj] = j < nq ? j / nhb : -1;
+    len[jj] = j < nq ? s_llog[row[jj]] : 0;
+    m[jj] = -INFINITY;
+    l[jj] = 0.0f;
+#pragma unroll
+    for (int c = 0; c < ND; ++c) acc[jj][c] = 0.0f;
+  }
+  const int64_t head = kv.head_offset(slot, layer, g);
+  const int t_lane = lane % KT, part = lane / KT, dlen = hd / S::lanes_per_entry;
+  const int lo = z * chunk, hi = min(lo + chunk, max_len);
+
+  // One key tile [t0, t0 + KT) for this warp's pairs of rows in mode `want` (and row `only`
+  // when >= 0), reading sk / sv.
+  auto process = [&](int t0, int want, int only) {
+    bool act[QW];
+    int valid[QW], top = 0;
+#pragma unroll
+    for (int jj = 0; jj < QW; ++jj) {
+      act[jj] = row[jj] >= 0 && s_mode[row[jj]] == want && (only < 0 || row[jj] == only);
+      valid[jj] = act[jj] ? min(KT, len[jj] - t0) : 0;
+      top = max(top, valid[jj]);
+    }
+    // Scores: lane t (and its partner lanes) dots q with entry t over dims in order.
+    float s[QW];
+#pragma unroll
+    for (int jj = 0; jj < QW; ++jj) s[jj] = 0.0f;
+    const float* kr = sk + t_lane * KS + part * dlen;
+    for (int d = 0; d < dlen; ++d) {
+      const float kd = kr[d];
+#pragma unroll
+      for (int jj = 0; jj < QW; ++jj)
+        if (act[jj]) s[jj] = fmaf(sq[(warp + kAttnWarps * jj) * HD + part * dlen + d], kd, s[jj]);
+    }
+    float alpha[QW];
+#pragma unroll
+    for (int jj = 0; jj < QW; ++jj) {
+      alpha[jj] = 1.0f;
+      if (!act[jj]) continue;
+      if (S::lanes_per_entry == 2) s[jj] += __shfl_xor_sync(kFullMask, s[jj], 16);
+      const bool ok = t_lane < valid[jj];
+      const float sc = ok ? s[jj] * scale : -INFINITY;
+      float mt = sc;
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) mt = fmaxf(mt, __shfl_xor_sync(kFullMask, mt, o));
+      const float m_new = fmaxf(m[jj], mt);
+      alpha[jj] = expf(m[jj] - m_new);
+      const float p = ok ? expf(sc - m_new) : 0.0f;
+      l[jj] = l[jj] * alpha[jj] + warp_sum(part == 0 ? p : 0.0f);
+      m[jj] = m_new;
+      if (part == 0) sp[(warp + kAttnWarps * jj) * KT + t_lane] = p;
+    }
+    __syncwarp();
+#pragma unroll
+    for (int jj = 0; jj < QW; ++jj)
+#pragma unroll
+      for (int c = 0; c < ND; ++c) acc[jj][c] *= alpha[jj];
+    for (int t = 0; t < top; ++t) {  // acc += p_t v_t, entries in order
+      float vv[ND];
+#pragma unroll
+      for (int c = 0; c < ND; ++c) vv[c] = lane + 32 * c < hd ? sv[t * HD + lane + 32 * c] : 0.0f;
+#pragma unroll
+      for (int jj = 0; jj < QW; ++jj) {
+        if (t >= valid[jj]) continue;
+        const float p = sp[(warp + kAttnWarps * jj) * KT + t];
+#pragma unroll
+        for (int c = 0; c < ND; ++c) acc[jj][c] = fmaf(p, vv[c], acc[jj][c]);
+      }
+    }
+    __syncwarp();
+  };
+
+  for (int t0 = lo; t0 < hi; t0 += KT) {
+    __syncthreads();  // the previous tile's readers are done
+    if (static_cast<int>(threadIdx.x) < nr) {
+      const int r = threadIdx.x, lr = s_llog[r];
+      s_mode[r] = lr <= t0 ? 0 : rows.in_place(x + r, t0, KT, lr) ? 1 : 2;
+    }
+    __syncthreads();
+    int cnt = 0;  // entries of the shared tile anyone reads
+    for (int r = 0; r < nr; ++r)
+      if (s_mode[r] == 1) cnt = max(cnt, min(KT, s_llog[r] - t0));
+    if (cnt > 0) {
+      load_kv_tile<HD>(kv, head, nullptr, t0, cnt, sk, sv);
+      __syncthreads();
+      process(t0, 1, -1);
+    }
+    for (int r = 0; r < nr; ++r) {  // tree rows whose logical entries here are elsewhere
+      if (s_mode[r] != 2) continue;
+      const int c2 = min(KT, s_llog[r] - t0);
+      __syncthreads();
+      if (static_cast<int>(threadIdx.x) < c2)
+        s_phys[threadIdx.x] = rows.physical(x + r, t0 + threadIdx.x);
+      __syncthreads();
+      load_kv_tile<HD>(kv, head, s_phys, t0, c2, sk, sv);
+      __syncthreads();
+      process(t0, 2, r);
+    }
+  }
+
+  // This split's results: the output (one split) or the partial of every pair with entries.
+  const int64_t out_stride = static_cast<int64_t>(n_heads) * hd;
+#pragma unroll
+  for (int jj = 0; jj < QW; ++jj) {
+    if (row[jj] < 0 || len[jj] <= lo) continue;
+    const int j = warp + kAttnWarps * jj, i = x + row[jj], h = h0 + j % nhb;
+    if (tile_splits == 1) {
+      const float inv = 1.0f / l[jj];
+      float* o = out + i * out_stride + static_cast<int64_t>(h) * hd;
+#pragma unroll
+      for (int c = 0; c < ND; ++c)
+        if (lane + 32 * c < hd) o[lane + 32 * c] = acc[jj][c] * inv;
+    } else {
+      float* pp = partial + ((static_cast<int64_t>(i) * n_heads + h) * splits + z) * (hd + 2);
+      if (lane == 0) {
+        pp[0] = m[jj];
+        pp[1] = l[jj];
+      }
+#pragma unroll
+      for (int c = 0; c < ND; ++c)
+        if (lane + 32 * c < hd) pp[2 + lane + 32 * c] = acc[jj][c];
+    }
+  }
+  if (tile_splits == 1) return;
+
+  // The last block of the tile to arrive merges the splits, in split order.
+  __threadfence();
+  __syncthreads();
+  unsigned* counter = counters + static_cast<int64_t>(x) * (gridDim.y / splits) + gy;
+  if (threadIdx.x == 0)
+    s_last = atomicAdd(counter, 1u) == static_cast<unsigned>(tile_splits - 1) ? 1 : 0;
+  __syncthreads();
+  if (!s_last) return;
+  __threadfence();
+  for (int j = warp; j < nq; j += kAttnWarps) {
+    const int r = j / nhb, i = x + r, h = h0 + j % nhb;
+    const int rs = (s_llog[r] + chunk - 1) / chunk;  // the row's own splits
+    const float* pp = partial + (static_cast<int64_t>(i) * n_heads + h) * splits * (hd + 2);
+    float* o = out + i * out_stride + static_cast<int64_t>(h) * hd;
+    if (rs == 1) {  // as the one-split path
+      const float inv = 1.0f / __ldcg(pp + 1);
+      for (int d = lane; d < hd; d += 32) o[d] = __ldcg(pp + 2 + d) * inv;
+      continue;
+    }
+    float M = -INFINITY;
+    for (int s2 = 0; s2 < rs; ++s2) M = fmaxf(M, __ldcg(pp + s2 * (hd + 2)));
+    float L = 0.0f;
+    for (int s2 = 0; s2 < rs; ++s2)
+      L += __ldcg(pp + s2 * (hd + 2) + 1) * expf(__ldcg(pp + s2 * (hd + 2)) - M);
+    const float inv = 1.0f / L;
+    for (int d = lane; d < hd; d += 32) {
+      float a = 0.0f;
+      for (int s2 = 0; s2 < rs; ++s2)
+        a += __ldcg(pp + s2 * (hd + 2) + 2 + d) * expf(__ldcg(pp + s2 * (hd + 2)) - M);
+      o[d] = a * inv;
+    }
+  }
+  if (threadIdx.x == 0) *counter = 0;  // for the next launch (graphs replay)
+}
+
+// The launch of one attention call: the kernel instance, tiling, splits and scratch.
+struct AttentionPlan {
+  int hd_class = 0;     // the kernel instance: head_dim <= 64, 128 or 256
+  int tile_rows = 1;    // rows of one slot per block, at most
+  int head_chunk = 1;   // query heads of a kv group per block
+  int head_chunks = 1;  // blocks per kv group (group > the block's pairs)
+  int chunk = 0;        // logical entries per split
+  int splits = 1;       // split blocks per tile (grid.y = kv_heads head_chunks splits)
+  dim3 grid, block;
+  size_t smem_bytes = 0;     // static shared memory per block
+  size_t partial_bytes = 0;  // scratch: [n, n_heads, splits, hd + 2] f32 (splits > 1)
+  size_t counter_bytes = 0;  // scratch: [n, kv_heads head_chunks] u32, zeroed at allocation
+};
+
+template <int HD>
+inline void plan_tiles(AttentionPlan& p, int group) {
+  using S = AttnTile<HD>;
+  p.hd_class = HD;
+  p.head_chunk = std::min(group, S::queries);
+  p.head_chunks = (group + p.head_chunk - 1) / p.head_chunk;
+  p.tile_rows = std::max(1, S::queries / p.head_chunk);
+  p.smem_bytes = S::smem;
+}
+
+// The split rule depends on max_seq and the SM count alone (never on n or on the rows): up to
+// min(16, sm_count / 8) splits of at least kAttnMinChunk entries. Throws std::invalid_argument
+// for shapes the kernel does not take (head_dim a multiple of 8 up to 256, n_heads a multiple
+// of n_kv_heads) or shared memory over 48 KiB.
+inline AttentionPlan plan_attention(int n, int n_heads, int n_kv_heads, int head_dim, int max_seq,
+                                    int sm_count) {
+  if (head_dim <= 0 || head_dim % 8 != 0 || head_dim > 256)
+    throw std::invalid_argument("CUDA attention: head_dim must be a multiple of 8, at most 256");
+  if (n_kv_heads <= 0 || n_heads % n_kv_heads != 0 || max_seq <= 0)
+    throw std::invalid_argument("CUDA attention: n_heads must be a multiple of n_kv_heads");
+  AttentionPlan p;
+  const int group = n_heads / n_kv_heads;
+  if (head_dim <= 64)
+    plan_tiles<64>(p, group);
+  else if (head_dim <= 128)
+    plan_tiles<128>(p, group);
+  else
+    plan_tiles<256>(p, group);
+  if (p.smem_bytes > kAttnMaxSmem)
+    throw std::invalid_argument("CUDA attention: shared memory over 48 KiB");
+  const int max_splits = std::max(1, std::min(kAttnMaxSplits, sm_count / 8));
+  const int per = (max_seq + max_splits - 1) / max_splits;
+  p.chunk = std::max(kAttnMinChunk, (per + 63) / 64 * 64);
+  p.splits = (max_seq + p.chunk - 1) / p.chunk;
+  const int gy = n_kv_heads * p.head_chunks;
+  const size_t rows = static_cast<size_t>(std::max(n, 1));
+  p.grid = dim3(static_cast<unsigned>(rows), static_cast<unsigned>(gy * p.splits));
+  p.block = dim3(kAttnThreads);
+  if (p.splits > 1) {
+    p.partial_bytes = sizeof(float) * rows * n_heads * p.splits * (head_dim + 2);
+    p.counter_bytes = sizeof(unsigned) * rows * gy;
+  }
+  return p;
+}
+
+// One kernel launch (n >= 1 rows; plan from plan_attention with this n). partial, counters:
+// scratch of the plan's sizes (null when those are 0), counters zero (they are left zero).
+inline void launch_attention(cudaStream_t stream, const AttentionPlan& p, const float* qkv,
+                             RowsView rows, int n, int n_heads, float scale, KvView kv, int layer,
+                             float* out, float* partial, unsigned* counters) {
+  switch (p.hd_class) {
+    case 64:
+      TRT_SPEC_LAUNCH(attention_kernel<64>, p.grid, p.block, stream, qkv, rows, n, n_heads, scale,
+                      kv, layer, p.tile_rows, p.head_chunk, p.chunk, p.splits, out, partial,
+                      counters);
+      break;
+    case 128:
+      TRT_SPEC_LAUNCH(attention_kernel<128>, p.grid, p.block, stream, qkv, rows, n, n_heads, scale,
+                      kv, layer, p.tile_rows, p.head_chunk, p.chunk, p.splits, out, partial,
+                      counters);
+      break;
+    default:
+      TRT_SPEC_LAUNCH(attention_kernel<256>, p.grid, p.block, stream, qkv, rows, n, n_heads, scale,
+                      kv, layer, p.tile_rows, p.head_chunk, p.chunk, p.splits, out, partial,
+                      counters);
+      break;
+  }
+}
+
+// grid n, block kKvThreads: the k and v heads of qkv row i into the cache, rounded to its type.
 __global__ void kv_write_kernel(const float* __restrict__ qkv, RowsView rows, int n_heads,
                                 KvView kv, int layer) {
   const int i = blockIdx.x, hd = kv.head_dim, nkv = kv.kv_heads;
@@ -80,151 +445,48 @@ __global__ void kv_write_kernel(const float* __restrict__ qkv, RowsView rows, in
     const int g = e / hd, d = e % hd;
     const int64_t dst =
         kv.head_offset(rows.slot[i], layer, g) + static_cast<int64_t>(rows.index(i)) * hd + d;
-    kv.k[dst] = row[static_cast<int64_t>(n_heads + g) * hd + d];
-    kv.v[dst] = row[static_cast<int64_t>(n_heads + nkv + g) * hd + d];
+    kv_store(kv.k, kv.type, dst, row[static_cast<int64_t>(n_heads + g) * hd + d]);
+    kv_store(kv.v, kv.type, dst, row[static_cast<int64_t>(n_heads + nkv + g) * hd + d]);
   }
 }
 
-// grid (n * n_heads, splits), block kAttnThreads. With one split it writes out [n, n_heads hd]
-// directly; otherwise partial [n * n_heads, splits, hd + 2] = (max, sum, unnormalised acc[hd]).
-__global__ void __launch_bounds__(kAttnThreads)
-    attention_kernel(const float* __restrict__ qkv, RowsView rows, int n_heads, float scale,
-                     KvView kv, int layer, float* __restrict__ out, float* __restrict__ partial) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int i = blockIdx.x / n_heads, h = blockIdx.x % n_heads;
-  const int hd = kv.head_dim, group = n_heads / kv.kv_heads, g = h / group;
-  const int splits = gridDim.y, split = blockIdx.y;
-  const int len = rows.logical_len(i);
-  const int span = (len + splits - 1) / splits;
-  const int start = split * span, end = min(len, start + span);
-
-  const int64_t stride = static_cast<int64_t>(n_heads + 2 * kv.kv_heads) * hd;
-  const float* q = qkv + i * stride + static_cast<int64_t>(h) * hd;
-  float qr[kAttnMaxPerLane], acc[kAttnMaxPerLane];
-#pragma unroll
-  for (int j = 0; j < kAttnMaxPerLane; ++j) {
-    const int d = lane + 32 * j;
-    qr[j] = d < hd ? q[d] : 0.0f;
-    acc[j] = 0.0f;
-  }
-  const int64_t base = kv.head_offset(rows.slot[i], layer, g);
-  const float* kc = kv.k + base;
-  const float* vc = kv.v + base;
-  float m = -INFINITY, l = 0.0f;
-  for (int t = start + warp; t < end; t += kAttnWarps) {
-    const int64_t pt = rows.physical(i, t);  // (the same for the whole warp)
-    const float* kt = kc + pt * hd;
-    float s = 0.0f;
-#pragma unroll
-    for (int j = 0; j < kAttnMaxPerLane; ++j) {
-      const int d = lane + 32 * j;
-      if (d < hd) s = fmaf(qr[j], kt[d], s);
-    }
-    s = warp_sum(s) * scale;
-    const float m_new = fmaxf(m, s);
-    const float corr = expf(m - m_new), p = expf(s - m_new);
-    l = l * corr + p;
-    const float* vt = vc + pt * hd;
-#pragma unroll
-    for (int j = 0; j < kAttnMaxPerLane; ++j) {
-      const int d = lane + 32 * j;
-      if (d < hd) acc[j] = acc[j] * corr + p * vt[d];
-    }
-    m = m_new;
-  }
-
-  // Merge the warps: (m, l, acc) of each through shared memory.
-  __shared__ float sm_m[kAttnWarps], sm_l[kAttnWarps];
-  __shared__ float sm_acc[kAttnWarps][32 * kAttnMaxPerLane];
-  if (lane == 0) {
-    sm_m[warp] = m;
-    sm_l[warp] = l;
-  }
-#pragma unroll
-  for (int j = 0; j < kAttnMaxPerLane; ++j) sm_acc[warp][lane + 32 * j] = acc[j];
-  __syncthreads();
-  float M = -INFINITY;
-#pragma unroll
-  for (int w = 0; w < kAttnWarps; ++w) M = fmaxf(M, sm_m[w]);
-  float L = 0.0f;
-  float f[kAttnWarps];
-#pragma unroll
-  for (int w = 0; w < kAttnWarps; ++w) {
-    f[w] = sm_m[w] == -INFINITY ? 0.0f : expf(sm_m[w] - M);  // empty warp: no weight
-    L += sm_l[w] * f[w];
-  }
-  const int64_t row_head = static_cast<int64_t>(blockIdx.x);
-  if (splits == 1) {
-    float* o = out + static_cast<int64_t>(i) * n_heads * hd + static_cast<int64_t>(h) * hd;
-    const float inv = 1.0f / L;
-    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-      float a = 0.0f;
-#pragma unroll
-      for (int w = 0; w < kAttnWarps; ++w) a += sm_acc[w][d] * f[w];
-      o[d] = a * inv;
-    }
-    return;
-  }
-  float* part = partial + (row_head * splits + split) * (hd + 2);
-  if (threadIdx.x == 0) {
-    part[0] = M;  // -inf for an empty split (start >= end)
-    part[1] = L;
-  }
-  for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-    float a = 0.0f;
-#pragma unroll
-    for (int w = 0; w < kAttnWarps; ++w) a += sm_acc[w][d] * f[w];
-    part[2 + d] = a;
-  }
-}
-
-// out [n, n_heads hd] from partial [n * n_heads, splits, hd + 2].  grid n * n_heads,
-// block kAttnThreads.
-__global__ void __launch_bounds__(kAttnThreads)
-    attention_combine_kernel(const float* __restrict__ partial, int splits, int n_heads, int hd,
-                             float* __restrict__ out) {
-  const int64_t rh = blockIdx.x;
-  const float* part = partial + rh * splits * (hd + 2);
-  float M = -INFINITY;
-  for (int s = 0; s < splits; ++s) M = fmaxf(M, part[s * (hd + 2)]);
-  float L = 0.0f;
-  for (int s = 0; s < splits; ++s) {
-    const float ms = part[s * (hd + 2)];
-    if (ms != -INFINITY) L += part[s * (hd + 2) + 1] * expf(ms - M);
-  }
-  const float inv = 1.0f / L;
-  const int i = static_cast<int>(rh / n_heads), h = static_cast<int>(rh % n_heads);
-  float* o = out + static_cast<int64_t>(i) * n_heads * hd + static_cast<int64_t>(h) * hd;
-  for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-    float a = 0.0f;
-    for (int s = 0; s < splits; ++s) {
-      const float ms = part[s * (hd + 2)];
-      if (ms != -INFINITY) a += part[s * (hd + 2) + 2 + d] * expf(ms - M);
-    }
-    o[d] = a * inv;
-  }
+inline void launch_kv_write(cudaStream_t stream, const float* qkv, RowsView rows, int n,
+                            int n_heads, KvView kv, int layer) {
+  if (n <= 0) return;
+  TRT_SPEC_LAUNCH(kv_write_kernel, dim3(n), dim3(kKvThreads), stream, qkv, rows, n_heads, kv,
+                  layer);
 }
 
 // Backend::kv_copy: entry (slot[i], src[i]) -> (slot[i], dst[i]) of every layer and kv head, in
-// order of i (a later move may read an entry an earlier one wrote).  grid 1, block 256.
+// order of i (a later move may read an entry an earlier one wrote), as 16-bit words (every type
+// moves bit for bit).  grid 1, block 256.
 __global__ void kv_copy_kernel(KvView kv, const int32_t* __restrict__ slot,
                                const int32_t* __restrict__ src, const int32_t* __restrict__ dst,
                                int n) {
-  const int hd = kv.head_dim, per_entry = kv.layers * kv.kv_heads * hd;
+  const int w = kv.type == KvType::F32 ? 2 : 1;  // 16-bit words per element
+  const int hd = kv.head_dim, words = hd * w, per_entry = kv.layers * kv.kv_heads * words;
+  auto* k = static_cast<uint16_t*>(kv.k);
+  auto* v = static_cast<uint16_t*>(kv.v);
   for (int i = 0; i < n; ++i) {
     const int s = src[i], d = dst[i];
     if (s >= 0 && s != d) {
       for (int e = threadIdx.x; e < per_entry; e += blockDim.x) {
-        const int l = e / (kv.kv_heads * hd), g = (e / hd) % kv.kv_heads, c = e % hd;
-        const int64_t base = kv.head_offset(slot[i], l, g);
-        kv.k[base + static_cast<int64_t>(d) * hd + c] =
-            kv.k[base + static_cast<int64_t>(s) * hd + c];
-        kv.v[base + static_cast<int64_t>(d) * hd + c] =
-            kv.v[base + static_cast<int64_t>(s) * hd + c];
+        const int l = e / (kv.kv_heads * words), g = (e / words) % kv.kv_heads, c = e % words;
+        const int64_t base = kv.head_offset(slot[i], l, g) * w;
+        k[base + static_cast<int64_t>(d) * words + c] =
+            k[base + static_cast<int64_t>(s) * words + c];
+        v[base + static_cast<int64_t>(d) * words + c] =
+            v[base + static_cast<int64_t>(s) * words + c];
       }
     }
     __syncthreads();
   }
+}
+
+inline void launch_kv_copy(cudaStream_t stream, KvView kv, const int32_t* slot, const int32_t* src,
+                           const int32_t* dst, int n) {
+  if (n <= 0) return;
+  TRT_SPEC_LAUNCH(kv_copy_kernel, dim3(1), dim3(256), stream, kv, slot, src, dst, n);
 }
 
 }  // namespace trt_spec::cuda

@@ -24,6 +24,7 @@ import gc
 from pathlib import Path
 from typing import Any
 
+from trt_spec import _core
 from trt_spec.bench.common import environment, loadavg, log
 from trt_spec.bench.options import Options, default_sources, parse_options
 from trt_spec.bench.peers.runs import PEERS, PeerSetup, peer_comparisons, resolve_gguf, run_peer
@@ -244,6 +245,12 @@ def add_parser(sub: Any) -> None:
         help="pass a prompt's 'prediction' as generate(prediction=...) (default: when present)",
     )
     b.add_argument("--threads", type=int, default=None, help="CPU threads (default: all cores)")
+    b.add_argument(
+        "--kv-cache-dtype",
+        default="auto",
+        choices=list(_core.KV_CACHE_DTYPES),
+        help="KV cache element type (default auto: f16 on a GPU, f32 on the CPU)",
+    )
     b.add_argument("--seed", type=int, default=0)
     b.add_argument("--out-dir", default="benchmarks/results", help="default benchmarks/results")
     b.add_argument("--tag", default=None, help="file name: spec_<tag> (default: the date)")

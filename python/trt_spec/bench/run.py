@@ -196,7 +196,8 @@ def bench_engine(
     total = len(args.temperatures) * len(prompts) * len(configs)
     done = 0
 
-    engine = Engine(path, n_threads=threads)
+    kv = getattr(args, "kv_cache_dtype", "auto")
+    engine = Engine(path, n_threads=threads, kv_cache_dtype=kv)
     top = max((c.draft_len for c in configs if isinstance(c.draft_len, int)), default=0)
     for c in configs:  # warm-up: caches, thread pool, every model and source at its longest K
         if c.draft_len in (0, top):
@@ -209,7 +210,9 @@ def bench_engine(
             )
     # Each auto-length configuration decodes on an Engine of its own: its controllers learn the
     # costs and the acceptance from its own iterations only, not from the other runs.
-    engines = {c.label: Engine(path, n_threads=threads) for c in configs if c.auto_len}
+    engines = {
+        c.label: Engine(path, n_threads=threads, kv_cache_dtype=kv) for c in configs if c.auto_len
+    }
     for c in configs:
         if c.auto_len:
             engines[c.label].generate(WARM_UP, max_new_tokens=8, ignore_eos=True, draft=c.draft)

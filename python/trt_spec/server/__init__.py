@@ -24,6 +24,7 @@ def serve(
     model_name: str | None = None,
     device: str = "auto",
     n_threads: int | None = None,
+    kv_cache_dtype: str = "auto",
     drain_timeout: float = 30.0,
     log_level: str = "info",
 ) -> None:
@@ -44,7 +45,7 @@ def serve(
 
     if max_queue < 0:
         raise ValueError(f"--max-queue must be >= 0, got {max_queue}")
-    engine = Engine(engine_path, device=device, n_threads=n_threads)
+    engine = Engine(engine_path, device=device, n_threads=n_threads, kv_cache_dtype=kv_cache_dtype)
     name = model_name or Path(engine_path).stem
     app = create_app(engine, model_name=name, max_queue=max_queue, api_key=api_key)
     # uvicorn drains on SIGTERM, then re-raises the signal to the handler it found: this one
