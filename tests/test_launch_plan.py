@@ -17,6 +17,7 @@ from trt_spec import _core
 
 pytestmark = pytest.mark.skipif(not _core.cuda_compiled(), reason="needs the CUDA build")
 
+
 # Launches of the speculative iteration's own ops at B = 1 and k draft tokens (cpp/spec/*): the
 # first draft step's rows, the draft's node draws (3 passes each), the verify rows, acceptance
 # (3 row passes and the walk), and prompt lookup's next tree. No kv_copy: draft-model chains

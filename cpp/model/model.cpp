@@ -110,7 +110,7 @@ void Model::forward(const Rows& rows, int n, const int32_t* logit_rows, int n_lo
     be_.attention(qkv, rows, n, attn_, kv_, l, att);  // [n, heads * head_dim]
     be_.linear_residual(L.attn_o, att, n, x, proj);   // x += att @ Wo^T
     be_.norm_linear(x, nullptr, L.ffn_norm, cfg_.rms_eps, L.ffn_gate_up, WeightView{}, n, gate_up,
-                    h);                                                   // [n, 2 F]
+                    h);                                                // [n, 2 F]
     be_.swiglu_linear_residual(L.ffn_down, gate_up, n, x, act, proj);  // x += swiglu @ Wd^T
   }
   if (n_logits == 0) return;

@@ -82,7 +82,7 @@ double DraftModelProposer::take_prepare_seconds() {
 void DraftModelProposer::issue_propose(IterationContext& ctx, int k) {
   const int B = ctx.B;
   for (int j = 0; j < k; ++j) {
-    float* qj = ctx.q + static_cast<size_t>(j) * B * ctx.vocab_draft;  // [B, vocab_draft]
+    float* qj = ctx.q + static_cast<size_t>(j) * B * ctx.vocab_draft;   // [B, vocab_draft]
     if (j == 0) ctx.ops.draft_rows(ctx.st, ctx.slots, B, j, ctx.rows);  // (later steps: below)
     if (j == 0)  // [B, 2] rows: prev, last; the logits of `last` (rows 1, 3, 5, ..)
       draft_.forward(ctx.rows.rows(false), 2 * B, ctx.odd, B, qj);

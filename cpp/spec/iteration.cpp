@@ -151,8 +151,8 @@ void Iteration::issue(DraftSource source, int k, PhaseTimes* times) {
   ops_->accept(st_, ctx.slots, B, k, logits_.as<float>(), vocab_t_, q_.as<float>(), vocab_d_,
                KvMoves{mv_slot_.as<int32_t>(), mv_src_.as<int32_t>(), mv_dst_.as<int32_t>()});
   if (k > 0 && proposer(source)->proposes_trees())  // (a chain's accepted nodes stay in place)
-    be_.kv_copy(target_.kv(), mv_slot_.as<int32_t>(), mv_src_.as<int32_t>(),
-                mv_dst_.as<int32_t>(), B * kMaxDraftNodes);
+    be_.kv_copy(target_.kv(), mv_slot_.as<int32_t>(), mv_src_.as<int32_t>(), mv_dst_.as<int32_t>(),
+                B * kMaxDraftNodes);
   Proposer* done[kDraftSourceCount] = {};
   for (int i = 0; i < kDraftSourceCount; ++i) {
     Proposer* p = proposers_[i];

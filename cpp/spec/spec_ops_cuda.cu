@@ -47,11 +47,11 @@ class CudaSpecOps final : public SpecOps {
     if (B > max_batch_ || vocab > vocab_)
       throw InvalidArgument("draft_sample: batch or vocabulary beyond the scratch");
     if (be_.sizing() || B <= 0) return;
-    cuda::launch_draft_sample(be_.stream(), grid(vocab), logits_q, B, vocab, vocab_common, j,
-                              st.seqs, slots, dev_states(st.states), rows(B),
-                              cuda::NextRows{next ? next->tokens : nullptr,
-                                             next ? next->pos : nullptr,
-                                             next ? next->slot : nullptr});
+    cuda::launch_draft_sample(
+        be_.stream(), grid(vocab), logits_q, B, vocab, vocab_common, j, st.seqs, slots,
+        dev_states(st.states), rows(B),
+        cuda::NextRows{next ? next->tokens : nullptr, next ? next->pos : nullptr,
+                       next ? next->slot : nullptr});
     be_.check_launch("draft_sample");
   }
 

@@ -89,7 +89,8 @@ void emu_spec_draft_sample(float* logits_q, int B, int vocab, int vocab_common, 
   const SampleGrid g = sample_grid(vocab, sms, threads, min_chunk);
   launch_draft_sample(nullptr, g, logits_q, B, vocab, vocab_common, j, static_cast<SeqState*>(seqs),
                       slots, static_cast<const DevSamplingState*>(states),
-                      sample_scratch(scratch, B, g.chunks), NextRows{next_tokens, next_pos, next_slots});
+                      sample_scratch(scratch, B, g.chunks),
+                      NextRows{next_tokens, next_pos, next_slots});
 }
 
 void emu_spec_verify_rows(void* seqs, const int32_t* slots, int B, int k, int source,

@@ -93,7 +93,7 @@ void CudaBackend::qkv_projection(const float* x, WeightView norm, float eps, Wei
   a.head_dim = shape.head_dim;
   a.cos_t = cos_table;
   a.sin_t = sin_table;
-  a.kv = cuda::KvView{cache.k,        cache.v,       cache.type, cache.layers,
+  a.kv = cuda::KvView{cache.k,        cache.v,       cache.type,    cache.layers,
                       cache.kv_heads, cache.max_seq, cache.head_dim};
   a.layer = layer;
   matmul(a, "qkv_projection");

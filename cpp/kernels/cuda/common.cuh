@@ -42,20 +42,20 @@ inline LaunchRecorder*& launch_recorder() {
 // host launch code written with it runs unchanged in the emulated tests and in planning mode.
 // `kernel` must not contain a comma: name a template instance through a function pointer first.
 #if defined(TRT_SPEC_CUDA_EMU)
-#define TRT_SPEC_LAUNCH_SMEM(kernel, grid, block, smem, stream, ...)                        \
-  do {                                                                                    \
-    if (auto* rec_ = ::trt_spec::cuda::launch_recorder())                                 \
-      rec_->record(#kernel, dim3(grid), dim3(block), (smem));                             \
-    else                                                                                  \
-      cuda_emu::launch(dim3(grid), dim3(block), kernel, __VA_ARGS__);                     \
+#define TRT_SPEC_LAUNCH_SMEM(kernel, grid, block, smem, stream, ...)  \
+  do {                                                                \
+    if (auto* rec_ = ::trt_spec::cuda::launch_recorder())             \
+      rec_->record(#kernel, dim3(grid), dim3(block), (smem));         \
+    else                                                              \
+      cuda_emu::launch(dim3(grid), dim3(block), kernel, __VA_ARGS__); \
   } while (0)
 #else
-#define TRT_SPEC_LAUNCH_SMEM(kernel, grid, block, smem, stream, ...)                        \
-  do {                                                                                    \
-    if (auto* rec_ = ::trt_spec::cuda::launch_recorder())                                 \
-      rec_->record(#kernel, dim3(grid), dim3(block), (smem));                             \
-    else                                                                                  \
-      kernel<<<(grid), (block), (smem), (stream)>>>(__VA_ARGS__);                         \
+#define TRT_SPEC_LAUNCH_SMEM(kernel, grid, block, smem, stream, ...) \
+  do {                                                               \
+    if (auto* rec_ = ::trt_spec::cuda::launch_recorder())            \
+      rec_->record(#kernel, dim3(grid), dim3(block), (smem));        \
+    else                                                             \
+      kernel<<<(grid), (block), (smem), (stream)>>>(__VA_ARGS__);    \
   } while (0)
 #endif
 #define TRT_SPEC_LAUNCH(kernel, grid, block, stream, ...) \
