@@ -82,9 +82,13 @@ void check_token_ids(const std::vector<int32_t>& ids, int vocab, const char* wha
   }
 }
 
-Runtime::Runtime(const std::string& path, const RuntimeOptions& opts) {
+Runtime::Runtime(const std::string& path, const RuntimeOptions& opts)
+    : Runtime(path, opts, nullptr) {}
+
+Runtime::Runtime(const std::string& path, const RuntimeOptions& opts,
+                 std::unique_ptr<Backend> backend) {
   if (opts.prefill_chunk < 1) throw InvalidArgument("prefill_chunk must be >= 1");
-  backend_ = make_backend(opts.device, opts.n_threads);
+  backend_ = backend ? std::move(backend) : make_backend(opts.device, opts.n_threads);
   file_ = std::make_unique<EngineFile>(path, opts.verify_checksums);
   const Json build = file_->meta().at("build");
   const int64_t max_seq = build.at("max_seq_len").as_int();

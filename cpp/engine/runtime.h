@@ -25,6 +25,8 @@ struct RuntimeOptions {
 class Runtime {
  public:
   Runtime(const std::string& path, const RuntimeOptions& opts);
+  // On a backend the caller made (tests: a CPU backend with a scripted clock); null: as above.
+  Runtime(const std::string& path, const RuntimeOptions& opts, std::unique_ptr<Backend> backend);
   ~Runtime();
 
   const EngineFile& file() const { return *file_; }

@@ -55,6 +55,7 @@ class CudaBackend final : public Backend {
   void gather_rows(const float* src, const int32_t* rows, int n, int dim, float* dst) override;
   void sample(const float* logits, int n, int vocab, const int32_t* slot, SamplingState* states,
               int32_t* out_tokens) override;
+  std::unique_ptr<Timer> timer() override;  // cuda_timer.cu: a pair of events on the stream
   int device() const { return device_; }
   CUstream_st* stream() const { return stream_; }
   // True during capture()'s sizing pass: ops (the spec layer's too) launch nothing.
