@@ -7,6 +7,12 @@ so a trace recorded at K = 8 fixes every policy's outcome: a policy choosing k a
 keeps min(k, run[j]) tokens, run[j] being the number of consecutive draft agreements from j.
 Traces: tests/data/auto_traces_q4_t0.json (30 HumanEval prompts, real pair) and Markov
 agreement sequences (a good and a bad state) for drafts from useless to near perfect.
+
+The scheduler's measurements run on a CPU backend with a scripted device clock (the test module's
+Session(clock=...)): every forward costs scripted seconds, the same on the synchronous path the CPU
+takes ("host") and on the asynchronous one a GPU with graphs takes ("graphs", where a capture and
+a graph's first launch cost far more than any iteration), so the controller must pick the same k
+on both and never see the capture.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import spec_pairs
 from native import T
 
 DATA = json.loads((Path(__file__).parent / "data" / "auto_traces_q4_t0.json").read_text())
@@ -235,3 +242,84 @@ def test_expected_tokens() -> None:
     assert T.expected_tokens(0.0, 4) == 1.0
     assert T.expected_tokens(1.0, 4) == 5.0
     assert T.expected_tokens(0.5, 2) == pytest.approx(1.75)
+
+
+# ---- the scheduler's measurements on a scripted device clock ----------------------------------
+# Seconds of a forward of n rows: fixed + row * n (target, draft); a capture and a graph's first
+# launch (graphs) cost far more than any iteration.
+TF, TR, DF, DR = 10e-3, 1e-3, 2e-3, 0.2e-3
+CAPTURE, FIRST_LAUNCH = 1000.0, 500.0
+
+
+def _phases(k: int) -> tuple[float, float]:
+    """(draft, verify) seconds of an iteration of one sequence drafting k: draft step 0 reads 2
+    rows, the others 1; the verify pass k + 1 rows."""
+    return (k * DF + (k + 1) * DR if k else 0.0), TF + TR * (k + 1)
+
+
+def _scripted(path, clock: str, draft_fixed: float = DF) -> tuple[object, list, list]:
+    """Three greedy requests on the scripted clock: the session, (k, warm-up) per iteration and
+    synchronisations per step."""
+    s = T.Session(str(path), "cpu", 1, clock=clock)
+    s.script_costs(TF, TR, draft_fixed, DR, capture=CAPTURE, first_launch=FIRST_LAUNCH)
+    its, syncs = [], []
+    for i in range(3):
+        s.submit([1 + i, 2, 3, 4, 5], 120, draft="model")
+        while s.has_work:
+            before = s.device_syncs
+            s.step()
+            syncs.append(s.device_syncs - before)
+            its.append((s.last_k, s.last_warm_up))
+    return s, its, syncs
+
+
+def _mode(ks: list[int]) -> tuple[int, float]:
+    best = max(set(ks), key=ks.count)
+    return best, ks.count(best) / len(ks)
+
+
+@pytest.fixture(scope="module")
+def same_pair(tmp_path_factory: pytest.TempPathFactory):
+    """A draft that is the target (greedy: every draft accepted), up to 6 draft tokens."""
+    root = tmp_path_factory.mktemp("ctrl")
+    return spec_pairs.make_pair(root, "same", draft_len=6, max_seq_len=256)
+
+
+@pytest.mark.parametrize("draft_fixed, best", [(DF, 6), (3 * TF, 0)])
+def test_graphs_pick_the_k_the_cpu_picks(same_pair, draft_fixed: float, best: int) -> None:
+    """Timed with device timers (asynchronous, graphs) the controller converges to the k the
+    synchronous CPU path picks: the longest draft when a draft step is cheap, none when it costs
+    more than a target step. A capture (1000 s) or a graph's first launch (500 s) would make any
+    k it entered look hopeless."""
+    host, h_its, _ = _scripted(same_pair, "host", draft_fixed)
+    graphs, g_its, _ = _scripted(same_pair, "graphs", draft_fixed)
+    h_mode, h_share = _mode([k for k, _ in h_its])
+    g_mode, g_share = _mode([k for k, _ in g_its])
+    assert h_mode == g_mode == best
+    assert h_share >= 0.8 and g_share >= 0.8, (h_share, g_share)
+    assert not any(w for _, w in h_its)  # the CPU has no warm-up iterations
+    assert graphs.captures > 0 and graphs.clock_s > graphs.captures * CAPTURE  # they were paid
+
+
+def test_capture_never_enters_the_estimates(same_pair) -> None:
+    """On the graph path every (source, B, k) is captured before its timed iteration, its first
+    launch is a warm-up left out of the measurements, and the costs learnt are the scripted ones,
+    phase by phase, as on the CPU."""
+    for clock in ("host", "graphs"):
+        s, its, syncs = _scripted(same_pair, clock)
+        ks = [k for k, _ in its]
+        warm = [i for i, (_, w) in enumerate(its) if w]
+        if clock == "graphs":  # exactly the first iteration of each k (B is 1 throughout)
+            assert warm == sorted(ks.index(k) for k in set(ks))
+            assert s.captures == 2 * len(set(ks))  # two graphs (proposal, verify) per k
+        for k in {k for k, w in its if not w}:  # measured: the exact scripted time
+            d, v = _phases(k)
+            assert s.predicted_time("model", 1, k) == pytest.approx(d + v, rel=1e-9), (clock, k)
+            assert s.verify_time(1, k + 1) == pytest.approx(v, rel=1e-9), (clock, k)
+        for k in range(7):  # unmeasured k: interpolated, and nowhere near a capture
+            assert 0 < s.predicted_time("model", 1, k) < 2 * sum(_phases(6)), (clock, k)
+        # Catch-ups of n tokens cost DF + DR n: per token between DR and DF + DR.
+        assert DR < s.catch_up_per_token <= DF + DR + 1e-12, clock
+        # No synchronisation beyond the read-back (a prefill's first token adds one): a timer
+        # read before it would have thrown.
+        assert max(syncs) <= 2 and syncs.count(2) == 3, syncs

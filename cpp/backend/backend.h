@@ -169,6 +169,24 @@ class Backend {
   // x [n, w.rows] += swiglu(gate_up [n, 2 w.cols]) @ W^T     (act [n, w.cols], tmp [n, w.rows])
   virtual void swiglu_linear_residual(WeightView w, const float* gate_up, int n, float* x,
                                       float* act, float* tmp);
+
+  // ---- timing -------------------------------------------------------------------------------
+  // Device time of a span of the backend's work: start() and stop() record points on the
+  // backend's stream, after the ops issued so far (never inside a capture: around graph
+  // launches), and seconds() is the time between them. seconds() is meant to be read after a
+  // synchronisation that followed stop() (download(), synchronize(): the iteration's read-back),
+  // so timing adds none; read earlier, it waits for the stop point.
+  class Timer {
+   public:
+    virtual ~Timer() = default;
+    virtual void start() = 0;
+    virtual void stop() = 0;
+    virtual double seconds() = 0;
+  };
+  // A new timer. The default (backends whose ops run in order on the calling thread, the CPU)
+  // reads the host clock; CUDA records a pair of events. Keep and reuse timers: one may hold
+  // device resources.
+  virtual std::unique_ptr<Timer> timer();
 };
 
 // Owning handle to backend memory (released with the handle).

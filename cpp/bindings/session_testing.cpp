@@ -1,7 +1,9 @@
 // session_testing.cpp: Session of the test module (testing.cpp): an engine's Runtime and
 // Scheduler opened by the test module itself (no objects cross from trt_spec._core), with the
 // hooks tests and benchmarks need: events as the public module gives them, a request's slot and
-// sequence state, KV caches, timed forwards and timed iterations.
+// sequence state, KV caches, timed forwards and timed iterations; and, on a CPU backend with a
+// scripted clock (scripted_backend.h, clock="host" or "graphs"), the costs it charges and the
+// controllers' view of them.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/pair.h>
@@ -16,6 +18,7 @@
 
 #include "bindings/common.h"
 #include "bindings/events.h"
+#include "bindings/scripted_backend.h"
 #include "common/errors.h"
 #include "engine/runtime.h"
 #include "engine/scheduler.h"
@@ -34,6 +37,16 @@ double now_s() {
 struct Session {
   std::unique_ptr<Runtime> rt;
   std::unique_ptr<Scheduler> sch;
+  trt_spec::testing::ScriptedBackend* scripted = nullptr;  // rt's backend, with clock=
+
+  trt_spec::testing::ScriptedBackend& clock() {
+    if (!scripted) throw InvalidArgument("this session has no scripted clock");
+    return *scripted;
+  }
+  DraftController& model_controller() {
+    if (!sch->model_proposer()) throw InvalidArgument("this engine has no draft model");
+    return sch->model_proposer()->controller();
+  }
 
   Model& model(const std::string& role) {
     Model* m = role == "target" ? &rt->target() : (role == "draft" ? rt->draft() : nullptr);
@@ -49,7 +62,8 @@ void bind_session(nb::module_& m) {
       .def(
           "__init__",
           [](Session* self, const std::string& path, const std::string& device, int n_threads,
-             int prefill_chunk, int interleave_chunk, const std::vector<nb::bytes>& token_bytes) {
+             int prefill_chunk, int interleave_chunk, const std::vector<nb::bytes>& token_bytes,
+             const std::string& clock) {
             RuntimeOptions o;
             o.device = device;
             o.n_threads = n_threads;
@@ -58,13 +72,49 @@ void bind_session(nb::module_& m) {
             so.prefill_chunk = prefill_chunk;
             so.interleave_chunk = interleave_chunk;
             for (const nb::bytes& b : token_bytes) so.token_bytes.emplace_back(b.c_str(), b.size());
+            if (!clock.empty() && (device != "cpu" || (clock != "host" && clock != "graphs")))
+              throw InvalidArgument("clock: 'host' or 'graphs', on the cpu device");
             nb::gil_scoped_release release;
             new (self) Session();
-            self->rt = std::make_unique<Runtime>(path, o);
+            std::unique_ptr<trt_spec::testing::ScriptedBackend> be;
+            if (!clock.empty()) {
+              be = std::make_unique<trt_spec::testing::ScriptedBackend>(n_threads,
+                                                                        clock == "graphs");
+              self->scripted = be.get();
+            }
+            self->rt = be ? std::make_unique<Runtime>(path, o, std::move(be))
+                          : std::make_unique<Runtime>(path, o);
+            if (self->scripted && self->rt->draft())
+              self->scripted->set_draft_cache(self->rt->draft()->kv().k);
             self->sch = std::make_unique<Scheduler>(*self->rt, std::move(so));
           },
           "path"_a, "device"_a = "cpu", "n_threads"_a = 0, "prefill_chunk"_a = 256,
-          "interleave_chunk"_a = 64, "token_bytes"_a = std::vector<nb::bytes>{})
+          "interleave_chunk"_a = 64, "token_bytes"_a = std::vector<nb::bytes>{}, "clock"_a = "",
+          "clock: '' (the device's own), or a CPU backend with a scripted clock, 'host' "
+          "(synchronous, like the CPU) or 'graphs' (asynchronous with graphs, like a GPU)")
+      .def(
+          "script_costs",
+          [](Session& s, double target_fixed, double target_row, double draft_fixed,
+             double draft_row, double capture, double first_launch) {
+            s.clock().set_costs(trt_spec::testing::ScriptedCosts{
+                target_fixed, target_row, draft_fixed, draft_row, capture, first_launch});
+          },
+          "target_fixed"_a, "target_row"_a, "draft_fixed"_a, "draft_row"_a, "capture"_a = 0.0,
+          "first_launch"_a = 0.0,
+          "The scripted clock's costs: a forward of n rows costs fixed + row * n seconds; a "
+          "capture and a graph's first launch (graphs) their own")
+      .def_prop_ro("clock_s", [](Session& s) { return s.clock().clock(); })
+      .def_prop_ro(
+          "device_syncs", [](Session& s) { return s.clock().syncs(); },
+          "Synchronisations so far (download and synchronize calls)")
+      .def_prop_ro("captures", [](Session& s) { return s.clock().captures(); })
+      .def(
+          "verify_time",
+          [](Session& s, int B, int rows) { return s.model_controller().verify_time(B, rows); },
+          "batch"_a, "rows"_a, "The draft model controller's verify pass of rows per sequence")
+      .def_prop_ro("catch_up_per_token",
+                   [](Session& s) { return s.model_controller().catch_up_per_token(); })
+      .def_prop_ro("last_warm_up", [](Session& s) { return s.sch->iteration().warm_up(); })
       .def_prop_ro("max_batch", [](Session& s) { return s.rt->max_batch(); })
       .def_prop_ro("max_seq_len", [](Session& s) { return s.rt->max_seq_len(); })
       .def_prop_ro("draft_len", [](Session& s) { return s.rt->draft_len(); })

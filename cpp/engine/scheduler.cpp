@@ -387,46 +387,39 @@ void Scheduler::decode(std::vector<SchedulerEvent>& events) {
   if (active.empty()) return;
   const int B = static_cast<int>(active.size());
   const Choice c = choose(active);
-  // The proposer's host work before its iteration (the draft model's catch-up).
-  if (c.k > 0) {
-    Proposer* p = iter_.proposer(c.source);
-    for (Request* r : active) {
-      if (!(r->sources & draft_source_bit(c.source))) continue;
-      p->prepare(r->slot, r->tokens, r->seq);
-      r->stats.catch_up_s += p->take_prepare_seconds();
-    }
-  }
+  // The proposer's work before its iteration (the draft model's catch-up), timed on the device.
+  Proposer* prep = c.k > 0 ? iter_.proposer(c.source) : nullptr;
+  if (prep)
+    for (Request* r : active)
+      if (r->sources & draft_source_bit(c.source)) prep->prepare(r->slot, r->tokens, r->seq);
   std::vector<int32_t> slots(B);
   for (int b = 0; b < B; ++b) slots[b] = active[b]->slot;
   if (slots != iter_slots_) {
     iter_.set_slots(slots.data(), B);
     iter_slots_ = slots;
   }
-  iter_.capture(c.source, c.k);  // (a no-op without graphs; never inside the timed iteration)
-  // Phase times cost nothing on a backend that runs on the host; elsewhere they would add a
-  // synchronisation inside the iteration, so only the whole iteration is timed.
-  const bool on_host = rt_.backend().runs_on_host();
-  last_times_ = PhaseTimes{};
-  const double t0 = now_s();
-  iter_.run(c.source, c.k, on_host ? &last_times_ : nullptr);
+  // Costs are device time (backend timers, Iteration::times), read after the read-back, the one
+  // synchronisation of the iteration. A capture is host work before the timed iteration; the
+  // first run of a (source, B, k) on an asynchronous backend is a warm-up that is not observed.
+  iter_.capture(c.source, c.k);  // (a no-op without graphs)
+  iter_.run(c.source, c.k);
   iter_.read_states(seqs_);
-  const double now = now_s(), total = now - t0;
-  if (!on_host) last_times_.verify_s = total;  // the whole iteration
+  const double now = now_s();
+  last_times_ = iter_.times();
+  const double total = last_times_.total();
+  if (prep)
+    for (Request* r : active) r->stats.catch_up_s += prep->take_prepare_seconds(r->slot);
   last_B_ = B;
   last_k_ = c.k;
   last_source_ = c.source;
-  // The controllers learn the cost of what ran.
+  // The controllers learn the cost of what ran (a warm-up's times hold one-time work: not).
   DraftController* mc = model_ ? &model_->controller() : nullptr;
-  if (c.source == DraftSource::kLookup) {
+  const bool learn = !iter_.warm_up();
+  if (learn && c.source == DraftSource::kLookup) {
     lookup_->controller().observe(B, c.k, total);
-    if (mc) mc->observe_verify(B, c.k + 1, on_host ? last_times_.verify_s : total);
-  } else {
-    if (mc) {
-      if (on_host)
-        mc->observe(B, c.k, total, last_times_.draft_s, last_times_.verify_s);
-      else
-        mc->observe(B, c.k, total, -1.0, -1.0);
-    }
+    if (mc) mc->observe_verify(B, c.k + 1, last_times_.verify_s);
+  } else if (learn) {
+    if (mc) mc->observe(B, c.k, total, last_times_.draft_s, last_times_.verify_s);
     if (lookup_ && c.k == 0) lookup_->controller().observe_plain(B, total);
   }
   for (Request* rp : active) {

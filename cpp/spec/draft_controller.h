@@ -6,10 +6,16 @@
 //   E(a, k) = 1 + a + .. + a^k = (1 - a^(k+1)) / (1 - a)
 // tokens per sequence and takes T(B, k) seconds for B sequences. The controller picks the k in
 // [0, k_limit] that maximises sum_b E(a_b, k) / T(B, k); k = 0 is a plain target step.
-// T(B, k) is the running average of measured iterations where k has run; otherwise, on a
-// backend that times phases (CPU), k * draft_step(B) + verify(B, k + 1 rows) from measured
-// phases, verify times of unmeasured row counts interpolated; otherwise interpolated between
-// measured k. The first iterations measure what the model needs (kFirstK, then k = 0).
+// T(B, k) is the running average of measured iterations where k has run; otherwise
+// k * draft_step(B) + verify(B, k + 1 rows) from measured phases, verify times of unmeasured row
+// counts interpolated; otherwise interpolated between measured k. The first iterations measure
+// what the model needs (kFirstK, then k = 0).
+//
+// Every cost is device time, measured by the scheduler with backend timers (Backend::Timer:
+// the host clock on the CPU, events on a GPU's stream, read after the iteration's read-back):
+// an iteration's two phases and the draft's catch-up alike, never a capture (graphs are
+// captured before the timed iteration, and a graph's first launch is a warm-up that is not
+// observed; iteration.h).
 //
 // k = 0 leaves each sequence one token the draft has not read; the next drafting iteration
 // first runs those through the draft (the catch-up, about half a draft step per token here).
@@ -77,7 +83,7 @@ class DraftController {
 
  private:
   struct Costs {
-    double draft_step = -1.0;    // seconds per draft step (phase-timed backends)
+    double draft_step = -1.0;    // seconds per draft step
     std::vector<double> verify;  // [max_k + 2]: seconds per verify pass of m rows; -1 unknown
     std::vector<double> total;   // [max_k + 1]: seconds per iteration with k drafts
     int since_probe = 0, probe_every = kExplore, probes = 0;

@@ -3,16 +3,9 @@
 #include "spec/draft_model_proposer.h"
 
 #include <algorithm>
-#include <chrono>
 #include <numeric>
 
 namespace trt_spec {
-
-namespace {
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-}  // namespace
 
 DraftModelProposer::DraftModelProposer(Backend& be, Model& draft, int max_batch, int max_k,
                                        int vocab_target)
@@ -61,22 +54,44 @@ int DraftModelProposer::lag(int slot, int n_past) const {
 void DraftModelProposer::prepare(int slot, const std::vector<int32_t>& tokens,
                                  const SeqState& seq) {
   SlotState& s = slots_[slot];
+  drop_catch_up(slot);  // (one whose time was never read)
   const int n = lag(slot, seq.n_past);
   if (n == 0) return;
-  const double t0 = now_s();
+  // Device time: the rows are only queued here on an asynchronous backend.
+  std::unique_ptr<Backend::Timer> t = take_timer();
+  t->start();
   forward_rows(tokens.data() + s.draft_valid, n, s.draft_valid, slot);
+  t->stop();
   s.draft_valid += n;
-  // Queued work on an asynchronous backend: wait for it so that the time is the device's.
-  be_.synchronize();
-  const double dt = now_s() - t0;
-  prepare_s_ += dt;
-  controller_.observe_catch_up(n, dt);
+  catch_ups_.push_back(CatchUp{slot, n, std::move(t)});
 }
 
-double DraftModelProposer::take_prepare_seconds() {
-  const double s = prepare_s_;
-  prepare_s_ = 0.0;
-  return s;
+double DraftModelProposer::take_prepare_seconds(int slot) {
+  for (auto it = catch_ups_.begin(); it != catch_ups_.end(); ++it) {
+    if (it->slot != slot) continue;
+    const double dt = it->timer->seconds();
+    controller_.observe_catch_up(it->tokens, dt);
+    spare_timers_.push_back(std::move(it->timer));
+    catch_ups_.erase(it);
+    return dt;
+  }
+  return 0.0;
+}
+
+std::unique_ptr<Backend::Timer> DraftModelProposer::take_timer() {
+  if (spare_timers_.empty()) return be_.timer();
+  std::unique_ptr<Backend::Timer> t = std::move(spare_timers_.back());
+  spare_timers_.pop_back();
+  return t;
+}
+
+void DraftModelProposer::drop_catch_up(int slot) {
+  for (auto it = catch_ups_.begin(); it != catch_ups_.end(); ++it)
+    if (it->slot == slot) {
+      spare_timers_.push_back(std::move(it->timer));
+      catch_ups_.erase(it);
+      return;
+    }
 }
 
 void DraftModelProposer::issue_propose(IterationContext& ctx, int k) {

@@ -6,11 +6,14 @@
 // accepted chain, a plain target step or another proposer's iteration it is the one token the
 // draft has not read), so before an iteration the draft must hold positions [0, n_past - 1).
 // The prompt is read with the target's prefill (read_prompt); tokens emitted by iterations that
-// did not use the draft are read by prepare() (the catch-up), timed per token for the
-// controller. Per slot it keeps draft_valid (positions [0, draft_valid) are in the draft's cache)
-// and the sequence's acceptance estimate.
+// did not use the draft are read by prepare() (the catch-up), timed on the device with a backend
+// timer (Backend::Timer) and read after the iteration's read-back (take_prepare_seconds): the
+// controller learns its seconds per token without a synchronisation of its own. Per slot it keeps
+// draft_valid (positions [0, draft_valid) are in the draft's cache) and the sequence's acceptance
+// estimate.
 #pragma once
 
+#include <memory>
 #include <vector>
 
 #include "model/model.h"
@@ -30,7 +33,7 @@ class DraftModelProposer final : public Proposer {
   void issue_propose(IterationContext& ctx, int k) override;
   void commit(int slot, const SeqState& seq, bool used) override;
   int lag(int slot, int n_past) const override;
-  double take_prepare_seconds() override;
+  double take_prepare_seconds(int slot) override;
 
   // Runs prompt rows [first_pos, first_pos + n) of the slot through the draft (prefill chunks;
   // positions past P - 1 are left to the first iteration).
@@ -53,8 +56,16 @@ class DraftModelProposer final : public Proposer {
   int vocab_common_;
   DraftController controller_;
   std::vector<SlotState> slots_;
+  struct CatchUp {  // issued, its time not read yet
+    int slot = 0, tokens = 0;
+    std::unique_ptr<Backend::Timer> timer;
+  };
+  std::unique_ptr<Backend::Timer> take_timer();
+  void drop_catch_up(int slot);
+
   BackendBuffer tok_, pos_, row_slot_;  // catch-up rows [max_rows]
-  double prepare_s_ = 0.0;
+  std::vector<CatchUp> catch_ups_;
+  std::vector<std::unique_ptr<Backend::Timer>> spare_timers_;
 };
 
 }  // namespace trt_spec

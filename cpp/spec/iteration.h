@@ -12,14 +12,23 @@
 // from backend memory written by the previous op: the host only picks (source, k) and,
 // afterwards, reads the SeqState array back once.
 //
-// Graphs: on a backend that supports them (CUDA), run() replays one graph per (source, B, k),
-// captured the first time; capture() captures one ahead of time, so that no timed iteration
-// ever includes a capture. set_use_graphs(false) issues the same ops one by one.
+// Graphs: on a backend that supports them (CUDA), run() replays two graphs per (source, B, k),
+// the proposal (propose, and the verify rows' layout) and the rest, captured the first time;
+// capture() captures them ahead of time, so that no timed iteration ever includes a capture.
+// set_use_graphs(false) issues the same ops one by one.
+//
+// Timing: every run() records its phases with backend timers (Backend::Timer: events on the
+// stream on a GPU, the host clock on the CPU) before, between and after the two parts, never
+// inside a captured graph, and without synchronising: times() reads them after read_states(),
+// the iteration's one synchronisation. On an asynchronous backend the first run of each
+// (source, B, k) is a warm-up (warm_up()): it may include one-time work (a graph's first
+// launch uploads it, scratch grows), so its times are not the cost of that choice.
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <set>
 #include <tuple>
 #include <vector>
 
@@ -30,11 +39,11 @@
 
 namespace trt_spec {
 
-// Wall time of an iteration's phases, measured when the backend runs synchronously (CPU) or
-// when profiling (a synchronisation between phases).
+// Device time of an iteration's phases (backend timers).
 struct PhaseTimes {
-  double draft_s = 0.0;   // the proposal (draft steps)
+  double draft_s = 0.0;   // the proposal (draft steps) and the verify rows' layout
   double verify_s = 0.0;  // the verify pass, acceptance and the next proposals
+  double total() const { return draft_s + verify_s; }
 };
 
 class Iteration {
@@ -57,13 +66,18 @@ class Iteration {
 
   // Sets the sequences of the next iterations: rows b = 0 .. B-1 are slots[b].
   void set_slots(const int32_t* host_slots, int B);
-  // Issues one iteration. Asynchronous on a GPU backend; times the phases when `times` is given
-  // (synchronising between them).
-  void run(DraftSource source, int k, PhaseTimes* times = nullptr);
-  // Captures the graph of (source, B, k) now, if the backend has graphs and it is not captured.
+  // Issues one iteration, its phases timed. Asynchronous on a GPU backend.
+  void run(DraftSource source, int k);
+  // Captures the graphs of (source, B, k) now, if the backend has graphs and they are not
+  // captured yet (a capture is host work: do it before timing anything).
   void capture(DraftSource source, int k);
-  // Reads every slot's SeqState back.
+  // Reads every slot's SeqState back (synchronises with the backend).
   void read_states(std::vector<SeqState>& out);
+  // The last run()'s phases; read after read_states() (earlier, it would wait for them).
+  PhaseTimes times();
+  // The last run() was the first of its (source, B, k) on an asynchronous backend: its times
+  // may include one-time work and must not be taken as the cost of that choice.
+  bool warm_up() const { return warm_up_; }
 
   void set_use_graphs(bool on) { use_graphs_ = on; }
   bool use_graphs() const { return use_graphs_; }
@@ -71,8 +85,13 @@ class Iteration {
   bool has_graph(DraftSource source, int k) const;
 
  private:
+  struct Graphs {
+    std::unique_ptr<BackendGraph> propose, verify;  // null: the backend has no graphs
+  };
+  using Key = std::tuple<int, int, int>;  // (source, B, k)
   IterationContext context();
-  void issue(DraftSource source, int k, PhaseTimes* times);
+  void issue_propose(DraftSource source, int k);  // proposals and the verify rows [B, k + 1]
+  void issue_verify(DraftSource source, int k);   // verify, accept, move, next
 
   Backend& be_;
   Model& target_;
@@ -88,8 +107,10 @@ class Iteration {
   BackendBuffer q_;                          // draft logits -> q  [max_k, max_batch, vocab_d]
   BackendBuffer logits_;                     // verify logits      [max_batch, max_k + 1, vocab_t]
   BackendBuffer mv_slot_, mv_src_, mv_dst_;  // [max_batch kMaxDraftNodes] cache moves
-  bool use_graphs_ = true;
-  std::map<std::tuple<int, int, int>, std::unique_ptr<BackendGraph>> graphs_;  // (source, B, k)
+  bool use_graphs_ = true, warm_up_ = false;
+  std::map<Key, Graphs> graphs_;
+  std::set<Key> ran_;  // (source, B, k) run at least once
+  std::unique_ptr<Backend::Timer> draft_timer_, verify_timer_;
 };
 
 }  // namespace trt_spec

@@ -5,8 +5,8 @@
 //   begin(slot, prompt)        the request takes the slot (before its prefill; the draft model
 //                              reads the prompt with the target's prefill chunks)
 //   then, per iteration:
-//     prepare(slot, ..)        host work before an iteration that uses this proposer, outside
-//                              the iteration graph (the draft model's catch-up)
+//     prepare(slot, ..)        work issued before an iteration that uses this proposer, outside
+//                              the iteration graph (the draft model's catch-up), timed
 //     issue_propose(ctx, k)    device ops that fill each sequence's tree (seq_state.h) with up
 //                              to k nodes, inside the graph (draft model steps; nothing for
 //                              lookup, whose tree is ready)
@@ -63,8 +63,9 @@ class Proposer {
   // Tokens this proposer has still to read before it can propose for the slot, whose target
   // cache holds n_past positions (the draft model's lag; 0 for proposers that need nothing).
   virtual int lag(int slot, int n_past) const { return 0; }
-  // Host seconds of prepare() work since the last call (charged to the iteration).
-  virtual double take_prepare_seconds() { return 0.0; }
+  // Device seconds of the slot's prepare() work for the last iteration (0: none), timed with a
+  // backend timer: read them after the iteration's read-back, which is when they are known.
+  virtual double take_prepare_seconds(int slot) { return 0.0; }
 };
 
 }  // namespace trt_spec

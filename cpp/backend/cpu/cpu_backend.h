@@ -14,7 +14,7 @@
 
 namespace trt_spec {
 
-class CpuBackend final : public Backend {
+class CpuBackend : public Backend {  // (tests derive a scripted-clock backend)
  public:
   // n_threads <= 0: one per available core.
   explicit CpuBackend(int n_threads);

@@ -85,6 +85,7 @@ class CudaBackend final : public Backend {
                               float* tmp) override;
   void sample(const float* logits, int n, int vocab, const int32_t* slot, SamplingState* states,
               int32_t* out_tokens) override;
+  std::unique_ptr<Timer> timer() override;  // cuda_timer.cu: a pair of events on the stream
   int device() const { return device_; }
   int sm_count() const { return sm_count_; }
   CUstream_st* stream() const { return stream_; }
