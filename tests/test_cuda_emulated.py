@@ -231,6 +231,29 @@ def test_sample_many_seeds(emu) -> None:
         assert out[0] == native.sample_row(logits[0], t, k, p, seed, step), (trial, rule)
 
 
+@pytest.mark.parametrize("rule", [(1.0, 3000, 1.0), (0.8, 0, 0.9), (1.2, 2500, 0.7), (5.0, 0, 0.3)])
+def test_sample_crowded_rule_bins(emu, cpu, rule) -> None:
+    """Top-k / top-p thresholds and draws in rule bins (select.cuh) holding more candidates than
+    the key search's shared list (2048): equal logits, logits within one bin's width of each
+    other, and many ties; rows of 6,000 ids over several blocks. The same tokens as the CPU."""
+    rng = np.random.default_rng(18)
+    n, V = 4, 6000
+    logits = random_logits(rng, (n, V))
+    logits[0, :] = 1.5  # one bin holds the whole row
+    logits[1, :] = (0.01 * rng.standard_normal(V)).astype(np.float32)  # all within 1/8 nat
+    logits[2, :] = np.round(logits[2] / 4)  # few distinct values, thousands of ties each
+    logits[3, : V // 2] = 2.0  # half the row tied at the top, the rest spread below
+    ps = [params(rule, seed=60 + i, step=7 * i) for i in range(n)]
+    st = states(ps)
+    out, buf = emu_sample(emu, logits, st, min_chunk=I32(1024))
+    want, steps = cpu.sample(logits, list(range(n)), ps)
+    assert list(out) == want, rule
+    assert list(st["step"]) == steps
+    assert not counters(emu, buf, n).any()
+    again, _ = emu_sample(emu, logits, states(ps), min_chunk=I32(1024), buf=buf)  # a replay:
+    assert list(again) == want  # the bin histograms were left zero
+
+
 @pytest.mark.parametrize("rule", [RULES[0], RULES[2]])
 def test_sample_qwen_vocab(emu, cpu, rule) -> None:
     """A 151,936-entry vocabulary (Qwen's), 38 chunks per row as on a 132-SM GPU: greedy and

@@ -323,3 +323,37 @@ def test_capture_never_enters_the_estimates(same_pair) -> None:
         # No synchronisation beyond the read-back (a prefill's first token adds one): a timer
         # read before it would have thrown.
         assert max(syncs) <= 2 and syncs.count(2) == 3, syncs
+
+
+# ---- prefill chunks paced by the same device time ---------------------------------------------
+PF, PR = 2.0**-6, 2.0**-10  # a target forward of n rows: PF + PR n (binary: exact quotients)
+
+
+@pytest.mark.parametrize("clock", ["host", "graphs"])
+def test_a_long_prompt_is_paced_to_one_decode_iteration(tmp_path, clock: str) -> None:
+    """While one sequence decodes (target only: an iteration costs PF + PR), a long prompt is
+    prefilled in chunks whose rows cost about one such iteration, (PF + PR) / PR = 17 rows, once
+    the pacer has seen two chunk sizes; not the 64-row cap, which would cost 4.8 iterations of the
+    decoding stream's time per chunk. On the graph path too: the times are the device's, read
+    after the read-back."""
+    path = spec_pairs.make_pair(tmp_path, "same", draft_len=2, max_seq_len=256, max_batch=2)
+    s = T.Session(str(path), "cpu", 1, interleave_chunk=64, clock=clock)
+    s.script_costs(PF, PR, 0.0, 0.0)
+    s.submit([1, 2, 3, 4, 5], 200, draft="none")
+    for _ in range(3):  # its prefill (5 rows, alone: prefill_chunk) and iterations (on graphs,
+        s.step()  # the first is a warm-up, not measured)
+    s.submit([(7 * i) % 300 + 1 for i in range(200)], 4, draft="none")
+    chunks = []
+    for _ in range(40):
+        s.step()
+        chunks.append(s.last_prefill_rows)
+        if s.last_batch == 2:  # its last chunk came with its first token: decoding beside
+            break
+    assert sum(chunks) == 200, chunks
+    assert chunks[0] == 8, chunks  # one size seen (5 rows): per row over-estimated, the minimum
+    assert all(c == 17 for c in chunks[1:-1]), chunks
+    assert s.prefill_row_s == pytest.approx(PR, rel=1e-6)
+    # The last step's iteration, of both sequences, costs PF + 2 PR: one step of the average (on
+    # graphs its first (B = 2) run is a warm-up, left out).
+    last = PF + PR if clock == "graphs" else PF + 2 * PR
+    assert s.pacer_decode_s == pytest.approx(0.8 * (PF + PR) + 0.2 * last, rel=1e-9)

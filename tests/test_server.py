@@ -81,6 +81,15 @@ class Server:
         m = re.search(rf"^{re.escape(name)} (\S+)$", text, re.M)
         return float(m.group(1)) if m else 0.0
 
+    def labelled(self, name: str) -> dict[tuple[tuple[str, str], ...], float]:
+        """Every sample of a labelled metric: {((label, value), ...): value}."""
+        text = httpx.get(self.url + "/metrics", timeout=10).text
+        out = {}
+        for labels, value in re.findall(rf"^{re.escape(name)}\{{([^}}]*)\}} (\S+)$", text, re.M):
+            key = tuple(sorted(re.findall(r'(\w+)="([^"]*)"', labels)))
+            out[key] = float(value)
+        return out
+
     def stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.kill()
@@ -177,6 +186,9 @@ def test_chat_equals_engine_generate(server: Server, offline: Engine, stream: bo
 def test_prediction_is_accepted_and_reported(server: Server, offline: Engine) -> None:
     prompt = "x = 1\ny = 2\n"
     want = offline.generate(prompt, max_new_tokens=24, temperature=0.0)
+    per_pos = "trt_spec:spec_decode_num_accepted_tokens_per_pos_total"
+    accepted = "trt_spec:spec_decode_num_accepted_tokens_total"
+    pos_before, acc_before = server.labelled(per_pos), server.labelled(accepted)
     r = server.post(
         "/v1/completions",
         {
@@ -195,6 +207,19 @@ def test_prediction_is_accepted_and_reported(server: Server, offline: Engine) ->
     details = body["usage"]["completion_tokens_details"]
     assert details["accepted_prediction_tokens"] > 0
     assert body["trt_spec"]["accepted"] >= details["accepted_prediction_tokens"]
+    # The metrics: this request's accepted tokens, by source, and by source and position (the
+    # positions of one source add up to its total, and a later position is never kept more often).
+    n_acc = body["trt_spec"]["accepted"]
+    key = (("source", "lookup"),)
+    assert server.labelled(accepted).get(key, 0.0) - acc_before.get(key, 0.0) == n_acc
+    pos_after = server.labelled(per_pos)
+    kept = []
+    for i in range(4):
+        k = (("position", str(i)), ("source", "lookup"))
+        kept.append(pos_after.get(k, 0.0) - pos_before.get(k, 0.0))
+    assert sum(kept) == n_acc and kept[0] > 0
+    assert all(a >= b for a, b in zip(kept, kept[1:], strict=False))
+    assert not any(dict(k).get("source") == "model" for k in pos_after)  # no draft model here
 
 
 def test_32_concurrent_streams_equal_their_offline_outputs(server: Server, offline: Engine) -> None:

@@ -61,6 +61,10 @@ inline nb::dict stats_dict(const RequestStats& s) {
   r["prediction_accepted"] = s.prediction_accepted;
   r["prediction_rejected"] = s.prediction_rejected;
   r["accepted_hist"] = s.accepted_hist;
+  nb::dict hist_by;
+  for (int i = 0; i < kDraftSourceCount; ++i)
+    hist_by[draft_source_name(static_cast<DraftSource>(i))] = s.accepted_hist_by_source[i];
+  r["accepted_hist_by_source"] = hist_by;
   r["sources"] = s.sources;
   r["queue_s"] = s.queue_s;
   r["prefill_s"] = s.prefill_s;

@@ -146,6 +146,9 @@ void bind_session(nb::module_& m) {
       .def_prop_ro("last_k", [](Session& s) { return s.sch->last_k(); })
       .def_prop_ro("last_source",
                    [](Session& s) { return draft_source_name(s.sch->last_source()); })
+      .def_prop_ro("last_prefill_rows", [](Session& s) { return s.sch->last_prefill_rows(); })
+      .def_prop_ro("prefill_row_s", [](Session& s) { return s.sch->pacer().per_row(); })
+      .def_prop_ro("pacer_decode_s", [](Session& s) { return s.sch->pacer().decode_seconds(); })
       .def_prop_ro("last_draft_s", [](Session& s) { return s.sch->last_times().draft_s; })
       .def_prop_ro("last_verify_s", [](Session& s) { return s.sch->last_times().verify_s; })
       .def_prop_rw(

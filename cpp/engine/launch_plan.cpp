@@ -8,9 +8,8 @@
 
 #include "common/errors.h"
 #include "engine/runtime.h"
-#include "spec/draft_model_proposer.h"
 #include "spec/iteration.h"
-#include "spec/lookup_proposer.h"
+#include "spec/proposer_set.h"
 #ifdef TRT_SPEC_WITH_CUDA
 #include "backend/cuda/cuda_backend.h"
 #endif
@@ -59,19 +58,10 @@ LaunchPlan cuda_launch_plan(const std::string& engine_path, int batch, int draft
     plan.draft_step = count_forward(be, *rt.draft());
   }
 
-  // One iteration as the scheduler builds it (scheduler.cpp): both proposers, graphs on.
+  // One iteration as the scheduler builds it (attach_proposers), graphs on.
   const int B = rt.max_batch(), K = rt.draft_len();
   Iteration iter(be, rt.target(), rt.draft(), B, K, rt.max_seq_len());
-  std::unique_ptr<DraftModelProposer> model;
-  std::unique_ptr<LookupProposer> lookup;
-  if (rt.draft() && K > 0) {
-    model = std::make_unique<DraftModelProposer>(be, *rt.draft(), B, K, rt.vocab_size());
-    iter.set_proposer(DraftSource::kModel, model.get());
-  }
-  if (K > 0) {
-    lookup = std::make_unique<LookupProposer>(B, K, model ? &model->controller() : nullptr);
-    iter.set_proposer(DraftSource::kLookup, lookup.get());
-  }
+  const ProposerSet proposers = attach_proposers(iter, be, rt.draft(), B, K, rt.vocab_size());
   std::vector<int32_t> slots(batch);
   std::iota(slots.begin(), slots.end(), 0);
   iter.set_slots(slots.data(), batch);

@@ -42,7 +42,8 @@ Scheduler::Scheduler(Runtime& rt, SchedulerOptions opts)
     : rt_(rt),
       opts_(std::move(opts)),
       iter_(rt.backend(), rt.target(), rt.draft(), rt.max_batch(), rt.draft_len(),
-            rt.max_seq_len()) {
+            rt.max_seq_len()),
+      pacer_(opts_.interleave_chunk) {
   if (opts_.prefill_chunk < 1 || opts_.interleave_chunk < 1)
     throw InvalidArgument("prefill chunks must be >= 1 row");
   if (!opts_.token_bytes.empty() && static_cast<int>(opts_.token_bytes.size()) != rt.vocab_size())
@@ -50,14 +51,7 @@ Scheduler::Scheduler(Runtime& rt, SchedulerOptions opts)
                           " entries for a vocabulary of " + std::to_string(rt.vocab_size()));
   limits_ = RequestLimits{rt.vocab_size(), rt.max_seq_len(), rt.draft_len(), rt.draft() != nullptr};
   const int B = rt.max_batch(), K = rt.draft_len();
-  if (rt.draft() && K > 0) {
-    model_ = std::make_unique<DraftModelProposer>(rt.backend(), *rt.draft(), B, K, rt.vocab_size());
-    iter_.set_proposer(DraftSource::kModel, model_.get());
-  }
-  if (K > 0) {
-    lookup_ = std::make_unique<LookupProposer>(B, K, model_ ? &model_->controller() : nullptr);
-    iter_.set_proposer(DraftSource::kLookup, lookup_.get());
-  }
+  proposers_ = attach_proposers(iter_, rt.backend(), rt.draft(), B, K, rt.vocab_size());
   slots_.assign(B, nullptr);
   Backend& be = rt.backend();
   const int R = rt.target().limits().max_rows;
@@ -87,6 +81,8 @@ uint64_t Scheduler::submit(GenerateRequest req) {
   r->stop = StopMatcher(req.stop_strings);
   r->stats.prompt_tokens = static_cast<int>(req.prompt.size());
   r->stats.accepted_hist.assign(limits_.max_draft_len + 1, 0);
+  for (std::vector<int>& h : r->stats.accepted_hist_by_source)
+    h.assign(limits_.max_draft_len + 1, 0);
   // A prediction longer than the context can only be drafted from up to max_seq_len tokens.
   if (static_cast<int>(req.prediction.size()) > limits_.max_seq_len)
     req.prediction.resize(limits_.max_seq_len);
@@ -127,8 +123,8 @@ void Scheduler::finish(Request& r, FinishReason why, SchedulerEvent& ev, double 
   r.stats.total_s = now - r.t_submit;
   ev.stats = r.stats;
   if (r.slot >= 0) {
-    if (model_) model_->end(r.slot);
-    if (lookup_) lookup_->end(r.slot);
+    if (proposers_.model) proposers_.model->end(r.slot);
+    if (proposers_.lookup) proposers_.lookup->end(r.slot);
     slots_[r.slot] = nullptr;
   }
 }
@@ -196,8 +192,8 @@ void Scheduler::admit(std::vector<SchedulerEvent>& events) {
     r->stats.queue_s = r->t_admit - r->t_submit;
     r->tokens = r->req.prompt;
     *free = r.get();
-    if (model_) model_->begin(r->slot, r->req.prompt);
-    if (lookup_) lookup_->begin(r->slot, r->req.prompt);
+    if (proposers_.model) proposers_.model->begin(r->slot, r->req.prompt);
+    if (proposers_.lookup) proposers_.lookup->begin(r->slot, r->req.prompt);
     live_[r->id] = std::move(r);
   }
 }
@@ -205,7 +201,7 @@ void Scheduler::admit(std::vector<SchedulerEvent>& events) {
 void Scheduler::prefill(std::vector<SchedulerEvent>& events, bool others_decoding) {
   Backend& be = rt_.backend();
   const int R = rt_.target().limits().max_rows;
-  int budget = std::min(R, others_decoding ? opts_.interleave_chunk : opts_.prefill_chunk);
+  int budget = std::min(R, others_decoding ? pacer_.interleave_rows() : opts_.prefill_chunk);
   // Prefilling requests, oldest first.
   std::vector<Request*> pending;
   for (Request* r : slots_)
@@ -237,6 +233,13 @@ void Scheduler::prefill(std::vector<SchedulerEvent>& events, bool others_decodin
   }
   if (pieces.empty()) return;
   const int n = static_cast<int>(tok.size());
+  last_prefill_rows_ = n;
+  // The chunk's device time, for the pacer: read after the next synchronisation (this chunk's
+  // first tokens, or the decode iteration's read-back). An earlier chunk's time still unread is
+  // read now where that is free (ops run in order on the host), else dropped.
+  if (prefill_timed_rows_ > 0 && be.runs_on_host()) take_prefill_time();
+  if (!prefill_timer_) prefill_timer_ = be.timer();
+  prefill_timer_->start();
   be.upload(tok_.as<void>(), tok.data(), n * 4);
   be.upload(pos_.as<void>(), pos.data(), n * 4);
   be.upload(row_slot_.as<void>(), slot.data(), n * 4);
@@ -250,11 +253,13 @@ void Scheduler::prefill(std::vector<SchedulerEvent>& events, bool others_decodin
   for (const Piece& p : pieces) {
     Request& r = *p.r;
     r.prefilled += p.n;
-    if (!model_ || !(r.sources & draft_source_bit(DraftSource::kModel))) continue;
+    if (!proposers_.model || !(r.sources & draft_source_bit(DraftSource::kModel))) continue;
     const int upto = std::min(p.first + p.n, static_cast<int>(r.req.prompt.size()) - 1);
     if (upto > p.first)
-      model_->read_prompt(r.slot, r.req.prompt.data() + p.first, p.first, upto - p.first);
+      proposers_.model->read_prompt(r.slot, r.req.prompt.data() + p.first, p.first, upto - p.first);
   }
+  prefill_timer_->stop();
+  prefill_timed_rows_ = n;
   if (completing.empty()) return;
   // First tokens, drawn as target-only decoding draws them (sampling step 0).
   const int m = static_cast<int>(completing.size());
@@ -268,7 +273,14 @@ void Scheduler::prefill(std::vector<SchedulerEvent>& events, bool others_decodin
   be.sample(logits_.as<float>(), m, rt_.vocab_size(), sample_slots_.as<int32_t>(),
             iter_.state().states, sampled_.as<int32_t>());
   be.download(first.data(), sampled_.as<void>(), m * 4);
+  take_prefill_time();  // (synchronised: free)
   for (int i = 0; i < m; ++i) start_decoding(*completing[i], first[i], events);
+}
+
+void Scheduler::take_prefill_time() {
+  if (prefill_timed_rows_ == 0) return;
+  pacer_.observe_prefill(prefill_timed_rows_, prefill_timer_->seconds());
+  prefill_timed_rows_ = 0;
 }
 
 void Scheduler::start_decoding(Request& r, int32_t first, std::vector<SchedulerEvent>& events) {
@@ -318,14 +330,14 @@ Scheduler::Choice Scheduler::choose(const std::vector<Request*>& active) {
   std::vector<int> avail(B, 0);
   for (int b = 0; b < B; ++b) {
     const Request& r = *active[b];
-    if (model_ && (r.sources & kModelBit)) {
+    if (proposers_.model && (r.sources & kModelBit)) {
       any_model = true;
-      a_model[b] = model_->alpha(r.slot);
-      lag += model_->lag(r.slot, r.seq.n_past);
+      a_model[b] = proposers_.model->alpha(r.slot);
+      lag += proposers_.model->lag(r.slot, r.seq.n_past);
     }
-    if (lookup_ && (r.sources & kLookupBit) && r.seq.lookup_n > 0) {
+    if (proposers_.lookup && (r.sources & kLookupBit) && r.seq.lookup_n > 0) {
       any_lookup = true;
-      a_lookup[b] = lookup_->alpha(r.slot);
+      a_lookup[b] = proposers_.lookup->alpha(r.slot);
       avail[b] = std::min(r.seq.lookup_n, r.max_nodes);
     }
     all_fixed = all_fixed && r.req.draft_len >= 0;
@@ -342,7 +354,7 @@ Scheduler::Choice Scheduler::choose(const std::vector<Request*>& active) {
     for (double a : a_model) t += expected_tokens(a, k);
     return t;
   };
-  DraftController* mc = model_ ? &model_->controller() : nullptr;
+  DraftController* mc = proposers_.model ? &proposers_.model->controller() : nullptr;
   // A token emitted without the draft model costs it a catch-up later, while drafting pays.
   const double charge = (mc && any_model && mc->drafting_pays(B)) ? mc->catch_up_per_token() : 0.0;
   if (all_fixed) {
@@ -351,7 +363,7 @@ Scheduler::Choice Scheduler::choose(const std::vector<Request*>& active) {
     if (!any_lookup) return {DraftSource::kModel, k};
     if (!any_model) return {DraftSource::kLookup, k};
     const double rm = mc->rate(B, k, model_tokens(k));
-    const double tl = lookup_->controller().predicted_time(B, k);
+    const double tl = proposers_.lookup->controller().predicted_time(B, k);
     const double rl = tl > 0.0 ? lookup_tokens(k) / (tl + charge * lookup_tokens(k)) : -1.0;
     return rl > rm ? Choice{DraftSource::kLookup, k} : Choice{DraftSource::kModel, k};
   }
@@ -365,14 +377,15 @@ Scheduler::Choice Scheduler::choose(const std::vector<Request*>& active) {
     }
   }
   if (any_lookup) {
-    const LookupController::Offer o = lookup_->controller().offer(B, a_lookup, avail, limit);
+    const LookupController::Offer o =
+        proposers_.lookup->controller().offer(B, a_lookup, avail, limit);
     if (o.k > 0) {
       if (o.seconds <= 0.0) return {DraftSource::kLookup, o.k};  // not measured yet: measure
       const double rl = o.tokens / (o.seconds + charge * o.tokens);
       if (model_choice.k > 0)
         return rl > model_rate ? Choice{DraftSource::kLookup, o.k} : model_choice;
       double t0 = mc ? mc->predicted_time(B, 0) : -1.0;
-      if (t0 <= 0.0) t0 = lookup_->controller().predicted_time(B, 0);
+      if (t0 <= 0.0) t0 = proposers_.lookup->controller().predicted_time(B, 0);
       const double r0 = t0 > 0.0 ? B / (t0 + charge * B) : -1.0;
       return rl > r0 ? Choice{DraftSource::kLookup, o.k} : Choice{};
     }
@@ -407,20 +420,22 @@ void Scheduler::decode(std::vector<SchedulerEvent>& events) {
   const double now = now_s();
   last_times_ = iter_.times();
   const double total = last_times_.total();
+  take_prefill_time();  // (after the read-back: free)
   if (prep)
     for (Request* r : active) r->stats.catch_up_s += prep->take_prepare_seconds(r->slot);
   last_B_ = B;
   last_k_ = c.k;
   last_source_ = c.source;
   // The controllers learn the cost of what ran (a warm-up's times hold one-time work: not).
-  DraftController* mc = model_ ? &model_->controller() : nullptr;
+  DraftController* mc = proposers_.model ? &proposers_.model->controller() : nullptr;
   const bool learn = !iter_.warm_up();
+  if (learn) pacer_.observe_decode(total);
   if (learn && c.source == DraftSource::kLookup) {
-    lookup_->controller().observe(B, c.k, total);
+    proposers_.lookup->controller().observe(B, c.k, total);
     if (mc) mc->observe_verify(B, c.k + 1, last_times_.verify_s);
   } else if (learn) {
     if (mc) mc->observe(B, c.k, total, last_times_.draft_s, last_times_.verify_s);
-    if (lookup_ && c.k == 0) lookup_->controller().observe_plain(B, total);
+    if (proposers_.lookup && c.k == 0) proposers_.lookup->controller().observe_plain(B, total);
   }
   for (Request* rp : active) {
     Request& r = *rp;
@@ -439,12 +454,16 @@ void Scheduler::decode(std::vector<SchedulerEvent>& events) {
       st.accepted += s.n_acc;
       st.drafted_by_source[src] += s.n_drafted;
       st.accepted_by_source[src] += s.n_acc;
-      st.accepted_hist[std::min(s.n_acc, static_cast<int>(st.accepted_hist.size()) - 1)] += 1;
+      const int bin = std::min(s.n_acc, static_cast<int>(st.accepted_hist.size()) - 1);
+      st.accepted_hist[bin] += 1;
+      st.accepted_hist_by_source[src][bin] += 1;
       st.prediction_accepted += s.pred_acc;
       st.prediction_rejected += s.pred_rej;
     }
-    if (model_) model_->commit(r.slot, s, src == static_cast<int>(DraftSource::kModel));
-    if (lookup_) lookup_->commit(r.slot, s, src == static_cast<int>(DraftSource::kLookup));
+    if (proposers_.model)
+      proposers_.model->commit(r.slot, s, src == static_cast<int>(DraftSource::kModel));
+    if (proposers_.lookup)
+      proposers_.lookup->commit(r.slot, s, src == static_cast<int>(DraftSource::kLookup));
     SchedulerEvent& ev = event_for(r, events);
     bool open = true;
     for (int i = 0; i < s.n_new; ++i) {

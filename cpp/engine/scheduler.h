@@ -7,8 +7,9 @@
 //   2. admits queued requests, oldest first, into free KV slots (at most the engine's max_batch
 //      run at once);
 //   3. prefills: one chunk of prompt rows, taken from the prefilling requests oldest first
-//      (prefill_chunk rows, or interleave_chunk while other sequences are decoding, so that
-//      a long prompt does not stall them); the draft model reads the same rows; a request whose
+//      (prefill_chunk rows; while other sequences decode, as many rows as cost about one of
+//      their iterations, at most interleave_chunk: engine/prefill_pacer.h, so that a long
+//      prompt does not stall them); the draft model reads the same rows; a request whose
 //      prompt is complete gets its first token;
 //   4. runs one speculative iteration for every decoding sequence: the draft source and length
 //      chosen from the proposers' offers (the draft model's and prompt lookup's controllers, or a
@@ -26,18 +27,19 @@
 #include <string>
 #include <vector>
 
+#include "engine/prefill_pacer.h"
 #include "engine/request.h"
 #include "engine/runtime.h"
 #include "engine/stop_strings.h"
-#include "spec/draft_model_proposer.h"
 #include "spec/iteration.h"
-#include "spec/lookup_proposer.h"
+#include "spec/proposer_set.h"
 
 namespace trt_spec {
 
 struct SchedulerOptions {
   int prefill_chunk = 256;    // prompt rows per step while no other sequence decodes
-  int interleave_chunk = 64;  // prompt rows per step while others decode
+  int interleave_chunk = 64;  // prompt rows per step while others decode, at most (PrefillPacer:
+                              // fewer when rows are slow, so that decoders are not stalled)
   // The text of each token id (UTF-8 bytes; empty for special tokens); stop strings need it.
   std::vector<std::string> token_bytes;
 };
@@ -54,9 +56,10 @@ struct RequestStats {
   int prediction_accepted = 0;     // draft tokens from the predicted output that were kept
   int prediction_rejected = 0;     // ... and that were verified and not kept
   std::vector<int> accepted_hist;  // [max_k + 1]: drafting iterations by accepted length
-  std::string sources;             // per iteration: 'n' none, 'm' draft model, 'l' lookup
-  double queue_s = 0.0;            // submission -> admission into a slot
-  double prefill_s = 0.0;          // admission -> first token
+  std::vector<int> accepted_hist_by_source[kDraftSourceCount];  // ... of each source's iterations
+  std::string sources;     // per iteration: 'n' none, 'm' draft model, 'l' lookup
+  double queue_s = 0.0;    // submission -> admission into a slot
+  double prefill_s = 0.0;  // admission -> first token
   double draft_s = 0.0, verify_s = 0.0, catch_up_s = 0.0;  // of the iterations it took part in
   double ttft_s = 0.0, total_s = 0.0;                      // from submission
   std::vector<double> token_times;  // seconds from submission at which each token became final
@@ -93,8 +96,11 @@ class Scheduler {
   DraftSource last_source() const { return last_source_; }
   const PhaseTimes& last_times() const { return last_times_; }
   Iteration& iteration() { return iter_; }
-  DraftModelProposer* model_proposer() { return model_.get(); }
-  LookupProposer* lookup_proposer() { return lookup_.get(); }
+  DraftModelProposer* model_proposer() { return proposers_.model.get(); }
+  LookupProposer* lookup_proposer() { return proposers_.lookup.get(); }
+  // Rows of the last prefill chunk (0 before any), and the pacer that sized it.
+  int last_prefill_rows() const { return last_prefill_rows_; }
+  const PrefillPacer& pacer() const { return pacer_; }
   // A request's sequence state, while it holds a slot (tests).
   const SeqState* seq_state(uint64_t id) const;
   int slot_of(uint64_t id) const;
@@ -109,6 +115,7 @@ class Scheduler {
   void prefill(std::vector<SchedulerEvent>& events, bool others_decoding);
   void start_decoding(Request& r, int32_t first, std::vector<SchedulerEvent>& events);
   void decode(std::vector<SchedulerEvent>& events);
+  void take_prefill_time();  // the last chunk's time to the pacer (after a synchronisation)
   Choice choose(const std::vector<Request*>& active);
   // Appends a final token; false once the request is finished.
   bool emit(Request& r, int32_t tok, SchedulerEvent& ev, double now);
@@ -119,8 +126,11 @@ class Scheduler {
   SchedulerOptions opts_;
   RequestLimits limits_;
   Iteration iter_;
-  std::unique_ptr<DraftModelProposer> model_;
-  std::unique_ptr<LookupProposer> lookup_;
+  PrefillPacer pacer_;
+  std::unique_ptr<Backend::Timer> prefill_timer_;
+  int prefill_timed_rows_ = 0;  // rows of the chunk timed and not read yet (0: none)
+  int last_prefill_rows_ = 0;
+  ProposerSet proposers_;
   uint64_t next_id_ = 1;
   std::deque<std::unique_ptr<Request>> queue_;
   std::map<uint64_t, std::unique_ptr<Request>> live_;  // requests holding a slot

@@ -108,8 +108,10 @@ class Engine:
         n_threads: CPU threads (default: one per core).
         verify: check every tensor's checksum while loading (about 0.2 s per GB).
         prefill_chunk: prompt rows per forward while nothing else decodes.
-        interleave_chunk: prompt rows per scheduler step while other requests decode (a long
-            prompt then delays their next tokens by one such chunk at a time).
+        interleave_chunk: prompt rows per scheduler step, at most, while other requests decode.
+            Fewer are taken where rows are slow: as many as cost about one of their iterations
+            (measured), so a long prompt about doubles their inter-token latency meanwhile
+            instead of stalling them.
         kv_cache_dtype: element type of the KV caches: ``"f32"``, ``"f16"``, ``"bf16"`` or
             ``"auto"`` (f16 on a GPU, f32 on the CPU).
     """

@@ -31,6 +31,7 @@ class GenerationStats:
     acceptance_rate: float = 0.0  # accepted / drafted
     tokens_per_iteration: float = 0.0  # tokens emitted per decode iteration
     accepted_hist: tuple[int, ...] = ()  # [n]: drafting iterations that kept n draft tokens
+    accepted_hist_by_source: dict[str, tuple[int, ...]] = field(default_factory=dict)  # per source
     sources: str = ""  # the draft source of each iteration: n(one), m(odel), l(ookup)
     by_source: dict[str, dict[str, int]] = field(default_factory=dict)  # iterations/drafted/
     # accepted per source
@@ -114,6 +115,11 @@ def stats_from_runtime(
         acceptance_rate=accepted / drafted if drafted else 0.0,
         tokens_per_iteration=int(r.get("emitted", 0)) / iterations if iterations else 0.0,
         accepted_hist=tuple(r.get("accepted_hist", ())),
+        accepted_hist_by_source={
+            k: tuple(int(x) for x in v)
+            for k, v in dict(r.get("accepted_hist_by_source", {})).items()
+            if any(v)
+        },
         sources=str(r.get("sources", "")),
         by_source={k: dict(v) for k, v in dict(r.get("by_source", {})).items()},
         prediction_accepted=int(r.get("prediction_accepted", 0)),

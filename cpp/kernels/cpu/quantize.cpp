@@ -13,18 +13,6 @@
 namespace trt_spec::cpu {
 namespace {
 
-inline uint32_t float_bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
-
-inline float bits_float(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
 // Round to nearest integer, ties to even, for |v| < 2^22 (default FP rounding mode).
 inline float round_ne(float v) {
   constexpr float kMagic = 12582912.0f;  // 1.5 * 2^23
@@ -234,51 +222,6 @@ void quantize_rows(const float* w, int64_t rows, int64_t cols, WeightType t, uin
 }
 
 }  // namespace
-
-float f16_to_f32(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
-  const uint32_t exp = (h >> 10) & 0x1f;
-  const uint32_t mant = h & 0x3ff;
-  if (exp == 0) {  // zero or subnormal: mant * 2^-24, exact in float
-    const float v = static_cast<float>(mant) * 5.9604644775390625e-8f;
-    return sign ? -v : v;
-  }
-  if (exp == 31) return bits_float(sign | 0x7f800000u | (mant << 13));  // inf / NaN
-  return bits_float(sign | ((exp + 112) << 23) | (mant << 13));
-}
-
-uint16_t f32_to_f16(float f) {
-  const uint32_t x = float_bits(f);
-  const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000);
-  const uint32_t a = x & 0x7fffffffu;
-  if (a > 0x7f800000u) return sign | 0x7e00 | static_cast<uint16_t>((a >> 13) & 0x3ff);  // NaN
-  if (a >= 0x477ff000u) return sign | 0x7c00;  // >= 65520 rounds to inf (and inf itself)
-  if (a >= 0x38800000u) {                      // normal half: rebias exponent, round mantissa
-    const uint32_t h = (a - 0x38000000u) >> 13;
-    const uint32_t rem = a & 0x1fff;
-    return sign | static_cast<uint16_t>(h + (rem > 0x1000 || (rem == 0x1000 && (h & 1))));
-  }
-  // Subnormal half (or zero): value / 2^-24 = mant24 * 2^(e + 1), e = unbiased exponent.
-  const int e = static_cast<int>(a >> 23) - 127;
-  const int shift = -(e + 1);   // >= 14
-  if (shift > 24) return sign;  // < 2^-25: rounds to zero
-  const uint32_t m = (a & 0x7fffff) | 0x800000;
-  uint32_t k = m >> shift;
-  const uint32_t rem = m & ((1u << shift) - 1);
-  const uint32_t half = 1u << (shift - 1);
-  k += (rem > half || (rem == half && (k & 1)));
-  return sign | static_cast<uint16_t>(k);
-}
-
-float bf16_to_f32(uint16_t h) {
-  return bits_float(static_cast<uint32_t>(h) << 16);
-}
-
-uint16_t f32_to_bf16(float f) {
-  const uint32_t x = float_bits(f);
-  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40);  // NaN
-  return static_cast<uint16_t>((x + 0x7fffu + ((x >> 16) & 1)) >> 16);
-}
 
 void quantize_weight(const float* w, int64_t rows, int64_t cols, WeightType t, uint8_t* blob) {
   if (weight_type_needs_groups(t) && cols % kQ4SuperBlock != 0)

@@ -2,19 +2,20 @@
 //
 // quantize_weight() turns a float matrix into a blob in the layout of kernels/weight_format.h;
 // dequantize_weight() is the reference decode every kernel is tested against. The scalar
-// f16/bf16 conversions here are exact (round-to-nearest-even, subnormals, inf and NaN).
+// f16/bf16 conversions are kernels/half_float.h's.
 #pragma once
 
 #include <cstdint>
 
+#include "kernels/half_float.h"
 #include "kernels/weight_format.h"
 
 namespace trt_spec::cpu {
 
-float f16_to_f32(uint16_t h);
-uint16_t f32_to_f16(float f);  // round to nearest even; overflow -> inf; NaN stays NaN
-float bf16_to_f32(uint16_t h);
-uint16_t f32_to_bf16(float f);  // round to nearest even; NaN stays NaN (quiet)
+using trt_spec::bf16_to_f32;  // (kernels/half_float.h)
+using trt_spec::f16_to_f32;
+using trt_spec::f32_to_bf16;
+using trt_spec::f32_to_f16;
 
 // Writes weight_blob_bytes(t, rows, cols) bytes to blob (section padding zeroed).
 // w: [rows, cols] row-major. Q8/Q4 need cols % 64 == 0 (throws std::invalid_argument otherwise).

@@ -22,20 +22,25 @@ struct KvView {
   }
 };
 
-// f32 -> f16 / bf16 bits, round to nearest even (the same bits as kv_format.h's host functions).
+// f32 -> f16 / bf16 bits, round to nearest even (the same bits as kernels/half_float.h; the
+// emulation calls it).
 __device__ __forceinline__ uint16_t kv_f16_bits(float f) {
 #if defined(TRT_SPEC_CUDA_EMU)
-  return f32_to_f16_bits(f);
+  return f32_to_f16(f);
 #else
   return __half_as_ushort(__float2half_rn(f));
 #endif
 }
 
 __device__ __forceinline__ uint16_t kv_bf16_bits(float f) {
+#if defined(TRT_SPEC_CUDA_EMU)
+  return f32_to_bf16(f);
+#else
   uint32_t x = __float_as_uint(f);
   if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40u);
   x += 0x7fffu + ((x >> 16) & 1u);
   return static_cast<uint16_t>(x >> 16);
+#endif
 }
 
 // base[e] = f, rounded to the cache's type.

@@ -12,8 +12,11 @@
 // The rule takes up to three launches, each a pass over the row:
 //   1. max:   the argmax (greedy: the token) and the row maximum           RowStat.mx / arg
 //   2. rule:  the kept mass (index order: the sum over chunks), or, with top-k / top-p, the key
-//             threshold and mass (block_rule, by the row's first block); or a draw: the chunk
-//             the target falls in, then one block scan walk inside it     RowStat.floor / total
+//             threshold and mass: every block counts and weighs its chunk's rule bins
+//             (select.cuh) into the row's histogram, and the last block finds the bin each
+//             threshold falls in from it and searches inside that bin only (rows_bin_pass);
+//             or a draw: the chunk (or bin) the target falls in, then one block walks inside it
+//                                                                          RowStat.floor / total
 //   3. probs: the dense distribution (and its index-order draw: sample_dense)
 #pragma once
 
@@ -67,22 +70,27 @@ struct ChunkPartial {
   unsigned long long mass;  // fixed-point mass of the chunk
 };
 
-// Scratch of the multi-block rows: counters (zero between launches), row stats and partials.
+// Scratch of the multi-block rows: counters and bin histograms (zero between launches), row
+// stats and partials.
 struct SampleScratch {
-  unsigned* count;     // [rows]
-  RowStat* row;        // [rows]
-  ChunkPartial* part;  // [rows, chunks]
+  unsigned* count;               // [rows]
+  RowStat* row;                  // [rows]
+  unsigned* bin_cnt;             // [rows, kRuleBins]
+  unsigned long long* bin_mass;  // [rows, kRuleBins]
+  ChunkPartial* part;            // [rows, chunks]
 };
 
 inline size_t sample_align(size_t b) {
   return (b + 255) / 256 * 256;
 }
 
-// Bytes of scratch for `rows` rows of `chunks` chunks; the counters (the first bytes) must be
-// zero when allocated (the kernels leave them zero).
+// Bytes of scratch for `rows` rows of `chunks` chunks; it must be zero when allocated (the
+// kernels leave the counters and histograms zero).
 inline size_t sample_scratch_bytes(int rows, int chunks) {
   const size_t r = static_cast<size_t>(std::max(rows, 1));
   return sample_align(r * sizeof(unsigned)) + sample_align(r * sizeof(RowStat)) +
+         sample_align(r * kRuleBins * sizeof(unsigned)) +
+         sample_align(r * kRuleBins * sizeof(unsigned long long)) +
          r * static_cast<size_t>(std::max(chunks, 1)) * sizeof(ChunkPartial);
 }
 
@@ -93,9 +101,14 @@ inline SampleScratch sample_scratch(void* base, int rows, int chunks) {
   char* p = static_cast<char*>(base);
   SampleScratch s;
   s.count = reinterpret_cast<unsigned*>(p);
-  s.row = reinterpret_cast<RowStat*>(p + sample_align(r * sizeof(unsigned)));
-  s.part = reinterpret_cast<ChunkPartial*>(p + sample_align(r * sizeof(unsigned)) +
-                                           sample_align(r * sizeof(RowStat)));
+  p += sample_align(r * sizeof(unsigned));
+  s.row = reinterpret_cast<RowStat*>(p);
+  p += sample_align(r * sizeof(RowStat));
+  s.bin_cnt = reinterpret_cast<unsigned*>(p);
+  p += sample_align(r * kRuleBins * sizeof(unsigned));
+  s.bin_mass = reinterpret_cast<unsigned long long*>(p);
+  p += sample_align(r * kRuleBins * sizeof(unsigned long long));
+  s.part = reinterpret_cast<ChunkPartial*>(p);
   return s;
 }
 
@@ -223,6 +236,67 @@ __device__ inline ChunkHit find_chunk(const ChunkPartial* part, int chunks, uint
   const ChunkHit r = hit;
   __syncthreads();
   return r;
+}
+
+// A row's rule-bin histogram (shared memory of the block that finishes the row).
+struct BinHist {
+  const unsigned* cnt;             // [kRuleBins] candidates per bin
+  const unsigned long long* mass;  // [kRuleBins] their fixed-point weight
+};
+
+// Pass 2 of a top-k / top-p row: each block counts and weighs the rule bins of its chunk
+// (aggregated per warp and bin, then one global atomic per nonzero bin: integer sums, so the
+// result never depends on the order). True in the block that arrives last: it gets the row's
+// histogram in *h (shared memory) and has zeroed the global one for the next launch.
+__device__ inline bool rows_bin_pass(const float* l, int n, int chunk, float mx, float inv_t,
+                                     SampleScratch s, int row, BinHist* h) {
+  __shared__ unsigned cnt[kRuleBins];
+  __shared__ unsigned long long mass[kRuleBins];
+  for (int b = threadIdx.x; b < kRuleBins; b += blockDim.x) {
+    cnt[b] = 0;
+    mass[b] = 0;
+  }
+  __syncthreads();
+  const int c = blockIdx.x, chunks = gridDim.x;
+  const int begin = c * chunk, end = min(n, begin + chunk);
+  const int lane = threadIdx.x & 31;
+  for (int base = begin; base < end; base += blockDim.x) {  // (warp-uniform trips)
+    const int i = base + static_cast<int>(threadIdx.x);
+    const bool valid = i < end;
+    const float x = valid ? l[i] : 0.0f;
+    const int b = valid ? rule_bin(x, mx, inv_t) : -1;
+    const unsigned long long w = valid ? weight_of(x, mx, inv_t) : 0ull;
+    unsigned todo = __ballot_sync(kFullMask, valid);
+    while (todo) {
+      const int leader = __ffs(todo) - 1;
+      const int b0 = __shfl_sync(kFullMask, b, leader);
+      const unsigned same = __ballot_sync(kFullMask, valid && b == b0);
+      const unsigned long long sum = warp_sum_u64(valid && b == b0 ? w : 0ull);
+      if (lane == leader) {
+        atomicAdd(&mass[b0], sum);
+        atomicAdd(&cnt[b0], static_cast<unsigned>(__popc(same)));
+      }
+      todo &= ~same;
+    }
+  }
+  __syncthreads();
+  unsigned* gc = s.bin_cnt + static_cast<int64_t>(row) * kRuleBins;
+  unsigned long long* gm = s.bin_mass + static_cast<int64_t>(row) * kRuleBins;
+  for (int b = threadIdx.x; b < kRuleBins; b += blockDim.x)
+    if (cnt[b] != 0) {
+      atomicAdd(&gc[b], cnt[b]);
+      atomicAdd(&gm[b], mass[b]);
+    }
+  if (!block_arrive_last(s.count + row, chunks)) return false;
+  for (int b = threadIdx.x; b < kRuleBins; b += blockDim.x) {
+    cnt[b] = load_cg(&gc[b]);
+    mass[b] = load_cg(&gm[b]);
+    gc[b] = 0;
+    gm[b] = 0;
+  }
+  __syncthreads();
+  *h = BinHist{cnt, mass};
+  return true;
 }
 
 // Sum of the partials' masses (thread 0's value is the one used).

@@ -2,12 +2,12 @@
 // of the speculative iteration (kernels/speculative.h): one block per row, or several
 // (sample_rows.cuh).
 //
-// Mirrors cpu_sampling.cpp function by function:
-//   block_rule           kept_tokens: the candidates (a key threshold, see select.cuh) and mass
-//   block_sample_row     sample_row: argmax, or a draw from the kept tokens in rule order
-//   block_sampling_probs sampling_probs: the dense distribution the rule draws from
-//   block_sample_dense   sample_dense
-// then the same rule over rows split into chunks, several blocks per row (sample_rows.cuh):
+// Mirrors cpu_sampling.cpp function by function, over rows split into chunks, several blocks per
+// row (sample_rows.cuh):
+//   binned_rule          kept_tokens with top-k / top-p: the candidates (a key threshold, see
+//                        select.cuh) and their mass, from the row's rule-bin histogram
+//   binned_draw          sample_row's draw from those kept tokens in rule order
+//   block_sample_dense   sample_dense (one block)
 //   rows_draw_pass       sample_row, given the row maximum (pass 1: rows_max_pass)
 //   rows_rule_pass       the kept set and mass of sampling_probs
 //   rows_probs_pass      sampling_probs' values, a chunk per block
@@ -34,76 +34,106 @@ __device__ __forceinline__ bool is_greedy(const SamplingParams& p) {
   return p.temperature == 0.0f;
 }
 
-// The kept tokens of the rule over ids [0, n) (temperature > 0): sorted ? {key >= floor} (in
-// decreasing key order) : every id (in index order); total: their mass.
+// The kept tokens of a top-k / top-p rule over ids [0, n) (temperature > 0): {key >= floor}
+// (in decreasing key order), total their mass; found from the row's rule-bin histogram h
+// (sample_rows.cuh rows_bin_pass) with key searches inside single bins. floor_bin: the bin of
+// the floor (kRuleBins: no floor, every bin whole); floor_part: the mass of that bin's kept
+// part. kept_tokens on the CPU, exactly: the thresholds are those of a search over the row.
 struct Rule {
   RowWeights w;
-  bool sorted;
   uint64_t floor;
   uint64_t total;
+  int floor_bin;
+  uint64_t floor_part;
 };
 
-__device__ inline Rule block_rule(const float* l, int n, const SamplingParams& p, float mx) {
-  Rule r;
-  r.w = RowWeights{l, n, mx, 1.0f / p.temperature};
-  const bool use_k = p.top_k > 0 && p.top_k < n;
-  const bool use_p = p.top_p < 1.0f;
-  r.sorted = use_k || use_p;
-  r.floor = 0;
-  uint64_t key = 0;
-  if (use_k && block_key_search(r.w, 0, Reach::kCountAtLeast, static_cast<uint64_t>(p.top_k), &key))
-    r.floor = key;  // the top_k-th token in rule order
-  if (use_p) {
-    // The shortest prefix whose mass reaches top_p of the candidates' mass (all kept if rounding
-    // keeps it from ever reaching it, as on the CPU).
-    const uint64_t cand = block_mass(r.w, r.floor);
-    const double need_d = ceil(static_cast<double>(p.top_p) * static_cast<double>(cand));
-    const uint64_t need = static_cast<uint64_t>(need_d);
-    if (block_key_search(r.w, r.floor, Reach::kMassAtLeast, need, &key)) r.floor = key;
+// The first bin b <= last (bins before `last` whole, `last` itself weighing last_part) with
+// candidates at which the running count (count) or mass reaches x (">= x", or "> x" with
+// above): {b, sum before b} in every thread; {-1, .} when none does.
+struct BinHit {
+  int b;
+  uint64_t before;
+};
+__device__ inline BinHit find_bin(const BinHist& h, int last, uint64_t last_part, bool count,
+                                  bool above, uint64_t x) {
+  __shared__ BinHit hit_sh;
+  if (threadIdx.x == 0) {
+    BinHit hit{-1, 0};
+    uint64_t acc = 0;
+    for (int b = 0; b <= min(last, kRuleBins - 1); ++b) {
+      if (h.cnt[b] == 0) continue;
+      const uint64_t v = count ? h.cnt[b] : (b < last ? h.mass[b] : last_part);
+      if (above ? acc + v > x : acc + v >= x) {
+        hit = BinHit{b, acc};
+        break;
+      }
+      acc += v;
+    }
+    hit_sh = hit;
   }
-  r.total = block_mass(r.w, r.floor);
+  __syncthreads();
+  const BinHit r = hit_sh;
+  __syncthreads();
   return r;
 }
 
-// sample_row: one token from logits [n] for (params, step, lane).
-__device__ inline int block_sample_row(const float* l, int n, const SamplingParams& p,
-                                       uint64_t step, uint32_t lane) {
-  const ArgMax am = block_argmax_row(l, n);
-  if (is_greedy(p)) return am.i;
-  const Rule r = block_rule(l, n, p, am.v);
-  const uint32_t r24 = uniform_bits(philox_uniform(p.seed, step, lane, kSampleStream));
-  if (!r.sorted) {
-    const RowWeights w = r.w;
-    const IndexDraw d = block_index_draw(n, [&](int i) { return w.weight(i); }, r24);
-    return d.index >= 0 ? d.index : n - 1;
-  }
+// Mass of bins [0, b) (thread 0's value is the one used).
+__device__ inline uint64_t mass_before(const BinHist& h, int b) {
+  uint64_t m = 0;
+  for (int x = 0; x < min(b, kRuleBins); ++x) m += h.mass[x];
+  return m;
+}
+
+__device__ inline Rule binned_rule(const float* l, int n, const SamplingParams& p, float mx,
+                                   const BinHist& h) {
+  Rule r{RowWeights{l, n, mx, 1.0f / p.temperature}, 0, 0, kRuleBins, 0};
+  __shared__ unsigned long long total_sh;
   uint64_t key = 0;
-  if (block_key_search(r.w, r.floor, Reach::kMassAbove, scale_by_uniform(r24, r.total), &key))
+  if (p.top_k > 0 && p.top_k < n) {
+    const BinHit k = find_bin(h, kRuleBins, 0, true, false, static_cast<uint64_t>(p.top_k));
+    if (k.b >= 0 &&
+        block_key_search(r.w, 0, Reach::kCountAtLeast, static_cast<uint64_t>(p.top_k) - k.before,
+                         &key, k.b, h.cnt[k.b])) {
+      r.floor = key;  // the top_k-th token in rule order
+      r.floor_bin = k.b;
+      r.floor_part = block_bin_mass(r.w, k.b, key);
+    }
+  }
+  if (p.top_p < 1.0f) {
+    // The shortest prefix whose mass reaches top_p of the candidates' mass (all kept if rounding
+    // keeps it from ever reaching it, as on the CPU).
+    if (threadIdx.x == 0) total_sh = mass_before(h, r.floor_bin) + r.floor_part;
+    __syncthreads();
+    const uint64_t cand = total_sh;
+    __syncthreads();
+    const double need_d = ceil(static_cast<double>(p.top_p) * static_cast<double>(cand));
+    const uint64_t need = static_cast<uint64_t>(need_d);
+    const BinHit b = find_bin(h, r.floor_bin, r.floor_part, false, false, need);
+    if (b.b >= 0 && block_key_search(r.w, b.b == r.floor_bin ? r.floor : 0, Reach::kMassAtLeast,
+                                     need - b.before, &key, b.b, h.cnt[b.b])) {
+      r.floor = key;
+      r.floor_bin = b.b;
+      r.floor_part = block_bin_mass(r.w, b.b, key);
+    }
+  }
+  if (threadIdx.x == 0) total_sh = mass_before(h, r.floor_bin) + r.floor_part;
+  __syncthreads();
+  r.total = total_sh;
+  __syncthreads();
+  return r;
+}
+
+// The draw of a binned rule for the uniform r24 / 2^24: the bin the target falls in, then the
+// key search inside it.
+__device__ inline int binned_draw(const Rule& r, const BinHist& h, int n, uint32_t r24) {
+  const uint64_t target = scale_by_uniform(r24, r.total);
+  const BinHit b = find_bin(h, r.floor_bin, r.floor_part, false, true, target);
+  uint64_t key = 0;
+  if (b.b >= 0 && block_key_search(r.w, b.b == r.floor_bin ? r.floor : 0, Reach::kMassAbove,
+                                   target - b.before, &key, b.b, h.cnt[b.b]))
     return key_index(key);
   // Unreachable with exact fixed-point sums (the target is below the kept mass): the last kept.
   return r.floor != 0 ? key_index(r.floor) : n - 1;
-}
-
-// sampling_probs: probs [vocab] = the rule's dense distribution over ids [0, n_valid), zero
-// beyond; one-hot at the argmax when greedy. probs may be l itself (each thread reads its
-// elements before writing them, after every block-wide read of the row is done).
-__device__ inline void block_sampling_probs(const float* l, int n_valid, int vocab,
-                                            const SamplingParams& p, float* probs) {
-  const ArgMax am = block_argmax_row(l, n_valid);
-  if (is_greedy(p)) {
-    for (int i = threadIdx.x; i < vocab; i += blockDim.x) probs[i] = i == am.i ? 1.0f : 0.0f;
-    __syncthreads();
-    return;
-  }
-  const Rule r = block_rule(l, n_valid, p, am.v);
-  const double inv_total = 1.0 / static_cast<double>(r.total);
-  for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
-    float v = 0.0f;
-    if (i < n_valid && (!r.sorted || r.w.key(i) >= r.floor))
-      v = static_cast<float>(static_cast<double>(r.w.weight(i)) * inv_total);
-    probs[i] = v;
-  }
-  __syncthreads();
 }
 
 // sample_dense: index-order inverse CDF of probs [n] for the uniform u.
@@ -120,26 +150,20 @@ __device__ __forceinline__ bool rule_sorted(const SamplingParams& p, int n) {
   return (p.top_k > 0 && p.top_k < n) || p.top_p < 1.0f;
 }
 
-// The draw among the kept tokens of a sorted rule r (block_sample_row's second half).
-__device__ inline int block_draw_sorted(const Rule& r, int n, uint32_t r24) {
-  uint64_t key = 0;
-  if (block_key_search(r.w, r.floor, Reach::kMassAbove, scale_by_uniform(r24, r.total), &key))
-    return key_index(key);
-  return r.floor != 0 ? key_index(r.floor) : n - 1;
-}
-
 // Pass 2, a draw of the rule (sample_row) for a non-greedy row of n ids whose maximum mx pass 1
 // found. Index order: each block's chunk mass; the last block picks the chunk the target falls
-// in (partials in chunk order) and walks it. Top-k / top-p: the row's first block runs the key
-// searches. Returns the token in the block that finishes the row, -1 in the others.
+// in (partials in chunk order) and walks it. Top-k / top-p: each block's rule bins; the last
+// block searches the bins the thresholds and the target fall in (binned_rule, binned_draw).
+// Returns the token in the block that finishes the row, -1 in the others.
 __device__ inline int rows_draw_pass(const float* l, int n, int chunk, const SamplingParams& p,
                                      float mx, uint32_t r24, SampleScratch s, int row) {
   const int c = blockIdx.x, chunks = gridDim.x;
-  if (rule_sorted(p, n)) {
-    if (c != 0) return -1;
-    return block_draw_sorted(block_rule(l, n, p, mx), n, r24);
-  }
   const float inv_t = 1.0f / p.temperature;
+  if (rule_sorted(p, n)) {
+    BinHist h;
+    if (!rows_bin_pass(l, n, chunk, mx, inv_t, s, row, &h)) return -1;
+    return binned_draw(binned_rule(l, n, p, mx, h), h, n, r24);
+  }
   const int begin = c * chunk, end = min(n, begin + chunk);
   const uint64_t m = block_mass_range(l, begin, end, mx, inv_t);
   ChunkPartial* part = s.part + static_cast<int64_t>(row) * chunks;
@@ -158,14 +182,15 @@ __device__ inline int rows_draw_pass(const float* l, int n, int chunk, const Sam
 }
 
 // Pass 2 of a dense distribution: RowStat {sorted, floor, total} of a non-greedy row (written
-// by the block that finishes the row: the last to arrive, or the first with top-k / top-p).
+// by the block that finishes the row: the last to arrive).
 __device__ inline void rows_rule_pass(const float* l, int n, int chunk, const SamplingParams& p,
                                       float mx, SampleScratch s, int row) {
   const int c = blockIdx.x, chunks = gridDim.x;
   RowStat* rs = s.row + row;
   if (rule_sorted(p, n)) {
-    if (c != 0) return;
-    const Rule r = block_rule(l, n, p, mx);
+    BinHist h;
+    if (!rows_bin_pass(l, n, chunk, mx, 1.0f / p.temperature, s, row, &h)) return;
+    const Rule r = binned_rule(l, n, p, mx, h);
     if (threadIdx.x == 0) {
       rs->sorted = 1;
       rs->floor = r.floor;

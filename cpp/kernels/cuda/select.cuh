@@ -11,6 +11,12 @@
 //     digit, the bucket the running sum reaches the target in, then the next digit inside it.
 //     Once a bucket holds at most kCompactCap candidates they are copied to shared memory and the
 //     remaining digits read only those. Histogram updates are aggregated per warp and bucket.
+//   * Rule bins (rule_bin) cut a row into kRuleBins ranges of the key by the logit's distance
+//     below the row maximum, in 1/8 temperature-scaled nats: a monotone function of the logit,
+//     so each bin is a contiguous range of the sorted order. The multi-block rows
+//     (sample_rows.cuh) count and weigh every bin over all their blocks; the one block that
+//     finishes a row then runs block_key_search inside a single bin (its candidates usually fit
+//     the shared list at once), never over the whole row.
 //   * block_index_draw is the inverse CDF in token-index order (pure temperature sampling,
 //     sample_dense, sample_residual): a coalesced pass for the total, then tiles of blockDim
 //     consecutive elements, one block scan each, up to the tile the target falls in
@@ -28,6 +34,15 @@ namespace trt_spec::cuda {
 constexpr int kSampleThreads = 512;  // threads of every sampling block
 constexpr int kMassBits = 44;        // a weight w in [0, 1] is round(w * 2^44); sums < 2^63
 constexpr int kCompactCap = 2048;    // candidates the key search keeps in shared memory
+constexpr int kRuleBins = 256;       // rule bins per row (rule_bin)
+
+// The rule bin of logit x under the row maximum mx and 1 / temperature: floor(8 (mx - x) / T),
+// the last bin for everything from 31.875 scaled nats below the maximum (and -inf, NaN).
+// Non-decreasing as x decreases: a larger logit never lies in a later bin.
+__device__ __forceinline__ int rule_bin(float x, float mx, float inv_t) {
+  const float d = (mx - x) * inv_t;
+  return d < 31.875f ? static_cast<int>(d * 8.0f) : kRuleBins - 1;
+}
 
 __device__ __forceinline__ uint64_t mass_fx(float w) {
   return __float2ull_rn(fmaxf(w, 0.0f) * 17592186044416.0f);  // 2^44
@@ -67,13 +82,14 @@ struct RowWeights {
   __device__ __forceinline__ uint64_t weight(int i) const {
     return mass_fx(expf((l[i] - mx) * inv_t));
   }
+  __device__ __forceinline__ int bin(int i) const { return rule_bin(l[i], mx, inv_t); }
 };
 
-// Sum of weights over {i : key(i) >= floor} (floor 0: every element).
-__device__ __forceinline__ uint64_t block_mass(const RowWeights& r, uint64_t floor) {
+// Sum of weights over {i in rule bin `bin` : key(i) >= floor} (floor 0: the whole bin).
+__device__ __forceinline__ uint64_t block_bin_mass(const RowWeights& r, int bin, uint64_t floor) {
   uint64_t s = 0;
   for (int i = threadIdx.x; i < r.n; i += blockDim.x)
-    if (floor == 0 || r.key(i) >= floor) s += r.weight(i);
+    if (r.bin(i) == bin && (floor == 0 || r.key(i) >= floor)) s += r.weight(i);
   return block_sum_u64(s);
 }
 
@@ -90,16 +106,20 @@ struct KeySearchShared {
   unsigned long long choice_above;
 };
 
-// Among E = {i : key(i) >= floor}, walking E in decreasing key order and summing v(i) (1 per
-// element for kCountAtLeast, the weight otherwise), finds the first element at which the sum
-// reaches x (">= x", or "> x" for kMassAbove). Returns false when the whole of E does not.
+// Among E = {i : key(i) >= floor} (and, with bin >= 0, in that rule bin), walking E in
+// decreasing key order and summing v(i) (1 per element for kCountAtLeast, the weight otherwise),
+// finds the first element at which the sum reaches x (">= x", or "> x" for kMassAbove). Returns
+// false when the whole of E does not. bin_count: the bin's size when known (at most
+// kCompactCap: E goes to the shared list in the first scan, the only one over the row).
 // All threads must call; all get the same result.
 __device__ inline bool block_key_search(const RowWeights& r, uint64_t floor, Reach reach,
-                                        uint64_t x, uint64_t* found_key) {
+                                        uint64_t x, uint64_t* found_key, int bin = -1,
+                                        unsigned bin_count = 0xffffffffu) {
   __shared__ KeySearchShared sh;
   const bool count = reach == Reach::kCountAtLeast;
   uint64_t prefix = 0, above = 0;
-  int source = 0;  // 0: scan the row; 1: scan the row and copy matches to the list; 2: the list
+  // 0: scan the row; 1: scan the row and copy matches to the list; 2: the list
+  int source = bin >= 0 && bin_count <= static_cast<unsigned>(kCompactCap) ? 1 : 0;
   if (threadIdx.x == 0) sh.list_n = 0;
   for (int level = 0; level < 8; ++level) {
     const int shift = 56 - 8 * level;
@@ -118,7 +138,7 @@ __device__ inline bool block_key_search(const RowWeights& r, uint64_t floor, Rea
     // source 1. Called by all lanes together (the loops below are warp-uniform).
     const int lane = threadIdx.x & 31;
     auto step = [&](bool valid, uint64_t key, bool from_row, int e) {
-      const bool m = valid && matches(key);
+      const bool m = valid && matches(key) && (bin < 0 || !from_row || r.bin(e) == bin);
       const int b = m ? static_cast<int>((key >> shift) & 0xffu) : -1;
       uint64_t val = 0;
       if (m) val = count ? 1ull : (from_row ? r.weight(e) : sh.list_val[e]);

@@ -2,9 +2,9 @@
 
 vLLM's names with the ``trt_spec:`` prefix where vLLM has one (``vllm:num_requests_running``
 becomes ``trt_spec:num_requests_running``); the speculative ones follow vLLM's
-``spec_decode_*`` family, with a ``source`` label (model, lookup) and a ``position`` label for
-the per-position acceptance. Each server has its own registry, so several apps in one process
-(the tests) do not collide.
+``spec_decode_*`` family, with a ``source`` label (model, lookup), and ``source`` and
+``position`` labels for the per-position acceptance. Each server has its own registry, so
+several apps in one process (the tests) do not collide.
 """
 
 from __future__ import annotations
@@ -74,7 +74,8 @@ class ServerMetrics:
         )
         self.accepted_per_pos = counter(
             "spec_decode_num_accepted_tokens_per_pos",
-            "Drafting iterations that kept at least position+1 draft tokens.",
+            "Drafting iterations that kept at least position+1 draft tokens, by draft source.",
+            "source",
             "position",
         )
         self.tokens_per_iteration = histogram(
@@ -101,13 +102,14 @@ class ServerMetrics:
                 self.drafts.labels(name).inc(src.get("iterations", 0))
                 self.draft_tokens.labels(name).inc(src["drafted"])
                 self.accepted_tokens.labels(name).inc(src.get("accepted", 0))
-        # accepted_hist[n]: drafting iterations that kept n tokens -> position i was accepted in
-        # every iteration that kept more than i.
-        hist = s.accepted_hist
-        for i in range(max(0, len(hist) - 1)):
-            kept = sum(hist[i + 1 :])
-            if kept:
-                self.accepted_per_pos.labels(str(i)).inc(kept)
+        # hist[n]: the source's drafting iterations that kept n tokens -> position i was accepted
+        # in every iteration that kept more than i.
+        for name in _SOURCES:
+            hist = s.accepted_hist_by_source.get(name, ())
+            for i in range(max(0, len(hist) - 1)):
+                kept = sum(hist[i + 1 :])
+                if kept:
+                    self.accepted_per_pos.labels(name, str(i)).inc(kept)
 
     def error(self, status: int) -> None:
         self.request_errors.labels(str(status)).inc()
