@@ -106,3 +106,34 @@ def test_eight_threads_get_what_they_get_alone(tiny, max_batch: int) -> None:
         engine.generate(JOBS[0].prompt, max_new_tokens=NEW, ignore_eos=True).token_ids
         == (alone[0][0])
     )
+
+
+def test_a_stream_gets_its_tokens_while_another_thread_steps(tiny) -> None:
+    """A stream consumed on one thread receives each token as the step that made it is filed,
+    while another thread's generate keeps stepping the scheduler (a waiter on the scheduler lock
+    would starve: the stepping thread takes it again and again)."""
+    path, _ = tiny.engine("qwen2", weights="f32", max_seq_len=512, max_batch=2)
+    engine = Engine(path)
+    got: list[int] = []  # tokens streamed so far, as seen by the stream's thread
+    seen_while_busy: list[int] = []
+    started = threading.Event()
+
+    def consume() -> None:
+        s = engine.generate(
+            [5, 6, 7], max_new_tokens=400, ignore_eos=True, stream=True, draft="none"
+        )
+        for _ in s:
+            got.append(1)
+            started.set()
+
+    t = threading.Thread(target=consume)
+    t.start()
+    assert started.wait(timeout=60)
+    # The main thread now steps the scheduler for both requests until its own is done.
+    n0 = len(got)
+    r = engine.generate([9, 8, 7], max_new_tokens=300, ignore_eos=True, draft="none")
+    seen_while_busy.append(len(got) - n0)
+    t.join(timeout=120)
+    assert not t.is_alive() and len(r.token_ids) == 300
+    # Both decoded in one batch: the stream took its tokens during those 300 steps.
+    assert seen_while_busy[0] >= 100, seen_while_busy

@@ -55,8 +55,8 @@ inline uint16_t f32_to_f16(float f) {
   }
   // Subnormal half (or zero): value / 2^-24 = mant24 * 2^(e + 1), e the unbiased exponent.
   const int e = static_cast<int>(a >> 23) - 127;
-  const int shift = -(e + 1);                 // >= 14
-  if (shift > 24) return sign;                // < 2^-25: rounds to zero
+  const int shift = -(e + 1);   // >= 14
+  if (shift > 24) return sign;  // < 2^-25: rounds to zero
   const uint32_t m = (a & 0x7fffffu) | 0x800000u;
   uint32_t k = m >> shift;
   const uint32_t rem = m & ((1u << shift) - 1u);

@@ -11,7 +11,8 @@ Threads: one Engine may be used from several threads at once (``generate``, stre
 decode together in one batch, up to the engine's ``max_batch`` sequences, and the rest wait in
 its FIFO queue for a slot. There is no scheduler thread: whichever caller is waiting steps the
 scheduler (under ``_lock``, with the GIL released inside the step) and files every request's
-events in its inbox (under ``_mu``), so one step serves all callers. Each request's output is
+events in its inbox (under ``_mu``, a condition the other callers wait on), so one step serves
+all callers and each takes its events as soon as they are filed. Each request's output is
 what it would be alone (greedy: the same tokens; sampled: the same tokens for the same seed).
 """
 
@@ -153,7 +154,8 @@ class Engine:
         self._sched = _core.Scheduler(self._rt, table, prefill_chunk, interleave_chunk)
         self._prefill_chunk = prefill_chunk
         self._lock = threading.Lock()  # the scheduler: one caller at a time
-        self._mu = threading.Lock()  # the inboxes
+        self._mu = threading.Condition()  # the inboxes (notified when events are filed)
+        self._stepping = False  # a caller is stepping the scheduler for everyone (under _mu)
         self._inbox: dict[int, _Pending] = {}
 
     # ---- properties ---------------------------------------------------------------------------
@@ -402,9 +404,14 @@ class Engine:
                 p = self._inbox.get(ev[0])
                 if p is not None:  # (an abandoned request's last events are dropped)
                     p.events.append(ev)
+            self._mu.notify_all()
 
     def _events(self, rid: int) -> list[tuple]:
-        """Waits for the request's next events, stepping the scheduler when nobody else is."""
+        """Waits for the request's next events, stepping the scheduler when nobody else is.
+
+        A caller whose events another caller's step filed takes them at once: it waits on the
+        inbox condition, never behind the scheduler lock, which the stepping caller takes again
+        and again (a lock is not fair: a waiter there could starve for a whole generation)."""
         while True:
             with self._mu:
                 p = self._inbox[rid]
@@ -412,11 +419,18 @@ class Engine:
                     out = list(p.events)
                     p.events.clear()
                     return out
-            with self._lock:
+                if self._stepping:
+                    self._mu.wait(timeout=0.5)  # (notified by the stepper's dispatch)
+                    continue
+                self._stepping = True
+            try:
+                with self._lock:
+                    events = self._sched.step()
+                self._dispatch(events)
+            finally:
                 with self._mu:
-                    if p.events:
-                        continue
-                self._dispatch(self._sched.step())
+                    self._stepping = False
+                    self._mu.notify_all()
 
     def _abandon(self, rid: int) -> None:
         """Forgets a request; one still running is cancelled and its slot freed now (one
