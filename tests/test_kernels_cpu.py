@@ -231,7 +231,7 @@ def test_quantize_rejects_bad_cols():
 # ---------------------------------------------------------------------------------------------
 # matmul
 
-SHAPES = [(1, 64), (7, 64), (33, 896), (130, 1536), (17, 4864)]
+SHAPES = [(1, 64), (7, 64), (9, 320), (33, 896), (130, 1536), (17, 4864)]
 MS = [1, 2, 5, 9, 33]
 _blob_cache: dict = {}
 
@@ -250,6 +250,9 @@ def check_matmul(isa: str, t: str, rows: int, cols: int, M: int, r0: int, r1: in
     x = np.random.default_rng(M * 7 + cols).standard_normal((M, cols)).astype(np.float32)
     y = T.cpu_matmul(blob, wt(getattr(WT, t)), rows, cols, x, isa, r0, r1)
     assert y.shape == (M, rows) and y.dtype == np.float32
+    if t in QUANT:  # the weights the CPU backend repacks at load (repack_lanes.h): the same bits
+        y_lanes = T.cpu_matmul(blob, wt(getattr(WT, t)), rows, cols, x, isa, r0, r1, lanes=True)
+        assert np.array_equal(y_lanes.view(np.uint32), y.view(np.uint32))
     assert not y[:, :r0].any() and not y[:, r1:].any()
     y = y[:, r0:r1].astype(np.float64)
     w64 = wd[r0:r1].astype(np.float64)

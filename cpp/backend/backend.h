@@ -103,6 +103,10 @@ class Backend {
   // Makes an engine tensor (host memory, memory-mapped) usable by ops; the CPU backend uses
   // the mapping as it is, a GPU backend copies it to device memory.
   virtual WeightView import_weight(const WeightView& host) = 0;
+  // The same for a weight only linear() and the fused matmul ops read (a layer's projections,
+  // the output head), which a backend may store in its matmul's own layout. Default:
+  // import_weight. The CPU backend repacks Q8 / Q4 codes (kernels/cpu/repack_lanes.h).
+  virtual WeightView import_matmul_weight(const WeightView& host) { return import_weight(host); }
 
   // Graphs: capture(issue_ops) records the ops issue_ops() issues (without running them) and
   // returns them as a graph to launch any number of times; nullptr where the backend has no

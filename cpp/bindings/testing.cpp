@@ -30,6 +30,7 @@
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/quantize.h"
+#include "kernels/cpu/repack_lanes.h"
 #include "kernels/philox.h"
 #include "spec/acceptance.h"
 #include "spec/draft_controller.h"
@@ -142,7 +143,7 @@ NB_MODULE(_trt_spec_testing, m) {
   m.def(
       "cpu_matmul",
       [](U8Array blob, int type, int64_t rows, int64_t cols, F32Matrix x, const std::string& isa,
-         int64_t r0, int64_t r1) {
+         int64_t r0, int64_t r1, bool lanes) {
         const WeightType t = static_cast<WeightType>(type);
         check_blob(blob, t, rows, cols);
         if (static_cast<int64_t>(x.shape(1)) != cols)
@@ -154,6 +155,14 @@ NB_MODULE(_trt_spec_testing, m) {
         const int M = static_cast<int>(x.shape(0));
         auto aligned = aligned_copy(blob);
         WeightView w{t, rows, cols, aligned.get()};
+        if (lanes) {  // the CPU backend's repacked copy (kernels/cpu/repack_lanes.h)
+          if (!cpu::lanes_apply(w)) throw InvalidArgument("lanes: a Q8 / Q4 weight only");
+          auto packed = aligned_copy(blob);
+          cpu::repack_lanes(w, packed.get());
+          aligned = std::move(packed);
+          w.data = aligned.get();
+          w.lanes = true;
+        }
         std::vector<float> y(static_cast<size_t>(M) * rows, 0.0f);
         {
           nb::gil_scoped_release release;
@@ -171,6 +180,7 @@ NB_MODULE(_trt_spec_testing, m) {
                                   {static_cast<size_t>(M), static_cast<size_t>(rows)});
       },
       "blob"_a, "t"_a, "rows"_a, "cols"_a, "x"_a, "isa"_a, "r0"_a = 0, "r1"_a = -1,
+      "lanes"_a = false,
       "y [M, rows] = x @ W^T with one ISA's kernel (rows outside [r0, r1) stay 0); t: the "
       "WeightType's integer value");
 

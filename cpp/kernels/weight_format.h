@@ -90,6 +90,9 @@ struct WeightView {
   int64_t rows = 0;
   int64_t cols = 0;
   const uint8_t* data = nullptr;  // blob start, kSectionAlign-aligned
+  // Q8 / Q4 codes in the CPU matmul's lane layout (kernels/cpu/repack_lanes.h: the CPU backend
+  // repacks the weights its matmul reads); false: the natural layout above, as in the file.
+  bool lanes = false;
 
   const void* section(int s) const { return data + weight_section_offset(type, rows, cols, s); }
 };

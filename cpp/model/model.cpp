@@ -9,7 +9,7 @@
 namespace trt_spec {
 
 WeightView Model::weight(const EngineFile& file, const std::string& name, int64_t rows,
-                         int64_t cols) {
+                         int64_t cols, bool matmul) {
   const TensorEntry& e = file.tensor(role_, name);
   if (e.rows != rows || e.cols != cols)
     throw EngineFileError("tensor " + role_ + "/" + name + " has shape [" + std::to_string(e.rows) +
@@ -18,7 +18,8 @@ WeightView Model::weight(const EngineFile& file, const std::string& name, int64_
   if (rows == 1 && e.type != WeightType::F32)
     throw EngineFileError("tensor " + role_ + "/" + name + " must be f32");
   weight_bytes_ += e.bytes;
-  return be_.import_weight(e.view(file.data()));
+  return matmul ? be_.import_matmul_weight(e.view(file.data()))
+                : be_.import_weight(e.view(file.data()));
 }
 
 Model::Model(const EngineFile& file, const std::string& role, Backend& backend, ModelLimits limits)
@@ -26,14 +27,19 @@ Model::Model(const EngineFile& file, const std::string& role, Backend& backend, 
   cfg_ = ModelConfig::from_json(file.meta().at("models").at(role).at("config"));
   // The tensors by the schema (format/schema.h): every one of them must be in the file.
   std::map<std::string, WeightView> w;
-  for (const TensorSpec& t : engine_tensors(cfg_)) w[t.name] = weight(file, t.name, t.rows, t.cols);
+  // Matrices other than the embedding table are read by the matmul only (the backend may keep
+  // them in its own layout); with tied embeddings the head is imported a second time for it.
+  for (const TensorSpec& t : engine_tensors(cfg_))
+    w[t.name] = weight(file, t.name, t.rows, t.cols, t.rows > 1 && t.name != "tok_embd.weight");
   for (const auto& [name, e] : file.tensors(role_))
     if (!w.count(name))
       throw EngineFileError("tensor " + role_ + "/" + name + " is not part of a " + cfg_.arch +
                             " model's schema");
   tok_embd_ = w.at("tok_embd.weight");
   output_norm_ = w.at("output_norm.weight");
-  output_ = cfg_.tied_embeddings ? tok_embd_ : w.at("output.weight");
+  output_ = cfg_.tied_embeddings
+                ? be_.import_matmul_weight(file.tensor(role_, "tok_embd.weight").view(file.data()))
+                : w.at("output.weight");
   for (int l = 0; l < cfg_.n_layers; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     Layer L;

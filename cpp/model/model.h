@@ -46,7 +46,8 @@ class Model {
   struct Layer {
     WeightView attn_norm, attn_qkv, attn_qkv_bias, attn_o, ffn_norm, ffn_gate_up, ffn_down;
   };
-  WeightView weight(const EngineFile& file, const std::string& name, int64_t rows, int64_t cols);
+  WeightView weight(const EngineFile& file, const std::string& name, int64_t rows, int64_t cols,
+                    bool matmul);
 
   std::string role_;
   Backend& be_;

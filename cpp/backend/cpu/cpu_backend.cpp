@@ -14,6 +14,7 @@
 #include "common/errors.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/quantize.h"
+#include "kernels/cpu/repack_lanes.h"
 
 namespace trt_spec {
 
@@ -119,6 +120,28 @@ cpu::QuantActs CpuBackend::quant_scratch(int n, int cols) {
     qscratch_bytes_ = need;
   }
   return cpu::quant_acts_view(qscratch_, n, cols);
+}
+
+WeightView CpuBackend::import_matmul_weight(const WeightView& host) {
+  // TRT_SPEC_CPU_LANES=0 keeps the file's layout (the matmul then interleaves each chunk as it
+  // goes): for comparing the two in one run; the results are the same bits.
+  static const bool lanes = [] {
+    const char* env = std::getenv("TRT_SPEC_CPU_LANES");
+    return !(env && std::string(env) == "0");
+  }();
+  if (!lanes || !cpu::lanes_apply(host)) return host;
+  const size_t bytes = weight_blob_bytes(host.type, host.rows, host.cols);
+  std::unique_ptr<uint8_t, void (*)(void*)> blob(
+      static_cast<uint8_t*>(std::aligned_alloc(kSectionAlign, align_up(bytes, kSectionAlign))),
+      std::free);
+  if (!blob)
+    throw Error("out of host memory repacking a weight of " + std::to_string(bytes) + " bytes");
+  cpu::repack_lanes(host, blob.get());
+  WeightView w = host;
+  w.data = blob.get();
+  w.lanes = true;
+  repacked_.push_back(std::move(blob));
+  return w;
 }
 
 void CpuBackend::embed(WeightView table, const int32_t* tokens, int n, float* out) {

@@ -30,6 +30,8 @@ class CpuBackend : public Backend {  // (tests derive a scripted-clock backend)
   void download(void* dst, const void* src, size_t bytes) override;
   void synchronize() override {}
   WeightView import_weight(const WeightView& host) override { return host; }
+  // Q8 / Q4: a repacked copy in the matmul's lane layout (owned by the backend); else host.
+  WeightView import_matmul_weight(const WeightView& host) override;
 
   void embed(WeightView table, const int32_t* tokens, int n, float* out) override;
   void rmsnorm(const float* x, WeightView w, float eps, int n, int dim, float* out) override;
@@ -59,6 +61,7 @@ class CpuBackend : public Backend {  // (tests derive a scripted-clock backend)
   size_t qscratch_bytes_ = 0;
   std::mutex map_mu_;
   std::unordered_map<void*, size_t> mapped_;  // mmap-ed allocations and their sizes
+  std::vector<std::unique_ptr<uint8_t, void (*)(void*)>> repacked_;  // import_matmul_weight's
 };
 
 // Draws one token from logits [vocab] by the rule in kernels/sampling.h (exposed for tests).

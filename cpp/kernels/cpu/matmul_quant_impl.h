@@ -133,7 +133,8 @@ inline __m256 load8_f32(const float* p, int n) {
 // The n (4 or 2) decoded weight vectors of one chunk of one row, in the lane layout.
 // Q4: p = the chunk's n / 2 super-blocks (32 bytes each: low nibbles one group, high the next).
 // Q8: p = the chunk's n groups of 32 codes q = w + 128.
-template <WeightType T, int N>
+// Lanes: the codes are stored in the lane layout already (repack_lanes.h): no interleave.
+template <WeightType T, int N, bool Lanes>
 inline void decode_chunk(const uint8_t* p, typename Isa::template WVec<T>* out) {
   __m256i nat[4], v[4];
   if constexpr (T == WeightType::Q4) {
@@ -147,7 +148,9 @@ inline void decode_chunk(const uint8_t* p, typename Isa::template WVec<T>* out) 
     for (int s = 0; s < N; ++s)
       nat[s] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p) + s);
   }
-  if constexpr (N == 4) {
+  if constexpr (Lanes) {
+    for (int i = 0; i < N; ++i) v[i] = nat[i];
+  } else if constexpr (N == 4) {
     interleave4(nat[0], nat[1], nat[2], nat[3], v);
   } else {
     interleave2(nat[0], nat[1], v);
@@ -156,7 +159,7 @@ inline void decode_chunk(const uint8_t* p, typename Isa::template WVec<T>* out) 
   for (int i = 0; i < N; ++i) out[i] = Isa::template wvec<T>(v[i]);
 }
 
-template <WeightType T>
+template <WeightType T, bool Lanes>
 struct QuantTile {
   static constexpr bool kOffsets = T == WeightType::Q4 || Isa::kQ8Bias != 0.0f;
   static constexpr int64_t kRowBytesPerCol2 = T == WeightType::Q4 ? 1 : 2;  // code bytes per 2 cols
@@ -199,7 +202,7 @@ struct QuantTile {
           for (int64_t o = 0; o < 128 * kRowBytesPerCol2 / 2; o += 64)
             prefetch(p + kPrefetchRows * row_bytes + o);
           WV wv[4];
-          decode_chunk<T, 4>(p, wv);
+          decode_chunk<T, 4, Lanes>(p, wv);
 #pragma GCC unroll 16
           for (int m = 0; m < MT; ++m) {
             const __m256i dot = Isa::template dot<T, 4>(wv, xq + m * cols + c);
@@ -212,7 +215,7 @@ struct QuantTile {
           const int64_t c = (g0 + j) * kQuantGroup;
           const uint8_t* p = wrow + c * kRowBytesPerCol2 / 2;
           WV wv[2];
-          decode_chunk<T, 2>(p, wv);
+          decode_chunk<T, 2, Lanes>(p, wv);
 #pragma GCC unroll 16
           for (int m = 0; m < MT; ++m) {
             const __m256i dot = Isa::template dot<T, 2>(wv, xq + m * cols + c);
@@ -234,17 +237,17 @@ struct QuantTile {
 };
 
 // The 1 x MT tile (MT <= 8).
-template <WeightType T, class Fn>
+template <WeightType T, bool Lanes, class Fn>
 Fn quant_tile_fn(int MT) {
   switch (MT) {
-    case 1: return &QuantTile<T>::template K<1>::run;
-    case 2: return &QuantTile<T>::template K<2>::run;
-    case 3: return &QuantTile<T>::template K<3>::run;
-    case 4: return &QuantTile<T>::template K<4>::run;
-    case 5: return &QuantTile<T>::template K<5>::run;
-    case 6: return &QuantTile<T>::template K<6>::run;
-    case 7: return &QuantTile<T>::template K<7>::run;
-    default: return &QuantTile<T>::template K<8>::run;
+    case 1: return &QuantTile<T, Lanes>::template K<1>::run;
+    case 2: return &QuantTile<T, Lanes>::template K<2>::run;
+    case 3: return &QuantTile<T, Lanes>::template K<3>::run;
+    case 4: return &QuantTile<T, Lanes>::template K<4>::run;
+    case 5: return &QuantTile<T, Lanes>::template K<5>::run;
+    case 6: return &QuantTile<T, Lanes>::template K<6>::run;
+    case 7: return &QuantTile<T, Lanes>::template K<7>::run;
+    default: return &QuantTile<T, Lanes>::template K<8>::run;
   }
 }
 static_assert(kQuantTiles<WeightType::Q8>.small_max <= 8 &&
@@ -273,7 +276,8 @@ void matmul_quant_t(WeightView w, const QuantActs& x, int M, float* y, int64_t l
       static_cast<int>(imax<int64_t>(tiles.big_mt, kQuantL2Bytes / (w.cols + w.cols / 4) / 8 * 8));
   drive(tiles, M, r0, r1, w.cols, kc, mb,
         [&](int, int MT, int64_t r, int m, int64_t c0, int64_t c1, Spill sp) {
-          quant_tile_fn<T, Fn>(MT)(a, r, m, c0, c1, sp);
+          (w.lanes ? quant_tile_fn<T, true, Fn>(MT) : quant_tile_fn<T, false, Fn>(MT))(a, r, m, c0,
+                                                                                       c1, sp);
         });
 }
 
