@@ -64,14 +64,14 @@ void repack_row(WeightType t, const uint8_t* src, uint8_t* dst, int64_t cols) {
 }  // namespace
 
 bool lanes_apply(const WeightView& w) {
-  return (w.type == WeightType::Q8 || w.type == WeightType::Q4) && w.cols % 64 == 0 &&
-         !w.lanes;
+  return (w.type == WeightType::Q8 || w.type == WeightType::Q4) && w.cols % 64 == 0 && !w.lanes;
 }
 
 void repack_lanes(const WeightView& w, uint8_t* out) {
   if (!lanes_apply(w))
-    throw std::invalid_argument("repack_lanes: needs a Q8 / Q4 weight with cols % 64 == 0, in "
-                                "the natural layout");
+    throw std::invalid_argument(
+        "repack_lanes: needs a Q8 / Q4 weight with cols % 64 == 0, in "
+        "the natural layout");
   // Sections 1.. (scales, offsets) and every padding byte as they are; then the codes.
   const size_t total = weight_blob_bytes(w.type, w.rows, w.cols);
   const size_t codes_off = weight_section_offset(w.type, w.rows, w.cols, 0);
