@@ -51,15 +51,22 @@ def test_long_prefill_is_chunked_beside_decoding(path) -> None:
     assert got[b] == solo(path, LONG, 6)
 
 
-def test_prefill_alone_uses_the_big_chunk(path) -> None:
+@pytest.mark.parametrize("draft", ["none", "model"])
+def test_prefill_alone_uses_the_big_chunk_and_returns_the_first_token_at_once(path, draft) -> None:
+    """16 + 16 + 8 rows; the step that reads the last rows returns the first token without
+    running a decode iteration (nor, with a draft model, the draft's reading of that chunk): the
+    caller's time to first token is the target's prefill alone. The next step decodes."""
     s = T.Session(str(path), "cpu", 2, 16, 4)
-    b = s.submit(LONG, 2, draft="none")
-    steps = 0
+    b = s.submit(LONG, 3, draft=draft)
+    per_step = []
     while s.has_work:
-        steps += 1
+        got = []
         for e in s.step():
             assert e[0] == b
-    assert steps == 3  # 16 + 16 + 8 rows; the last step also decodes the second token
+            got.extend(e[1])
+        per_step.append(len(got))
+    assert per_step[:3] == [0, 0, 1]
+    assert sum(per_step) == 3 and len(per_step) >= 4
 
 
 def test_admission_is_fifo_and_queue_time_is_reported(path) -> None:

@@ -228,7 +228,9 @@ def test_kv_caches_equal_fresh_prefill_after_rollbacks(root, draft: str) -> None
     toks = s.history(slot, n_past)
     assert toks[: len(PROMPTS[0])] == PROMPTS[0]
     fresh = T.Session(str(path), "cpu", 2)
-    fid = fresh.submit(toks, 1, 0.0, 0, 1.0, 0, [], [], [], "model", 1)
+    # Two tokens: the draft reads the prompt's last chunk after the first token, at the step of
+    # the first iteration (an iteration writes no position compared below).
+    fid = fresh.submit(toks, 2, 0.0, 0, 1.0, 0, [], [], [], "model", 1)
     run(fresh, [fid])
     roles = [("target", n_past)] + ([("draft", n_past - 1)] if draft == "model" else [])
     for role, n in roles:

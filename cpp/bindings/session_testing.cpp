@@ -144,6 +144,7 @@ void bind_session(nb::module_& m) {
       .def_prop_ro("has_work", [](Session& s) { return s.sch->has_work(); })
       .def_prop_ro("last_batch", [](Session& s) { return s.sch->last_batch(); })
       .def_prop_ro("last_k", [](Session& s) { return s.sch->last_k(); })
+      .def_prop_ro("iterations", [](Session& s) { return s.sch->iterations(); })
       .def_prop_ro("last_source",
                    [](Session& s) { return draft_source_name(s.sch->last_source()); })
       .def_prop_ro("last_prefill_rows", [](Session& s) { return s.sch->last_prefill_rows(); })

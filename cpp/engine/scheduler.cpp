@@ -28,6 +28,10 @@ struct Scheduler::Request {
   int slot = -1;
   int prefilled = 0;      // prompt tokens in the target's cache
   bool decoding = false;  // prefill done, first token emitted
+  // Prompt rows [draft_read_first, draft_read_first + draft_read_n) the draft model has still to
+  // read: the last prefill chunk's, left to the next step so that the first token reaches the
+  // caller without waiting for the draft.
+  int draft_read_first = 0, draft_read_n = 0;
   bool cancelled = false;
   std::vector<int32_t> tokens;  // prompt + generated, `last` included (catch-up reads it)
   int generated = 0;            // tokens emitted to the caller
@@ -167,9 +171,13 @@ std::vector<SchedulerEvent> Scheduler::step() {
   // 3. Prefill.
   bool decoding = false;
   for (Request* r : slots_) decoding = decoding || (r && r->decoding);
-  prefill(events, decoding);
+  // When no other sequence decodes, a step that emitted first tokens returns them at once: the
+  // caller's time to first token holds the target's prefill only (the draft reads the last
+  // chunk, and the first iteration runs, at the next step). Sequences already decoding always
+  // get their iteration.
+  const int started = prefill(events, decoding);
   // 4. One iteration for every decoding sequence.
-  decode(events);
+  if (started == 0 || decoding) decode(events);
   for (const SchedulerEvent& e : events)
     if (e.finished) live_.erase(e.id);
   return events;
@@ -198,7 +206,7 @@ void Scheduler::admit(std::vector<SchedulerEvent>& events) {
   }
 }
 
-void Scheduler::prefill(std::vector<SchedulerEvent>& events, bool others_decoding) {
+int Scheduler::prefill(std::vector<SchedulerEvent>& events, bool others_decoding) {
   Backend& be = rt_.backend();
   const int R = rt_.target().limits().max_rows;
   int budget = std::min(R, others_decoding ? pacer_.interleave_rows() : opts_.prefill_chunk);
@@ -231,7 +239,7 @@ void Scheduler::prefill(std::vector<SchedulerEvent>& events, bool others_decodin
       completing.push_back(r);
     }
   }
-  if (pieces.empty()) return;
+  if (pieces.empty()) return 0;
   const int n = static_cast<int>(tok.size());
   last_prefill_rows_ = n;
   // The chunk's device time, for the pacer: read after the next synchronisation (this chunk's
@@ -249,18 +257,24 @@ void Scheduler::prefill(std::vector<SchedulerEvent>& events, bool others_decodin
                        logit_rows_.as<int32_t>(), static_cast<int>(logit_rows.size()),
                        logits_.as<float>());
   // The draft model reads the same rows (positions up to P - 2: the first iteration feeds
-  // P - 1 itself).
+  // P - 1 itself); a prompt's last chunk after its first token (read_pending_prompt).
   for (const Piece& p : pieces) {
     Request& r = *p.r;
     r.prefilled += p.n;
     if (!proposers_.model || !(r.sources & draft_source_bit(DraftSource::kModel))) continue;
-    const int upto = std::min(p.first + p.n, static_cast<int>(r.req.prompt.size()) - 1);
-    if (upto > p.first)
+    const int P = static_cast<int>(r.req.prompt.size());
+    const int upto = std::min(p.first + p.n, P - 1);
+    if (upto <= p.first) continue;
+    if (r.prefilled == P) {
+      r.draft_read_first = p.first;
+      r.draft_read_n = upto - p.first;
+    } else {
       proposers_.model->read_prompt(r.slot, r.req.prompt.data() + p.first, p.first, upto - p.first);
+    }
   }
   prefill_timer_->stop();
   prefill_timed_rows_ = n;
-  if (completing.empty()) return;
+  if (completing.empty()) return 0;
   // First tokens, drawn as target-only decoding draws them (sampling step 0).
   const int m = static_cast<int>(completing.size());
   std::vector<int32_t> cslots(m), first(m);
@@ -275,6 +289,16 @@ void Scheduler::prefill(std::vector<SchedulerEvent>& events, bool others_decodin
   be.download(first.data(), sampled_.as<void>(), m * 4);
   take_prefill_time();  // (synchronised: free)
   for (int i = 0; i < m; ++i) start_decoding(*completing[i], first[i], events);
+  return m;
+}
+
+void Scheduler::read_pending_prompts(const std::vector<Request*>& active) {
+  for (Request* r : active) {
+    if (r->draft_read_n == 0) continue;
+    proposers_.model->read_prompt(r->slot, r->req.prompt.data() + r->draft_read_first,
+                                  r->draft_read_first, r->draft_read_n);
+    r->draft_read_n = 0;
+  }
 }
 
 void Scheduler::take_prefill_time() {
@@ -398,6 +422,7 @@ void Scheduler::decode(std::vector<SchedulerEvent>& events) {
   for (Request* r : slots_)
     if (r && r->decoding && r->reason == FinishReason::kNone) active.push_back(r);
   if (active.empty()) return;
+  read_pending_prompts(active);
   const int B = static_cast<int>(active.size());
   const Choice c = choose(active);
   // The proposer's work before its iteration (the draft model's catch-up), timed on the device.
@@ -425,6 +450,7 @@ void Scheduler::decode(std::vector<SchedulerEvent>& events) {
     for (Request* r : active) r->stats.catch_up_s += prep->take_prepare_seconds(r->slot);
   last_B_ = B;
   last_k_ = c.k;
+  iterations_ += 1;
   last_source_ = c.source;
   // The controllers learn the cost of what ran (a warm-up's times hold one-time work: not).
   DraftController* mc = proposers_.model ? &proposers_.model->controller() : nullptr;

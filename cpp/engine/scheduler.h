@@ -93,6 +93,7 @@ class Scheduler {
   // The last iteration, for tests and benchmarks.
   int last_batch() const { return last_B_; }
   int last_k() const { return last_k_; }
+  int64_t iterations() const { return iterations_; }  // decode iterations run so far
   DraftSource last_source() const { return last_source_; }
   const PhaseTimes& last_times() const { return last_times_; }
   Iteration& iteration() { return iter_; }
@@ -112,7 +113,10 @@ class Scheduler {
     int k = 0;
   };
   void admit(std::vector<SchedulerEvent>& events);
-  void prefill(std::vector<SchedulerEvent>& events, bool others_decoding);
+  // One prefill chunk; returns how many requests it finished (their first tokens are in events).
+  int prefill(std::vector<SchedulerEvent>& events, bool others_decoding);
+  // The draft model reads the prompt rows left from each request's last prefill chunk.
+  void read_pending_prompts(const std::vector<Request*>& active);
   void start_decoding(Request& r, int32_t first, std::vector<SchedulerEvent>& events);
   void decode(std::vector<SchedulerEvent>& events);
   void take_prefill_time();  // the last chunk's time to the pacer (after a synchronisation)
@@ -139,6 +143,7 @@ class Scheduler {
   std::vector<int32_t> iter_slots_;  // the slots the iteration was last set up for
   std::vector<SeqState> seqs_;       // read back after each iteration
   int last_B_ = 0, last_k_ = 0;
+  int64_t iterations_ = 0;
   DraftSource last_source_ = DraftSource::kNone;
   PhaseTimes last_times_;
   BackendBuffer tok_, pos_, row_slot_, logit_rows_, logits_, sample_slots_, sampled_;

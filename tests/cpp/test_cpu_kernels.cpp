@@ -416,7 +416,9 @@ int main() {
   struct Shape {
     int64_t rows, cols;
   };
-  const Shape shapes[] = {{1, 64}, {7, 64}, {33, 896}, {130, 1536}, {17, 4864}};
+  // cols: 64-column tails (64, 192, 320, 448), whole 128-column chunks, column blocks (4864)
+  const Shape shapes[] = {{1, 64},  {7, 64},   {3, 192},    {9, 320},  {6, 384},
+                          {5, 448}, {33, 896}, {130, 1536}, {17, 4864}};
   const Shape float_only[] = {{5, 100}, {3, 7}, {9, 33}};
   const int Ms[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 33};
   for (const std::string& isa : supported_isas()) {
