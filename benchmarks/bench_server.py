@@ -103,7 +103,9 @@ def one_request(url: str, body: dict[str, Any]) -> dict[str, Any]:
                 if c.get("text"):
                     times.append(time.perf_counter())
                     text.append(c["text"])
-    n = tokens if tokens is not None else len(times)  # llama-server: one token per chunk
+    if tokens is None:
+        raise RuntimeError(f"{url}: no usage in the stream (stream_options.include_usage)")
+    n = tokens
     return {"t0": t0, "times": times, "tokens": n, "text": "".join(text)}
 
 
@@ -291,7 +293,15 @@ def main(argv: list[str] | None = None) -> int:
     prompts, source = load_prompts(args.prompts, args.n_prompts)
     texts = [pr.prompt for pr in prompts if isinstance(pr.prompt, str)]
     RESULTS.mkdir(exist_ok=True)
-    base = {"max_tokens": args.max_tokens, "temperature": 0, "stream": True, "ignore_eos": True}
+    # include_usage: the token count comes from the server's usage, not from counting chunks (a
+    # speculative chunk holds several tokens; a token whose text is empty sends none).
+    base = {
+        "max_tokens": args.max_tokens,
+        "temperature": 0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "ignore_eos": True,
+    }
     report: dict[str, Any] = {
         "tag": args.tag,
         "environment": environment(args.threads),
