@@ -224,6 +224,38 @@ def test_probe_from_zero_waits_for_a_short_lag() -> None:
     assert picks[0] == 1 and 2 <= picks.count(1) <= 6  # due at once, then 32, 64, 128, 256
 
 
+@pytest.mark.parametrize(
+    "draft_step, per_row, alpha, reads",
+    [(0.1, 0.05, 0.9, True), (0.4, 0.3, 0.3, False), (0.6, 1.0, 0.9, False)],
+)
+def test_a_prompt_is_read_only_where_drafting_saves_more(
+    draft_step: float, per_row: float, alpha: float, reads: bool
+) -> None:
+    """A fully automatic request has the draft read its prompt when new_tokens x the long-run
+    saving per token (T(0) - min_k T(k) / E(a_L, k)) exceeds the read's measured cost; of the
+    requests that would not read, one in kReadEvery (8) reads anyway."""
+    c = T.DraftController(1, 8)
+    assert c.reads_prompt(1, 100, 100)  # nothing measured: read, to learn the costs
+    c = _fed(draft_step, per_row, alpha, catch_up=0.2)
+    assert c.reads_prompt(1, 100, 100)  # no read measured yet
+    c.observe_read(100, 100 * 0.02)  # 0.02 s per prompt row
+    assert c.read_per_row == pytest.approx(0.02)
+    a = c.long_run_alpha
+    best = min(_costs(draft_step, 1.0, per_row, k) / T.expected_tokens(a, k) for k in range(1, 9))
+    saving = 1.0 - best
+    assert c.saving_per_token(1) == pytest.approx(saving)
+    assert c.saving_per_token(3) == pytest.approx(saving)  # B = 3 unmeasured: B = 1's
+    assert (saving > 0) == reads
+    picks = [c.reads_prompt(1, 100, 100) for _ in range(16)]
+    if reads:  # the saving (>= 30 s over 100 tokens) beats the read (2 s)
+        assert all(picks)
+        # ... except where the request is too short and the prompt too long to repay it
+        n = int(100 * 0.02 / saving) // 2
+        assert [c.reads_prompt(1, 100, n) for _ in range(8)] == [False] * 7 + [True]
+    else:
+        assert picks == ([False] * 7 + [True]) * 2
+
+
 def test_estimate_relaxes_toward_the_long_run() -> None:
     e = T.AcceptanceEstimate()
     for _ in range(30):
@@ -325,6 +357,45 @@ def test_capture_never_enters_the_estimates(same_pair) -> None:
         # step that ends a prefill (that step runs no iteration). A timer read before it would
         # have thrown.
         assert syncs == [1] * len(syncs), syncs
+
+
+@pytest.mark.parametrize("clock", ["host", "graphs"])
+@pytest.mark.parametrize("draft_fixed, pays", [(DF, True), (3 * TF, False)])
+def test_auto_leaves_the_prompt_unread_when_the_draft_does_not_pay(
+    same_pair, clock: str, draft_fixed: float, pays: bool
+) -> None:
+    """draft="auto": once the costs are measured (the first request), a request whose draft
+    model would not repay reading its prompt decodes without it (no prompt rows read, no 'm'
+    iteration, stats.draft_model_skipped), one in 8 of those reading anyway; a cheap draft reads
+    every prompt. draft="model" and a fixed draft_len always read."""
+    s = T.Session(str(same_pair), "cpu", 1, clock=clock)
+    s.script_costs(TF, TR, draft_fixed, DR, capture=CAPTURE, first_launch=FIRST_LAUNCH)
+
+    def run(i: int, draft: str = "auto", draft_len: int = -1) -> tuple[dict, int]:
+        rows = s.draft_prompt_rows
+        s.submit([1 + i, 2, 3, 4, 5], 24, draft=draft, draft_len=draft_len)
+        stats = None
+        for _ in range(200):
+            for ev in s.step():
+                if ev[3]:
+                    stats = ev[5]
+            if not s.has_work:
+                break
+        assert stats is not None
+        return stats, s.draft_prompt_rows - rows
+
+    skipped = []
+    for i in range(10):
+        stats, rows = run(i)
+        skipped.append(stats["draft_model_skipped"])
+        assert rows == (0 if skipped[-1] else 4)  # the prompt's rows but the last
+        if skipped[-1]:
+            assert "m" not in stats["sources"] and stats["catch_up_s"] == 0.0
+    assert s.read_per_row == pytest.approx(draft_fixed / 4 + DR, rel=1e-6)  # 4-row reads
+    assert skipped == ([False] * 10 if pays else [False] + [True] * 7 + [False, True])
+    for draft, draft_len in (("model", -1), ("auto", 2)):
+        stats, rows = run(20, draft, draft_len)
+        assert not stats["draft_model_skipped"] and rows == 4
 
 
 # ---- prefill chunks paced by the same device time ---------------------------------------------

@@ -66,6 +66,7 @@ inline nb::dict stats_dict(const RequestStats& s) {
     hist_by[draft_source_name(static_cast<DraftSource>(i))] = s.accepted_hist_by_source[i];
   r["accepted_hist_by_source"] = hist_by;
   r["sources"] = s.sources;
+  r["draft_model_skipped"] = s.draft_model_skipped;
   r["queue_s"] = s.queue_s;
   r["prefill_s"] = s.prefill_s;
   r["draft_s"] = s.draft_s;

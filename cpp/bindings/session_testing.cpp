@@ -112,6 +112,12 @@ void bind_session(nb::module_& m) {
           "verify_time",
           [](Session& s, int B, int rows) { return s.model_controller().verify_time(B, rows); },
           "batch"_a, "rows"_a, "The draft model controller's verify pass of rows per sequence")
+      .def_prop_ro("draft_prompt_rows",
+                   [](Session& s) {
+                     const DraftModelProposer* p = s.sch->model_proposer();
+                     return p ? p->prompt_rows_read() : int64_t{0};
+                   })
+      .def_prop_ro("read_per_row", [](Session& s) { return s.model_controller().read_per_row(); })
       .def_prop_ro("catch_up_per_token",
                    [](Session& s) { return s.model_controller().catch_up_per_token(); })
       .def_prop_ro("last_warm_up", [](Session& s) { return s.sch->iteration().warm_up(); })

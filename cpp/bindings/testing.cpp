@@ -395,6 +395,11 @@ NB_MODULE(_trt_spec_testing, m) {
       .def("observe_acceptance", &DraftController::observe_acceptance, "n_accepted"_a, "k"_a)
       .def("observe_catch_up", &DraftController::observe_catch_up, "tokens"_a, "seconds"_a)
       .def("observe_verify", &DraftController::observe_verify, "batch"_a, "rows"_a, "seconds"_a)
+      .def("observe_read", &DraftController::observe_read, "rows"_a, "seconds"_a)
+      .def("reads_prompt", &DraftController::reads_prompt, "batch"_a, "prompt_rows"_a,
+           "new_tokens"_a)
+      .def("saving_per_token", &DraftController::saving_per_token, "batch"_a)
+      .def_prop_ro("read_per_row", &DraftController::read_per_row)
       .def("prior", &DraftController::prior)
       .def("drafting_pays", &DraftController::drafting_pays, "batch"_a)
       .def_prop_ro("long_run_alpha", &DraftController::long_run_alpha)

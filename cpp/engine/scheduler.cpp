@@ -200,6 +200,20 @@ void Scheduler::admit(std::vector<SchedulerEvent>& events) {
     r->stats.queue_s = r->t_admit - r->t_submit;
     r->tokens = r->req.prompt;
     *free = r.get();
+    // A fully automatic request has the draft model read its prompt only where drafting is
+    // expected to save more than the read costs (DraftController::reads_prompt); otherwise it
+    // decodes with lookup and plain steps.
+    const int32_t kModelBit = draft_source_bit(DraftSource::kModel);
+    if ((r->sources & kModelBit) && r->req.draft == "auto" && r->req.draft_len < 0) {
+      const int B =
+          static_cast<int>(slots_.size() - std::count(slots_.begin(), slots_.end(), nullptr));
+      const int P = static_cast<int>(r->req.prompt.size());
+      const int N = std::min(r->req.max_new_tokens, rt_.max_seq_len() - P);
+      if (!proposers_.model->controller().reads_prompt(B, P - 1, N)) {
+        r->sources &= ~kModelBit;
+        r->stats.draft_model_skipped = true;
+      }
+    }
     if (proposers_.model) proposers_.model->begin(r->slot, r->req.prompt);
     if (proposers_.lookup) proposers_.lookup->begin(r->slot, r->req.prompt);
     live_[r->id] = std::move(r);
@@ -302,6 +316,7 @@ void Scheduler::read_pending_prompts(const std::vector<Request*>& active) {
 }
 
 void Scheduler::take_prefill_time() {
+  if (proposers_.model) proposers_.model->take_read_times();
   if (prefill_timed_rows_ == 0) return;
   pacer_.observe_prefill(prefill_timed_rows_, prefill_timer_->seconds());
   prefill_timed_rows_ = 0;

@@ -57,9 +57,10 @@ struct RequestStats {
   int prediction_rejected = 0;     // ... and that were verified and not kept
   std::vector<int> accepted_hist;  // [max_k + 1]: drafting iterations by accepted length
   std::vector<int> accepted_hist_by_source[kDraftSourceCount];  // ... of each source's iterations
-  std::string sources;     // per iteration: 'n' none, 'm' draft model, 'l' lookup
-  double queue_s = 0.0;    // submission -> admission into a slot
-  double prefill_s = 0.0;  // admission -> first token
+  std::string sources;               // per iteration: 'n' none, 'm' draft model, 'l' lookup
+  bool draft_model_skipped = false;  // auto left the draft model out (its read would not pay)
+  double queue_s = 0.0;              // submission -> admission into a slot
+  double prefill_s = 0.0;            // admission -> first token
   double draft_s = 0.0, verify_s = 0.0, catch_up_s = 0.0;  // of the iterations it took part in
   double ttft_s = 0.0, total_s = 0.0;                      // from submission
   std::vector<double> token_times;  // seconds from submission at which each token became final
@@ -119,7 +120,9 @@ class Scheduler {
   void read_pending_prompts(const std::vector<Request*>& active);
   void start_decoding(Request& r, int32_t first, std::vector<SchedulerEvent>& events);
   void decode(std::vector<SchedulerEvent>& events);
-  void take_prefill_time();  // the last chunk's time to the pacer (after a synchronisation)
+  // The last chunk's time to the pacer, the draft's prompt reads to its controller (after a
+  // synchronisation).
+  void take_prefill_time();
   Choice choose(const std::vector<Request*>& active);
   // Appends a final token; false once the request is finished.
   bool emit(Request& r, int32_t tok, SchedulerEvent& ev, double now);

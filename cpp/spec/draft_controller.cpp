@@ -31,6 +31,44 @@ void DraftController::observe_catch_up(int tokens, double seconds) {
   if (tokens > 0) ema(catch_up_, seconds / tokens, kEma);
 }
 
+void DraftController::observe_read(int rows, double seconds) {
+  if (rows > 0 && seconds >= 0.0) ema(read_row_, seconds / rows, kEma);
+}
+
+bool DraftController::measured(int B) const {
+  if (B <= 0 || B >= static_cast<int>(costs_.size())) return false;
+  const Costs& c = costs_[B];
+  if (c.total[0] < 0.0) return false;
+  for (int k = 1; k <= max_k_; ++k)
+    if (c.total[k] >= 0.0) return true;
+  return false;
+}
+
+double DraftController::saving_per_token(int B) const {
+  if (!measured(B)) B = 1;
+  if (!measured(B)) return 0.0;
+  // Per token of one sequence: an iteration's time over the tokens it gives each sequence.
+  const double t0 = predicted_time(B, 0), a = long_run_.alpha();
+  double best = -1.0;
+  for (int k = 1; k <= max_k_; ++k) {
+    const double t = predicted_time(B, k);
+    if (t > 0.0 && (best < 0.0 || t / expected_tokens(a, k) < best))
+      best = t / expected_tokens(a, k);
+  }
+  return best < 0.0 ? 0.0 : t0 - best;
+}
+
+bool DraftController::reads_prompt(int B, int prompt_rows, int new_tokens) {
+  if (read_row_ < 0.0 || (!measured(B) && !measured(1))) return true;  // learn the costs first
+  const double saving = new_tokens * saving_per_token(B);
+  if (saving > prompt_rows * read_row_) return true;
+  if (++skipped_reads_ >= kReadEvery) {  // explore: the traffic may have changed
+    skipped_reads_ = 0;
+    return true;
+  }
+  return false;
+}
+
 double DraftController::catch_up_per_token() const {
   if (catch_up_ >= 0.0) return catch_up_;
   double step = -1.0;

@@ -31,6 +31,14 @@
 // best k every kExplore iterations to keep its measured cost current, and, every kZeroEvery
 // drafting iterations, k = 0 itself (while the lag is short), so that one noisy measurement
 // of the plain step cannot keep it drafting for good.
+//
+// Reading a prompt costs the draft about half of the target's prefill, paid before it can draft
+// at all, so a fully automatic request (draft="auto", draft_len="auto") lets the draft read its
+// prompt only when drafting is expected to save more than that over the request: reads_prompt()
+// compares new_tokens * (T(B, 0) - T(B, k*) / E(a_L, k*)), the long-run saving of the best k,
+// with prompt_rows * the measured seconds per prompt row (observe_read). Until both are measured
+// every request reads; of the requests that would not, one in kReadEvery reads anyway, so that
+// the acceptance and costs stay current when the traffic changes.
 #pragma once
 
 #include <vector>
@@ -52,6 +60,17 @@ class DraftController {
   void observe_acceptance(int n_accepted, int k);
   // Records a draft catch-up over `tokens` tokens (one sequence).
   void observe_catch_up(int tokens, double seconds);
+  // Records the draft's reading of `rows` prompt rows (prefill chunks).
+  void observe_read(int rows, double seconds);
+  // Seconds per prompt row the draft reads (-1 before any read is measured).
+  double read_per_row() const { return read_row_; }
+  // Whether the draft model should read the prompt of a request with `prompt_rows` rows and up to
+  // `new_tokens` new tokens that will decode among B sequences (see above); counts the skips.
+  bool reads_prompt(int B, int prompt_rows, int new_tokens);
+  // Seconds the draft model is expected to save per token of one of B sequences, at the
+  // long-run acceptance and the best k (negative: drafting costs more than it gives); 0 when
+  // the costs at B (or else at B = 1) are not measured yet.
+  double saving_per_token(int B) const;
   // The estimate a new request starts from: the long-run acceptance, weight 4.
   AcceptanceEstimate prior() const;
   double long_run_alpha() const { return long_run_.alpha(); }
@@ -80,8 +99,10 @@ class DraftController {
   static constexpr double kLongDecay = 0.99;  // the long-run acceptance: about 100 iterations
   static constexpr double kRegimeMargin = 0.03;
   static constexpr double kCheapLag = 0.25;  // probe from k = 0 while catch-up < this * T(B, 0)
+  static constexpr int kReadEvery = 8;       // of the requests not worth a read, one reads
 
  private:
+  bool measured(int B) const;  // T(B, 0) and some drafting T(B, k) measured
   struct Costs {
     double draft_step = -1.0;    // seconds per draft step
     std::vector<double> verify;  // [max_k + 2]: seconds per verify pass of m rows; -1 unknown
@@ -93,6 +114,8 @@ class DraftController {
   int max_k_;
   std::vector<Costs> costs_;  // [max_batch + 1]
   double catch_up_ = -1.0;    // seconds per token
+  double read_row_ = -1.0;    // seconds per prompt row the draft reads
+  int skipped_reads_ = 0;     // requests not read since the last exploring read
   AcceptanceEstimate long_run_;
 };
 

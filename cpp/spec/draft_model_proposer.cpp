@@ -43,8 +43,21 @@ void DraftModelProposer::forward_rows(const int32_t* tokens, int n, int first_po
 void DraftModelProposer::read_prompt(int slot, const int32_t* tokens, int first_pos, int n) {
   SlotState& s = slots_[slot];
   if (n <= 0) return;
+  std::unique_ptr<Backend::Timer> t = take_timer();
+  t->start();
   forward_rows(tokens, n, first_pos, slot);
+  t->stop();
+  reads_.push_back(CatchUp{slot, n, std::move(t)});
+  prompt_rows_read_ += n;
   s.draft_valid = first_pos + n;  // (the scheduler feeds the chunks in order)
+}
+
+void DraftModelProposer::take_read_times() {
+  for (CatchUp& r : reads_) {
+    controller_.observe_read(r.tokens, r.timer->seconds());
+    spare_timers_.push_back(std::move(r.timer));
+  }
+  reads_.clear();
 }
 
 int DraftModelProposer::lag(int slot, int n_past) const {

@@ -5,14 +5,16 @@
 // (after a rejection position n_past - 1 already holds prev, an idempotent write; after a fully
 // accepted chain, a plain target step or another proposer's iteration it is the one token the
 // draft has not read), so before an iteration the draft must hold positions [0, n_past - 1).
-// The prompt is read with the target's prefill (read_prompt); tokens emitted by iterations that
-// did not use the draft are read by prepare() (the catch-up), timed on the device with a backend
-// timer (Backend::Timer) and read after the iteration's read-back (take_prepare_seconds): the
-// controller learns its seconds per token without a synchronisation of its own. Per slot it keeps
-// draft_valid (positions [0, draft_valid) are in the draft's cache) and the sequence's acceptance
-// estimate.
+// The prompt is read with the target's prefill (read_prompt, timed the same way and read with
+// take_read_times after a synchronisation: the controller's price of a read); tokens emitted by
+// iterations that did not use the draft are read by prepare() (the catch-up), timed on the device
+// with a backend timer (Backend::Timer) and read after the iteration's read-back
+// (take_prepare_seconds): the controller learns its seconds per token without a synchronisation of
+// its own. Per slot it keeps draft_valid (positions [0, draft_valid) are in the draft's cache) and
+// the sequence's acceptance estimate.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <vector>
 
@@ -38,6 +40,11 @@ class DraftModelProposer final : public Proposer {
   // Runs prompt rows [first_pos, first_pos + n) of the slot through the draft (prefill chunks;
   // positions past P - 1 are left to the first iteration).
   void read_prompt(int slot, const int32_t* tokens, int first_pos, int n);
+  // The device time of the prompt reads issued so far, to the controller (after a
+  // synchronisation: every read issued before it has run).
+  void take_read_times();
+  // Prompt rows read so far (all slots).
+  int64_t prompt_rows_read() const { return prompt_rows_read_; }
 
   DraftController& controller() { return controller_; }
   const DraftController& controller() const { return controller_; }
@@ -65,6 +72,8 @@ class DraftModelProposer final : public Proposer {
 
   BackendBuffer tok_, pos_, row_slot_;  // catch-up rows [max_rows]
   std::vector<CatchUp> catch_ups_;
+  std::vector<CatchUp> reads_;  // prompt reads (tokens: rows), their time not read yet
+  int64_t prompt_rows_read_ = 0;
   std::vector<std::unique_ptr<Backend::Timer>> spare_timers_;
 };
 

@@ -41,6 +41,8 @@ class GenerationStats:
     draft_s: float = 0.0  # time in draft steps
     verify_s: float = 0.0  # time in verify passes (acceptance included)
     catch_up_s: float = 0.0  # the draft model reading tokens it skipped
+    # draft="auto" left the draft model out: reading the prompt was not expected to pay
+    draft_model_skipped: bool = False
     itl_ms: tuple[float, ...] = field(default=(), repr=False)  # each inter-token latency
 
     def as_dict(self) -> dict:
@@ -128,5 +130,6 @@ def stats_from_runtime(
         draft_s=float(r.get("draft_s", 0.0)),
         verify_s=float(r.get("verify_s", 0.0)),
         catch_up_s=float(r.get("catch_up_s", 0.0)),
+        draft_model_skipped=bool(r.get("draft_model_skipped", False)),
         itl_ms=tuple(float(x) for x in itl),
     )
