@@ -143,6 +143,7 @@ def test_completion_equals_engine_generate(server: Server, offline: Engine, stre
         assert r.usage.prompt_tokens == len(want.prompt_token_ids)
         assert r.choices[0].finish_reason == ("length" if len(want.token_ids) == 20 else "stop")
         assert r.model_extra["trt_spec"]["tokens_per_iteration"] >= 1.0
+        assert r.model_extra["trt_spec"]["draft_model_skipped"] in (True, False)
         return
     chunks = list(
         client.completions.create(

@@ -314,6 +314,7 @@ def spec_stats(result: GenerationResult) -> dict[str, Any]:
         "acceptance_rate": s.acceptance_rate,
         "tokens_per_iteration": s.tokens_per_iteration,
         "sources": s.sources,
+        "draft_model_skipped": s.draft_model_skipped,
         "ttft_s": s.ttft_s,
         "tokens_per_s": s.tokens_per_s,
         "itl_p50_ms": s.itl_p50_ms,
