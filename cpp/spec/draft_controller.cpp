@@ -52,8 +52,9 @@ double DraftController::saving_per_token(int B) const {
   double best = -1.0;
   for (int k = 1; k <= max_k_; ++k) {
     const double t = predicted_time(B, k);
-    if (t > 0.0 && (best < 0.0 || t / expected_tokens(a, k) < best))
-      best = t / expected_tokens(a, k);
+    if (t <= 0.0) continue;
+    const double per_token = t / expected_tokens(a, k);
+    if (best < 0.0 || per_token < best) best = per_token;
   }
   return best < 0.0 ? 0.0 : t0 - best;
 }

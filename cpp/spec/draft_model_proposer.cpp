@@ -43,18 +43,14 @@ void DraftModelProposer::forward_rows(const int32_t* tokens, int n, int first_po
 void DraftModelProposer::read_prompt(int slot, const int32_t* tokens, int first_pos, int n) {
   SlotState& s = slots_[slot];
   if (n <= 0) return;
-  std::unique_ptr<Backend::Timer> t = take_timer();
-  t->start();
-  forward_rows(tokens, n, first_pos, slot);
-  t->stop();
-  reads_.push_back(CatchUp{slot, n, std::move(t)});
+  reads_.push_back(timed_forward(tokens, n, first_pos, slot));
   prompt_rows_read_ += n;
   s.draft_valid = first_pos + n;  // (the scheduler feeds the chunks in order)
 }
 
 void DraftModelProposer::take_read_times() {
-  for (CatchUp& r : reads_) {
-    controller_.observe_read(r.tokens, r.timer->seconds());
+  for (TimedRows& r : reads_) {
+    controller_.observe_read(r.rows, r.timer->seconds());
     spare_timers_.push_back(std::move(r.timer));
   }
   reads_.clear();
@@ -71,24 +67,29 @@ void DraftModelProposer::prepare(int slot, const std::vector<int32_t>& tokens,
   const int n = lag(slot, seq.n_past);
   if (n == 0) return;
   // Device time: the rows are only queued here on an asynchronous backend.
-  std::unique_ptr<Backend::Timer> t = take_timer();
-  t->start();
-  forward_rows(tokens.data() + s.draft_valid, n, s.draft_valid, slot);
-  t->stop();
+  catch_ups_.push_back(timed_forward(tokens.data() + s.draft_valid, n, s.draft_valid, slot));
   s.draft_valid += n;
-  catch_ups_.push_back(CatchUp{slot, n, std::move(t)});
 }
 
 double DraftModelProposer::take_prepare_seconds(int slot) {
   for (auto it = catch_ups_.begin(); it != catch_ups_.end(); ++it) {
     if (it->slot != slot) continue;
     const double dt = it->timer->seconds();
-    controller_.observe_catch_up(it->tokens, dt);
+    controller_.observe_catch_up(it->rows, dt);
     spare_timers_.push_back(std::move(it->timer));
     catch_ups_.erase(it);
     return dt;
   }
   return 0.0;
+}
+
+DraftModelProposer::TimedRows DraftModelProposer::timed_forward(const int32_t* tokens, int n,
+                                                                int first_pos, int slot) {
+  TimedRows w{slot, n, take_timer()};
+  w.timer->start();
+  forward_rows(tokens, n, first_pos, slot);
+  w.timer->stop();
+  return w;
 }
 
 std::unique_ptr<Backend::Timer> DraftModelProposer::take_timer() {

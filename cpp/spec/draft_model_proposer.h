@@ -63,16 +63,19 @@ class DraftModelProposer final : public Proposer {
   int vocab_common_;
   DraftController controller_;
   std::vector<SlotState> slots_;
-  struct CatchUp {  // issued, its time not read yet
-    int slot = 0, tokens = 0;
+  struct TimedRows {  // draft rows issued (a catch-up or a prompt read), their time not read yet
+    int slot = 0, rows = 0;
     std::unique_ptr<Backend::Timer> timer;
   };
+  // Runs rows [first_pos, first_pos + n) of the slot through the draft between a timer's start
+  // and stop (device time, read after a later synchronisation).
+  TimedRows timed_forward(const int32_t* tokens, int n, int first_pos, int slot);
   std::unique_ptr<Backend::Timer> take_timer();
   void drop_catch_up(int slot);
 
   BackendBuffer tok_, pos_, row_slot_;  // catch-up rows [max_rows]
-  std::vector<CatchUp> catch_ups_;
-  std::vector<CatchUp> reads_;  // prompt reads (tokens: rows), their time not read yet
+  std::vector<TimedRows> catch_ups_;
+  std::vector<TimedRows> reads_;  // prompt reads
   int64_t prompt_rows_read_ = 0;
   std::vector<std::unique_ptr<Backend::Timer>> spare_timers_;
 };
