@@ -408,7 +408,10 @@ def test_a_long_prompt_is_paced_to_one_decode_iteration(tmp_path, clock: str) ->
     prefilled in chunks whose rows cost about one such iteration, (PF + PR) / PR = 17 rows, once
     the pacer has seen two chunk sizes; not the 64-row cap, which would cost 4.8 iterations of the
     decoding stream's time per chunk. On the graph path too: the times are the device's, read
-    after the read-back."""
+    after the read-back. On the host path the decoding stream's iteration carries each chunk
+    (no fixed cost of its own): the pacer learns a carried row's cost from the iteration's time
+    less the iteration's predicted cost, and the first chunk comes with B's first token, B's
+    first iteration at the next step."""
     path = spec_pairs.make_pair(tmp_path, "same", draft_len=2, max_seq_len=256, max_batch=2)
     s = T.Session(str(path), "cpu", 1, interleave_chunk=64, clock=clock)
     s.script_costs(PF, PR, 0.0, 0.0)
@@ -419,13 +422,19 @@ def test_a_long_prompt_is_paced_to_one_decode_iteration(tmp_path, clock: str) ->
     chunks = []
     for _ in range(40):
         s.step()
-        chunks.append(s.last_prefill_rows)
-        if s.last_batch == 2:  # its last chunk came with its first token: decoding beside
+        if sum(chunks) < 200:
+            chunks.append(s.last_prefill_rows)
+        if s.last_batch == 2:  # B decodes beside A
             break
     assert sum(chunks) == 200, chunks
     assert chunks[0] == 8, chunks  # one size seen (5 rows): per row over-estimated, the minimum
     assert all(c == 17 for c in chunks[1:-1]), chunks
-    assert s.prefill_row_s == pytest.approx(PR, rel=1e-6)
+    if clock == "host":  # carried rows at PR; separate chunks seen: the 5-row one alone
+        assert s.carried_row_s == pytest.approx(PR, rel=1e-6)
+        assert s.prefill_row_s == pytest.approx((PF + 5 * PR) / 5, rel=1e-6)
+    else:
+        assert s.carried_row_s == 0.0
+        assert s.prefill_row_s == pytest.approx(PR, rel=1e-6)
     # The last step's iteration, of both sequences, costs PF + 2 PR: one step of the average (on
     # graphs its first (B = 2) run is a warm-up, left out).
     last = PF + PR if clock == "graphs" else PF + 2 * PR

@@ -165,3 +165,42 @@ def test_eight_threads_share_one_engine(path) -> None:
         t.join(timeout=300)
     assert not errors and all(not t.is_alive() for t in threads)
     assert got == want
+
+
+@pytest.mark.parametrize(
+    ("draft", "temperature"),
+    [("none", 0.0), ("model", 0.0), ("lookup", 0.0), ("auto", 0.0), ("none", 0.9)],
+)
+def test_a_carried_prefill_gives_the_same_tokens_in_less_device_time(
+    path, draft: str, temperature: float
+) -> None:
+    """While A decodes, B's and then C's 40-token prompts ride along with A's iterations (their
+    rows in the verify pass, Iteration::carry) instead of separate forwards: every request's
+    tokens equal those of separate chunks, and the scripted device clock (a target forward of n
+    rows: PF + PR n) shows the fixed cost of each separate chunk saved."""
+    PF, PR, DF, DR = 2.0**-6, 2.0**-10, 2.0**-8, 2.0**-12
+
+    def run(carry: bool) -> tuple[list[list[int]], float, int]:
+        s = T.Session(str(path), "cpu", 1, 16, 8, clock="host", carry_prefill=carry)
+        s.script_costs(PF, PR, DF, DR)
+        kw = dict(draft=draft, temperature=temperature, seed=7)
+        ids = [s.submit([1, 2, 3], 40, **kw)]
+        got: dict[int, list[int]] = {ids[0]: []}
+        steps = 0
+        while s.has_work and steps < 400:
+            for e in s.step():
+                got.setdefault(e[0], []).extend(e[1])
+            steps += 1
+            if steps == 2:
+                ids.append(s.submit(LONG, 12, **kw))
+                ids.append(s.submit(LONG[::-1], 12, **kw))
+        assert not s.has_work
+        return [got[i] for i in ids], s.clock_s, s.iterations
+
+    carried, t_carried, _ = run(True)
+    separate, t_separate, _ = run(False)
+    assert carried == separate
+    assert [len(t) for t in carried] == [40, 12, 12]
+    # B's 40 rows beside A (C's are read beside A or B): at least 3 chunks of at most 8 rows
+    # each lost their fixed cost.
+    assert t_carried < t_separate - 3 * PF, (t_carried, t_separate)

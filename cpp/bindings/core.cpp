@@ -229,17 +229,18 @@ NB_MODULE(_core, m) {
       .def(
           "__init__",
           [](Scheduler* self, Runtime& rt, const std::vector<nb::bytes>& token_bytes,
-             int prefill_chunk, int interleave_chunk) {
+             int prefill_chunk, int interleave_chunk, bool carry_prefill) {
             SchedulerOptions o;
             o.prefill_chunk = prefill_chunk;
             o.interleave_chunk = interleave_chunk;
+            o.carry_prefill = carry_prefill;
             o.token_bytes.reserve(token_bytes.size());
             for (const nb::bytes& b : token_bytes) o.token_bytes.emplace_back(b.c_str(), b.size());
             nb::gil_scoped_release release;
             new (self) Scheduler(rt, std::move(o));
           },
           "runtime"_a, "token_bytes"_a = std::vector<nb::bytes>{}, "prefill_chunk"_a = 256,
-          "interleave_chunk"_a = 64, nb::keep_alive<1, 2>())
+          "interleave_chunk"_a = 64, "carry_prefill"_a = true, nb::keep_alive<1, 2>())
       .def(
           "submit",
           [](Scheduler& s, const std::vector<int32_t>& prompt, int max_new_tokens,

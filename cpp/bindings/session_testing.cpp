@@ -63,7 +63,7 @@ void bind_session(nb::module_& m) {
           "__init__",
           [](Session* self, const std::string& path, const std::string& device, int n_threads,
              int prefill_chunk, int interleave_chunk, const std::vector<nb::bytes>& token_bytes,
-             const std::string& clock) {
+             const std::string& clock, bool carry_prefill) {
             RuntimeOptions o;
             o.device = device;
             o.n_threads = n_threads;
@@ -71,6 +71,7 @@ void bind_session(nb::module_& m) {
             SchedulerOptions so;
             so.prefill_chunk = prefill_chunk;
             so.interleave_chunk = interleave_chunk;
+            so.carry_prefill = carry_prefill;
             for (const nb::bytes& b : token_bytes) so.token_bytes.emplace_back(b.c_str(), b.size());
             if (!clock.empty() && (device != "cpu" || (clock != "host" && clock != "graphs")))
               throw InvalidArgument("clock: 'host' or 'graphs', on the cpu device");
@@ -90,8 +91,10 @@ void bind_session(nb::module_& m) {
           },
           "path"_a, "device"_a = "cpu", "n_threads"_a = 0, "prefill_chunk"_a = 256,
           "interleave_chunk"_a = 64, "token_bytes"_a = std::vector<nb::bytes>{}, "clock"_a = "",
+          "carry_prefill"_a = true,
           "clock: '' (the device's own), or a CPU backend with a scripted clock, 'host' "
-          "(synchronous, like the CPU) or 'graphs' (asynchronous with graphs, like a GPU)")
+          "(synchronous, like the CPU) or 'graphs' (asynchronous with graphs, like a GPU); "
+          "carry_prefill: SchedulerOptions::carry_prefill")
       .def(
           "script_costs",
           [](Session& s, double target_fixed, double target_row, double draft_fixed,
@@ -156,6 +159,7 @@ void bind_session(nb::module_& m) {
       .def_prop_ro("last_prefill_rows", [](Session& s) { return s.sch->last_prefill_rows(); })
       .def_prop_ro("prefill_row_s", [](Session& s) { return s.sch->pacer().per_row(); })
       .def_prop_ro("pacer_decode_s", [](Session& s) { return s.sch->pacer().decode_seconds(); })
+      .def_prop_ro("carried_row_s", [](Session& s) { return s.sch->pacer().carried_row(); })
       .def_prop_ro("last_draft_s", [](Session& s) { return s.sch->last_times().draft_s; })
       .def_prop_ro("last_verify_s", [](Session& s) { return s.sch->last_times().verify_s; })
       .def_prop_rw(

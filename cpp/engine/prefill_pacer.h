@@ -11,7 +11,13 @@
 // While others decode, a chunk takes rows = D / per_row (its rows cost about one iteration, so a
 // long prompt about doubles the others' inter-token latency, plus the chunk's fixed cost),
 // clamped to [min_rows, max_rows]; max_rows (the scheduler's interleave_chunk) until both are
-// measured. Deterministic given the observations (tests drive it with a scripted clock).
+// measured.
+//
+// A chunk carried by a decode iteration's verify pass (Iteration::carry, host backends) has no
+// fixed cost of its own: the scheduler observes its rows' share, the iteration's time less the
+// decode's predicted cost (observe_carried: an exponentially weighted mean per row), and sizes
+// carried chunks by it (carried_rows). Deterministic given the observations (tests drive it with
+// a scripted clock).
 #pragma once
 
 #include <algorithm>
@@ -42,6 +48,13 @@ class PrefillPacer {
     decode_s_ = decode_s_ > 0.0 ? kDecay * decode_s_ + (1.0 - kDecay) * seconds : seconds;
   }
 
+  // A chunk of `rows` rows carried by a decode iteration added `seconds` to it.
+  void observe_carried(int rows, double seconds) {
+    if (rows < 1 || !(seconds > 0.0) || !std::isfinite(seconds)) return;
+    const double r = seconds / rows;
+    carried_row_ = carried_row_ > 0.0 ? kDecay * carried_row_ + (1.0 - kDecay) * r : r;
+  }
+
   // Seconds per prompt row (0: not measured yet).
   double per_row() const {
     if (w_ <= 0.0) return 0.0;
@@ -54,9 +67,13 @@ class PrefillPacer {
   }
   double decode_seconds() const { return decode_s_; }
 
-  // Rows for the next chunk while other sequences decode.
-  int interleave_rows() const {
-    const double r = per_row();
+  // Seconds per carried prompt row (0: not measured yet).
+  double carried_row() const { return carried_row_; }
+
+  // Rows for the next chunk while other sequences decode: a separate forward, or carried by
+  // their iteration (priced by carried rows once measured, else as a separate chunk's rows).
+  int interleave_rows(bool carried = false) const {
+    const double r = carried && carried_row_ > 0.0 ? carried_row_ : per_row();
     if (r <= 0.0 || decode_s_ <= 0.0) return max_rows_;
     const double rows = std::floor(decode_s_ / r + 1e-6);  // (an exact quotient stays whole)
     return static_cast<int>(std::clamp(rows, static_cast<double>(std::min(kMinRows, max_rows_)),
@@ -67,6 +84,7 @@ class PrefillPacer {
   int max_rows_;
   double w_ = 0.0, sn_ = 0.0, snn_ = 0.0, st_ = 0.0, snt_ = 0.0;
   double decode_s_ = 0.0;
+  double carried_row_ = 0.0;
 };
 
 }  // namespace trt_spec

@@ -175,9 +175,14 @@ std::vector<SchedulerEvent> Scheduler::step() {
   // caller's time to first token holds the target's prefill only (the draft reads the last
   // chunk, and the first iteration runs, at the next step). Sequences already decoding always
   // get their iteration.
-  const int started = prefill(events, decoding);
-  // 4. One iteration for every decoding sequence.
-  if (started == 0 || decoding) decode(events);
+  // 4. One iteration for every decoding sequence. On a host backend it carries the prefill
+  // chunk: the chunk's rows and the verify rows share one pass over the weights.
+  if (decoding && opts_.carry_prefill && iter_.can_carry()) {
+    decode(events, true);
+  } else {
+    const int started = prefill(events, decoding);
+    if (started == 0 || decoding) decode(events, false);
+  }
   for (const SchedulerEvent& e : events)
     if (e.finished) live_.erase(e.id);
   return events;
@@ -220,59 +225,37 @@ void Scheduler::admit(std::vector<SchedulerEvent>& events) {
   }
 }
 
-int Scheduler::prefill(std::vector<SchedulerEvent>& events, bool others_decoding) {
-  Backend& be = rt_.backend();
-  const int R = rt_.target().limits().max_rows;
-  int budget = std::min(R, others_decoding ? pacer_.interleave_rows() : opts_.prefill_chunk);
+Scheduler::Chunk Scheduler::plan_chunk(int budget) {
   // Prefilling requests, oldest first.
   std::vector<Request*> pending;
   for (Request* r : slots_)
     if (r && !r->decoding) pending.push_back(r);
   std::sort(pending.begin(), pending.end(),
             [](const Request* a, const Request* b) { return a->id < b->id; });
-  struct Piece {
-    Request* r;
-    int first, n, row0;
-  };
-  std::vector<Piece> pieces;
-  std::vector<int32_t> tok, pos, slot, logit_rows;
-  std::vector<Request*> completing;
+  Chunk c;
   for (Request* r : pending) {
-    if (budget == 0) break;
+    if (budget <= 0) break;
     const int P = static_cast<int>(r->req.prompt.size());
     const int n = std::min(budget, P - r->prefilled);
-    pieces.push_back({r, r->prefilled, n, static_cast<int>(tok.size())});
+    c.pieces.push_back({r, r->prefilled, n});
     for (int i = 0; i < n; ++i) {
-      tok.push_back(r->req.prompt[r->prefilled + i]);
-      pos.push_back(r->prefilled + i);
-      slot.push_back(r->slot);
+      c.tok.push_back(r->req.prompt[r->prefilled + i]);
+      c.pos.push_back(r->prefilled + i);
+      c.slot.push_back(r->slot);
     }
     budget -= n;
     if (r->prefilled + n == P) {
-      logit_rows.push_back(static_cast<int32_t>(tok.size()) - 1);
-      completing.push_back(r);
+      c.logit_rows.push_back(c.rows() - 1);
+      c.completing.push_back(r);
     }
   }
-  if (pieces.empty()) return 0;
-  const int n = static_cast<int>(tok.size());
-  last_prefill_rows_ = n;
-  // The chunk's device time, for the pacer: read after the next synchronisation (this chunk's
-  // first tokens, or the decode iteration's read-back). An earlier chunk's time still unread is
-  // read now where that is free (ops run in order on the host), else dropped.
-  if (prefill_timed_rows_ > 0 && be.runs_on_host()) take_prefill_time();
-  if (!prefill_timer_) prefill_timer_ = be.timer();
-  prefill_timer_->start();
-  be.upload(tok_.as<void>(), tok.data(), n * 4);
-  be.upload(pos_.as<void>(), pos.data(), n * 4);
-  be.upload(row_slot_.as<void>(), slot.data(), n * 4);
-  if (!logit_rows.empty())
-    be.upload(logit_rows_.as<void>(), logit_rows.data(), logit_rows.size() * 4);
-  rt_.target().forward(Rows{tok_.as<int32_t>(), pos_.as<int32_t>(), row_slot_.as<int32_t>()}, n,
-                       logit_rows_.as<int32_t>(), static_cast<int>(logit_rows.size()),
-                       logits_.as<float>());
+  return c;
+}
+
+void Scheduler::chunk_done(const Chunk& c) {
   // The draft model reads the same rows (positions up to P - 2: the first iteration feeds
-  // P - 1 itself); a prompt's last chunk after its first token (read_pending_prompt).
-  for (const Piece& p : pieces) {
+  // P - 1 itself); a prompt's last chunk after its first token (read_pending_prompts).
+  for (const Chunk::Piece& p : c.pieces) {
     Request& r = *p.r;
     r.prefilled += p.n;
     if (!proposers_.model || !(r.sources & draft_source_bit(DraftSource::kModel))) continue;
@@ -286,24 +269,55 @@ int Scheduler::prefill(std::vector<SchedulerEvent>& events, bool others_decoding
       proposers_.model->read_prompt(r.slot, r.req.prompt.data() + p.first, p.first, upto - p.first);
     }
   }
-  prefill_timer_->stop();
-  prefill_timed_rows_ = n;
-  if (completing.empty()) return 0;
-  // First tokens, drawn as target-only decoding draws them (sampling step 0).
-  const int m = static_cast<int>(completing.size());
+}
+
+void Scheduler::first_tokens(const Chunk& c, const float* logits,
+                             std::vector<SchedulerEvent>& events) {
+  // Drawn as target-only decoding draws them (sampling step 0).
+  Backend& be = rt_.backend();
+  const int m = static_cast<int>(c.completing.size());
   std::vector<int32_t> cslots(m), first(m);
   for (int i = 0; i < m; ++i) {
-    cslots[i] = completing[i]->slot;
-    SamplingState st{completing[i]->req.sampling, 0};
+    cslots[i] = c.completing[i]->slot;
+    SamplingState st{c.completing[i]->req.sampling, 0};
     be.upload(iter_.state().states + cslots[i], &st, sizeof(st));
   }
   be.upload(sample_slots_.as<void>(), cslots.data(), m * 4);
-  be.sample(logits_.as<float>(), m, rt_.vocab_size(), sample_slots_.as<int32_t>(),
-            iter_.state().states, sampled_.as<int32_t>());
+  be.sample(logits, m, rt_.vocab_size(), sample_slots_.as<int32_t>(), iter_.state().states,
+            sampled_.as<int32_t>());
   be.download(first.data(), sampled_.as<void>(), m * 4);
   take_prefill_time();  // (synchronised: free)
-  for (int i = 0; i < m; ++i) start_decoding(*completing[i], first[i], events);
-  return m;
+  for (int i = 0; i < m; ++i) start_decoding(*c.completing[i], first[i], events);
+}
+
+int Scheduler::prefill(std::vector<SchedulerEvent>& events, bool others_decoding) {
+  Backend& be = rt_.backend();
+  const int R = rt_.target().limits().max_rows;
+  const Chunk c =
+      plan_chunk(std::min(R, others_decoding ? pacer_.interleave_rows() : opts_.prefill_chunk));
+  if (c.pieces.empty()) return 0;
+  const int n = c.rows();
+  last_prefill_rows_ = n;
+  // The chunk's device time, for the pacer: read after the next synchronisation (this chunk's
+  // first tokens, or the decode iteration's read-back). An earlier chunk's time still unread is
+  // read now where that is free (ops run in order on the host), else dropped.
+  if (prefill_timed_rows_ > 0 && be.runs_on_host()) take_prefill_time();
+  if (!prefill_timer_) prefill_timer_ = be.timer();
+  prefill_timer_->start();
+  be.upload(tok_.as<void>(), c.tok.data(), n * 4);
+  be.upload(pos_.as<void>(), c.pos.data(), n * 4);
+  be.upload(row_slot_.as<void>(), c.slot.data(), n * 4);
+  if (!c.logit_rows.empty())
+    be.upload(logit_rows_.as<void>(), c.logit_rows.data(), c.logit_rows.size() * 4);
+  rt_.target().forward(Rows{tok_.as<int32_t>(), pos_.as<int32_t>(), row_slot_.as<int32_t>()}, n,
+                       logit_rows_.as<int32_t>(), static_cast<int>(c.logit_rows.size()),
+                       logits_.as<float>());
+  chunk_done(c);
+  prefill_timer_->stop();
+  prefill_timed_rows_ = n;
+  if (c.completing.empty()) return 0;
+  first_tokens(c, logits_.as<float>(), events);
+  return static_cast<int>(c.completing.size());
 }
 
 void Scheduler::read_pending_prompts(const std::vector<Request*>& active) {
@@ -432,7 +446,16 @@ Scheduler::Choice Scheduler::choose(const std::vector<Request*>& active) {
   return model_choice;
 }
 
-void Scheduler::decode(std::vector<SchedulerEvent>& events) {
+double Scheduler::predicted_time(DraftSource source, int B, int k) const {
+  const DraftController* mc = proposers_.model ? &proposers_.model->controller() : nullptr;
+  const LookupController* lc = proposers_.lookup ? &proposers_.lookup->controller() : nullptr;
+  if (source == DraftSource::kLookup) return lc ? lc->predicted_time(B, k) : -1.0;
+  if (source == DraftSource::kModel) return mc ? mc->predicted_time(B, k) : -1.0;
+  const double t = mc ? mc->predicted_time(B, 0) : -1.0;
+  return t > 0.0 || !lc ? t : lc->predicted_time(B, 0);
+}
+
+void Scheduler::decode(std::vector<SchedulerEvent>& events, bool carry) {
   std::vector<Request*> active;
   for (Request* r : slots_)
     if (r && r->decoding && r->reason == FinishReason::kNone) active.push_back(r);
@@ -454,6 +477,16 @@ void Scheduler::decode(std::vector<SchedulerEvent>& events) {
   // Costs are device time (backend timers, Iteration::times), read after the read-back, the one
   // synchronisation of the iteration. A capture is host work before the timed iteration; the
   // first run of a (source, B, k) on an asynchronous backend is a warm-up that is not observed.
+  // A prefill chunk carried by the verify pass (rows that cost about one iteration).
+  Chunk chunk;
+  if (carry) {
+    chunk = plan_chunk(std::min(pacer_.interleave_rows(true), iter_.carry_room(c.k)));
+    if (!chunk.pieces.empty()) {
+      iter_.carry(chunk.tok.data(), chunk.pos.data(), chunk.slot.data(), chunk.rows(),
+                  chunk.logit_rows.data(), static_cast<int>(chunk.logit_rows.size()));
+      last_prefill_rows_ = chunk.rows();
+    }
+  }
   iter_.capture(c.source, c.k);  // (a no-op without graphs)
   iter_.run(c.source, c.k);
   iter_.read_states(seqs_);
@@ -469,14 +502,33 @@ void Scheduler::decode(std::vector<SchedulerEvent>& events) {
   last_source_ = c.source;
   // The controllers learn the cost of what ran (a warm-up's times hold one-time work: not).
   DraftController* mc = proposers_.model ? &proposers_.model->controller() : nullptr;
-  const bool learn = !iter_.warm_up();
-  if (learn) pacer_.observe_decode(total);
+  // A carried chunk's rows are in the verify time: where the iteration's own cost is predicted,
+  // the rest is the chunk's (the pacer learns it) and the controllers learn nothing; else they
+  // learn the time less the rows at the pacer's separate-chunk rate (an estimate that later
+  // iterations refine), or nothing before that rate is measured.
+  double decode_s = total, verify_s = last_times_.verify_s;
+  bool learn = !iter_.warm_up();
+  if (!chunk.pieces.empty()) {
+    chunk_done(chunk);
+    const double d = predicted_time(c.source, B, c.k);
+    if (learn && d > 0.0) {
+      pacer_.observe_carried(chunk.rows(), total - d);
+      pacer_.observe_decode(d);
+      learn = false;
+    } else {
+      const double rows_s = chunk.rows() * pacer_.per_row();
+      decode_s -= rows_s;
+      verify_s -= rows_s;
+      learn = learn && rows_s > 0.0 && verify_s > 0.0;
+    }
+  }
+  if (learn) pacer_.observe_decode(decode_s);
   if (learn && c.source == DraftSource::kLookup) {
-    proposers_.lookup->controller().observe(B, c.k, total);
-    if (mc) mc->observe_verify(B, c.k + 1, last_times_.verify_s);
+    proposers_.lookup->controller().observe(B, c.k, decode_s);
+    if (mc) mc->observe_verify(B, c.k + 1, verify_s);
   } else if (learn) {
-    if (mc) mc->observe(B, c.k, total, last_times_.draft_s, last_times_.verify_s);
-    if (proposers_.lookup && c.k == 0) proposers_.lookup->controller().observe_plain(B, total);
+    if (mc) mc->observe(B, c.k, decode_s, last_times_.draft_s, verify_s);
+    if (proposers_.lookup && c.k == 0) proposers_.lookup->controller().observe_plain(B, decode_s);
   }
   for (Request* rp : active) {
     Request& r = *rp;
@@ -523,6 +575,7 @@ void Scheduler::decode(std::vector<SchedulerEvent>& events) {
     else
       ev.text += r.stop.ready();
   }
+  if (!chunk.completing.empty()) first_tokens(chunk, iter_.carried_logits(), events);
 }
 
 }  // namespace trt_spec

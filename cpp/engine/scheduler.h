@@ -9,8 +9,9 @@
 //   3. prefills: one chunk of prompt rows, taken from the prefilling requests oldest first
 //      (prefill_chunk rows; while other sequences decode, as many rows as cost about one of
 //      their iterations, at most interleave_chunk: engine/prefill_pacer.h, so that a long
-//      prompt does not stall them); the draft model reads the same rows; a request whose
-//      prompt is complete gets its first token;
+//      prompt does not stall them, and on a host backend carried by their iteration's verify
+//      pass, step 4); the draft model reads the same rows; a request whose prompt is complete
+//      gets its first token;
 //   4. runs one speculative iteration for every decoding sequence: the draft source and length
 //      chosen from the proposers' offers (the draft model's and prompt lookup's controllers, or a
 //      plain target step), then the tokens that became final, cut at stop ids, stop strings and
@@ -40,6 +41,9 @@ struct SchedulerOptions {
   int prefill_chunk = 256;    // prompt rows per step while no other sequence decodes
   int interleave_chunk = 64;  // prompt rows per step while others decode, at most (PrefillPacer:
                               // fewer when rows are slow, so that decoders are not stalled)
+  // While others decode, their iteration's verify pass carries the chunk (one pass over the
+  // target's weights for both; Iteration::carry), where the backend allows (host backends).
+  bool carry_prefill = true;
   // The text of each token id (UTF-8 bytes; empty for special tokens); stop strings need it.
   std::vector<std::string> token_bytes;
 };
@@ -113,13 +117,35 @@ class Scheduler {
     DraftSource source = DraftSource::kNone;
     int k = 0;
   };
+  // A prefill chunk: prompt rows of the prefilling requests, oldest first.
+  struct Chunk {
+    struct Piece {
+      Request* r;
+      int first, n;  // prompt rows [first, first + n)
+    };
+    std::vector<Piece> pieces;
+    std::vector<int32_t> tok, pos, slot;  // [rows]
+    std::vector<int32_t> logit_rows;      // [completing]: each completed prompt's last row
+    std::vector<Request*> completing;     // the requests whose prompt the chunk completes
+    int rows() const { return static_cast<int>(tok.size()); }
+  };
   void admit(std::vector<SchedulerEvent>& events);
-  // One prefill chunk; returns how many requests it finished (their first tokens are in events).
+  Chunk plan_chunk(int budget);
+  // After the chunk's target rows ran: the prompt rows counted, the draft model's reads.
+  void chunk_done(const Chunk& c);
+  // The first tokens of the requests the chunk completed, sampled from their logits
+  // [completing, vocab] (backend memory); they start decoding.
+  void first_tokens(const Chunk& c, const float* logits, std::vector<SchedulerEvent>& events);
+  // One prefill chunk as its own forward; returns how many requests it finished (their first
+  // tokens are in events).
   int prefill(std::vector<SchedulerEvent>& events, bool others_decoding);
   // The draft model reads the prompt rows left from each request's last prefill chunk.
   void read_pending_prompts(const std::vector<Request*>& active);
   void start_decoding(Request& r, int32_t first, std::vector<SchedulerEvent>& events);
-  void decode(std::vector<SchedulerEvent>& events);
+  // One iteration of the decoding sequences; with carry, it also carries a prefill chunk.
+  void decode(std::vector<SchedulerEvent>& events, bool carry);
+  // The predicted device time of an iteration (source, B, k) (<= 0: not measured yet).
+  double predicted_time(DraftSource source, int B, int k) const;
   // The last chunk's time to the pacer, the draft's prompt reads to its controller (after a
   // synchronisation).
   void take_prefill_time();

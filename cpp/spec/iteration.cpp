@@ -33,7 +33,9 @@ Iteration::Iteration(Backend& be, Model& target, Model* draft, int max_batch, in
   start_slot_ = BackendBuffer(be, sizeof(int32_t));
   st_ = SpecState{seqs_.as<SeqState>(), states_.as<SamplingState>(), history_.as<int32_t>(),
                   prediction_.as<int32_t>(), max_seq};
-  const size_t meta = std::max<size_t>(rows, 2 * max_batch);
+  // Row metadata for the verify rows and rows carried beside them (the target's row budget).
+  const size_t meta = std::max<size_t>(
+      {rows, 2 * static_cast<size_t>(max_batch), static_cast<size_t>(target.limits().max_rows)});
   tok_ = BackendBuffer(be, meta * 4);
   pos_ = BackendBuffer(be, meta * 4);
   row_slots_ = BackendBuffer(be, meta * 4);
@@ -49,7 +51,8 @@ Iteration::Iteration(Backend& be, Model& target, Model* draft, int max_batch, in
   be.upload(odd_.as<void>(), odd.data(), max_batch * 4);
   if (draft && max_k > 0)
     q_ = BackendBuffer(be, static_cast<size_t>(max_k) * max_batch * vocab_d_ * 4);
-  logits_ = BackendBuffer(be, rows * vocab_t_ * 4);
+  logits_ = BackendBuffer(be, (rows + max_batch) * vocab_t_ * 4);  // (carried: one per slot)
+  carry_logit_rows_ = BackendBuffer(be, meta * 4);
   const size_t moves = static_cast<size_t>(max_batch) * kMaxDraftNodes;
   mv_slot_ = BackendBuffer(be, moves * 4);
   mv_src_ = BackendBuffer(be, moves * 4);
@@ -111,8 +114,49 @@ void Iteration::capture(DraftSource source, int k) {
   if (!use_graphs_ || !be_.supports_graphs() || B_ == 0 || has_graph(source, k)) return;
   Graphs g;
   g.propose = be_.capture([this, source, k] { issue_propose(source, k); });
-  g.verify = be_.capture([this, source, k] { issue_verify(source, k); });
+  g.verify = be_.capture([this, source, k] { issue_verify(source, k, 0, 0); });
   graphs_.emplace(Key{static_cast<int>(source), B_, k}, std::move(g));
+}
+
+bool Iteration::can_carry() const {
+  return be_.runs_on_host() && !(use_graphs_ && be_.supports_graphs());
+}
+
+int Iteration::carry_room(int k) const {
+  return can_carry() && B_ > 0 ? std::max(0, target_.limits().max_rows - B_ * (k + 1)) : 0;
+}
+
+void Iteration::carry(const int32_t* tokens, const int32_t* pos, const int32_t* slot, int n,
+                      const int32_t* logit_rows, int n_logits) {
+  if (!can_carry() || n < 0 || n_logits < 0 || n_logits > n || n_logits > max_batch_)
+    throw InvalidArgument("speculative iteration: cannot carry these rows");
+  for (int i = 0; i < n_logits; ++i)
+    if (logit_rows[i] < 0 || logit_rows[i] >= n)
+      throw InvalidArgument("speculative iteration: bad carried logit row");
+  carry_tok_.assign(tokens, tokens + n);
+  carry_pos_.assign(pos, pos + n);
+  carry_slot_.assign(slot, slot + n);
+  carry_logit_.assign(logit_rows, logit_rows + n_logits);
+}
+
+void Iteration::upload_carried(int k) {
+  const int nv = B_ * (k + 1), n = static_cast<int>(carry_tok_.size());
+  if (nv + n > target_.limits().max_rows)
+    throw InvalidArgument("speculative iteration: too many carried rows");
+  // Rows [nv, nv + n), after the verify rows. Causal attention on the tree path: the cache index
+  // is the position, and the tree base lies past it (no entry is masked).
+  std::vector<int32_t> base(n), lrows(nv + carry_logit_.size());
+  std::vector<uint64_t> bits(n, 0);
+  for (int i = 0; i < n; ++i) base[i] = carry_pos_[i] + 1;
+  std::iota(lrows.begin(), lrows.begin() + nv, 0);
+  for (size_t i = 0; i < carry_logit_.size(); ++i) lrows[nv + i] = nv + carry_logit_[i];
+  be_.upload(tok_.as<int32_t>() + nv, carry_tok_.data(), n * 4);
+  be_.upload(pos_.as<int32_t>() + nv, carry_pos_.data(), n * 4);
+  be_.upload(row_slots_.as<int32_t>() + nv, carry_slot_.data(), n * 4);
+  be_.upload(kv_idx_.as<int32_t>() + nv, carry_pos_.data(), n * 4);
+  be_.upload(tree_base_.as<int32_t>() + nv, base.data(), n * 4);
+  be_.upload(tree_bits_.as<uint64_t>() + nv, bits.data(), n * 8);
+  be_.upload(carry_logit_rows_.as<void>(), lrows.data(), lrows.size() * 4);
 }
 
 void Iteration::run(DraftSource source, int k) {
@@ -128,6 +172,9 @@ void Iteration::run(DraftSource source, int k) {
     auto it = graphs_.find(key);
     if (it != graphs_.end() && it->second.propose && it->second.verify) g = &it->second;
   }
+  const int carried = static_cast<int>(carry_tok_.size());
+  if (carried > 0 && (!can_carry() || g))
+    throw InvalidArgument("speculative iteration: carried rows need the ops issued one by one");
   warm_up_ = ran_.insert(key).second && !be_.runs_on_host();
   // The timers' points lie around and between the parts, outside any captured graph.
   draft_timer_->start();
@@ -137,11 +184,17 @@ void Iteration::run(DraftSource source, int k) {
     issue_propose(source, k);
   draft_timer_->stop();
   verify_timer_->start();
+  if (carried > 0) upload_carried(k);
   if (g)
     g->verify->launch();
   else
-    issue_verify(source, k);
+    issue_verify(source, k, carried, static_cast<int>(carry_logit_.size()));
   verify_timer_->stop();
+  carried_logits_ = logits_.as<float>() + static_cast<size_t>(B_) * (k + 1) * vocab_t_;
+  carry_tok_.clear();
+  carry_pos_.clear();
+  carry_slot_.clear();
+  carry_logit_.clear();
 }
 
 PhaseTimes Iteration::times() {
@@ -154,11 +207,13 @@ void Iteration::issue_propose(DraftSource source, int k) {
   ops_->verify_rows(st_, ctx.slots, B_, k, source, ctx.rows);  // [B, k+1]: root, nodes
 }
 
-void Iteration::issue_verify(DraftSource source, int k) {
+void Iteration::issue_verify(DraftSource source, int k, int carried, int carried_logits) {
   IterationContext ctx = context();
   const int B = B_;
-  const int n = B * (k + 1);
-  target_.forward(ctx.rows.rows(true), n, ctx.identity, n, logits_.as<float>());
+  const int n = B * (k + 1);  // [B, k + 1] verify rows, then the carried rows
+  target_.forward(ctx.rows.rows(true), n + carried,
+                  carried > 0 ? carry_logit_rows_.as<int32_t>() : ctx.identity, n + carried_logits,
+                  logits_.as<float>());
   ops_->accept(st_, ctx.slots, B, k, logits_.as<float>(), vocab_t_, q_.as<float>(), vocab_d_,
                KvMoves{mv_slot_.as<int32_t>(), mv_src_.as<int32_t>(), mv_dst_.as<int32_t>()});
   if (k > 0 && proposer(source)->proposes_trees())  // (a chain's accepted nodes stay in place)

@@ -8,6 +8,8 @@
 //   accept    acceptance, emitted tokens, commit, history (spec_ops.h accept)
 //   move      the accepted nodes' target cache entries to their positions (kv_copy)
 //   next      every proposer's after-accept ops (prompt lookup's next tree)
+// On a host backend the verify pass may also carry other sequences' prompt rows (carry(): a
+// prefill chunk sharing the pass over the target's weights).
 // k = 0 (source kNone) is a plain target step on the same path. Every input of every op is read
 // from backend memory written by the previous op: the host only picks (source, k) and,
 // afterwards, reads the SeqState array back once.
@@ -79,6 +81,20 @@ class Iteration {
   // may include one-time work and must not be taken as the cost of that choice.
   bool warm_up() const { return warm_up_; }
 
+  // Prompt rows of other sequences (a prefill chunk) that the next run()'s verify pass carries:
+  // the target writes their k and v beside the verify rows, in the same pass over its weights,
+  // and keeps the logits of the carried rows listed in logit_rows [n_logits] (indices into the
+  // n carried rows). tokens, pos, slot: [n] host memory, copied. Only where run() issues the
+  // ops one by one (can_carry(): a host backend; a captured graph has fixed rows), at most
+  // carry_room(k) rows. The rows' bits are those of a separate forward (the kernels' results do not
+  // depend on the other rows of a pass).
+  bool can_carry() const;
+  int carry_room(int k) const;
+  void carry(const int32_t* tokens, const int32_t* pos, const int32_t* slot, int n,
+             const int32_t* logit_rows, int n_logits);
+  // The last run()'s carried logits [n_logits, vocab_t] (backend memory).
+  const float* carried_logits() const { return carried_logits_; }
+
   void set_use_graphs(bool on) { use_graphs_ = on; }
   bool use_graphs() const { return use_graphs_; }
   int graphs_captured() const { return static_cast<int>(graphs_.size()); }
@@ -91,7 +107,10 @@ class Iteration {
   using Key = std::tuple<int, int, int>;  // (source, B, k)
   IterationContext context();
   void issue_propose(DraftSource source, int k);  // proposals and the verify rows [B, k + 1]
-  void issue_verify(DraftSource source, int k);   // verify, accept, move, next
+  // Verify (with `carried` rows after the verify rows, `carried_logits` of them kept), accept,
+  // move, next.
+  void issue_verify(DraftSource source, int k, int carried, int carried_logits);
+  void upload_carried(int k);  // the carried rows' metadata and the verify's logit rows
 
   Backend& be_;
   Model& target_;
@@ -103,9 +122,12 @@ class Iteration {
   SpecState st_;
   BackendBuffer seqs_, states_, history_, prediction_, slots_, start_slot_;
   BackendBuffer tok_, pos_, row_slots_, kv_idx_, tree_base_, tree_bits_;  // [max rows]
-  BackendBuffer identity_, odd_;             // logit rows 0, 1, 2, .. and 1, 3, 5, ..
-  BackendBuffer q_;                          // draft logits -> q  [max_k, max_batch, vocab_d]
-  BackendBuffer logits_;                     // verify logits      [max_batch, max_k + 1, vocab_t]
+  BackendBuffer identity_, odd_;  // logit rows 0, 1, 2, .. and 1, 3, 5, ..
+  BackendBuffer q_;               // draft logits -> q  [max_k, max_batch, vocab_d]
+  BackendBuffer logits_;  // verify logits [max_batch, max_k + 1, vocab_t], then carried ones
+  BackendBuffer carry_logit_rows_;  // [max rows] logit rows of a verify that carries rows
+  std::vector<int32_t> carry_tok_, carry_pos_, carry_slot_, carry_logit_;  // for the next run()
+  const float* carried_logits_ = nullptr;
   BackendBuffer mv_slot_, mv_src_, mv_dst_;  // [max_batch kMaxDraftNodes] cache moves
   bool use_graphs_ = true, warm_up_ = false;
   std::map<Key, Graphs> graphs_;

@@ -113,6 +113,8 @@ class Engine:
             Fewer are taken where rows are slow: as many as cost about one of their iterations
             (measured), so a long prompt about doubles their inter-token latency meanwhile
             instead of stalling them.
+        carry_prefill: on the CPU, let the decoding requests' iteration carry those prompt rows
+            in its own pass over the weights, instead of a separate forward (same results).
         kv_cache_dtype: element type of the KV caches: ``"f32"``, ``"f16"``, ``"bf16"`` or
             ``"auto"`` (f16 on a GPU, f32 on the CPU).
     """
@@ -126,6 +128,7 @@ class Engine:
         verify: bool = True,
         prefill_chunk: int = 256,
         interleave_chunk: int = 64,
+        carry_prefill: bool = True,
         kv_cache_dtype: str = "auto",
     ) -> None:
         if n_threads is not None and n_threads < 1:
@@ -151,7 +154,9 @@ class Engine:
         # Ids the tokenizer lacks (padded embeddings) have no text; ids past the model's
         # vocabulary are never generated.
         table = table[: self.vocab_size] + [b""] * (self.vocab_size - len(table))
-        self._sched = _core.Scheduler(self._rt, table, prefill_chunk, interleave_chunk)
+        self._sched = _core.Scheduler(
+            self._rt, table, prefill_chunk, interleave_chunk, carry_prefill
+        )
         self._prefill_chunk = prefill_chunk
         self._lock = threading.Lock()  # the scheduler: one caller at a time
         self._mu = threading.Condition()  # the inboxes (notified when events are filed)
