@@ -406,13 +406,48 @@ def test_benchmark_scripts_import_the_shared_helpers() -> None:
     start (--help needs no GPU, model, server or peer)."""
     repo = Path(__file__).resolve().parents[1]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-    for script in ("bench_decode.py", "bench_gpu.py", "bench_server.py"):
+    for script in ("bench_decode.py", "bench_gpu.py", "bench_server.py", "bench_prefill.py"):
         path = repo / "benchmarks" / script
         assert "from trt_spec.bench.common import" in path.read_text()
         out = subprocess.run(
             [sys.executable, str(path), "--help"], env=env, capture_output=True, text=True
         )
         assert out.returncode == 0 and out.stdout.startswith("usage:"), out.stderr
+
+
+def test_prefill_report_ratios() -> None:
+    """bench_prefill's table: our rates against llama-bench's (the pair: both prompt passes),
+    the rate at the longest prompt against the shortest, and the per-row costs."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_prefill.py"
+    spec = importlib.util.spec_from_file_location("bench_prefill", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    run = {"target_ttft_s": 10.0, "draft_read_s": 2.0, "pair_ttft_s": 10.0}
+    rep = {
+        "tag": "t",
+        "environment": {"cpu": "X", "git_commit": "abc", "loadavg_start": 0.5},
+        "settings": {"threads": 2, "engine": "e", "max_seq_len": 8192},
+        "runs": [
+            {
+                "n": 512,
+                **run,
+                "target_tok_s": 51.2,
+                "pair_tok_s": 512 / 12.0,
+                "llama_target_tok_s": 25.6,
+                "llama_pair_tok_s": 20.0,
+            },
+            {"n": 4096, **run, "target_tok_s": 40.96, "pair_tok_s": 30.0},
+        ],
+        "peak_rss_mb": 3000.0,
+        "row_costs_s": {"1": 0.05, "5": 0.1},
+    }
+    md = mod.render(rep)
+    assert "| 512 | 10.00 | 51.2 | 25.6 | 2.00x | 42.7 (10.00) | 20.0 | 2.13x |" in md
+    assert "| 4096 | 10.00 | 41.0 | - | - |" in md
+    assert "at 4096 / at 512: 0.80 (goal >= 0.85)" in md
+    assert "5: 100 ms (2.00)" in md and "3000 MB" in md
 
 
 def test_parsers_and_configs() -> None:

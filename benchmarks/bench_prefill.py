@@ -1,0 +1,191 @@
+"""Prefill benchmark: time to first token and prefill tokens/s at long prompts, against llama.cpp.
+
+For each prompt length N (default 512, 2048, 4096), in one run on the same CPU and threads:
+  - trt-spec, target alone: ``generate(prompt, max_new_tokens=1, draft="none")``; TTFT is the
+    target's prefill of N rows (chunks of the engine's ``prefill_chunk``) and the first token;
+  - trt-spec, the pair: ``draft="model"``, 2 new tokens; the draft reads each prompt chunk after
+    the target's, the last one after the first token (which does not wait for it): that last
+    read is the next step's time less its iteration (stats: total - ttft - draft - verify -
+    catch-up), and the pair's rate is N / (its TTFT + that read);
+  - llama.cpp: ``llama-bench -p N -n 0`` on the target GGUF and on the draft GGUF (the pair:
+    both prompt passes added).
+It also reports the peak resident memory of this process (the engine's weights and KV cache
+included) after the longest prefill, and, where the test-only native module is importable
+(``TRT_SPEC_TESTING_DIR``), the target forward's cost for 1 to 16 rows at context 600 (what a
+verify pass of k + 1 rows costs against one step).
+
+The prompt is real text: HumanEval prompts joined and tokenized, cut to N tokens.
+
+    python benchmarks/bench_prefill.py --engine pair_8k.engine --target T.gguf --draft D.gguf \
+        [--lengths 512,2048,4096] [--threads 2] [--tag q4]
+
+The engine needs max_seq_len > the longest N (``trt-spec build ... --max-seq-len 8192``).
+Writes ``benchmarks/results/prefill_<tag>.json`` and ``.md`` (also printed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from trt_spec import Engine, models
+from trt_spec.bench.common import environment
+from trt_spec.bench.peers.llama_spec_runner import find_binary
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def prompt_ids(eng: Engine, n: int) -> list[int]:
+    """n token ids of real code: HumanEval prompts joined, as many as it takes."""
+    rows = models.humaneval_prompts(164)
+    ids: list[int] = []
+    for r in rows:
+        ids += eng.encode(r["prompt"])
+        if len(ids) >= n:
+            return ids[:n]
+    raise RuntimeError(f"HumanEval has fewer than {n} prompt tokens")
+
+
+def ours(eng: Engine, ids: list[int]) -> dict[str, float]:
+    n = len(ids)
+    t = eng.generate(ids, max_new_tokens=1, draft="none", ignore_eos=True).stats
+    p = eng.generate(ids, max_new_tokens=2, draft="model", draft_len=1, ignore_eos=True).stats
+    read = p.total_s - p.ttft_s - p.draft_s - p.verify_s - p.catch_up_s
+    return {
+        "target_ttft_s": t.ttft_s,
+        "target_tok_s": n / t.ttft_s,
+        "pair_ttft_s": p.ttft_s,
+        "draft_read_s": read,
+        "pair_tok_s": n / (p.ttft_s + read),
+    }
+
+
+def llama_bench(gguf: str, lengths: list[int], threads: int) -> dict[int, float]:
+    """llama-bench's prompt tokens/s for each length (one repetition each: long runs)."""
+    binary = find_binary("llama-bench")
+    env = dict(os.environ, LD_LIBRARY_PATH=str(binary.parent))
+    cmd = [str(binary), "-m", gguf, "-t", str(threads), "-n", "0", "-r", "1", "-o", "json"]
+    cmd += ["-p", ",".join(str(n) for n in lengths)]
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True).stdout
+    rows = json.loads(out[out.index("[") :])
+    return {int(r["n_prompt"]): float(r["avg_ts"]) for r in rows if r["n_prompt"] > 0}
+
+
+def row_costs(path: str, threads: int) -> dict[int, float] | None:
+    """The target forward's seconds for 1..16 rows (one logit row) at context 600."""
+    d = os.environ.get("TRT_SPEC_TESTING_DIR")
+    if not d:
+        return None
+    sys.path.insert(0, d)
+    import _trt_spec_testing as T  # noqa: N812
+
+    s = T.Session(path, "cpu", threads)
+    return {n: s.time_forward("target", n, 1, 600, 4, False) for n in (1, 2, 3, 5, 9, 12, 16)}
+
+
+def render(rep: dict[str, Any]) -> str:
+    env, st = rep["environment"], rep["settings"]
+    cpu = env.get("cpu") or "CPU"
+    lines = [
+        f"# Prefill benchmark ({rep['tag']})",
+        "",
+        f"{cpu}, {st['threads']} threads, commit {env.get('git_commit')}; engine {st['engine']} "
+        f"(max_seq_len {st['max_seq_len']}); prompts: HumanEval prompts joined, cut to N tokens; "
+        f"llama.cpp `llama-bench -p N -n 0 -r 1`; load at start {env.get('loadavg_start')}.",
+        "",
+        "| N | trt-spec target TTFT s | tok/s | llama.cpp target tok/s | ratio | "
+        "trt-spec pair tok/s (TTFT s) | llama.cpp pair tok/s | ratio |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rep["runs"]:
+        lt, lp = r.get("llama_target_tok_s"), r.get("llama_pair_tok_s")
+        lines.append(
+            f"| {r['n']} | {r['target_ttft_s']:.2f} | {r['target_tok_s']:.1f} | "
+            f"{lt:.1f} | {r['target_tok_s'] / lt:.2f}x | "
+            f"{r['pair_tok_s']:.1f} ({r['pair_ttft_s']:.2f}) | {lp:.1f} | "
+            f"{r['pair_tok_s'] / lp:.2f}x |"
+            if lt and lp
+            else f"| {r['n']} | {r['target_ttft_s']:.2f} | {r['target_tok_s']:.1f} | - | - | "
+            f"{r['pair_tok_s']:.1f} ({r['pair_ttft_s']:.2f}) | - | - |"
+        )
+    runs = rep["runs"]
+    lines.append("")
+    if len(runs) > 1:
+        first, last = runs[0], runs[-1]
+        lines.append(
+            f"- target rate at {last['n']} / at {first['n']}: "
+            f"{last['target_tok_s'] / first['target_tok_s']:.2f} (goal >= 0.85)"
+        )
+    lines.append(
+        "- pair: the draft reads each prompt chunk after the target's, but the last chunk after "
+        "the first token (so the pair's TTFT holds all but that read); pair tok/s = N / (pair "
+        "TTFT + that last read), i.e. both models' whole prompt passes"
+    )
+    lines.append(f"- peak resident memory after the prefills: {rep['peak_rss_mb']:.0f} MB")
+    rc = rep.get("row_costs_s")
+    if rc:
+        one = rc["1"]
+        cells = ", ".join(f"{n}: {t * 1e3:.0f} ms ({t / one:.2f})" for n, t in rc.items())
+        lines.append(f"- target forward of n rows at context 600 (x one row): {cells}")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--engine", required=True, help="a pair engine, max_seq_len > longest N")
+    ap.add_argument("--target", help="the target GGUF (llama-bench)")
+    ap.add_argument("--draft", help="the draft GGUF (llama-bench)")
+    ap.add_argument("--lengths", default="512,2048,4096")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--no-llama", action="store_true")
+    ap.add_argument("--tag", default="q4")
+    args = ap.parse_args()
+    lengths = [int(x) for x in args.lengths.split(",")]
+    rep: dict[str, Any] = {
+        "tag": args.tag,
+        "environment": environment(args.threads),
+        "settings": {"threads": args.threads, "engine": args.engine, "lengths": lengths},
+        "runs": [],
+    }
+    eng = Engine(args.engine, device="cpu", n_threads=args.threads)
+    rep["settings"]["max_seq_len"] = eng.max_seq_len
+    if max(lengths) >= eng.max_seq_len:
+        raise SystemExit(f"--lengths: the engine holds {eng.max_seq_len} positions")
+    eng.generate(prompt_ids(eng, 64), max_new_tokens=2, draft="model", ignore_eos=True)  # warm-up
+    for n in lengths:
+        t0 = time.perf_counter()
+        r = {"n": n, **ours(eng, prompt_ids(eng, n))}
+        print(f"trt-spec N={n}: {r} ({time.perf_counter() - t0:.0f} s)", flush=True)
+        rep["runs"].append(r)
+    rep["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    del eng
+    if not args.no_llama and args.target and args.draft:
+        lt = llama_bench(args.target, lengths, args.threads)
+        ld = llama_bench(args.draft, lengths, args.threads)
+        print(f"llama-bench target {lt} draft {ld}", flush=True)
+        for r in rep["runs"]:
+            n = r["n"]
+            r["llama_target_tok_s"] = lt[n]
+            r["llama_draft_tok_s"] = ld[n]
+            r["llama_pair_tok_s"] = n / (n / lt[n] + n / ld[n])
+    rc = row_costs(args.engine, args.threads)
+    if rc:
+        rep["row_costs_s"] = {str(k): v for k, v in rc.items()}
+    RESULTS.mkdir(exist_ok=True)
+    out = RESULTS / f"prefill_{args.tag}"
+    out.with_suffix(".json").write_text(json.dumps(rep, indent=2) + "\n")
+    md = render(rep)
+    out.with_suffix(".md").write_text(md)
+    print(md)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
