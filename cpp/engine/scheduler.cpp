@@ -239,13 +239,13 @@ Scheduler::Chunk Scheduler::plan_chunk(int budget) {
     const int n = std::min(budget, P - r->prefilled);
     c.pieces.push_back({r, r->prefilled, n});
     for (int i = 0; i < n; ++i) {
-      c.tok.push_back(r->req.prompt[r->prefilled + i]);
-      c.pos.push_back(r->prefilled + i);
-      c.slot.push_back(r->slot);
+      c.rows.tok.push_back(r->req.prompt[r->prefilled + i]);
+      c.rows.pos.push_back(r->prefilled + i);
+      c.rows.slot.push_back(r->slot);
     }
     budget -= n;
     if (r->prefilled + n == P) {
-      c.logit_rows.push_back(c.rows() - 1);
+      c.rows.logit_rows.push_back(c.rows.size() - 1);
       c.completing.push_back(r);
     }
   }
@@ -296,7 +296,7 @@ int Scheduler::prefill(std::vector<SchedulerEvent>& events, bool others_decoding
   const Chunk c =
       plan_chunk(std::min(R, others_decoding ? pacer_.interleave_rows() : opts_.prefill_chunk));
   if (c.pieces.empty()) return 0;
-  const int n = c.rows();
+  const int n = c.rows.size();
   last_prefill_rows_ = n;
   // The chunk's device time, for the pacer: read after the next synchronisation (this chunk's
   // first tokens, or the decode iteration's read-back). An earlier chunk's time still unread is
@@ -304,13 +304,13 @@ int Scheduler::prefill(std::vector<SchedulerEvent>& events, bool others_decoding
   if (prefill_timed_rows_ > 0 && be.runs_on_host()) take_prefill_time();
   if (!prefill_timer_) prefill_timer_ = be.timer();
   prefill_timer_->start();
-  be.upload(tok_.as<void>(), c.tok.data(), n * 4);
-  be.upload(pos_.as<void>(), c.pos.data(), n * 4);
-  be.upload(row_slot_.as<void>(), c.slot.data(), n * 4);
-  if (!c.logit_rows.empty())
-    be.upload(logit_rows_.as<void>(), c.logit_rows.data(), c.logit_rows.size() * 4);
+  const std::vector<int32_t>& lrows = c.rows.logit_rows;
+  be.upload(tok_.as<void>(), c.rows.tok.data(), n * 4);
+  be.upload(pos_.as<void>(), c.rows.pos.data(), n * 4);
+  be.upload(row_slot_.as<void>(), c.rows.slot.data(), n * 4);
+  if (!lrows.empty()) be.upload(logit_rows_.as<void>(), lrows.data(), lrows.size() * 4);
   rt_.target().forward(Rows{tok_.as<int32_t>(), pos_.as<int32_t>(), row_slot_.as<int32_t>()}, n,
-                       logit_rows_.as<int32_t>(), static_cast<int>(c.logit_rows.size()),
+                       logit_rows_.as<int32_t>(), static_cast<int>(lrows.size()),
                        logits_.as<float>());
   chunk_done(c);
   prefill_timer_->stop();
@@ -437,8 +437,7 @@ Scheduler::Choice Scheduler::choose(const std::vector<Request*>& active) {
       const double rl = o.tokens / (o.seconds + charge * o.tokens);
       if (model_choice.k > 0)
         return rl > model_rate ? Choice{DraftSource::kLookup, o.k} : model_choice;
-      double t0 = mc ? mc->predicted_time(B, 0) : -1.0;
-      if (t0 <= 0.0) t0 = proposers_.lookup->controller().predicted_time(B, 0);
+      const double t0 = predicted_time(DraftSource::kNone, B, 0);
       const double r0 = t0 > 0.0 ? B / (t0 + charge * B) : -1.0;
       return rl > r0 ? Choice{DraftSource::kLookup, o.k} : Choice{};
     }
@@ -474,19 +473,18 @@ void Scheduler::decode(std::vector<SchedulerEvent>& events, bool carry) {
     iter_.set_slots(slots.data(), B);
     iter_slots_ = slots;
   }
-  // Costs are device time (backend timers, Iteration::times), read after the read-back, the one
-  // synchronisation of the iteration. A capture is host work before the timed iteration; the
-  // first run of a (source, B, k) on an asynchronous backend is a warm-up that is not observed.
   // A prefill chunk carried by the verify pass (rows that cost about one iteration).
   Chunk chunk;
   if (carry) {
     chunk = plan_chunk(std::min(pacer_.interleave_rows(true), iter_.carry_room(c.k)));
     if (!chunk.pieces.empty()) {
-      iter_.carry(chunk.tok.data(), chunk.pos.data(), chunk.slot.data(), chunk.rows(),
-                  chunk.logit_rows.data(), static_cast<int>(chunk.logit_rows.size()));
-      last_prefill_rows_ = chunk.rows();
+      iter_.carry(chunk.rows);
+      last_prefill_rows_ = chunk.rows.size();
     }
   }
+  // Costs are device time (backend timers, Iteration::times), read after the read-back, the one
+  // synchronisation of the iteration. A capture is host work before the timed iteration; the
+  // first run of a (source, B, k) on an asynchronous backend is a warm-up that is not observed.
   iter_.capture(c.source, c.k);  // (a no-op without graphs)
   iter_.run(c.source, c.k);
   iter_.read_states(seqs_);
@@ -512,11 +510,11 @@ void Scheduler::decode(std::vector<SchedulerEvent>& events, bool carry) {
     chunk_done(chunk);
     const double d = predicted_time(c.source, B, c.k);
     if (learn && d > 0.0) {
-      pacer_.observe_carried(chunk.rows(), total - d);
+      pacer_.observe_carried(chunk.rows.size(), total - d);
       pacer_.observe_decode(d);
       learn = false;
     } else {
-      const double rows_s = chunk.rows() * pacer_.per_row();
+      const double rows_s = chunk.rows.size() * pacer_.per_row();
       decode_s -= rows_s;
       verify_s -= rows_s;
       learn = learn && rows_s > 0.0 && verify_s > 0.0;

@@ -124,10 +124,8 @@ class Scheduler {
       int first, n;  // prompt rows [first, first + n)
     };
     std::vector<Piece> pieces;
-    std::vector<int32_t> tok, pos, slot;  // [rows]
-    std::vector<int32_t> logit_rows;      // [completing]: each completed prompt's last row
-    std::vector<Request*> completing;     // the requests whose prompt the chunk completes
-    int rows() const { return static_cast<int>(tok.size()); }
+    PromptRows rows;                   // logit_rows [completing]: each completed prompt's last row
+    std::vector<Request*> completing;  // the requests whose prompt the chunk completes
   };
   void admit(std::vector<SchedulerEvent>& events);
   Chunk plan_chunk(int budget);

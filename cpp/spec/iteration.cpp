@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <utility>
 
 #include "common/errors.h"
 
@@ -126,40 +127,38 @@ int Iteration::carry_room(int k) const {
   return can_carry() && B_ > 0 ? std::max(0, target_.limits().max_rows - B_ * (k + 1)) : 0;
 }
 
-void Iteration::carry(const int32_t* tokens, const int32_t* pos, const int32_t* slot, int n,
-                      const int32_t* logit_rows, int n_logits) {
-  if (!can_carry() || n < 0 || n_logits < 0 || n_logits > n || n_logits > max_batch_)
+void Iteration::carry(PromptRows rows) {
+  const int n = rows.size(), n_logits = static_cast<int>(rows.logit_rows.size());
+  if (!can_carry() || n_logits > n || n_logits > max_batch_ ||
+      static_cast<int>(rows.pos.size()) != n || static_cast<int>(rows.slot.size()) != n)
     throw InvalidArgument("speculative iteration: cannot carry these rows");
-  for (int i = 0; i < n_logits; ++i)
-    if (logit_rows[i] < 0 || logit_rows[i] >= n)
-      throw InvalidArgument("speculative iteration: bad carried logit row");
-  carry_tok_.assign(tokens, tokens + n);
-  carry_pos_.assign(pos, pos + n);
-  carry_slot_.assign(slot, slot + n);
-  carry_logit_.assign(logit_rows, logit_rows + n_logits);
+  for (int32_t r : rows.logit_rows)
+    if (r < 0 || r >= n) throw InvalidArgument("speculative iteration: bad carried logit row");
+  carry_ = std::move(rows);
 }
 
-void Iteration::upload_carried(int k) {
-  const int nv = B_ * (k + 1), n = static_cast<int>(carry_tok_.size());
+void Iteration::upload_carried(const PromptRows& c, int k) {
+  const int nv = B_ * (k + 1), n = c.size();
   if (nv + n > target_.limits().max_rows)
     throw InvalidArgument("speculative iteration: too many carried rows");
   // Rows [nv, nv + n), after the verify rows. Causal attention on the tree path: the cache index
   // is the position, and the tree base lies past it (no entry is masked).
-  std::vector<int32_t> base(n), lrows(nv + carry_logit_.size());
+  std::vector<int32_t> base(n), lrows(nv + c.logit_rows.size());
   std::vector<uint64_t> bits(n, 0);
-  for (int i = 0; i < n; ++i) base[i] = carry_pos_[i] + 1;
+  for (int i = 0; i < n; ++i) base[i] = c.pos[i] + 1;
   std::iota(lrows.begin(), lrows.begin() + nv, 0);
-  for (size_t i = 0; i < carry_logit_.size(); ++i) lrows[nv + i] = nv + carry_logit_[i];
-  be_.upload(tok_.as<int32_t>() + nv, carry_tok_.data(), n * 4);
-  be_.upload(pos_.as<int32_t>() + nv, carry_pos_.data(), n * 4);
-  be_.upload(row_slots_.as<int32_t>() + nv, carry_slot_.data(), n * 4);
-  be_.upload(kv_idx_.as<int32_t>() + nv, carry_pos_.data(), n * 4);
+  for (size_t i = 0; i < c.logit_rows.size(); ++i) lrows[nv + i] = nv + c.logit_rows[i];
+  be_.upload(tok_.as<int32_t>() + nv, c.tok.data(), n * 4);
+  be_.upload(pos_.as<int32_t>() + nv, c.pos.data(), n * 4);
+  be_.upload(row_slots_.as<int32_t>() + nv, c.slot.data(), n * 4);
+  be_.upload(kv_idx_.as<int32_t>() + nv, c.pos.data(), n * 4);
   be_.upload(tree_base_.as<int32_t>() + nv, base.data(), n * 4);
   be_.upload(tree_bits_.as<uint64_t>() + nv, bits.data(), n * 8);
   be_.upload(carry_logit_rows_.as<void>(), lrows.data(), lrows.size() * 4);
 }
 
 void Iteration::run(DraftSource source, int k) {
+  const PromptRows carried = std::exchange(carry_, PromptRows{});  // (this run's, even on a throw)
   if (k < 0 || k > max_k_) throw InvalidArgument("speculative iteration: bad draft length");
   if (B_ == 0) throw InvalidArgument("speculative iteration: no sequences set");
   if ((source == DraftSource::kNone) != (k == 0) || (k > 0 && !proposer(source)))
@@ -172,8 +171,7 @@ void Iteration::run(DraftSource source, int k) {
     auto it = graphs_.find(key);
     if (it != graphs_.end() && it->second.propose && it->second.verify) g = &it->second;
   }
-  const int carried = static_cast<int>(carry_tok_.size());
-  if (carried > 0 && (!can_carry() || g))
+  if (carried.size() > 0 && (!can_carry() || g))
     throw InvalidArgument("speculative iteration: carried rows need the ops issued one by one");
   warm_up_ = ran_.insert(key).second && !be_.runs_on_host();
   // The timers' points lie around and between the parts, outside any captured graph.
@@ -184,17 +182,13 @@ void Iteration::run(DraftSource source, int k) {
     issue_propose(source, k);
   draft_timer_->stop();
   verify_timer_->start();
-  if (carried > 0) upload_carried(k);
+  if (carried.size() > 0) upload_carried(carried, k);
   if (g)
     g->verify->launch();
   else
-    issue_verify(source, k, carried, static_cast<int>(carry_logit_.size()));
+    issue_verify(source, k, carried.size(), static_cast<int>(carried.logit_rows.size()));
   verify_timer_->stop();
   carried_logits_ = logits_.as<float>() + static_cast<size_t>(B_) * (k + 1) * vocab_t_;
-  carry_tok_.clear();
-  carry_pos_.clear();
-  carry_slot_.clear();
-  carry_logit_.clear();
 }
 
 PhaseTimes Iteration::times() {

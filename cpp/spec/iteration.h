@@ -41,6 +41,14 @@
 
 namespace trt_spec {
 
+// Prompt rows (host memory) that a verify pass can carry (Iteration::carry): [n] tokens,
+// positions and KV slots, and the rows among them whose logits are kept [n_logits].
+struct PromptRows {
+  std::vector<int32_t> tok, pos, slot;
+  std::vector<int32_t> logit_rows;
+  int size() const { return static_cast<int>(tok.size()); }
+};
+
 // Device time of an iteration's phases (backend timers).
 struct PhaseTimes {
   double draft_s = 0.0;   // the proposal (draft steps) and the verify rows' layout
@@ -83,15 +91,14 @@ class Iteration {
 
   // Prompt rows of other sequences (a prefill chunk) that the next run()'s verify pass carries:
   // the target writes their k and v beside the verify rows, in the same pass over its weights,
-  // and keeps the logits of the carried rows listed in logit_rows [n_logits] (indices into the
-  // n carried rows). tokens, pos, slot: [n] host memory, copied. Only where run() issues the
-  // ops one by one (can_carry(): a host backend; a captured graph has fixed rows), at most
-  // carry_room(k) rows. The rows' bits are those of a separate forward (the kernels' results do not
-  // depend on the other rows of a pass).
+  // and keeps the logits of the carried rows listed in rows.logit_rows (indices into the
+  // carried rows). For the next run() only, which drops them even if it throws. Only where run()
+  // issues the ops one by one (can_carry(): a host backend; a captured graph has fixed rows), at
+  // most carry_room(k) rows. The rows' bits are those of a separate forward (the kernels' results
+  // do not depend on the other rows of a pass).
   bool can_carry() const;
   int carry_room(int k) const;
-  void carry(const int32_t* tokens, const int32_t* pos, const int32_t* slot, int n,
-             const int32_t* logit_rows, int n_logits);
+  void carry(PromptRows rows);
   // The last run()'s carried logits [n_logits, vocab_t] (backend memory).
   const float* carried_logits() const { return carried_logits_; }
 
@@ -110,7 +117,8 @@ class Iteration {
   // Verify (with `carried` rows after the verify rows, `carried_logits` of them kept), accept,
   // move, next.
   void issue_verify(DraftSource source, int k, int carried, int carried_logits);
-  void upload_carried(int k);  // the carried rows' metadata and the verify's logit rows
+  // The carried rows' metadata and the verify's logit rows.
+  void upload_carried(const PromptRows& rows, int k);
 
   Backend& be_;
   Model& target_;
@@ -126,7 +134,7 @@ class Iteration {
   BackendBuffer q_;               // draft logits -> q  [max_k, max_batch, vocab_d]
   BackendBuffer logits_;  // verify logits [max_batch, max_k + 1, vocab_t], then carried ones
   BackendBuffer carry_logit_rows_;  // [max rows] logit rows of a verify that carries rows
-  std::vector<int32_t> carry_tok_, carry_pos_, carry_slot_, carry_logit_;  // for the next run()
+  PromptRows carry_;                // for the next run()
   const float* carried_logits_ = nullptr;
   BackendBuffer mv_slot_, mv_src_, mv_dst_;  // [max_batch kMaxDraftNodes] cache moves
   bool use_graphs_ = true, warm_up_ = false;
