@@ -233,9 +233,12 @@ def test_a_prompt_is_read_only_where_drafting_saves_more(
 ) -> None:
     """A fully automatic request has the draft read its prompt when new_tokens x the long-run
     saving per token (T(0) - min_k T(k) / E(a_L, k)) exceeds the read's measured cost; of the
-    requests that would not read, one in kReadEvery (8) reads anyway."""
+    requests that would not read, one in kReadEvery (8) reads anyway. Before the costs are known
+    the first request reads and the others do not wait on it."""
     c = T.DraftController(1, 8)
     assert c.reads_prompt(1, 100, 100)  # nothing measured: read, to learn the costs
+    # Requests arriving before those costs are known do not all pay the read: one in 8 does.
+    assert [c.reads_prompt(1, 100, 100) for _ in range(8)] == [False] * 7 + [True]
     c = _fed(draft_step, per_row, alpha, catch_up=0.2)
     assert c.reads_prompt(1, 100, 100)  # no read measured yet
     c.observe_read(100, 100 * 0.02)  # 0.02 s per prompt row
@@ -254,6 +257,59 @@ def test_a_prompt_is_read_only_where_drafting_saves_more(
         assert [c.reads_prompt(1, 100, n) for _ in range(8)] == [False] * 7 + [True]
     else:
         assert picks == ([False] * 7 + [True]) * 2
+
+
+@pytest.mark.parametrize(
+    "fixed, per_row, step_fixed, step_row, alpha, drafts",
+    [
+        (0.031, 0.009, 0.015, 0.004, 0.8, False),  # this CPU: rows cost compute; k = 0 at B = 3
+        (0.031, 0.0003, 0.004, 0.0001, 0.9, True),  # a GPU: rows are almost free; it drafts
+    ],
+)
+def test_a_batch_size_that_has_not_run_is_priced_from_the_others(
+    fixed: float, per_row: float, step_fixed: float, step_row: float, alpha: float, drafts: bool
+) -> None:
+    """B = 3 has never run: its iterations are priced by the lines every pass and draft step
+    fed (a pass of n rows: fixed + per_row n, within the sizes seen, proportional to the largest
+    beyond; a draft step: B = 1's, scaled as the pass scales), so it does not open with a kFirstK
+    iteration of 3 x 5 rows, and B's own costs, once measured, replace the prior."""
+
+    def passes(n: int) -> float:
+        return fixed + per_row * n
+
+    def step(b: int) -> float:
+        return step_fixed + step_row * b
+
+    c = T.DraftController(4, 8)
+    assert c.choose(3, [alpha] * 3, 8) == 4  # nothing at all measured: measure a drafting B
+    assert c.pass_prior(4) == -1.0 and c.step_prior(2) == -1.0
+    for k in (4, 0, 5):  # B = 1 measured: passes of 5, 1, 6 rows; a draft step of 1 row
+        c.observe(1, k, k * step(1) + passes(k + 1), k * step(1), passes(k + 1))
+    for n in range(1, 7):  # within the sizes seen: the line
+        assert c.pass_prior(n) == pytest.approx(passes(n), rel=1e-9)
+    assert c.pass_prior(12) == pytest.approx(passes(6) * 2, rel=1e-9)  # beyond: proportional
+    assert c.step_prior(3) == pytest.approx(step(1) * passes(3) / passes(1), rel=1e-9)
+    for k in range(9):
+        prior = c.step_prior(3) * k + c.pass_prior(3 * (k + 1))
+        assert c.predicted_time(3, k) == pytest.approx(prior, rel=1e-9)
+        assert c.predicted_time(3, k, prior=False) < 0  # B = 3's own: nothing yet
+        assert c.verify_time(3, k + 1) == pytest.approx(c.pass_prior(3 * (k + 1)), rel=1e-9)
+    x = 0.0
+    for _ in range(400):  # the long-run acceptance: alpha
+        x += alpha
+        c.observe_acceptance(int(x >= 1.0), 1)
+        x -= int(x >= 1.0)
+    rates = [3 * T.expected_tokens(alpha, k) / c.predicted_time(3, k) for k in range(9)]
+    rates[0] = 3 / (c.predicted_time(3, 0) + (3 * c.catch_up_per_token if drafts else 0.0))
+    best = int(np.argmax(rates))
+    assert (best > 0) == drafts
+    assert c.choose(3, [alpha] * 3, 8) == best  # from the prior, no measuring iteration first
+    # The prompt read is judged at B = 3 by its prior, not by B = 1's saving.
+    assert (c.saving_per_token(3) > 0) == drafts
+    # B = 3's own measurements replace the prior.
+    c.observe(3, 0, 0.5, 0.0, 0.5)
+    assert c.predicted_time(3, 0) == pytest.approx(0.5)
+    assert c.predicted_time(1, 0) == pytest.approx(passes(1))  # B = 1 keeps its own
 
 
 def test_estimate_relaxes_toward_the_long_run() -> None:

@@ -404,8 +404,10 @@ NB_MODULE(_trt_spec_testing, m) {
       .def("drafting_pays", &DraftController::drafting_pays, "batch"_a)
       .def_prop_ro("long_run_alpha", &DraftController::long_run_alpha)
       .def_prop_ro("catch_up_per_token", &DraftController::catch_up_per_token)
-      .def("predicted_time", &DraftController::predicted_time, "batch"_a, "k"_a)
-      .def("verify_time", &DraftController::verify_time, "batch"_a, "rows"_a)
+      .def("predicted_time", &DraftController::predicted_time, "batch"_a, "k"_a, "prior"_a = true)
+      .def("verify_time", &DraftController::verify_time, "batch"_a, "rows"_a, "prior"_a = true)
+      .def("pass_prior", &DraftController::pass_prior, "rows"_a)
+      .def("step_prior", &DraftController::step_prior, "batch"_a)
       .def("rate", &DraftController::rate, "batch"_a, "k"_a, "tokens"_a);
   nb::class_<AcceptanceEstimate>(m, "AcceptanceEstimate",
                                  "A sequence's running per-token acceptance (acceptance.h)")
@@ -431,7 +433,7 @@ NB_MODULE(_trt_spec_testing, m) {
           "batch"_a, "alphas"_a, "available"_a, "k_limit"_a, "(k, expected tokens, seconds)")
       .def("observe", &LookupController::observe, "batch"_a, "k"_a, "total_s"_a)
       .def("observe_acceptance", &LookupController::observe_acceptance, "n_accepted"_a, "depth"_a)
-      .def("predicted_time", &LookupController::predicted_time, "batch"_a, "k"_a)
+      .def("predicted_time", &LookupController::predicted_time, "batch"_a, "k"_a, "prior"_a = true)
       .def_prop_ro("long_run_alpha", &LookupController::long_run_alpha);
 
   bind_op_runner(m);

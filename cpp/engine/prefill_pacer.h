@@ -5,8 +5,8 @@
 // GPU but several on a 2-core CPU, where every decoding stream would wait that long for its next
 // token. The pacer learns, from device time (backend timers, never a capture):
 //   * a prefill chunk's cost as fixed + per_row * rows: an exponentially weighted least-squares
-//     fit over recent chunks (with one chunk size seen so far, per_row = time / rows, which
-//     over-estimates per_row and so errs on the small side);
+//     fit over recent chunks (spec/line_fit.h; with one chunk size seen so far, per_row = time /
+//     rows, which over-estimates per_row and so errs on the small side);
 //   * a decode iteration's cost D (an exponentially weighted mean).
 // While others decode, a chunk takes rows = D / per_row (its rows cost about one iteration, so a
 // long prompt about doubles the others' inter-token latency, plus the chunk's fixed cost),
@@ -23,6 +23,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "spec/line_fit.h"
+
 namespace trt_spec {
 
 class PrefillPacer {
@@ -33,15 +35,7 @@ class PrefillPacer {
   explicit PrefillPacer(int max_rows) : max_rows_(std::max(1, max_rows)) {}
 
   // A prefill chunk of `rows` rows (both models) took `seconds` of device time.
-  void observe_prefill(int rows, double seconds) {
-    if (rows < 1 || !(seconds > 0.0) || !std::isfinite(seconds)) return;
-    const double n = rows;
-    w_ = kDecay * w_ + 1.0;
-    sn_ = kDecay * sn_ + n;
-    snn_ = kDecay * snn_ + n * n;
-    st_ = kDecay * st_ + seconds;
-    snt_ = kDecay * snt_ + n * seconds;
-  }
+  void observe_prefill(int rows, double seconds) { chunks_.observe(rows, seconds); }
   // A decode iteration took `seconds` of device time.
   void observe_decode(double seconds) {
     if (!(seconds > 0.0) || !std::isfinite(seconds)) return;
@@ -56,15 +50,7 @@ class PrefillPacer {
   }
 
   // Seconds per prompt row (0: not measured yet).
-  double per_row() const {
-    if (w_ <= 0.0) return 0.0;
-    const double var = snn_ * w_ - sn_ * sn_;  // (weighted) spread of the chunk sizes
-    if (var > 1e-9 * snn_ * w_) {
-      const double slope = (snt_ * w_ - sn_ * st_) / var;
-      if (slope > 0.0) return slope;
-    }
-    return st_ / sn_;  // one size (or a fit that makes no sense): time per row, fixed included
-  }
+  double per_row() const { return chunks_.slope(); }
   double decode_seconds() const { return decode_s_; }
 
   // Seconds per carried prompt row (0: not measured yet).
@@ -82,7 +68,7 @@ class PrefillPacer {
 
  private:
   int max_rows_;
-  double w_ = 0.0, sn_ = 0.0, snn_ = 0.0, st_ = 0.0, snt_ = 0.0;
+  LineFit chunks_{kDecay};  // a chunk's seconds against its rows
   double decode_s_ = 0.0;
   double carried_row_ = 0.0;
 };

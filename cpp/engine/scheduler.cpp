@@ -207,11 +207,14 @@ void Scheduler::admit(std::vector<SchedulerEvent>& events) {
     *free = r.get();
     // A fully automatic request has the draft model read its prompt only where drafting is
     // expected to save more than the read costs (DraftController::reads_prompt); otherwise it
-    // decodes with lookup and plain steps.
+    // decodes with lookup and plain steps. B: the batch it will decode in, the requests in
+    // slots and those still queued behind it (a burst is judged at its size, not as B = 1).
     const int32_t kModelBit = draft_source_bit(DraftSource::kModel);
     if ((r->sources & kModelBit) && r->req.draft == "auto" && r->req.draft_len < 0) {
-      const int B =
+      const int taken =
           static_cast<int>(slots_.size() - std::count(slots_.begin(), slots_.end(), nullptr));
+      const int B =
+          std::min(static_cast<int>(slots_.size()), taken + static_cast<int>(queue_.size()));
       const int P = static_cast<int>(r->req.prompt.size());
       const int N = std::min(r->req.max_new_tokens, rt_.max_seq_len() - P);
       if (!proposers_.model->controller().reads_prompt(B, P - 1, N)) {
@@ -445,13 +448,13 @@ Scheduler::Choice Scheduler::choose(const std::vector<Request*>& active) {
   return model_choice;
 }
 
-double Scheduler::predicted_time(DraftSource source, int B, int k) const {
+double Scheduler::predicted_time(DraftSource source, int B, int k, bool prior) const {
   const DraftController* mc = proposers_.model ? &proposers_.model->controller() : nullptr;
   const LookupController* lc = proposers_.lookup ? &proposers_.lookup->controller() : nullptr;
-  if (source == DraftSource::kLookup) return lc ? lc->predicted_time(B, k) : -1.0;
-  if (source == DraftSource::kModel) return mc ? mc->predicted_time(B, k) : -1.0;
-  const double t = mc ? mc->predicted_time(B, 0) : -1.0;
-  return t > 0.0 || !lc ? t : lc->predicted_time(B, 0);
+  if (source == DraftSource::kLookup) return lc ? lc->predicted_time(B, k, prior) : -1.0;
+  if (source == DraftSource::kModel) return mc ? mc->predicted_time(B, k, prior) : -1.0;
+  const double t = mc ? mc->predicted_time(B, 0, prior) : -1.0;
+  return t > 0.0 || !lc ? t : lc->predicted_time(B, 0, prior);
 }
 
 void Scheduler::decode(std::vector<SchedulerEvent>& events, bool carry) {
@@ -503,12 +506,13 @@ void Scheduler::decode(std::vector<SchedulerEvent>& events, bool carry) {
   // A carried chunk's rows are in the verify time: where the iteration's own cost is predicted,
   // the rest is the chunk's (the pacer learns it) and the controllers learn nothing; else they
   // learn the time less the rows at the pacer's separate-chunk rate (an estimate that later
-  // iterations refine), or nothing before that rate is measured.
+  // iterations refine), or nothing before that rate is measured. (A cross-B prior is not a
+  // measurement of the iteration's own cost: with it, B would never learn its own.)
   double decode_s = total, verify_s = last_times_.verify_s;
   bool learn = !iter_.warm_up();
   if (!chunk.pieces.empty()) {
     chunk_done(chunk);
-    const double d = predicted_time(c.source, B, c.k);
+    const double d = predicted_time(c.source, B, c.k, /*prior=*/false);
     if (learn && d > 0.0) {
       pacer_.observe_carried(chunk.rows.size(), total - d);
       pacer_.observe_decode(d);

@@ -143,7 +143,7 @@ class Scheduler {
   // One iteration of the decoding sequences; with carry, it also carries a prefill chunk.
   void decode(std::vector<SchedulerEvent>& events, bool carry);
   // The predicted device time of an iteration (source, B, k) (<= 0: not measured yet).
-  double predicted_time(DraftSource source, int B, int k) const;
+  double predicted_time(DraftSource source, int B, int k, bool prior = true) const;
   // The last chunk's time to the pacer, the draft's prompt reads to its controller (after a
   // synchronisation).
   void take_prefill_time();

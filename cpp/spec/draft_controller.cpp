@@ -18,9 +18,35 @@ void DraftController::observe(int B, int k, double total_s, double draft_s, doub
   if (B <= 0 || B >= static_cast<int>(costs_.size()) || k < 0 || k > max_k_) return;
   Costs& c = costs_[B];
   ema(c.total[k], total_s, kEma);
-  if (draft_s < 0.0) return;
+  if (draft_s < 0.0) {
+    if (k == 0) passes_.observe(B, total_s);  // a plain step is a pass of B rows
+    return;
+  }
   ema(c.verify[k + 1], verify_s, kEma);
-  if (k > 0) ema(c.draft_step, draft_s / k, kEma);
+  passes_.observe(B * (k + 1), verify_s);
+  if (k > 0) {
+    ema(c.draft_step, draft_s / k, kEma);
+    steps_.observe(B, draft_s / k);
+  }
+}
+
+double DraftController::pass_prior(int rows) const {
+  return passes_.fitted() ? passes_.at_within(rows) : -1.0;
+}
+
+double DraftController::step_prior(int B) const {
+  if (steps_.empty() || !passes_.fitted()) return -1.0;
+  if (steps_.fitted()) return steps_.at_within(B);
+  const double b0 = steps_.mean_n();  // one B seen: scale its step as the target's pass scales
+  return steps_.at(b0) * pass_prior(B) / pass_prior(static_cast<int>(std::lround(b0)));
+}
+
+double DraftController::prior_time(int B, int k) const {
+  if (B <= 0 || B >= static_cast<int>(costs_.size()) || k < 0 || k > max_k_) return -1.0;
+  const double pass = pass_prior(B * (k + 1));
+  if (pass < 0.0 || k == 0) return pass;
+  const double step = step_prior(B);
+  return step < 0.0 ? -1.0 : pass + k * step;
 }
 
 void DraftController::observe_acceptance(int n_accepted, int k) {
@@ -45,8 +71,9 @@ bool DraftController::measured(int B) const {
 }
 
 double DraftController::saving_per_token(int B) const {
-  if (!measured(B)) B = 1;
-  if (!measured(B)) return 0.0;
+  auto known = [&](int b) { return measured(b) || prior_time(b, 1) > 0.0; };
+  if (!known(B)) B = 1;  // B not measured and no cross-B prior: B = 1's saving
+  if (!known(B)) return 0.0;
   // Per token of one sequence: an iteration's time over the tokens it gives each sequence.
   const double t0 = predicted_time(B, 0), a = long_run_.alpha();
   double best = -1.0;
@@ -60,9 +87,12 @@ double DraftController::saving_per_token(int B) const {
 }
 
 bool DraftController::reads_prompt(int B, int prompt_rows, int new_tokens) {
-  if (read_row_ < 0.0 || (!measured(B) && !measured(1))) return true;  // learn the costs first
-  const double saving = new_tokens * saving_per_token(B);
-  if (saving > prompt_rows * read_row_) return true;
+  const bool known = read_row_ >= 0.0 && (measured(B) || measured(1) || prior_time(B, 1) > 0.0);
+  if (!known) {  // the costs are learnt from the first request; the others do not wait on it
+    if (unknown_reads_++ == 0) return true;
+  } else if (new_tokens * saving_per_token(B) > prompt_rows * read_row_) {
+    return true;
+  }
   if (++skipped_reads_ >= kReadEvery) {  // explore: the traffic may have changed
     skipped_reads_ = 0;
     return true;
@@ -81,14 +111,15 @@ AcceptanceEstimate DraftController::prior() const {
   return long_run_.with_weight(4.0);
 }
 
-double DraftController::predicted_time(int B, int k) const {
+double DraftController::predicted_time(int B, int k, bool prior) const {
   const Costs& c = costs_[B];
   if (c.total[k] >= 0.0) return c.total[k];
   if (c.draft_step >= 0.0) {  // phases measured: k draft steps + a verify pass of k + 1 rows
     const double v = interpolate(c.verify, k + 1, 1, 0.1);
     if (v >= 0.0) return v + k * c.draft_step;
   }
-  return interpolate(c.total, k, 0, 0.5);
+  const double p = prior ? prior_time(B, k) : -1.0;  // B has not drafted: the cross-B lines
+  return p > 0.0 ? p : interpolate(c.total, k, 0, 0.5);
 }
 
 double DraftController::rate(int B, int k, double tokens) const {
@@ -96,29 +127,33 @@ double DraftController::rate(int B, int k, double tokens) const {
   return t > 0.0 ? tokens / t : -1.0;
 }
 
-double DraftController::verify_time(int B, int rows) const {
+double DraftController::verify_time(int B, int rows, bool prior) const {
   if (B <= 0 || B >= static_cast<int>(costs_.size()) || rows < 1) return -1.0;
   const Costs& c = costs_[B];
-  if (rows < static_cast<int>(c.verify.size())) return interpolate(c.verify, rows, 1, 0.1);
-  const double v = interpolate(c.verify, static_cast<int>(c.verify.size()) - 1, 1, 0.1);
-  return v < 0.0 ? v : v * (1.0 + 0.1 * (rows - static_cast<int>(c.verify.size()) + 1));
+  const int last = static_cast<int>(c.verify.size()) - 1;
+  const double v = interpolate(c.verify, std::min(rows, last), 1, 0.1);
+  if (v < 0.0) return prior ? pass_prior(B * rows) : v;  // nothing at B: the cross-B line
+  return rows <= last ? v : v * (1.0 + 0.1 * (rows - last));
 }
 
 void DraftController::observe_verify(int B, int rows, double seconds) {
   if (B <= 0 || B >= static_cast<int>(costs_.size()) || rows < 1 || seconds < 0.0) return;
   Costs& c = costs_[B];
   if (rows < static_cast<int>(c.verify.size())) ema(c.verify[rows], seconds, kEma);
+  passes_.observe(B * rows, seconds);
 }
 
 int DraftController::choose(int B, const std::vector<double>& alphas, int k_limit, int lag) {
   k_limit = std::min(k_limit, max_k_);
   if (k_limit <= 0) return 0;
   Costs& c = costs_[B];
-  // Measure what the model needs first: a drafting iteration, then a plain target step.
+  // Measure what the model needs first, a drafting iteration, then a plain target step, unless
+  // the cross-B lines predict both.
   bool drafted = false;
   for (int k = 1; k <= max_k_; ++k) drafted = drafted || c.total[k] >= 0.0;
-  if (!drafted) return std::min(k_limit, kFirstK);
-  if (c.total[0] < 0.0) return 0;
+  const bool prior = prior_time(B, 1) > 0.0;
+  if (!drafted && !prior) return std::min(k_limit, kFirstK);
+  if (c.total[0] < 0.0 && !prior) return 0;
   const double t0 = predicted_time(B, 0), cu = catch_up_per_token();
   // The regime: does drafting pay at the long-run acceptance?
   double long_best = 0.0;

@@ -32,18 +32,29 @@
 // drafting iterations, k = 0 itself (while the lag is short), so that one noisy measurement
 // of the plain step cannot keep it drafting for good.
 //
+// A batch size that has not drafted yet starts from a prior rather than a forced measurement:
+// every verify pass and plain step, at any B, feeds one line of the target pass's cost against
+// its rows in all (B * rows per sequence), and every drafting iteration one line of a draft
+// step's cost against B (spec/line_fit.h; with one B seen, that B's step scaled as the target's
+// pass scales). T(B, k) = k * step(B) + pass(B * (k + 1)) until B's own iterations are measured,
+// so a batch that grows from 1 to 4 does not pay a kFirstK iteration of 4 * 5 rows at each size
+// to learn what the line already says (on a CPU, where rows cost compute, that it does not pay).
+//
 // Reading a prompt costs the draft about half of the target's prefill, paid before it can draft
 // at all, so a fully automatic request (draft="auto", draft_len="auto") lets the draft read its
 // prompt only when drafting is expected to save more than that over the request: reads_prompt()
 // compares new_tokens * (T(B, 0) - T(B, k*) / E(a_L, k*)), the long-run saving of the best k,
 // with prompt_rows * the measured seconds per prompt row (observe_read). Until both are measured
-// every request reads; of the requests that would not, one in kReadEvery reads anyway, so that
-// the acceptance and costs stay current when the traffic changes.
+// (or B's cross-B prior is known), the first request reads, so that they get measured, and the
+// others do not (requests arriving together would all pay the read before anything says it
+// pays); of the requests that would not read, one in kReadEvery reads anyway, so that the
+// acceptance and costs stay current when the traffic changes.
 #pragma once
 
 #include <vector>
 
 #include "spec/acceptance.h"
+#include "spec/line_fit.h"
 
 namespace trt_spec {
 
@@ -68,8 +79,8 @@ class DraftController {
   // `new_tokens` new tokens that will decode among B sequences (see above); counts the skips.
   bool reads_prompt(int B, int prompt_rows, int new_tokens);
   // Seconds the draft model is expected to save per token of one of B sequences, at the
-  // long-run acceptance and the best k (negative: drafting costs more than it gives); 0 when
-  // the costs at B (or else at B = 1) are not measured yet.
+  // long-run acceptance and the best k (negative: drafting costs more than it gives), from B's
+  // costs or its cross-B prior, else B = 1's; 0 when none of those is known yet.
   double saving_per_token(int B) const;
   // The estimate a new request starts from: the long-run acceptance, weight 4.
   AcceptanceEstimate prior() const;
@@ -77,14 +88,16 @@ class DraftController {
   // Seconds per token of a catch-up (measured; before that, a draft step; 0 if neither).
   double catch_up_per_token() const;
 
-  // The model's iteration time; negative when not enough is measured for B yet.
-  double predicted_time(int B, int k) const;
+  // The model's iteration time; negative when not enough is measured for B yet. prior: whether
+  // a B that has not drafted may be priced by the cross-B lines (false: B's own costs only).
+  double predicted_time(int B, int k, bool prior = true) const;
   // Predicted tokens per second of drafting k for B sequences whose expected tokens sum to
   // `tokens` (-1 when unknown).
   double rate(int B, int k, double tokens) const;
   // Seconds of a verify pass of `rows` rows per sequence for B sequences, measured or
-  // interpolated (-1 when nothing is measured). Other proposers' iterations are verify passes.
-  double verify_time(int B, int rows) const;
+  // interpolated (-1 when nothing is measured; with `prior`, the cross-B line for a B with no
+  // verify pass of its own). Other proposers' iterations are verify passes.
+  double verify_time(int B, int rows, bool prior = true) const;
   // Records a verify pass timed by another proposer's iteration.
   void observe_verify(int B, int rows, double seconds);
   // Whether drafting pays at the long-run acceptance for B sequences (the regime): then every
@@ -100,9 +113,16 @@ class DraftController {
   static constexpr double kRegimeMargin = 0.03;
   static constexpr double kCheapLag = 0.25;  // probe from k = 0 while catch-up < this * T(B, 0)
   static constexpr int kReadEvery = 8;       // of the requests not worth a read, one reads
+  static constexpr double kFitDecay = 0.9;   // the cross-B lines: about the last 10 passes
+
+  // The cross-B prior (see above): seconds of a target pass of `rows` rows in all, and of a
+  // draft step of B sequences; -1 until the lines can say (two pass sizes, one step).
+  double pass_prior(int rows) const;
+  double step_prior(int B) const;
 
  private:
-  bool measured(int B) const;  // T(B, 0) and some drafting T(B, k) measured
+  bool measured(int B) const;             // T(B, 0) and some drafting T(B, k) measured
+  double prior_time(int B, int k) const;  // k * step_prior(B) + pass_prior(B * (k + 1))
   struct Costs {
     double draft_step = -1.0;    // seconds per draft step
     std::vector<double> verify;  // [max_k + 2]: seconds per verify pass of m rows; -1 unknown
@@ -116,7 +136,10 @@ class DraftController {
   double catch_up_ = -1.0;    // seconds per token
   double read_row_ = -1.0;    // seconds per prompt row the draft reads
   int skipped_reads_ = 0;     // requests not read since the last exploring read
+  int unknown_reads_ = 0;     // requests asked about before the costs were known
   AcceptanceEstimate long_run_;
+  LineFit passes_{kFitDecay};  // a target pass's seconds against its rows, any B
+  LineFit steps_{kFitDecay};   // a draft step's seconds against B
 };
 
 }  // namespace trt_spec

@@ -17,12 +17,12 @@ AcceptanceEstimate LookupController::prior() const {
   return long_run_.with_weight(4.0);
 }
 
-double LookupController::predicted_time(int B, int k) const {
+double LookupController::predicted_time(int B, int k, bool prior) const {
   if (B <= 0 || B >= static_cast<int>(costs_.size()) || k < 0 || k > max_k_) return -1.0;
   const Costs& c = costs_[B];
   if (c.total[k] >= 0.0) return c.total[k];
   if (model_) {
-    const double v = model_->verify_time(B, k + 1);
+    const double v = model_->verify_time(B, k + 1, prior);
     if (v >= 0.0) return v;
   }
   return interpolate(c.total, k, 0, 0.35);

@@ -43,7 +43,9 @@ class LookupController {
   }
   AcceptanceEstimate prior() const;
   double long_run_alpha() const { return long_run_.alpha(); }
-  double predicted_time(int B, int k) const;
+  // T(B, k) as described above; prior: whether the model's verify time may come from its
+  // cross-B prior (draft_controller.h) for a B with no verify pass of its own.
+  double predicted_time(int B, int k, bool prior = true) const;
 
   static constexpr int kFirstK = 4;
   static constexpr int kExplore = 16;
