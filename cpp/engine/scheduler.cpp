@@ -506,13 +506,15 @@ void Scheduler::decode(std::vector<SchedulerEvent>& events, bool carry) {
   // A carried chunk's rows are in the verify time: where the iteration's own cost is predicted,
   // the rest is the chunk's (the pacer learns it) and the controllers learn nothing; else they
   // learn the time less the rows at the pacer's separate-chunk rate (an estimate that later
-  // iterations refine), or nothing before that rate is measured. (A cross-B prior is not a
-  // measurement of the iteration's own cost: with it, B would never learn its own.)
+  // iterations refine), or nothing before that rate is measured. The iteration's own cost is
+  // B's measured one, else its cross-B prior (draft_controller.h): the controllers then learn B
+  // from iterations that carry nothing, never from a time less an estimate of the rows.
   double decode_s = total, verify_s = last_times_.verify_s;
   bool learn = !iter_.warm_up();
   if (!chunk.pieces.empty()) {
     chunk_done(chunk);
-    const double d = predicted_time(c.source, B, c.k, /*prior=*/false);
+    const double own = predicted_time(c.source, B, c.k, /*prior=*/false);
+    const double d = own > 0.0 ? own : predicted_time(c.source, B, c.k);
     if (learn && d > 0.0) {
       pacer_.observe_carried(chunk.rows.size(), total - d);
       pacer_.observe_decode(d);
