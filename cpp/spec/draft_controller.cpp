@@ -70,10 +70,13 @@ bool DraftController::measured(int B) const {
   return false;
 }
 
+bool DraftController::priced(int B) const {
+  return measured(B) || prior_time(B, 1) > 0.0;
+}
+
 double DraftController::saving_per_token(int B) const {
-  auto known = [&](int b) { return measured(b) || prior_time(b, 1) > 0.0; };
-  if (!known(B)) B = 1;  // B not measured and no cross-B prior: B = 1's saving
-  if (!known(B)) return 0.0;
+  if (!priced(B)) B = 1;  // B not measured and no cross-B prior: B = 1's saving
+  if (!priced(B)) return 0.0;
   // Per token of one sequence: an iteration's time over the tokens it gives each sequence.
   const double t0 = predicted_time(B, 0), a = long_run_.alpha();
   double best = -1.0;
@@ -87,7 +90,7 @@ double DraftController::saving_per_token(int B) const {
 }
 
 bool DraftController::reads_prompt(int B, int prompt_rows, int new_tokens) {
-  const bool known = read_row_ >= 0.0 && (measured(B) || measured(1) || prior_time(B, 1) > 0.0);
+  const bool known = read_row_ >= 0.0 && (priced(B) || measured(1));
   if (!known) {  // the costs are learnt from the first request; the others do not wait on it
     if (unknown_reads_++ == 0) return true;
   } else if (new_tokens * saving_per_token(B) > prompt_rows * read_row_) {

@@ -123,6 +123,7 @@ class DraftController {
  private:
   bool measured(int B) const;             // T(B, 0) and some drafting T(B, k) measured
   double prior_time(int B, int k) const;  // k * step_prior(B) + pass_prior(B * (k + 1))
+  bool priced(int B) const;               // measured(B), or B's drafting has a cross-B prior
   struct Costs {
     double draft_step = -1.0;    // seconds per draft step
     std::vector<double> verify;  // [max_k + 2]: seconds per verify pass of m rows; -1 unknown

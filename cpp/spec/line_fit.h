@@ -30,9 +30,6 @@ class LineFit {
   bool empty() const { return w_ <= 0.0; }
   // The (weighted) mean size observed; with one size seen, that size.
   double mean_n() const { return empty() ? 0.0 : sn_ / w_; }
-  // The largest size observed.
-  double max_n() const { return max_n_; }
-
   // at(n) within the sizes seen; beyond the largest, that size's time scaled proportionally:
   // costs per row that grow with n (tiles, cache) are not under-estimated far from the data.
   double at_within(double n) const {
