@@ -1,4 +1,4 @@
-// bench_cpu_matmul.cpp: CPU matmul throughput at the target model's shapes.
+// bench_cpu_matmul.cpp: CPU matmul throughput at the default pair's shapes (target and draft).
 //
 // For every ISA this CPU runs, weight type, shape (rows x cols of the real matrices), M in {1, 5}
 // and 1 / 2 threads (rows split over a persistent std::thread pool), prints the time per matmul
@@ -141,11 +141,13 @@ int main(int argc, char** argv) {
   std::printf("%-7s %-5s %-22s %2s %2s %10s %8s %8s %7s\n", "isa", "type", "shape", "M", "th",
               "us/matmul", "GB/s", "best", "%read");
 
-  const Shape shapes[] = {{1536, 1536, "q/o"},
-                          {256, 1536, "k/v"},
-                          {8960, 1536, "gate/up"},
-                          {1536, 8960, "down"},
-                          {151936, 1536, "lm_head"}};
+  // The target (Qwen2.5-Coder-1.5B) and the draft (0.5B: 896 columns, 28 groups of 32, so each
+  // row ends in a block of 4 groups, not 8).
+  const Shape shapes[] = {{1536, 1536, "q/o"},       {256, 1536, "k/v"},
+                          {8960, 1536, "gate/up"},   {1536, 8960, "down"},
+                          {151936, 1536, "lm_head"}, {1152, 896, "draft qkv"},
+                          {896, 896, "draft o"},     {9728, 896, "draft gate_up"},
+                          {896, 4864, "draft down"}, {151936, 896, "draft head"}};
   std::mt19937 rng(0);
   std::normal_distribution<float> nd(0.0f, 0.02f);
   const int max_m = 5;

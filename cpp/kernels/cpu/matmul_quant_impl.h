@@ -115,9 +115,22 @@ struct QuantArgs {
   int64_t ldy;
 };
 
-// 8 consecutive f16 values (n <= 8 of them, the rest zero) as floats.
+// Lanes [0, n) of a vector of 8 set (all bits), the rest clear.
+inline __m256i lane_mask8(int n) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+// 8 consecutive f16 values (n <= 8 of them, the rest zero) as floats. A block of fewer than 8
+// groups (the last of a row whose groups are not a multiple of 8, e.g. 896 columns) has an even
+// n (cols % 64 == 0): a masked load of n / 2 words, which reads nothing past them. (Copying
+// through a stack buffer cost a libc memcpy call and a store-forwarding stall per load: four per
+// row, which doubled a 1-row matmul's time at 896 columns.)
 inline __m256 load8_f16(const uint16_t* p, int n) {
   if (n == 8) return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  if (n % 2 == 0) {
+    const __m128i words = _mm_cmpgt_epi32(_mm_set1_epi32(n / 2), _mm_setr_epi32(0, 1, 2, 3));
+    return _mm256_cvtph_ps(_mm_maskload_epi32(reinterpret_cast<const int*>(p), words));
+  }
   alignas(16) uint16_t t[8] = {};
   std::memcpy(t, p, n * 2);
   return _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(t)));
@@ -125,9 +138,7 @@ inline __m256 load8_f16(const uint16_t* p, int n) {
 
 inline __m256 load8_f32(const float* p, int n) {
   if (n == 8) return _mm256_loadu_ps(p);
-  alignas(32) float t[8] = {};
-  std::memcpy(t, p, n * 4);
-  return _mm256_load_ps(t);
+  return _mm256_maskload_ps(p, lane_mask8(n));
 }
 
 // The n (4 or 2) decoded weight vectors of one chunk of one row, in the lane layout.
