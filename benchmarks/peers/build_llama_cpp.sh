@@ -28,6 +28,11 @@
 #
 # Env knobs: TRT_SPEC_CACHE (default ~/.cache/trt-spec), LLAMA_CPP_PYTHON_VERSION,
 #            TRT_SPEC_BUILD_JOBS (default 2), LLAMA_PEER_BUILD_BINARIES=0 to skip step 3,
+#            LLAMA_PEER_PYTHON=0 to skip step 2 (binaries only: their CPU backend is then
+#            compiled in for this machine's ISA, AVX-512 where /proc/cpuinfo shows it, else AVX2,
+#            instead of loading the runtime variants; about 10 minutes on the 2-core VM instead
+#            of 45; enough for the serving, speculative and prefill peers, which run binaries,
+#            not for the decode peer, which imports llama_cpp),
 #            LLAMA_PEER_FORCE=1 to rebuild even if the stamp says up to date.
 # A second run with the same settings is a no-op (stamp file + quick import check). When only
 # binaries are missing (e.g. a target was added to BIN_TARGETS), step 2 is skipped if the stamp
@@ -43,6 +48,7 @@ SRC_ROOT="$PEERS/src"
 VERSION="${LLAMA_CPP_PYTHON_VERSION:-0.3.36}"
 JOBS="${TRT_SPEC_BUILD_JOBS:-2}"
 BUILD_BINARIES="${LLAMA_PEER_BUILD_BINARIES:-1}"
+BUILD_PYTHON="${LLAMA_PEER_PYTHON:-1}"
 STAMP="$PEERS/llama_cpp.stamp"
 BIN_TARGETS=(llama-bench llama-speculative-simple llama-completion llama-lookup llama-server)
 
@@ -66,13 +72,15 @@ binaries_present() {
 }
 
 # ---------------------------------------------------------------- fast path (idempotency)
-if [[ "${LLAMA_PEER_FORCE:-0}" != 1 && -f "$STAMP" && -x "$VENV/bin/python" ]]; then
+if [[ "${LLAMA_PEER_FORCE:-0}" != 1 && -f "$STAMP" ]]; then
     stamp_version="$(sed -n 's/^version=//p' "$STAMP")"
     stamp_bins="$(sed -n 's/^binaries=//p' "$STAMP")"
     if [[ "$stamp_version" == "$VERSION" ]] \
         && { [[ "$BUILD_BINARIES" != 1 ]] || { [[ "$stamp_bins" == 1 ]] && binaries_present; }; } \
-        && "$VENV/bin/python" -c "import llama_cpp" >/dev/null 2>&1; then
-        log "up to date: llama-cpp-python $VERSION in $VENV ($(sed -n 's/^mode=//p' "$STAMP"))"
+        && { [[ "$BUILD_PYTHON" != 1 ]] \
+            || { [[ -x "$VENV/bin/python" ]] \
+                && "$VENV/bin/python" -c "import llama_cpp" >/dev/null 2>&1; }; }; then
+        log "up to date: llama.cpp of llama-cpp-python $VERSION ($(sed -n 's/^mode=//p' "$STAMP"))"
         exit 0
     fi
 fi
@@ -128,7 +136,9 @@ python_up_to_date() {
         && "$VENV/bin/python" -c "import llama_cpp" >/dev/null 2>&1
 }
 # (the else-branch below is not indented because it ends in a heredoc)
-if python_up_to_date; then
+if [[ "$BUILD_PYTHON" != 1 ]]; then
+    log "step 2 skipped (LLAMA_PEER_PYTHON=0): binaries only, CPU backend compiled in"
+elif python_up_to_date; then
     log "step 2 skipped: llama-cpp-python $VERSION already built with the same CMAKE_ARGS" \
         "(LLAMA_PEER_FORCE=1 rebuilds it)"
 else
@@ -166,7 +176,15 @@ if [[ "$BUILD_BINARIES" == 1 ]]; then
     # installed into $BACKEND_DIR (same source, same flags), so only ggml-base/llama/common and
     # the tools are compiled: much cheaper than the python build. Without DL support this would
     # be a full second build of everything.
-    if [[ "$MODE" == all-variants ]]; then
+    if [[ "$MODE" == all-variants && "$BUILD_PYTHON" != 1 ]]; then
+        # No variant modules were installed: compile the CPU backend in, for this machine.
+        if grep -qwE 'avx512f|avx512_vnni' /proc/cpuinfo; then
+            BIN_FLAGS="$ISSUE_FLAGS"
+        else
+            BIN_FLAGS="$AVX2_FLAGS"
+        fi
+        MODE="binaries-only ($(grep -qwE 'avx512f' /proc/cpuinfo && echo avx512 || echo avx2))"
+    elif [[ "$MODE" == all-variants ]]; then
         BIN_FLAGS="-DGGML_NATIVE=OFF -DGGML_BACKEND_DL=ON -DGGML_CPU=OFF \
 -DGGML_BACKEND_DIR=$BACKEND_DIR -DGGML_OPENMP=ON"
     else
@@ -190,9 +208,11 @@ fi
 
 cat >"$STAMP" <<EOF
 version=$VERSION
+python=$BUILD_PYTHON
 llama_cpp_commit=$LLAMA_COMMIT
 mode=$MODE
 cmake_args=$CMAKE_ARGS
+bin_flags=${BIN_FLAGS:-}
 binaries=$bins_built
 built=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 EOF
