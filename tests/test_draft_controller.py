@@ -312,6 +312,38 @@ def test_a_batch_size_that_has_not_run_is_priced_from_the_others(
     assert c.predicted_time(1, 0) == pytest.approx(passes(1))  # B = 1 keeps its own
 
 
+def test_one_measured_pass_of_a_batch_size_does_not_price_its_other_row_counts() -> None:
+    """B = 4 has run only plain steps (4 rows). Its verify passes of more rows per sequence are
+    read off the cross-B line (here: 10 ms + 8 ms per row, a CPU where rows cost compute), not
+    extrapolated from that one pass at +10% per row, which priced a lookup iteration of 4 x 7
+    rows at 1.6 plain steps where it cost 5.6 and had it chosen over plain steps. Two measured
+    row counts of B's own replace the line; B's own costs (prior=False) say nothing before."""
+
+    def passes(n: int) -> float:
+        return 10e-3 + 8e-3 * n
+
+    c = T.DraftController(4, 8)
+    lc = T.LookupController(4, 8, c)
+    for k in (4, 0, 5):  # B = 1: passes of 5, 1 and 6 rows fit the line
+        c.observe(1, k, k * 5e-3 + passes(k + 1), k * 5e-3, passes(k + 1))
+    c.observe(4, 0, passes(4), 0.0, passes(4))  # B = 4: plain steps only
+    for rows in range(2, 10):
+        line = c.pass_prior(4 * rows)
+        assert line > passes(4) * (1 + 0.1 * (rows - 1)) * 1.5  # far above the one-point guess
+        assert c.verify_time(4, rows) == pytest.approx(line, rel=1e-9)
+        assert c.verify_time(4, rows, prior=False) == -1.0
+        assert lc.predicted_time(4, rows - 1) == pytest.approx(line, rel=1e-9)
+    assert c.verify_time(4, 1) == pytest.approx(passes(4))  # measured: its own
+    # One sequence of four has 6 lookup nodes at acceptance 0.8: the offer's time is the line's.
+    k, tokens, seconds = lc.offer(4, [0.8, 0.5, 0.5, 0.5], [6, 0, 0, 0], 8)
+    assert seconds == pytest.approx(c.pass_prior(4 * (k + 1)), rel=1e-9)
+    assert tokens / seconds < 4 / passes(4)  # no offer beats a plain step here
+    # B = 4 measures a verify of 3 rows per sequence: its own two points take over.
+    c.observe_verify(4, 3, 0.2)
+    assert c.verify_time(4, 2) == pytest.approx((passes(4) + 0.2) / 2)
+    assert c.verify_time(4, 5, prior=False) == pytest.approx(0.2 + (0.2 - passes(4)) / 2 * 2)
+
+
 def test_estimate_relaxes_toward_the_long_run() -> None:
     e = T.AcceptanceEstimate()
     for _ in range(30):

@@ -8,8 +8,9 @@
 // [0, k_limit] that maximises sum_b E(a_b, k) / T(B, k); k = 0 is a plain target step.
 // T(B, k) is the running average of measured iterations where k has run; otherwise
 // k * draft_step(B) + verify(B, k + 1 rows) from measured phases, verify times of unmeasured row
-// counts interpolated; otherwise interpolated between measured k. The first iterations measure
-// what the model needs (kFirstK, then k = 0).
+// counts interpolated between two that B measured, or else read off the cross-B line below;
+// otherwise interpolated between measured k. The first iterations measure what the model needs
+// (kFirstK, then k = 0).
 //
 // Every cost is device time, measured by the scheduler with backend timers (Backend::Timer:
 // the host clock on the CPU, events on a GPU's stream, read after the iteration's read-back):
@@ -94,9 +95,12 @@ class DraftController {
   // Predicted tokens per second of drafting k for B sequences whose expected tokens sum to
   // `tokens` (-1 when unknown).
   double rate(int B, int k, double tokens) const;
-  // Seconds of a verify pass of `rows` rows per sequence for B sequences, measured or
-  // interpolated (-1 when nothing is measured; with `prior`, the cross-B line for a B with no
-  // verify pass of its own). Other proposers' iterations are verify passes.
+  // Seconds of a verify pass of `rows` rows per sequence for B sequences: measured, or
+  // interpolated / extrapolated between two row counts B has measured (own_verify); else, with
+  // `prior`, the cross-B line (a single measured row count of B says nothing about the cost
+  // of a row, which is ~0.1 of a step on a GPU and ~0.3 on a CPU), and before that line exists
+  // B's one measured pass plus 0.1 of it per row; -1 when nothing says. Other proposers'
+  // iterations are verify passes.
   double verify_time(int B, int rows, bool prior = true) const;
   // Records a verify pass timed by another proposer's iteration.
   void observe_verify(int B, int rows, double seconds);
@@ -121,9 +125,10 @@ class DraftController {
   double step_prior(int B) const;
 
  private:
-  bool measured(int B) const;             // T(B, 0) and some drafting T(B, k) measured
-  double prior_time(int B, int k) const;  // k * step_prior(B) + pass_prior(B * (k + 1))
-  bool priced(int B) const;               // measured(B), or B's drafting has a cross-B prior
+  bool measured(int B) const;                // T(B, 0) and some drafting T(B, k) measured
+  double prior_time(int B, int k) const;     // k * step_prior(B) + pass_prior(B * (k + 1))
+  bool priced(int B) const;                  // measured(B), or B's drafting has a cross-B prior
+  double own_verify(int B, int rows) const;  // B's own verify time (see verify_time), else -1
   struct Costs {
     double draft_step = -1.0;    // seconds per draft step
     std::vector<double> verify;  // [max_k + 2]: seconds per verify pass of m rows; -1 unknown
