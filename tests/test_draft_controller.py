@@ -344,6 +344,28 @@ def test_one_measured_pass_of_a_batch_size_does_not_price_its_other_row_counts()
     assert c.verify_time(4, 5, prior=False) == pytest.approx(0.2 + (0.2 - passes(4)) / 2 * 2)
 
 
+def test_lookup_without_a_draft_model_prices_rows_from_its_own_line() -> None:
+    """An engine without a draft model has no draft controller to ask: prompt lookup's controller
+    fits its own line of iteration seconds against rows over every B, and a B with one measured
+    k (plain steps) is priced by it, not at +35% of that step per node."""
+
+    def passes(n: int) -> float:
+        return 10e-3 + 8e-3 * n
+
+    lc = T.LookupController(4, 8)
+    for k in (0, 4, 5):  # B = 1: iterations of 1, 5 and 6 rows
+        lc.observe(1, k, passes(k + 1))
+    lc.observe(4, 0, passes(4))  # B = 4: plain steps only
+    for k in range(1, 9):
+        rows = 4 * (k + 1)
+        line = passes(rows) if rows <= 6 else passes(6) * rows / 6  # proportional past 6 rows
+        assert lc.predicted_time(4, k) == pytest.approx(line, rel=1e-9)
+        assert lc.predicted_time(4, k, prior=False) == -1.0
+    assert lc.predicted_time(1, 2) == pytest.approx(passes(3))  # B = 1: its own two points
+    lc.observe(4, 2, 0.3)  # a second k of B = 4's own: interpolation takes over
+    assert lc.predicted_time(4, 1) == pytest.approx((passes(4) + 0.3) / 2)
+
+
 def test_estimate_relaxes_toward_the_long_run() -> None:
     e = T.AcceptanceEstimate()
     for _ in range(30):

@@ -25,13 +25,19 @@ double LookupController::predicted_time(int B, int k, bool prior) const {
     const double v = model_->verify_time(B, k + 1, prior);
     if (v >= 0.0) return v;
   }
-  return interpolate(c.total, k, 0, 0.35);
+  int measured = 0;
+  for (double t : c.total) measured += t >= 0.0 ? 1 : 0;
+  if (measured >= 2) return interpolate(c.total, k, 0, 0.35);
+  if (!prior) return -1.0;  // B's own costs only: one measured k does not say
+  if (passes_.fitted()) return passes_.at_within(B * (k + 1));
+  return interpolate(c.total, k, 0, 0.35);  // one measured k: flat plus 0.35 of it per node
 }
 
 void LookupController::observe(int B, int k, double total_s) {
   if (B <= 0 || B >= static_cast<int>(costs_.size()) || k < 0 || k > max_k_ || total_s < 0.0)
     return;
   ema(costs_[B].total[k], total_s, kEma);
+  passes_.observe(B * (k + 1), total_s);
 }
 
 LookupController::Offer LookupController::offer(int B, const std::vector<double>& alphas,

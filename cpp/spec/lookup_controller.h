@@ -7,7 +7,11 @@
 // chain); one with no nodes emits 1. An iteration of B sequences verifying k + 1 rows each takes
 // T(B, k): the running average of measured lookup iterations with that k; otherwise the draft
 // model controller's verify time for k + 1 rows (the same target pass), when there is one;
-// otherwise interpolated between measured k (k = 0: plain target steps). The offer is the k in
+// otherwise interpolated between two measured k of B (k = 0: plain target steps); otherwise
+// (an engine without a draft model, a B that measured one k) a line of this controller's
+// iterations' seconds against their rows B (k + 1), over every B (spec/line_fit.h), since one
+// measured k says nothing about what a row costs (~0.1 of a step on a GPU, ~0.3 on a CPU).
+// The offer is the k in
 // [1, k_limit] with the most tokens per second. Until a cost is known the first offer is
 // kFirstK; every kExplore lookup iterations a neighbour of the best k is offered to keep the
 // measured costs current.
@@ -17,6 +21,7 @@
 
 #include "spec/acceptance.h"
 #include "spec/draft_controller.h"
+#include "spec/line_fit.h"
 
 namespace trt_spec {
 
@@ -61,6 +66,7 @@ class LookupController {
   const DraftController* model_;
   std::vector<Costs> costs_;  // [max_batch + 1]
   AcceptanceEstimate long_run_;
+  LineFit passes_{DraftController::kFitDecay};  // iteration seconds against rows, any B
 };
 
 }  // namespace trt_spec
