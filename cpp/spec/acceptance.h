@@ -79,4 +79,13 @@ inline double interpolate(const std::vector<double>& v, int i, int first, double
   return std::max(0.0, v[a] + slope * (i - a));
 }
 
+// interpolate() where the entries say: v[i] measured, or two measured entries (from `first` on)
+// to interpolate or extrapolate between; -1 where one measured entry is all there is (one point
+// says nothing about the slope: what a row costs differs by 3x between a GPU and a CPU).
+inline double interpolate_known(const std::vector<double>& v, int i, int first) {
+  int measured = 0;
+  for (int j = first; j < static_cast<int>(v.size()); ++j) measured += v[j] >= 0.0 ? 1 : 0;
+  return v[i] >= 0.0 || measured >= 2 ? interpolate(v, i, first, 0.0) : -1.0;
+}
+
 }  // namespace trt_spec

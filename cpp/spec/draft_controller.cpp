@@ -118,7 +118,7 @@ double DraftController::predicted_time(int B, int k, bool prior) const {
   const Costs& c = costs_[B];
   if (c.total[k] >= 0.0) return c.total[k];
   if (c.draft_step >= 0.0) {  // phases measured: k draft steps + a verify pass of k + 1 rows
-    const double v = prior ? verify_time(B, k + 1) : own_verify(B, k + 1);
+    const double v = verify_time(B, k + 1, prior);
     if (v >= 0.0) return v + k * c.draft_step;
   }
   const double p = prior ? prior_time(B, k) : -1.0;  // B has not drafted: the cross-B lines
@@ -130,27 +130,20 @@ double DraftController::rate(int B, int k, double tokens) const {
   return t > 0.0 ? tokens / t : -1.0;
 }
 
-double DraftController::own_verify(int B, int rows) const {
-  if (B <= 0 || B >= static_cast<int>(costs_.size()) || rows < 1) return -1.0;
+double DraftController::table_verify(int B, int rows, bool one_point) const {
   const Costs& c = costs_[B];
   const int last = static_cast<int>(c.verify.size()) - 1, r = std::min(rows, last);
-  int measured = 0;
-  for (int j = 1; j <= last; ++j) measured += c.verify[j] >= 0.0 ? 1 : 0;
-  if (c.verify[r] < 0.0 && measured < 2) return -1.0;
-  const double v = interpolate(c.verify, r, 1, 0.1);
-  return rows <= last ? v : v * (1.0 + 0.1 * (rows - last));
+  const double v = one_point ? interpolate(c.verify, r, 1, 0.1) : interpolate_known(c.verify, r, 1);
+  return v < 0.0 || rows <= last ? v : v * (1.0 + 0.1 * (rows - last));
 }
 
 double DraftController::verify_time(int B, int rows, bool prior) const {
   if (B <= 0 || B >= static_cast<int>(costs_.size()) || rows < 1) return -1.0;
-  const double own = own_verify(B, rows);
+  const double own = table_verify(B, rows, false);
   if (own >= 0.0 || !prior) return own;
   const double line = pass_prior(B * rows);  // B's own rows do not say: the cross-B line
-  if (line > 0.0) return line;
   // No line yet (one pass size seen in all): B's one measured pass, flat plus 0.1 per row.
-  const Costs& c = costs_[B];
-  const int last = static_cast<int>(c.verify.size()) - 1;
-  return interpolate(c.verify, std::min(rows, last), 1, 0.1);
+  return line > 0.0 ? line : table_verify(B, rows, true);
 }
 
 void DraftController::observe_verify(int B, int rows, double seconds) {

@@ -96,7 +96,7 @@ class DraftController {
   // `tokens` (-1 when unknown).
   double rate(int B, int k, double tokens) const;
   // Seconds of a verify pass of `rows` rows per sequence for B sequences: measured, or
-  // interpolated / extrapolated between two row counts B has measured (own_verify); else, with
+  // interpolated / extrapolated between two row counts B has measured; else, with
   // `prior`, the cross-B line (a single measured row count of B says nothing about the cost
   // of a row, which is ~0.1 of a step on a GPU and ~0.3 on a CPU), and before that line exists
   // B's one measured pass plus 0.1 of it per row; -1 when nothing says. Other proposers'
@@ -125,10 +125,13 @@ class DraftController {
   double step_prior(int B) const;
 
  private:
-  bool measured(int B) const;                // T(B, 0) and some drafting T(B, k) measured
-  double prior_time(int B, int k) const;     // k * step_prior(B) + pass_prior(B * (k + 1))
-  bool priced(int B) const;                  // measured(B), or B's drafting has a cross-B prior
-  double own_verify(int B, int rows) const;  // B's own verify time (see verify_time), else -1
+  bool measured(int B) const;             // T(B, 0) and some drafting T(B, k) measured
+  double prior_time(int B, int k) const;  // k * step_prior(B) + pass_prior(B * (k + 1))
+  bool priced(int B) const;               // measured(B), or B's drafting has a cross-B prior
+  // B's verify time from its own table (see verify_time); one_point: also from a single
+  // measured row count, flat plus 0.1 of it per row. -1 where the table does not say. B and
+  // rows checked by the caller.
+  double table_verify(int B, int rows, bool one_point) const;
   struct Costs {
     double draft_step = -1.0;    // seconds per draft step
     std::vector<double> verify;  // [max_k + 2]: seconds per verify pass of m rows; -1 unknown

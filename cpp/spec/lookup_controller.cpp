@@ -25,10 +25,8 @@ double LookupController::predicted_time(int B, int k, bool prior) const {
     const double v = model_->verify_time(B, k + 1, prior);
     if (v >= 0.0) return v;
   }
-  int measured = 0;
-  for (double t : c.total) measured += t >= 0.0 ? 1 : 0;
-  if (measured >= 2) return interpolate(c.total, k, 0, 0.35);
-  if (!prior) return -1.0;  // B's own costs only: one measured k does not say
+  const double own = interpolate_known(c.total, k, 0);  // (one measured k does not say)
+  if (own >= 0.0 || !prior) return own;
   if (passes_.fitted()) return passes_.at_within(B * (k + 1));
   return interpolate(c.total, k, 0, 0.35);  // one measured k: flat plus 0.35 of it per node
 }
