@@ -316,7 +316,7 @@ def test_one_measured_pass_of_a_batch_size_does_not_price_its_other_row_counts()
     """B = 4 has run only plain steps (4 rows). Its verify passes of more rows per sequence are
     read off the cross-B line (here: 10 ms + 8 ms per row, a CPU where rows cost compute), not
     extrapolated from that one pass at +10% per row, which priced a lookup iteration of 4 x 7
-    rows at 1.6 plain steps where it cost 5.6 and had it chosen over plain steps. Two measured
+    rows at 1.6 plain steps where it cost 5.9 and had it chosen over plain steps. Two measured
     row counts of B's own replace the line; B's own costs (prior=False) say nothing before."""
 
     def passes(n: int) -> float:

@@ -30,7 +30,7 @@
 #            TRT_SPEC_BUILD_JOBS (default 2), LLAMA_PEER_BUILD_BINARIES=0 to skip step 3,
 #            LLAMA_PEER_PYTHON=0 to skip step 2 (binaries only: their CPU backend is then
 #            compiled in for this machine's ISA, AVX-512 where /proc/cpuinfo shows it, else AVX2,
-#            instead of loading the runtime variants; about 10 minutes on the 2-core VM instead
+#            instead of loading the runtime variants; about 6 minutes on the 2-core VM instead
 #            of 45; enough for the serving, speculative and prefill peers, which run binaries,
 #            not for the decode peer, which imports llama_cpp),
 #            LLAMA_PEER_FORCE=1 to rebuild even if the stamp says up to date.
@@ -107,6 +107,14 @@ LLAMA_COMMIT="$(git -C "$LLAMA_SRC" rev-parse --short HEAD 2>/dev/null || echo u
 log "vendored llama.cpp commit: $LLAMA_COMMIT"
 
 # ---------------------------------------------------------------- ISA mode
+# A build for this machine alone (no runtime variants): AVX-512 where the CPU has it.
+if grep -qwE 'avx512f|avx512_vnni' /proc/cpuinfo; then
+    HOST_ISA=avx512
+    HOST_FLAGS="$ISSUE_FLAGS"
+else
+    HOST_ISA=avx2
+    HOST_FLAGS="$AVX2_FLAGS"
+fi
 if grep -q 'GGML_CPU_ALL_VARIANTS' "$LLAMA_SRC/ggml/CMakeLists.txt" \
     && grep -q 'GGML_BACKEND_DL' "$LLAMA_SRC/ggml/CMakeLists.txt"; then
     MODE="all-variants"
@@ -117,14 +125,10 @@ if grep -q 'GGML_CPU_ALL_VARIANTS' "$LLAMA_SRC/ggml/CMakeLists.txt" \
     log "ISA: GGML_BACKEND_DL + GGML_CPU_ALL_VARIANTS supported -> runtime-dispatched CPU" \
         "variants (AVX-512 variants on AVX-512 CPUs, AVX2 'haswell' variant on this one);" \
         "CPU modules go to $BACKEND_DIR"
-elif grep -qwE 'avx512f|avx512_vnni' /proc/cpuinfo; then
-    MODE="avx512"
-    CPU_FLAGS="$ISSUE_FLAGS"
-    log "ISA: no runtime CPU variants in this llama.cpp; CPU has AVX-512 -> AVX-512 build"
 else
-    MODE="avx2"
-    CPU_FLAGS="$AVX2_FLAGS"
-    log "ISA: no runtime CPU variants in this llama.cpp; CPU lacks AVX-512 -> AVX2/FMA/F16C build"
+    MODE="$HOST_ISA"
+    CPU_FLAGS="$HOST_FLAGS"
+    log "ISA: no runtime CPU variants in this llama.cpp -> a $HOST_ISA build for this CPU"
 fi
 
 # ---------------------------------------------------------------- 2. venv + python package
@@ -178,12 +182,8 @@ if [[ "$BUILD_BINARIES" == 1 ]]; then
     # be a full second build of everything.
     if [[ "$MODE" == all-variants && "$BUILD_PYTHON" != 1 ]]; then
         # No variant modules were installed: compile the CPU backend in, for this machine.
-        if grep -qwE 'avx512f|avx512_vnni' /proc/cpuinfo; then
-            BIN_FLAGS="$ISSUE_FLAGS"
-        else
-            BIN_FLAGS="$AVX2_FLAGS"
-        fi
-        MODE="binaries-only ($(grep -qwE 'avx512f' /proc/cpuinfo && echo avx512 || echo avx2))"
+        BIN_FLAGS="$HOST_FLAGS"
+        MODE="binaries-only ($HOST_ISA)"
     elif [[ "$MODE" == all-variants ]]; then
         BIN_FLAGS="-DGGML_NATIVE=OFF -DGGML_BACKEND_DL=ON -DGGML_CPU=OFF \
 -DGGML_BACKEND_DIR=$BACKEND_DIR -DGGML_OPENMP=ON"
