@@ -234,8 +234,11 @@ def test_a_prompt_is_read_only_where_drafting_saves_more(
     """A fully automatic request has the draft read its prompt when new_tokens x the long-run
     saving per token (T(0) - min_k T(k) / E(a_L, k)) exceeds the read's measured cost; of the
     requests that would not read, one in kReadEvery (8) reads anyway. Before the costs are known
-    the first request reads and the others do not wait on it."""
+    the first request reads and the others do not wait on it. While those exploring reads find
+    that it does not pay, the interval doubles up to 64."""
     c = T.DraftController(1, 8)
+    assert not c.read_pays(1, 100, 100) and not c.catch_up_pays(1, 1, 1e9)  # nothing known
+    assert c.per_token(1) == (-1.0, -1.0)
     assert c.reads_prompt(1, 100, 100)  # nothing measured: read, to learn the costs
     # Requests arriving before those costs are known do not all pay the read: one in 8 does.
     assert [c.reads_prompt(1, 100, 100) for _ in range(8)] == [False] * 7 + [True]
@@ -249,14 +252,52 @@ def test_a_prompt_is_read_only_where_drafting_saves_more(
     assert c.saving_per_token(1) == pytest.approx(saving)
     assert c.saving_per_token(3) == pytest.approx(saving)  # B = 3 unmeasured: B = 1's
     assert (saving > 0) == reads
+    assert c.per_token(1) == pytest.approx((best, 1.0))
+    assert c.read_pays(1, 100, 100) == reads  # (no counter: the same answer every time)
+    assert c.read_pays(1, 100, 100) == reads
+    # A request that decoded without the draft: the saving it expects from here on against the
+    # rows the draft would read first, which all B decoding sequences wait for.
+    assert c.catch_up_pays(1, 100, 100 * 0.02 * 1.01) and not c.catch_up_pays(1, 100, 1.99)
+    assert not c.catch_up_pays(2, 100, 3.9) and c.catch_up_pays(2, 100, 4.1)
     picks = [c.reads_prompt(1, 100, 100) for _ in range(16)]
     if reads:  # the saving (>= 30 s over 100 tokens) beats the read (2 s)
         assert all(picks)
         # ... except where the request is too short and the prompt too long to repay it
         n = int(100 * 0.02 / saving) // 2
         assert [c.reads_prompt(1, 100, n) for _ in range(8)] == [False] * 7 + [True]
-    else:
-        assert picks == ([False] * 7 + [True]) * 2
+        assert [c.reads_prompt(1, 100, n) for _ in range(16)] == [False] * 15 + [True]
+        assert c.reads_prompt(1, 100, 100)  # one that pays: back to one in 8
+        assert [c.reads_prompt(1, 100, n) for _ in range(8)] == [False] * 7 + [True]
+    else:  # and while those reads keep finding that it does not pay, one in 16, 32, .. 64
+        assert picks == [False] * 7 + [True] + [False] * 8
+        picks = [c.reads_prompt(1, 100, 100) for _ in range(200)]  # (8 of the 16 above)
+        assert [i + 1 for i, p in enumerate(picks) if p] == [8, 8 + 32, 40 + 64, 104 + 64]
+
+
+@pytest.mark.parametrize("cheap_lookup", [0.25, 0.9])  # lookup's seconds per token / drafting's
+def test_joining_saves_where_drafting_beats_what_ran_and_pays_catch_ups_elsewhere(
+    cheap_lookup: float,
+) -> None:
+    """join_saving(): per token of a request that decoded without the draft, joining saves
+    t - drafting on the kinds of token that took t seconds more than drafting would (plain
+    steps), and costs min(catch-up, drafting - t) on the cheaper ones (lookup's), which the draft
+    would catch up on afterwards; the mean over the tokens seen. catch_up_pays() then weighs that
+    over the tokens left against the read."""
+    c = _fed(0.1, 0.05, 0.9, catch_up=0.2)
+    drafting, plain = c.per_token(1)
+    cu = c.catch_up_per_token
+    assert cu == pytest.approx(0.2) and 0.0 < drafting < plain == pytest.approx(1.0)
+    assert c.join_saving(1, 0.0, 0, 0.0, 0) == 0.0
+    assert c.join_saving(1, 12 * plain, 12, 0.0, 0) == pytest.approx(plain - drafting)
+    t = cheap_lookup * drafting
+    loss = min(cu, drafting - t)
+    assert c.join_saving(1, 0.0, 0, 12 * t, 12) == pytest.approx(-loss)
+    assert c.join_saving(1, 3 * plain, 3, 9 * t, 9) == pytest.approx(
+        (3 * (plain - drafting) - 9 * loss) / 12
+    )
+    dear = 2.0 * drafting  # lookup iterations dearer per token than drafting save the difference
+    assert c.join_saving(1, 0.0, 0, 4 * dear, 4) == pytest.approx(drafting)
+    assert T.DraftController(1, 8).join_saving(1, 12.0, 12, 0.0, 0) == 0.0  # nothing known
 
 
 @pytest.mark.parametrize(
@@ -469,6 +510,23 @@ def test_capture_never_enters_the_estimates(same_pair) -> None:
         assert syncs == [1] * len(syncs), syncs
 
 
+def _drive(s, prompt: list[int], n: int, **kw) -> tuple[dict, int, list[int]]:
+    """One request on a session, run to its end: (its statistics, the prompt rows the draft model
+    read meanwhile, its tokens)."""
+    rows = s.draft_prompt_rows
+    s.submit(prompt, n, **kw)
+    stats, tokens = None, []
+    for _ in range(400):
+        for ev in s.step():
+            tokens += ev[1]
+            if ev[3]:
+                stats = ev[5]
+        if not s.has_work:
+            break
+    assert stats is not None
+    return stats, s.draft_prompt_rows - rows, tokens
+
+
 @pytest.mark.parametrize("clock", ["host", "graphs"])
 @pytest.mark.parametrize("draft_fixed, pays", [(DF, True), (3 * TF, False)])
 def test_auto_leaves_the_prompt_unread_when_the_draft_does_not_pay(
@@ -476,36 +534,58 @@ def test_auto_leaves_the_prompt_unread_when_the_draft_does_not_pay(
 ) -> None:
     """draft="auto": once the costs are measured (the first request), a request whose draft
     model would not repay reading its prompt decodes without it (no prompt rows read, no 'm'
-    iteration, stats.draft_model_skipped), one in 8 of those reading anyway; a cheap draft reads
-    every prompt. draft="model" and a fixed draft_len always read."""
+    iteration, stats.draft_model_skipped), one in 8 of those reading anyway. Where the read pays
+    against plain steps, the request decodes its first 12 tokens (kDeferTokens) with lookup and
+    plain steps; here lookup finds little, so the draft then reads the 4 prompt rows and those
+    tokens in one read and drafts from then on. draft="model" and a fixed draft_len always read
+    the prompt at once."""
     s = T.Session(str(same_pair), "cpu", 1, clock=clock)
     s.script_costs(TF, TR, draft_fixed, DR, capture=CAPTURE, first_launch=FIRST_LAUNCH)
-
-    def run(i: int, draft: str = "auto", draft_len: int = -1) -> tuple[dict, int]:
-        rows = s.draft_prompt_rows
-        s.submit([1 + i, 2, 3, 4, 5], 24, draft=draft, draft_len=draft_len)
-        stats = None
-        for _ in range(200):
-            for ev in s.step():
-                if ev[3]:
-                    stats = ev[5]
-            if not s.has_work:
-                break
-        assert stats is not None
-        return stats, s.draft_prompt_rows - rows
-
-    skipped = []
+    skipped, read = [], []
     for i in range(10):
-        stats, rows = run(i)
+        stats, rows, _ = _drive(s, [1 + i, 2, 3, 4, 5], 24, draft="auto")
         skipped.append(stats["draft_model_skipped"])
-        assert rows == (0 if skipped[-1] else 4)  # the prompt's rows but the last
+        read.append(rows)
         if skipped[-1]:
             assert "m" not in stats["sources"] and stats["catch_up_s"] == 0.0
-    assert s.read_per_row == pytest.approx(draft_fixed / 4 + DR, rel=1e-6)  # 4-row reads
-    assert skipped == ([False] * 10 if pays else [False] + [True] * 7 + [False, True])
+        elif i > 0 and pays:  # 12 tokens or more without the draft, then the draft drafts
+            src = stats["sources"]
+            i = src.index("m")  # (after it, a plain step may end the request)
+            assert src[i:].count("m") >= len(src) - i - 1, src
+            # (graphs: a warm-up iteration, the first of its kind, is not counted in the 12)
+            assert 0 < i <= (12 if clock == "host" else 16), src
+    assert s.read_per_row > 0.0
+    if pays:  # (on the host clock the last iteration before the read gave up to 7 tokens)
+        assert skipped == [False] * 10 and read[0] == 4
+        assert all(4 + 12 <= r <= 4 + (11 + 7 if clock == "host" else 23) for r in read[1:]), read
+    else:
+        assert skipped == [False] + [True] * 7 + [False, True]
+        assert read == [0 if k else 4 for k in skipped]
     for draft, draft_len in (("model", -1), ("auto", 2)):
-        stats, rows = run(20, draft, draft_len)
+        stats, rows, _ = _drive(s, [21, 2, 3, 4, 5], 24, draft=draft, draft_len=draft_len)
         assert not stats["draft_model_skipped"] and rows == 4
+
+
+@pytest.mark.parametrize("clock", ["host", "graphs"])
+def test_auto_keeps_the_draft_out_where_lookup_does_better(same_pair, clock: str) -> None:
+    """A draft that pays against plain steps, and a request whose predicted output is its answer
+    (after the prompt's last token): lookup drafts nearly every iteration from it at no draft
+    cost, cheaper per token than the draft model would, so the draft never reads the prompt
+    (draft_model_skipped, no 'm' iteration) and the output is the same."""
+    s = T.Session(str(same_pair), "cpu", 1, clock=clock)
+    s.script_costs(TF, TR, DF, DR, capture=CAPTURE, first_launch=FIRST_LAUNCH)
+    prompt = [7, 2, 3, 4, 5]
+    first, rows, expect = _drive(s, prompt, 40, draft="model")  # the costs, and the answer
+    assert rows == 4 and "m" in first["sources"]
+    stats, rows, out = _drive(s, prompt, 40, draft="auto", prediction=prompt[-1:] + expect)
+    assert out == expect
+    assert stats["draft_model_skipped"] and rows == 0 and "m" not in stats["sources"]
+    assert stats["prediction_accepted"] > 20 and stats["sources"].count("l") >= 6
+    # Without the prediction (lookup finds little) the same request lets the draft join.
+    stats, rows, out = _drive(s, prompt, 40, draft="auto")
+    assert out == expect
+    assert not stats["draft_model_skipped"] and 4 + 12 <= rows <= 4 + 11 + 7
+    assert "m" in stats["sources"]
 
 
 # ---- prefill chunks paced by the same device time ---------------------------------------------

@@ -14,6 +14,7 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
@@ -396,8 +397,18 @@ NB_MODULE(_trt_spec_testing, m) {
       .def("observe_catch_up", &DraftController::observe_catch_up, "tokens"_a, "seconds"_a)
       .def("observe_verify", &DraftController::observe_verify, "batch"_a, "rows"_a, "seconds"_a)
       .def("observe_read", &DraftController::observe_read, "rows"_a, "seconds"_a)
-      .def("reads_prompt", &DraftController::reads_prompt, "batch"_a, "prompt_rows"_a,
-           "new_tokens"_a)
+      .def(
+          "reads_prompt",
+          [](DraftController& c, int B, int rows, int new_tokens) {
+            return c.reads_prompt(B, rows, new_tokens) != DraftController::PromptRead::kSkip;
+          },
+          "batch"_a, "prompt_rows"_a, "new_tokens"_a,
+          "Whether the draft reads (paying or measuring)")
+      .def("read_pays", &DraftController::read_pays, "batch"_a, "prompt_rows"_a, "new_tokens"_a)
+      .def("catch_up_pays", &DraftController::catch_up_pays, "batch"_a, "rows"_a, "saving"_a)
+      .def("per_token", &DraftController::per_token, "batch"_a)
+      .def("join_saving", &DraftController::join_saving, "batch"_a, "plain_s"_a, "plain_tokens"_a,
+           "lookup_s"_a, "lookup_tokens"_a)
       .def("saving_per_token", &DraftController::saving_per_token, "batch"_a)
       .def_prop_ro("read_per_row", &DraftController::read_per_row)
       .def("prior", &DraftController::prior)

@@ -1,5 +1,5 @@
-// scheduler.cpp: request lives, chunked prefill, the per-iteration choice of draft source and
-// length, stops and statistics (scheduler.h).
+// scheduler.cpp: request lives, chunked prefill, the decode iteration, stops and statistics
+// (scheduler.h; the choice of draft source and length: draft_choice.cpp).
 #include "engine/scheduler.h"
 
 #include <algorithm>
@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "common/errors.h"
+#include "engine/scheduler_request.h"
 
 namespace trt_spec {
 
@@ -19,28 +20,6 @@ double now_s() {
 constexpr char kSourceLetters[kDraftSourceCount] = {'n', 'm', 'l'};
 
 }  // namespace
-
-struct Scheduler::Request {
-  uint64_t id = 0;
-  GenerateRequest req;
-  int32_t sources = 0;
-  int max_nodes = 0;
-  int slot = -1;
-  int prefilled = 0;      // prompt tokens in the target's cache
-  bool decoding = false;  // prefill done, first token emitted
-  // Prompt rows [draft_read_first, draft_read_first + draft_read_n) the draft model has still to
-  // read: the last prefill chunk's, left to the next step so that the first token reaches the
-  // caller without waiting for the draft.
-  int draft_read_first = 0, draft_read_n = 0;
-  bool cancelled = false;
-  std::vector<int32_t> tokens;  // prompt + generated, `last` included (catch-up reads it)
-  int generated = 0;            // tokens emitted to the caller
-  SeqState seq;                 // host copy, read back after each iteration
-  StopMatcher stop;
-  RequestStats stats;
-  FinishReason reason = FinishReason::kNone;
-  double t_submit = 0.0, t_admit = 0.0;
-};
 
 Scheduler::Scheduler(Runtime& rt, SchedulerOptions opts)
     : rt_(rt),
@@ -205,23 +184,7 @@ void Scheduler::admit(std::vector<SchedulerEvent>& events) {
     r->stats.queue_s = r->t_admit - r->t_submit;
     r->tokens = r->req.prompt;
     *free = r.get();
-    // A fully automatic request has the draft model read its prompt only where drafting is
-    // expected to save more than the read costs (DraftController::reads_prompt); otherwise it
-    // decodes with lookup and plain steps. B: the batch it will decode in, the requests in
-    // slots and those still queued behind it (a burst is judged at its size, not as B = 1).
-    const int32_t kModelBit = draft_source_bit(DraftSource::kModel);
-    if ((r->sources & kModelBit) && r->req.draft == "auto" && r->req.draft_len < 0) {
-      const int taken =
-          static_cast<int>(slots_.size() - std::count(slots_.begin(), slots_.end(), nullptr));
-      const int B =
-          std::min(static_cast<int>(slots_.size()), taken + static_cast<int>(queue_.size()));
-      const int P = static_cast<int>(r->req.prompt.size());
-      const int N = std::min(r->req.max_new_tokens, rt_.max_seq_len() - P);
-      if (!proposers_.model->controller().reads_prompt(B, P - 1, N)) {
-        r->sources &= ~kModelBit;
-        r->stats.draft_model_skipped = true;
-      }
-    }
+    admit_draft(*r);
     if (proposers_.model) proposers_.model->begin(r->slot, r->req.prompt);
     if (proposers_.lookup) proposers_.lookup->begin(r->slot, r->req.prompt);
     live_[r->id] = std::move(r);
@@ -367,96 +330,6 @@ void Scheduler::start_decoding(Request& r, int32_t first, std::vector<SchedulerE
     ev.text += r.stop.ready();
 }
 
-Scheduler::Choice Scheduler::choose(const std::vector<Request*>& active) {
-  // Room: verify writes cache indices up to n_past + k (< max_seq_len); drafting past the most
-  // tokens any sequence may still emit is wasted.
-  int limit = rt_.draft_len(), most_left = 0;
-  for (const Request* r : active) {
-    limit = std::min(limit, rt_.max_seq_len() - 1 - r->seq.n_past);
-    most_left = std::max(most_left, r->req.max_new_tokens - r->generated);
-  }
-  limit = std::max(0, std::min(limit, most_left - 1));
-  if (limit == 0) return {};
-  const int B = static_cast<int>(active.size());
-  const int32_t kModelBit = draft_source_bit(DraftSource::kModel);
-  const int32_t kLookupBit = draft_source_bit(DraftSource::kLookup);
-  bool any_model = false, any_lookup = false, all_fixed = true;
-  int fixed_k = 0, lag = 0;
-  std::vector<double> a_model(B, 0.0), a_lookup(B, 0.0);
-  std::vector<int> avail(B, 0);
-  for (int b = 0; b < B; ++b) {
-    const Request& r = *active[b];
-    if (proposers_.model && (r.sources & kModelBit)) {
-      any_model = true;
-      a_model[b] = proposers_.model->alpha(r.slot);
-      lag += proposers_.model->lag(r.slot, r.seq.n_past);
-    }
-    if (proposers_.lookup && (r.sources & kLookupBit) && r.seq.lookup_n > 0) {
-      any_lookup = true;
-      a_lookup[b] = proposers_.lookup->alpha(r.slot);
-      avail[b] = std::min(r.seq.lookup_n, r.max_nodes);
-    }
-    all_fixed = all_fixed && r.req.draft_len >= 0;
-    fixed_k = std::max(fixed_k, r.req.draft_len);
-  }
-  auto lookup_tokens = [&](int k) {
-    double t = 0.0;
-    for (int b = 0; b < B; ++b)
-      t += avail[b] > 0 ? expected_tokens(a_lookup[b], std::min(k, avail[b])) : 1.0;
-    return t;
-  };
-  auto model_tokens = [&](int k) {
-    double t = 0.0;
-    for (double a : a_model) t += expected_tokens(a, k);
-    return t;
-  };
-  DraftController* mc = proposers_.model ? &proposers_.model->controller() : nullptr;
-  // A token emitted without the draft model costs it a catch-up later, while drafting pays.
-  const double charge = (mc && any_model && mc->drafting_pays(B)) ? mc->catch_up_per_token() : 0.0;
-  if (all_fixed) {
-    const int k = std::min(fixed_k, limit);
-    if (k == 0 || (!any_model && !any_lookup)) return {};
-    if (!any_lookup) return {DraftSource::kModel, k};
-    if (!any_model) return {DraftSource::kLookup, k};
-    const double rm = mc->rate(B, k, model_tokens(k));
-    const double tl = proposers_.lookup->controller().predicted_time(B, k);
-    const double rl = tl > 0.0 ? lookup_tokens(k) / (tl + charge * lookup_tokens(k)) : -1.0;
-    return rl > rm ? Choice{DraftSource::kLookup, k} : Choice{DraftSource::kModel, k};
-  }
-  Choice model_choice;
-  double model_rate = -1.0;
-  if (any_model) {
-    const int k = mc->choose(B, a_model, limit, lag);
-    if (k > 0) {
-      model_choice = {DraftSource::kModel, k};
-      model_rate = mc->rate(B, k, model_tokens(k));
-    }
-  }
-  if (any_lookup) {
-    const LookupController::Offer o =
-        proposers_.lookup->controller().offer(B, a_lookup, avail, limit);
-    if (o.k > 0) {
-      if (o.seconds <= 0.0) return {DraftSource::kLookup, o.k};  // not measured yet: measure
-      const double rl = o.tokens / (o.seconds + charge * o.tokens);
-      if (model_choice.k > 0)
-        return rl > model_rate ? Choice{DraftSource::kLookup, o.k} : model_choice;
-      const double t0 = predicted_time(DraftSource::kNone, B, 0);
-      const double r0 = t0 > 0.0 ? B / (t0 + charge * B) : -1.0;
-      return rl > r0 ? Choice{DraftSource::kLookup, o.k} : Choice{};
-    }
-  }
-  return model_choice;
-}
-
-double Scheduler::predicted_time(DraftSource source, int B, int k, bool prior) const {
-  const DraftController* mc = proposers_.model ? &proposers_.model->controller() : nullptr;
-  const LookupController* lc = proposers_.lookup ? &proposers_.lookup->controller() : nullptr;
-  if (source == DraftSource::kLookup) return lc ? lc->predicted_time(B, k, prior) : -1.0;
-  if (source == DraftSource::kModel) return mc ? mc->predicted_time(B, k, prior) : -1.0;
-  const double t = mc ? mc->predicted_time(B, 0, prior) : -1.0;
-  return t > 0.0 || !lc ? t : lc->predicted_time(B, 0, prior);
-}
-
 void Scheduler::decode(std::vector<SchedulerEvent>& events, bool carry) {
   std::vector<Request*> active;
   for (Request* r : slots_)
@@ -510,12 +383,14 @@ void Scheduler::decode(std::vector<SchedulerEvent>& events, bool carry) {
   // B's measured one, else its cross-B prior (draft_controller.h): the controllers then learn B
   // from iterations that carry nothing, never from a time less an estimate of the rows.
   double decode_s = total, verify_s = last_times_.verify_s;
+  double own_s = -1.0;  // the iteration's own time, where a carried chunk's rows are not
   bool learn = !iter_.warm_up();
   if (!chunk.pieces.empty()) {
     chunk_done(chunk);
     const double own = predicted_time(c.source, B, c.k, /*prior=*/false);
     const double d = own > 0.0 ? own : predicted_time(c.source, B, c.k);
     if (learn && d > 0.0) {
+      own_s = d;
       pacer_.observe_carried(chunk.rows.size(), total - d);
       pacer_.observe_decode(d);
       learn = false;
@@ -574,10 +449,13 @@ void Scheduler::decode(std::vector<SchedulerEvent>& events, bool carry) {
       r.reason = FinishReason::kMaxSeqLen;  // no position left to feed the newest token
       open = false;
     }
-    if (!open)
+    if (!open) {
       finish(r, r.reason, ev, now);
-    else
-      ev.text += r.stop.ready();
+      continue;
+    }
+    ev.text += r.stop.ready();
+    // (A warm-up's time holds one-time work: not this request's cost of going without the draft.)
+    if (r.draft_deferred && !iter_.warm_up()) join_if_pays(r, B, own_s >= 0.0 ? own_s : decode_s);
   }
   if (!chunk.completing.empty()) first_tokens(chunk, iter_.carried_logits(), events);
 }

@@ -10,7 +10,8 @@
 //      (prefill_chunk rows; while other sequences decode, as many rows as cost about one of
 //      their iterations, at most interleave_chunk: engine/prefill_pacer.h, so that a long
 //      prompt does not stall them, and on a host backend carried by their iteration's verify
-//      pass, step 4); the draft model reads the same rows; a request whose prompt is complete
+//      pass, step 4); the draft model reads the same rows (draft="auto": where it is expected
+//      to pay, draft_choice.cpp, possibly later); a request whose prompt is complete
 //      gets its first token;
 //   4. runs one speculative iteration for every decoding sequence: the draft source and length
 //      chosen from the proposers' offers (the draft model's and prompt lookup's controllers, or a
@@ -128,6 +129,13 @@ class Scheduler {
     std::vector<Request*> completing;  // the requests whose prompt the chunk completes
   };
   void admit(std::vector<SchedulerEvent>& events);
+  // Whether an admitted request's draft model reads its prompt, skips it, or waits
+  // (draft_choice.cpp).
+  void admit_draft(Request& r);
+  // A waiting request after an iteration of B sequences that cost it `seconds`: the draft model
+  // reads its rows so far and joins once they are worth it, judged after kDeferTokens tokens.
+  void join_if_pays(Request& r, int B, double seconds);
+  static constexpr int kDeferTokens = 12;
   Chunk plan_chunk(int budget);
   // After the chunk's target rows ran: the prompt rows counted, the draft model's reads.
   void chunk_done(const Chunk& c);

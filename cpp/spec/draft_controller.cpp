@@ -74,9 +74,9 @@ bool DraftController::priced(int B) const {
   return measured(B) || prior_time(B, 1) > 0.0;
 }
 
-double DraftController::saving_per_token(int B) const {
-  if (!priced(B)) B = 1;  // B not measured and no cross-B prior: B = 1's saving
-  if (!priced(B)) return 0.0;
+std::pair<double, double> DraftController::per_token(int B) const {
+  if (!priced(B)) B = 1;  // B not measured and no cross-B prior: B = 1's
+  if (!priced(B)) return {-1.0, -1.0};
   // Per token of one sequence: an iteration's time over the tokens it gives each sequence.
   const double t0 = predicted_time(B, 0), a = long_run_.alpha();
   double best = -1.0;
@@ -86,21 +86,50 @@ double DraftController::saving_per_token(int B) const {
     const double per_token = t / expected_tokens(a, k);
     if (best < 0.0 || per_token < best) best = per_token;
   }
-  return best < 0.0 ? 0.0 : t0 - best;
+  return {best, t0};
 }
 
-bool DraftController::reads_prompt(int B, int prompt_rows, int new_tokens) {
+double DraftController::saving_per_token(int B) const {
+  const auto [drafting, plain] = per_token(B);
+  return drafting < 0.0 ? 0.0 : plain - drafting;
+}
+
+bool DraftController::read_pays(int B, int prompt_rows, int new_tokens) const {
+  const bool known = read_row_ >= 0.0 && (priced(B) || measured(1));
+  return known && new_tokens * saving_per_token(B) > prompt_rows * read_row_;
+}
+
+double DraftController::join_saving(int B, double plain_s, int plain_tokens, double lookup_s,
+                                    int lookup_tokens) const {
+  const double drafting = per_token(B).first, cu = catch_up_per_token();
+  const int n = plain_tokens + lookup_tokens;
+  if (drafting <= 0.0 || n <= 0) return 0.0;
+  auto change = [&](double seconds, int tokens) {
+    if (tokens <= 0) return 0.0;
+    const double t = seconds / tokens;
+    return tokens * (t > drafting ? t - drafting : -std::min(cu, drafting - t));
+  };
+  return (change(plain_s, plain_tokens) + change(lookup_s, lookup_tokens)) / n;
+}
+
+bool DraftController::catch_up_pays(int B, int rows, double saving) const {
+  return read_row_ >= 0.0 && saving > B * rows * read_row_;
+}
+
+DraftController::PromptRead DraftController::reads_prompt(int B, int prompt_rows, int new_tokens) {
   const bool known = read_row_ >= 0.0 && (priced(B) || measured(1));
   if (!known) {  // the costs are learnt from the first request; the others do not wait on it
-    if (unknown_reads_++ == 0) return true;
-  } else if (new_tokens * saving_per_token(B) > prompt_rows * read_row_) {
-    return true;
+    if (unknown_reads_++ == 0) return PromptRead::kMeasure;
+  } else if (read_pays(B, prompt_rows, new_tokens)) {
+    read_every_ = kReadEvery;
+    return PromptRead::kPays;
   }
-  if (++skipped_reads_ >= kReadEvery) {  // explore: the traffic may have changed
+  if (++skipped_reads_ >= read_every_) {  // explore: the traffic may have changed
     skipped_reads_ = 0;
-    return true;
+    if (known) read_every_ = std::min(2 * read_every_, kMaxReadEvery);
+    return PromptRead::kMeasure;
   }
-  return false;
+  return PromptRead::kSkip;
 }
 
 double DraftController::catch_up_per_token() const {

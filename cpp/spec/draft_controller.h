@@ -49,9 +49,14 @@
 // (or B's cross-B prior is known), the first request reads, so that they get measured, and the
 // others do not (requests arriving together would all pay the read before anything says it
 // pays); of the requests that would not read, one in kReadEvery reads anyway, so that the
-// acceptance and costs stay current when the traffic changes.
+// acceptance and costs stay current when the traffic changes, and while those reads keep
+// finding that it does not pay, one in twice as many, up to kMaxReadEvery (a read that pays
+// sets it back). A request that may also use prompt lookup and whose read pays (kPays) waits:
+// the scheduler decides after its first tokens, from what they cost it (join_saving(),
+// catch_up_pays(); engine/draft_choice.cpp).
 #pragma once
 
+#include <utility>
 #include <vector>
 
 #include "spec/acceptance.h"
@@ -78,10 +83,32 @@ class DraftController {
   double read_per_row() const { return read_row_; }
   // Whether the draft model should read the prompt of a request with `prompt_rows` rows and up to
   // `new_tokens` new tokens that will decode among B sequences (see above); counts the skips.
-  bool reads_prompt(int B, int prompt_rows, int new_tokens);
-  // Seconds the draft model is expected to save per token of one of B sequences, at the
-  // long-run acceptance and the best k (negative: drafting costs more than it gives), from B's
-  // costs or its cross-B prior, else B = 1's; 0 when none of those is known yet.
+  // kPays: the expected saving over plain steps beats the read; kMeasure: read to measure the
+  // costs (the first request) or to explore.
+  enum class PromptRead { kSkip, kPays, kMeasure };
+  PromptRead reads_prompt(int B, int prompt_rows, int new_tokens);
+  // The test reads_prompt() applies once the costs are known, without its counters: the saving
+  // over plain steps beats the read. (False while the costs are unknown.)
+  bool read_pays(int B, int prompt_rows, int new_tokens) const;
+  // Whether a request that has decoded without the draft model should have it read the `rows`
+  // rows so far now: `saving` (the seconds drafting is expected to save over the rest of that
+  // request) beats the read, which the B decoding sequences all wait for. (False while the read's
+  // cost is unknown.)
+  bool catch_up_pays(int B, int rows, double saving) const;
+  // Seconds per token the draft model would save by joining a request of B sequences that has
+  // decoded without it, from that request's iterations so far: plain steps (seconds, tokens) and
+  // lookup's. Once it joins, each iteration takes the better of drafting and what ran, but a
+  // token it does not draft costs it a catch-up later; so a token of a kind that took t seconds
+  // saves t - drafting where drafting is cheaper and costs min(catch-up, drafting - t) where
+  // not. 0 while drafting's cost is unknown or no token is given.
+  double join_saving(int B, double plain_s, int plain_tokens, double lookup_s,
+                     int lookup_tokens) const;
+  // Seconds per token of one of B sequences drafting at the best k and the long-run acceptance
+  // (first), and with plain steps (second), from B's costs or its cross-B prior, else B = 1's;
+  // {-1, -1} when none of those is known yet.
+  std::pair<double, double> per_token(int B) const;
+  // Seconds the draft model is expected to save per token of one of B sequences (negative:
+  // drafting costs more than it gives): per_token()'s plain minus drafting; 0 when unknown.
   double saving_per_token(int B) const;
   // The estimate a new request starts from: the long-run acceptance, weight 4.
   AcceptanceEstimate prior() const;
@@ -116,7 +143,8 @@ class DraftController {
   static constexpr double kLongDecay = 0.99;  // the long-run acceptance: about 100 iterations
   static constexpr double kRegimeMargin = 0.03;
   static constexpr double kCheapLag = 0.25;  // probe from k = 0 while catch-up < this * T(B, 0)
-  static constexpr int kReadEvery = 8;       // of the requests not worth a read, one reads
+  static constexpr int kReadEvery = 8;       // of the requests not worth a read, one reads,
+  static constexpr int kMaxReadEvery = 64;   // then one in 16, 32, .. while reads do not pay
   static constexpr double kFitDecay = 0.9;   // the cross-B lines: about the last 10 passes
 
   // The cross-B prior (see above): seconds of a target pass of `rows` rows in all, and of a
@@ -145,7 +173,8 @@ class DraftController {
   double catch_up_ = -1.0;    // seconds per token
   double read_row_ = -1.0;    // seconds per prompt row the draft reads
   int skipped_reads_ = 0;     // requests not read since the last exploring read
-  int unknown_reads_ = 0;     // requests asked about before the costs were known
+  int read_every_ = kReadEvery;
+  int unknown_reads_ = 0;  // requests asked about before the costs were known
   AcceptanceEstimate long_run_;
   LineFit passes_{kFitDecay};  // a target pass's seconds against its rows, any B
   LineFit steps_{kFitDecay};   // a draft step's seconds against B

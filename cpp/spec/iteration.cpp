@@ -2,6 +2,7 @@
 #include "spec/iteration.h"
 
 #include <algorithm>
+#include <cstddef>
 #include <numeric>
 #include <utility>
 
@@ -99,6 +100,11 @@ void Iteration::start(int slot, const SeqState& seq, const SamplingState& sampli
     if (p && std::find(done, done + i, p) == done + i) p->issue_after_accept(ctx);
     done[i] = p;
   }
+}
+
+void Iteration::set_sources(int slot, int32_t sources) {
+  if (slot < 0 || slot >= max_batch_) throw InvalidArgument("iteration: bad slot");
+  be_.upload(reinterpret_cast<char*>(st_.seqs + slot) + offsetof(SeqState, sources), &sources, 4);
 }
 
 void Iteration::set_slots(const int32_t* host_slots, int B) {

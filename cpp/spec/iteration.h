@@ -74,6 +74,8 @@ class Iteration {
   void start(int slot, const SeqState& seq, const SamplingState& sampling,
              const std::vector<int32_t>& history, const std::vector<int32_t>& prediction);
 
+  // Changes the draft sources a started sequence may use (SeqState::sources).
+  void set_sources(int slot, int32_t sources);
   // Sets the sequences of the next iterations: rows b = 0 .. B-1 are slots[b].
   void set_slots(const int32_t* host_slots, int B);
   // Issues one iteration, its phases timed. Asynchronous on a GPU backend.

@@ -41,7 +41,8 @@ class GenerationStats:
     draft_s: float = 0.0  # time in draft steps
     verify_s: float = 0.0  # time in verify passes (acceptance included)
     catch_up_s: float = 0.0  # the draft model reading tokens it skipped
-    # draft="auto" left the draft model out: reading the prompt was not expected to pay
+    # draft="auto" left the draft model out: reading the prompt (and, after the first tokens,
+    # the text so far) was not expected to pay
     draft_model_skipped: bool = False
     itl_ms: tuple[float, ...] = field(default=(), repr=False)  # each inter-token latency
 
