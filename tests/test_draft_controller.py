@@ -535,10 +535,11 @@ def test_auto_leaves_the_prompt_unread_when_the_draft_does_not_pay(
     """draft="auto": once the costs are measured (the first request), a request whose draft
     model would not repay reading its prompt decodes without it (no prompt rows read, no 'm'
     iteration, stats.draft_model_skipped), one in 8 of those reading anyway. Where the read pays
-    against plain steps, the request decodes its first 12 tokens (kDeferTokens) with lookup and
-    plain steps; here lookup finds little, so the draft then reads the 4 prompt rows and those
-    tokens in one read and drafts from then on. draft="model" and a fixed draft_len always read
-    the prompt at once."""
+    against plain steps, a 4-row prompt is read at once: waiting would save little (4 rows) and
+    cost a request that joins anyway 12 tokens' saving; one in 8 of those waits all the same,
+    decodes its first 12 tokens (kDeferTokens) with lookup and plain steps, and here, lookup
+    finding little, the draft then reads the 4 prompt rows and those tokens in one read and
+    drafts from then on. draft="model" and a fixed draft_len always read the prompt at once."""
     s = T.Session(str(same_pair), "cpu", 1, clock=clock)
     s.script_costs(TF, TR, draft_fixed, DR, capture=CAPTURE, first_launch=FIRST_LAUNCH)
     skipped, read = [], []
@@ -548,16 +549,14 @@ def test_auto_leaves_the_prompt_unread_when_the_draft_does_not_pay(
         read.append(rows)
         if skipped[-1]:
             assert "m" not in stats["sources"] and stats["catch_up_s"] == 0.0
-        elif i > 0 and pays:  # 12 tokens or more without the draft, then the draft drafts
+        elif i == 8 and pays:  # 12 tokens or more without the draft, then the draft drafts
             src = stats["sources"]
-            i = src.index("m")  # (after it, a plain step may end the request)
-            assert src[i:].count("m") >= len(src) - i - 1, src
-            # (graphs: a warm-up iteration, the first of its kind, is not counted in the 12)
-            assert 0 < i <= (12 if clock == "host" else 16), src
+            j = src.index("m")  # (after it, a plain step may end the request)
+            assert j >= 12 and src[j:].count("m") >= len(src) - j - 1, src
     assert s.read_per_row > 0.0
-    if pays:  # (on the host clock the last iteration before the read gave up to 7 tokens)
-        assert skipped == [False] * 10 and read[0] == 4
-        assert all(4 + 12 <= r <= 4 + (11 + 7 if clock == "host" else 23) for r in read[1:]), read
+    if pays:  # the read: after 12 plain steps (graphs: a warm-up is not counted in the 12)
+        assert skipped == [False] * 10 and read[:8] + read[9:] == [4] * 9
+        assert 4 + 12 <= read[8] <= 4 + (12 if clock == "host" else 16), read
     else:
         assert skipped == [False] + [True] * 7 + [False, True]
         assert read == [0 if k else 4 for k in skipped]
@@ -568,24 +567,48 @@ def test_auto_leaves_the_prompt_unread_when_the_draft_does_not_pay(
 
 @pytest.mark.parametrize("clock", ["host", "graphs"])
 def test_auto_keeps_the_draft_out_where_lookup_does_better(same_pair, clock: str) -> None:
-    """A draft that pays against plain steps, and a request whose predicted output is its answer
-    (after the prompt's last token): lookup drafts nearly every iteration from it at no draft
-    cost, cheaper per token than the draft model would, so the draft never reads the prompt
-    (draft_model_skipped, no 'm' iteration) and the output is the same."""
+    """A draft that pays against plain steps and a 40-token prompt whose read (2 ms a row) costs
+    more than half the 12 tokens' saving that waiting would lose: the request waits. Its
+    predicted output is its answer (after the prompt's last token), so lookup drafts nearly every
+    iteration at no draft cost, cheaper per token than the draft model would: the draft never
+    reads (draft_model_skipped, no 'm' iteration), the output is the same, and the share of
+    waiting requests that joined falls. Without the prediction lookup finds little and the same
+    request has the draft join after its first 12 tokens."""
     s = T.Session(str(same_pair), "cpu", 1, clock=clock)
-    s.script_costs(TF, TR, DF, DR, capture=CAPTURE, first_launch=FIRST_LAUNCH)
-    prompt = [7, 2, 3, 4, 5]
-    first, rows, expect = _drive(s, prompt, 40, draft="model")  # the costs, and the answer
-    assert rows == 4 and "m" in first["sources"]
-    stats, rows, out = _drive(s, prompt, 40, draft="auto", prediction=prompt[-1:] + expect)
+    s.script_costs(TF, TR, DF, 2e-3, capture=CAPTURE, first_launch=FIRST_LAUNCH)
+    prompt = [7] + [(3 * i) % 50 + 2 for i in range(39)]
+    first, rows, expect = _drive(s, prompt, 64, draft="model")  # the costs, and the answer
+    assert rows == 39 and "m" in first["sources"]
+    stats, rows, out = _drive(s, prompt, 64, draft="auto", prediction=prompt[-1:] + expect)
     assert out == expect
     assert stats["draft_model_skipped"] and rows == 0 and "m" not in stats["sources"]
-    assert stats["prediction_accepted"] > 20 and stats["sources"].count("l") >= 6
-    # Without the prediction (lookup finds little) the same request lets the draft join.
-    stats, rows, out = _drive(s, prompt, 40, draft="auto")
+    assert stats["prediction_accepted"] > 40 and stats["sources"].count("l") >= 8
+    stats, rows, out = _drive(s, prompt, 64, draft="auto")
     assert out == expect
-    assert not stats["draft_model_skipped"] and 4 + 12 <= rows <= 4 + 11 + 7
+    assert not stats["draft_model_skipped"] and 39 + 12 <= rows <= 39 + 11 + 7
     assert "m" in stats["sources"]
+
+
+def test_a_request_waits_for_the_draft_only_where_waiting_is_expected_to_pay() -> None:
+    """defers(): waiting costs a request that joins anyway up to defer_tokens x the saving per
+    token, and saves one that never joins its prompt's read; weighed at the share of waiting
+    requests that joined (0.5 at first, then a running mean over about 8), one in 8 of the
+    others waiting all the same to keep that share current."""
+    c = _fed(0.1, 0.05, 0.9, catch_up=0.2)
+    assert not c.defers(1, 10**6, 12)  # the read's cost is not known yet
+    c.observe_read(100, 100 * 0.02)  # 0.02 s a row
+    saving = c.saving_per_token(1)
+    assert saving > 0.0 and c.join_rate == 0.5
+    even = 12 * saving / 0.02  # rows where half the read equals half the 12 tokens' saving
+    assert c.defers(1, int(even) + 1, 12)
+    assert [c.defers(1, int(even) - 1, 12) for _ in range(8)] == [False] * 7 + [True]
+    for _ in range(40):
+        c.observe_deferral(True)  # they all joined: waiting only lost their first tokens
+    assert c.join_rate > 0.99
+    assert [c.defers(1, 10 * int(even), 12) for _ in range(8)] == [False] * 7 + [True]
+    for _ in range(40):
+        c.observe_deferral(False)  # none joined: each saved its read
+    assert c.join_rate < 0.01 and c.defers(1, 10, 12)
 
 
 # ---- prefill chunks paced by the same device time ---------------------------------------------

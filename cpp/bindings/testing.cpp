@@ -407,6 +407,9 @@ NB_MODULE(_trt_spec_testing, m) {
       .def("read_pays", &DraftController::read_pays, "batch"_a, "prompt_rows"_a, "new_tokens"_a)
       .def("catch_up_pays", &DraftController::catch_up_pays, "batch"_a, "rows"_a, "saving"_a)
       .def("per_token", &DraftController::per_token, "batch"_a)
+      .def("defers", &DraftController::defers, "batch"_a, "prompt_rows"_a, "defer_tokens"_a)
+      .def("observe_deferral", &DraftController::observe_deferral, "joined"_a)
+      .def_prop_ro("join_rate", &DraftController::join_rate)
       .def("join_saving", &DraftController::join_saving, "batch"_a, "plain_s"_a, "plain_tokens"_a,
            "lookup_s"_a, "lookup_tokens"_a)
       .def("saving_per_token", &DraftController::saving_per_token, "batch"_a)

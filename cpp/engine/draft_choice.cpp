@@ -14,9 +14,9 @@ void Scheduler::admit_draft(Request& r) {
   // expected to save more than the read costs (DraftController::reads_prompt); otherwise it
   // decodes with lookup and plain steps. B: the batch it will decode in, the requests in slots
   // and those still queued behind it (a burst is judged at its size, not as B = 1).
-  // Where the read pays against plain steps and the request may use prompt lookup, it waits:
-  // lookup may beat the draft model on this request (an edit that copies its input), which only
-  // the request's own iterations tell (join_if_pays).
+  // Where the read pays against plain steps and the request may use prompt lookup, it may wait
+  // (DraftController::defers): lookup may beat the draft model on this request (an edit that
+  // copies its input), which only the request's own iterations tell (join_if_pays).
   const int32_t kModelBit = draft_source_bit(DraftSource::kModel);
   const int32_t kLookupBit = draft_source_bit(DraftSource::kLookup);
   if (!proposers_.model || !(r.sources & kModelBit) || r.req.draft != "auto" ||
@@ -28,8 +28,10 @@ void Scheduler::admit_draft(Request& r) {
   const int P = static_cast<int>(r.req.prompt.size());
   const int N = std::min(r.req.max_new_tokens, rt_.max_seq_len() - P);
   using Read = DraftController::PromptRead;
-  const Read read = proposers_.model->controller().reads_prompt(B, P - 1, N);
-  if (read == Read::kPays && proposers_.lookup && (r.sources & kLookupBit))
+  DraftController& mc = proposers_.model->controller();
+  const Read read = mc.reads_prompt(B, P - 1, N);
+  if (read == Read::kPays && proposers_.lookup && (r.sources & kLookupBit) &&
+      mc.defers(B, P - 1, kDeferTokens))
     r.draft_deferred = true;
   else if (read != Read::kSkip)
     return;
@@ -53,6 +55,7 @@ void Scheduler::join_if_pays(Request& r, int B, double seconds) {
   if (left <= 0 || rows > static_cast<int>(r.tokens.size()) ||
       !mc.catch_up_pays(B, rows, left * per_token))
     return;
+  mc.observe_deferral(true);
   proposers_.model->read_prompt(r.slot, r.tokens.data(), 0, rows);
   r.sources |= draft_source_bit(DraftSource::kModel);
   iter_.set_sources(r.slot, r.sources);

@@ -105,6 +105,9 @@ void Scheduler::finish(Request& r, FinishReason why, SchedulerEvent& ev, double 
   ev.text += r.stop.ready(true);
   r.stats.total_s = now - r.t_submit;
   ev.stats = r.stats;
+  // A request that waited for the draft model and ended without it, once past its first tokens.
+  if (r.draft_deferred && r.deferred_tokens[0] + r.deferred_tokens[1] >= kDeferTokens)
+    proposers_.model->controller().observe_deferral(false);
   if (r.slot >= 0) {
     if (proposers_.model) proposers_.model->end(r.slot);
     if (proposers_.lookup) proposers_.lookup->end(r.slot);

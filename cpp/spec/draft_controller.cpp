@@ -112,6 +112,21 @@ double DraftController::join_saving(int B, double plain_s, int plain_tokens, dou
   return (change(plain_s, plain_tokens) + change(lookup_s, lookup_tokens)) / n;
 }
 
+bool DraftController::defers(int B, int prompt_rows, int defer_tokens) {
+  if (read_row_ < 0.0) return false;
+  const double p = join_rate_;
+  if ((1.0 - p) * prompt_rows * read_row_ > p * defer_tokens * saving_per_token(B)) return true;
+  if (++skipped_defers_ >= kReadEvery) {  // keep the share current
+    skipped_defers_ = 0;
+    return true;
+  }
+  return false;
+}
+
+void DraftController::observe_deferral(bool joined) {
+  join_rate_ += kJoinEma * ((joined ? 1.0 : 0.0) - join_rate_);
+}
+
 bool DraftController::catch_up_pays(int B, int rows, double saving) const {
   return read_row_ >= 0.0 && saving > B * rows * read_row_;
 }

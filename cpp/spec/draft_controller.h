@@ -51,8 +51,10 @@
 // pays); of the requests that would not read, one in kReadEvery reads anyway, so that the
 // acceptance and costs stay current when the traffic changes, and while those reads keep
 // finding that it does not pay, one in twice as many, up to kMaxReadEvery (a read that pays
-// sets it back). A request that may also use prompt lookup and whose read pays (kPays) waits:
-// the scheduler decides after its first tokens, from what they cost it (join_saving(),
+// sets it back). A request that may also use prompt lookup and whose read pays (kPays) may wait
+// instead, where that is expected to pay (defers(): lookup may beat the draft on it, as on an
+// edit that copies its input, but a request that joins anyway loses its first tokens' saving):
+// the scheduler then decides after its first tokens, from what they cost it (join_saving(),
 // catch_up_pays(); engine/draft_choice.cpp).
 #pragma once
 
@@ -95,6 +97,16 @@ class DraftController {
   // request) beats the read, which the B decoding sequences all wait for. (False while the read's
   // cost is unknown.)
   bool catch_up_pays(int B, int rows, double saving) const;
+  // Whether a request whose read pays (kPays) and that may use prompt lookup waits (see above):
+  // waiting costs a request that joins anyway its first defer_tokens tokens without the draft
+  // (defer_tokens * saving_per_token(B) at most), and saves one that never joins the read of its
+  // prompt_rows rows; weighed at the measured share of waiting requests that joined
+  // (observe_deferral; 0.5 before any), one in kReadEvery of the others waiting anyway to keep
+  // that share current.
+  bool defers(int B, int prompt_rows, int defer_tokens);
+  // A waiting request joined (true), or ended without joining after its first tokens (false).
+  void observe_deferral(bool joined);
+  double join_rate() const { return join_rate_; }
   // Seconds per token the draft model would save by joining a request of B sequences that has
   // decoded without it, from that request's iterations so far: plain steps (seconds, tokens) and
   // lookup's. Once it joins, each iteration takes the better of drafting and what ran, but a
@@ -146,6 +158,7 @@ class DraftController {
   static constexpr int kReadEvery = 8;       // of the requests not worth a read, one reads,
   static constexpr int kMaxReadEvery = 64;   // then one in 16, 32, .. while reads do not pay
   static constexpr double kFitDecay = 0.9;   // the cross-B lines: about the last 10 passes
+  static constexpr double kJoinEma = 0.125;  // join_rate(): about the last 8 waiting requests
 
   // The cross-B prior (see above): seconds of a target pass of `rows` rows in all, and of a
   // draft step of B sequences; -1 until the lines can say (two pass sizes, one step).
@@ -174,7 +187,9 @@ class DraftController {
   double read_row_ = -1.0;    // seconds per prompt row the draft reads
   int skipped_reads_ = 0;     // requests not read since the last exploring read
   int read_every_ = kReadEvery;
-  int unknown_reads_ = 0;  // requests asked about before the costs were known
+  double join_rate_ = 0.5;  // of the waiting requests, the share that joined (running mean)
+  int skipped_defers_ = 0;  // requests that read at once since the last one that waited
+  int unknown_reads_ = 0;   // requests asked about before the costs were known
   AcceptanceEstimate long_run_;
   LineFit passes_{kFitDecay};  // a target pass's seconds against its rows, any B
   LineFit steps_{kFitDecay};   // a draft step's seconds against B
