@@ -94,9 +94,12 @@ double DraftController::saving_per_token(int B) const {
   return drafting < 0.0 ? 0.0 : plain - drafting;
 }
 
+bool DraftController::read_known(int B) const {
+  return read_row_ >= 0.0 && (priced(B) || measured(1));
+}
+
 bool DraftController::read_pays(int B, int prompt_rows, int new_tokens) const {
-  const bool known = read_row_ >= 0.0 && (priced(B) || measured(1));
-  return known && new_tokens * saving_per_token(B) > prompt_rows * read_row_;
+  return read_known(B) && new_tokens * saving_per_token(B) > prompt_rows * read_row_;
 }
 
 double DraftController::join_saving(int B, double plain_s, int plain_tokens, double lookup_s,
@@ -132,7 +135,7 @@ bool DraftController::catch_up_pays(int B, int rows, double saving) const {
 }
 
 DraftController::PromptRead DraftController::reads_prompt(int B, int prompt_rows, int new_tokens) {
-  const bool known = read_row_ >= 0.0 && (priced(B) || measured(1));
+  const bool known = read_known(B);
   if (!known) {  // the costs are learnt from the first request; the others do not wait on it
     if (unknown_reads_++ == 0) return PromptRead::kMeasure;
   } else if (read_pays(B, prompt_rows, new_tokens)) {

@@ -169,6 +169,7 @@ class DraftController {
   bool measured(int B) const;             // T(B, 0) and some drafting T(B, k) measured
   double prior_time(int B, int k) const;  // k * step_prior(B) + pass_prior(B * (k + 1))
   bool priced(int B) const;               // measured(B), or B's drafting has a cross-B prior
+  bool read_known(int B) const;           // a read's cost and B's saving (or B = 1's) are known
   // B's verify time from its own table (see verify_time); one_point: also from a single
   // measured row count, flat plus 0.1 of it per row. -1 where the table does not say. B and
   // rows checked by the caller.

@@ -11,10 +11,9 @@
 // (an engine without a draft model, a B that measured one k) a line of this controller's
 // iterations' seconds against their rows B (k + 1), over every B (spec/line_fit.h), since one
 // measured k says nothing about what a row costs (~0.1 of a step on a GPU, ~0.3 on a CPU).
-// The offer is the k in
-// [1, k_limit] with the most tokens per second. Until a cost is known the first offer is
-// kFirstK; every kExplore lookup iterations a neighbour of the best k is offered to keep the
-// measured costs current.
+// The offer is the k in [1, k_limit] with the most tokens per second. Until a cost is known the
+// first offer is kFirstK; every kExplore lookup iterations a neighbour of the best k is offered to
+// keep the measured costs current.
 #pragma once
 
 #include <vector>
