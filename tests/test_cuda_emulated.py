@@ -485,9 +485,9 @@ def test_spec_lookup(emu, cpu, seed: int) -> None:
             assert f[b]["lookup_n"] == 0
             continue
         n = f[b]["n_past"] + 1
-        tok, par, _, _ = native.lookup_propose(
+        tok, par, _, _, ngram = native.lookup_propose(
             list(hist[b, :n]), list(pred[b, : m[b]]), int(f[b]["max_nodes"])
         )
-        assert f[b]["lookup_n"] == len(tok)
+        assert f[b]["lookup_n"] == len(tok) and f[b]["lookup_ngram"] == ngram
         assert list(f[b]["tree_token"][: len(tok)]) == tok
         assert list(f[b]["tree_parent"][: len(tok)]) == par

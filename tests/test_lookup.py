@@ -20,12 +20,13 @@ def match_len(src: list[int], e: int, h: list[int]) -> int:
 
 
 def reference(h: list[int], pred: list[int], max_nodes: int):
-    """The rule of lookup.h, from its comment, as plain Python."""
+    """The rule of lookup.h, from its comment, as plain Python: (tokens, parents, depths, flags,
+    n-gram length)."""
     lens = [(match_len(pred, e, h), e, True) for e in range(len(pred))]
     lens += [(match_len(h, e, h), e, False) for e in range(len(h))]
     best = max((n for n, _, _ in lens), default=0)
     if best < NMIN or max_nodes <= 0:
-        return [], [], [], []
+        return [], [], [], [], 0
     matches = [(pred, e, True) for n, e, p in lens if p and n == best]
     matches += sorted(
         ((h, e, False) for n, e, p in lens if not p and n == best), key=lambda m: -m[1]
@@ -49,17 +50,34 @@ def reference(h: list[int], pred: list[int], max_nodes: int):
     new = {old: k for k, old in enumerate(order)}
     toks = [nodes[i]["t"] for i in order]
     pars = [-1 if nodes[i]["p"] < 0 else new[nodes[i]["p"]] for i in order]
-    return toks, pars, [nodes[i]["d"] for i in order], [nodes[i]["f"] for i in order]
+    depths, flags = [nodes[i]["d"] for i in order], [nodes[i]["f"] for i in order]
+    return toks, pars, depths, flags, best if toks else 0
 
 
 def propose(h, pred=(), max_nodes=16):
-    return T.lookup_propose(list(h), list(pred), max_nodes)
+    """(tokens, parents, depths, flags) of the tree."""
+    return T.lookup_propose(list(h), list(pred), max_nodes)[:4]
+
+
+def ngram(h, pred=(), max_nodes=16) -> int:
+    return T.lookup_propose(list(h), list(pred), max_nodes)[4]
 
 
 def test_no_match_no_proposal() -> None:
-    assert propose([1, 2, 3, 4, 5]) == ([], [], [], [])
-    # A single repeated token is a 1-gram: below NGRAM_MIN.
-    assert propose([1, 2, 3, 1]) == ([], [], [], [])
+    assert propose([1, 2, 3, 4, 5]) == ([], [], [], []) and ngram([1, 2, 3, 4, 5]) == 0
+    assert propose([1, 2, 3, 1], max_nodes=0) == ([], [], [], []) and ngram([1, 2, 1], (), 0) == 0
+
+
+def test_a_repeated_token_proposes_as_a_1gram() -> None:
+    # The newest token alone matches: its earlier continuations, the n-gram length 1.
+    assert NMIN == 1
+    assert propose([1, 2, 3, 1]) == ([2, 3, 1], [-1, 0, 1], [1, 2, 3], [0, 0, 0])
+    assert ngram([1, 2, 3, 1]) == 1
+    # A longer match elsewhere wins over every 1-gram; its length goes with the proposal.
+    h = [5, 9, 1, 2, 7, 5, 1, 2]
+    assert propose(h)[0][0] == 7 and ngram(h) == 2
+    assert ngram([4, 1, 2, 3, 4, 8, 8, 1, 2, 3, 4]) == NMAX  # capped at the longest tried
+    assert ngram([9, 9], pred=[9, 3]) == 1  # a prediction's first token: a 1-gram
 
 
 def test_repeated_text_continues_its_earlier_occurrence() -> None:
@@ -106,5 +124,5 @@ def test_rule_matches_the_reference(seed: int) -> None:
     h = [int(x) for x in rng.integers(0, alphabet, int(rng.integers(1, 300)))]
     pred = [int(x) for x in rng.integers(0, alphabet, int(rng.integers(0, 200)))]
     max_nodes = int(rng.integers(0, 17))
-    got = propose(h, pred, max_nodes)
+    got = T.lookup_propose(h, pred, max_nodes)
     assert tuple(got) == reference(h, pred, max_nodes)

@@ -123,6 +123,8 @@ NB_MODULE(_trt_spec_testing, m) {
     SEQ_FIELD(pred_acc);
     SEQ_FIELD(pred_rej);
     SEQ_FIELD(lookup_n);
+    SEQ_FIELD(lookup_ngram);
+    SEQ_FIELD(tree_ngram);
 #undef SEQ_FIELD
     add("tree_n", tree + offsetof(DraftTree, n), "<i4", 1);
     add("tree_token", tree + offsetof(DraftTree, token), "<i4", kMaxDraftNodes);
@@ -373,18 +375,20 @@ NB_MODULE(_trt_spec_testing, m) {
       [](const std::vector<int32_t>& history, const std::vector<int32_t>& prediction,
          int max_nodes) {
         DraftTree t;
-        lookup_propose_serial(history.data(), static_cast<int>(history.size()), prediction.data(),
-                              static_cast<int>(prediction.size()), max_nodes, t);
+        const int ngram = lookup_propose_serial(history.data(), static_cast<int>(history.size()),
+                                                prediction.data(),
+                                                static_cast<int>(prediction.size()), max_nodes, t);
         std::vector<int32_t> tok(t.token, t.token + t.n), par(t.n), depth(t.n), flags(t.n);
         for (int i = 0; i < t.n; ++i) {
           par[i] = t.parent[i];
           depth[i] = t.depth[i];
           flags[i] = t.flags[i];
         }
-        return std::make_tuple(tok, par, depth, flags);
+        return std::make_tuple(tok, par, depth, flags, ngram);
       },
       "history"_a, "prediction"_a, "max_nodes"_a,
-      "(tokens, parents, depths, flags) of prompt lookup's tree for a text (lookup.h)");
+      "(tokens, parents, depths, flags, n-gram length) of prompt lookup's tree for a text "
+      "(lookup.h)");
 
   // ---- controllers ---------------------------------------------------------------------------
   nb::class_<DraftController>(m, "DraftController",
@@ -446,9 +450,10 @@ NB_MODULE(_trt_spec_testing, m) {
           },
           "batch"_a, "alphas"_a, "available"_a, "k_limit"_a, "(k, expected tokens, seconds)")
       .def("observe", &LookupController::observe, "batch"_a, "k"_a, "total_s"_a)
-      .def("observe_acceptance", &LookupController::observe_acceptance, "n_accepted"_a, "depth"_a)
+      .def("observe_acceptance", &LookupController::observe_acceptance, "ngram"_a, "n_accepted"_a,
+           "depth"_a)
       .def("predicted_time", &LookupController::predicted_time, "batch"_a, "k"_a, "prior"_a = true)
-      .def_prop_ro("long_run_alpha", &LookupController::long_run_alpha);
+      .def("long_run_alpha", &LookupController::long_run_alpha, "ngram"_a);
 
   bind_op_runner(m);
   bind_session(m);

@@ -89,7 +89,7 @@ Scheduler::Choice Scheduler::choose(const std::vector<Request*>& active) {
     }
     if (proposers_.lookup && (r.sources & kLookupBit) && r.seq.lookup_n > 0) {
       any_lookup = true;
-      a_lookup[b] = proposers_.lookup->alpha(r.slot);
+      a_lookup[b] = proposers_.lookup->alpha(r.slot, r.seq.lookup_ngram);
       avail[b] = std::min(r.seq.lookup_n, r.max_nodes);
     }
     all_fixed = all_fixed && r.req.draft_len >= 0;

@@ -28,8 +28,12 @@
 
 namespace trt_spec {
 
-constexpr int kNgramMin = 2;    // the shortest n-gram that may propose
-constexpr int kNgramMax = 4;    // the longest n-gram tried
+// The n-gram lengths that may propose. A shorter match is right less often (a 1-gram's first
+// node about a third of the time on code, a 4-gram's most of the time): the proposal's length
+// (SeqState::lookup_ngram) goes with it, and acceptance is estimated per length
+// (lookup_proposer.h), so that the controller verifies as many of its nodes as pay, or none.
+constexpr int kNgramMin = 1;
+constexpr int kNgramMax = 4;
 constexpr int kMaxMatches = 8;  // continuations merged into one tree
 constexpr int kLookupTrieNodes = kMaxMatches * kMaxDraftNodes;
 
@@ -102,9 +106,10 @@ TRT_SPEC_HD void lookup_build_tree(const LookupMatch* matches, int n_matches, in
 }
 
 // Steps 1-3 serially: the proposal for the text h[0, len) and the prediction pred[0, m) (m may
-// be 0) into out (at most max_nodes nodes; out.n = 0 when nothing matches).
-TRT_SPEC_HD void lookup_propose_serial(const int32_t* h, int len, const int32_t* pred, int m,
-                                       int max_nodes, DraftTree& out) {
+// be 0) into out (at most max_nodes nodes; out.n = 0 when nothing matches). Returns the n-gram
+// length behind it (0: none).
+TRT_SPEC_HD int lookup_propose_serial(const int32_t* h, int len, const int32_t* pred, int m,
+                                      int max_nodes, DraftTree& out) {
   out.n = 0;
   int best = 0;
   for (int e = 0; e < m; ++e) {
@@ -115,7 +120,7 @@ TRT_SPEC_HD void lookup_propose_serial(const int32_t* h, int len, const int32_t*
     const int l = lookup_match_len(h, e, h, len);
     best = l > best ? l : best;
   }
-  if (best < kNgramMin || max_nodes <= 0) return;
+  if (best < kNgramMin || max_nodes <= 0) return 0;
   LookupMatch matches[kMaxMatches];
   int n = 0;
   for (int e = 0; e < m && n < kMaxMatches; ++e)
@@ -123,6 +128,7 @@ TRT_SPEC_HD void lookup_propose_serial(const int32_t* h, int len, const int32_t*
   for (int e = len - 1; e >= 0 && n < kMaxMatches; --e)
     if (lookup_match_len(h, e, h, len) == best) matches[n++] = LookupMatch{h, e, len, false};
   lookup_build_tree(matches, n, max_nodes, out);
+  return out.n > 0 ? best : 0;
 }
 
 }  // namespace trt_spec

@@ -9,12 +9,16 @@ LookupController::LookupController(int max_batch, int max_k, const DraftControll
     : max_k_(max_k), model_(model) {
   costs_.resize(max_batch + 1);
   for (Costs& c : costs_) c.total.assign(max_k + 1, -1.0);
-  long_run_.accepted = 3.0;  // a neutral start: proposals found by matching are often right
-  long_run_.rejected = 1.0;
+  // A start: proposals found by matching 2 or more tokens are often right, a 1-gram's less often
+  // (the running estimates move away from these within a few dozen iterations).
+  for (int c = 0; c < kNgramClasses; ++c) {
+    long_run_[c].accepted = c == 0 ? 1.0 : 3.0;
+    long_run_[c].rejected = c == 0 ? 2.0 : 1.0;
+  }
 }
 
-AcceptanceEstimate LookupController::prior() const {
-  return long_run_.with_weight(4.0);
+AcceptanceEstimate LookupController::prior(int ngram) const {
+  return long_run_[ngram_class(ngram)].with_weight(4.0);
 }
 
 double LookupController::predicted_time(int B, int k, bool prior) const {

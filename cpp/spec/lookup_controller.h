@@ -2,7 +2,8 @@
 // ready (SeqState::lookup_n) to verify, from measured costs and each sequence's running
 // acceptance of lookup proposals.
 //
-// Model: a sequence with lookup acceptance a and m nodes ready, verifying min(k, m) of them,
+// Model: a sequence with lookup acceptance a (its acceptance of proposals that continued an n-gram
+// as long as the one behind its nodes) and m nodes ready, verifying min(k, m) of them,
 // emits on average E(a, min(k, m)) tokens (acceptance.h; a tree's first nodes are mostly its main
 // chain); one with no nodes emits 1. An iteration of B sequences verifying k + 1 rows each takes
 // T(B, k): the running average of measured lookup iterations with that k; otherwise the draft
@@ -16,11 +17,13 @@
 // keep the measured costs current.
 #pragma once
 
+#include <algorithm>
 #include <vector>
 
 #include "spec/acceptance.h"
 #include "spec/draft_controller.h"
 #include "spec/line_fit.h"
+#include "spec/lookup.h"
 
 namespace trt_spec {
 
@@ -41,12 +44,16 @@ class LookupController {
   void observe(int B, int k, double total_s);
   // A plain target step (k = 0) of B sequences.
   void observe_plain(int B, double total_s) { observe(B, 0, total_s); }
-  // The long-run acceptance (the prior of new requests).
-  void observe_acceptance(int n_accepted, int depth) {
-    long_run_.observe(n_accepted, depth, kLongDecay);
+  // The long-run acceptance of proposals continuing an n-gram of length ngram (lookup.h: a
+  // longer match is right more often), the prior of new requests.
+  void observe_acceptance(int ngram, int n_accepted, int depth) {
+    long_run_[ngram_class(ngram)].observe(n_accepted, depth, kLongDecay);
   }
-  AcceptanceEstimate prior() const;
-  double long_run_alpha() const { return long_run_.alpha(); }
+  AcceptanceEstimate prior(int ngram) const;
+  double long_run_alpha(int ngram) const { return long_run_[ngram_class(ngram)].alpha(); }
+  // The estimates' index of an n-gram length: 1 .. kNgramMax -> 0 .. kNgramMax - 1.
+  static int ngram_class(int ngram) { return std::clamp(ngram, kNgramMin, kNgramMax) - kNgramMin; }
+  static constexpr int kNgramClasses = kNgramMax - kNgramMin + 1;
   // T(B, k) as described above; prior: whether the model's verify time may come from its
   // cross-B prior (draft_controller.h) for a B with no verify pass of its own.
   double predicted_time(int B, int k, bool prior = true) const;
@@ -64,7 +71,7 @@ class LookupController {
   int max_k_;
   const DraftController* model_;
   std::vector<Costs> costs_;  // [max_batch + 1]
-  AcceptanceEstimate long_run_;
+  AcceptanceEstimate long_run_[kNgramClasses];
   LineFit passes_{DraftController::kFitDecay};  // iteration seconds against rows, any B
 };
 

@@ -3,9 +3,11 @@
 // its predicted output on the device and leaves the next tree in the sequence's state, with
 // SeqState::lookup_n telling the host how many nodes are ready. An iteration using lookup just
 // verifies the first k of them. Per slot it keeps the sequence's acceptance of lookup
-// proposals; its controller is lookup_controller.h.
+// proposals, one estimate per length of the n-gram they continue (SeqState::lookup_ngram); its
+// controller is lookup_controller.h.
 #pragma once
 
+#include <array>
 #include <vector>
 
 #include "spec/lookup_controller.h"
@@ -23,11 +25,15 @@ class LookupProposer final : public Proposer {
   void commit(int slot, const SeqState& seq, bool used) override;
 
   LookupController& controller() { return controller_; }
-  double alpha(int slot) const { return est_[slot].alpha(); }
+  // The slot's acceptance of proposals continuing an n-gram of length ngram.
+  double alpha(int slot, int ngram) const {
+    return est_[slot][LookupController::ngram_class(ngram)].alpha();
+  }
 
  private:
+  using Estimates = std::array<AcceptanceEstimate, LookupController::kNgramClasses>;
   LookupController controller_;
-  std::vector<AcceptanceEstimate> est_;  // [max_batch]
+  std::vector<Estimates> est_;  // [max_batch]
 };
 
 }  // namespace trt_spec

@@ -49,15 +49,17 @@ struct SeqState {
   int32_t prev = 0;    // the token at position n_past - 1
   int32_t n_gen = 0;   // tokens generated so far: the generation index of the next token
   // The last iteration.
-  int32_t source = 0;     // its DraftSource for this sequence (kNone when it proposed nothing)
-  int32_t n_new = 0;      // tokens emitted (accepted + 1)
-  int32_t n_acc = 0;      // draft tokens accepted
-  int32_t n_drafted = 0;  // nodes proposed (tree.n)
-  int32_t depth = 0;      // the longest path the tree offered (its deepest node)
-  int32_t pred_acc = 0;   // accepted nodes copied from the predicted output
-  int32_t pred_rej = 0;   // proposed nodes copied from it and not accepted
-  int32_t lookup_n = 0;   // nodes prompt lookup found for the next iteration (0: no match)
-  DraftTree tree;         // this iteration's proposal (lookup writes the next one after accept)
+  int32_t source = 0;        // its DraftSource for this sequence (kNone when it proposed nothing)
+  int32_t n_new = 0;         // tokens emitted (accepted + 1)
+  int32_t n_acc = 0;         // draft tokens accepted
+  int32_t n_drafted = 0;     // nodes proposed (tree.n)
+  int32_t depth = 0;         // the longest path the tree offered (its deepest node)
+  int32_t pred_acc = 0;      // accepted nodes copied from the predicted output
+  int32_t pred_rej = 0;      // proposed nodes copied from it and not accepted
+  int32_t lookup_n = 0;      // nodes prompt lookup found for the next iteration (0: no match)
+  int32_t lookup_ngram = 0;  // the n-gram length those nodes continue (lookup.h; 0: none)
+  int32_t tree_ngram = 0;    // the last iteration's: the n-gram its lookup tree continued (0: none)
+  DraftTree tree;            // this iteration's proposal (lookup writes the next one after accept)
   int32_t out[kMaxDraftNodes + 1] = {};  // tokens emitted by the last iteration
   int32_t path[kMaxDraftNodes] = {};     // the accepted nodes, by depth
 };
@@ -75,6 +77,8 @@ TRT_SPEC_HD void spec_commit(SeqState& s, int accepted) {
   for (int d = 0; d < accepted; ++d) pred_acc += (s.tree.flags[s.path[d]] & kNodePredicted) ? 1 : 0;
   for (int i = 0; i < s.tree.n; ++i) pred_all += (s.tree.flags[i] & kNodePredicted) ? 1 : 0;
   s.n_drafted = s.tree.n;
+  s.tree_ngram =
+      s.source == static_cast<int32_t>(DraftSource::kLookup) && s.tree.n > 0 ? s.lookup_ngram : 0;
   s.depth = tree_max_depth(s.tree, s.tree.n);
   s.pred_acc = pred_acc;
   s.pred_rej = pred_all - pred_acc;

@@ -288,7 +288,10 @@ __global__ void __launch_bounds__(kSpecThreads)
   const int b = blockIdx.x;
   SeqState* s = seqs + slots[b];
   if (!(s->sources & draft_source_bit(DraftSource::kLookup))) {
-    if (threadIdx.x == 0) s->lookup_n = 0;
+    if (threadIdx.x == 0) {
+      s->lookup_n = 0;
+      s->lookup_ngram = 0;
+    }
     return;
   }
   const int32_t* h = history + static_cast<int64_t>(slots[b]) * max_seq;
@@ -320,6 +323,7 @@ __global__ void __launch_bounds__(kSpecThreads)
     else
       s->tree.n = 0;
     s->lookup_n = s->tree.n;
+    s->lookup_ngram = s->tree.n > 0 ? best : 0;
   }
 }
 

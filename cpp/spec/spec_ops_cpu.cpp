@@ -189,12 +189,13 @@ class CpuSpecOps final : public SpecOps {
         SeqState& s = st.seqs[slots[b]];
         if (!(s.sources & draft_source_bit(DraftSource::kLookup))) {
           s.lookup_n = 0;
+          s.lookup_ngram = 0;
           continue;
         }
         const size_t off = static_cast<size_t>(slots[b]) * st.max_seq;
         const int len = std::min(s.n_past + 1, st.max_seq);
-        lookup_propose_serial(st.history + off, len, st.prediction + off, s.pred_len, s.max_nodes,
-                              s.tree);
+        s.lookup_ngram = lookup_propose_serial(st.history + off, len, st.prediction + off,
+                                               s.pred_len, s.max_nodes, s.tree);
         s.lookup_n = s.tree.n;
       }
     });
