@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import spec_pairs
+from cuda_helpers import SOURCE, fields
 from native import T
 
 NMIN, NMAX, MATCHES, NODES = T.NGRAM_MIN, T.NGRAM_MAX, T.MAX_MATCHES, T.MAX_DRAFT_NODES
@@ -126,3 +128,56 @@ def test_rule_matches_the_reference(seed: int) -> None:
     max_nodes = int(rng.integers(0, 17))
     got = T.lookup_propose(h, pred, max_nodes)
     assert tuple(got) == reference(h, pred, max_nodes)
+
+
+def test_lookup_acceptance_is_kept_per_ngram_length() -> None:
+    """The long-run acceptance (a new request's prior) is one estimate per n-gram length: a
+    1-gram's starts at 1/3, a longer match's at 3/4, and each moves with its own proposals only;
+    lengths outside 1 .. NGRAM_MAX count as the nearest."""
+    lc = T.LookupController(1, 8)
+    assert lc.long_run_alpha(1) == pytest.approx(1 / 3)
+    assert [lc.long_run_alpha(n) for n in range(2, NMAX + 1)] == [pytest.approx(0.75)] * (NMAX - 1)
+    for _ in range(300):
+        lc.observe_acceptance(NMAX, 8, 8)  # every node of a 4-gram's proposal kept
+        lc.observe_acceptance(1, 0, 2)  # none of a 1-gram's
+    assert lc.long_run_alpha(NMAX) > 0.95 and lc.long_run_alpha(1) < 0.05
+    assert lc.long_run_alpha(2) == pytest.approx(0.75)
+    assert lc.long_run_alpha(0) == lc.long_run_alpha(1)
+    assert lc.long_run_alpha(NMAX + 3) == lc.long_run_alpha(NMAX)
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory: pytest.TempPathFactory):
+    return spec_pairs.make_pair(tmp_path_factory.mktemp("lookup"), "same", max_seq_len=256)
+
+
+def _run(s, prompt: list[int], n: int, draft: str) -> tuple[list[int], list[tuple[int, int]]]:
+    """A request to its end: (its tokens, (n-gram length read back before it, the verified
+    tree's) per lookup iteration), reading the sequence's state after every step."""
+    rid = s.submit(prompt, n, draft=draft)
+    tokens, lookups, ahead = [], [], None
+    for _ in range(400):
+        for ev in s.step():
+            tokens += ev[1]
+        if s.slot_of(rid) < 0:
+            break
+        f = fields(s.seq_state(rid))[0]
+        if f["source"] == SOURCE["lookup"] and f["n_drafted"] > 0:
+            lookups.append((ahead, int(f["tree_ngram"])))
+        ahead = int(f["lookup_ngram"])
+    return tokens, lookups
+
+
+def test_a_lookup_iteration_verifies_the_ngram_read_back_before_it(pair) -> None:
+    """On a scheduler: the length read back with a proposal (SeqState.lookup_ngram) is the one
+    its iteration reports (tree_ngram), so each proposal's outcome feeds its length's estimate;
+    1-gram proposals are verified (rows cheap: 0.1 of a step) and the output is the target's."""
+    s = T.Session(str(pair), "cpu", 1, clock="host")
+    s.script_costs(10e-3, 1e-3, 2e-3, 0.2e-3, capture=1000.0, first_launch=500.0)
+    prompt = [7] + [(3 * i) % 50 + 2 for i in range(39)]
+    want, _ = _run(s, prompt, 96, "none")
+    got, lookups = _run(s, prompt, 96, "lookup")
+    assert got == want
+    assert lookups and all(a == b for a, b in lookups), lookups
+    lengths = {b for _, b in lookups}
+    assert 1 in lengths and len(lengths) >= 2, lookups
