@@ -193,6 +193,35 @@ def test_sampling_same_seed_same_output(root) -> None:
         assert batch[1].token_ids == a.token_ids
 
 
+@pytest.mark.parametrize("temperature, top_k, top_p", [(0.8, 0, 1.0), (1.0, 20, 0.9)])
+def test_sampled_lookup_output_is_target_onlys_for_the_seed(
+    root, temperature: float, top_k: int, top_p: float
+) -> None:
+    """A lookup token is kept iff it is the target's own draw (accept.h), so sampled output with
+    prompt lookup is token for token what target-only decoding draws for the seed, alone or in a
+    batch, whatever the prediction: the answer itself (nearly every proposal kept) or text that
+    shares only some n-grams with it (rejections)."""
+    e = pair(root, "random", draft_len=8, max_batch=4)
+    kw = dict(max_new_tokens=48, temperature=temperature, top_k=top_k, top_p=top_p)
+    kw |= dict(ignore_eos=True)
+    kept = rejected = 0
+    for seed in range(3):
+        plain = e.generate(PROMPTS[0], seed=seed, draft="none", **kw)
+        for prediction in (plain.token_ids, PREDICTION):
+            look = e.generate(
+                [PROMPTS[0], PROMPTS[1]],
+                seed=seed,
+                draft="lookup",
+                draft_len=8,
+                prediction=prediction,
+                **kw,
+            )[0]
+            assert look.token_ids == plain.token_ids, (seed, prediction is PREDICTION)
+            kept += look.stats.accepted
+            rejected += look.stats.drafted - look.stats.accepted
+    assert kept > 100 and rejected > 0  # the rule was exercised both ways
+
+
 # ---- KV rollback -----------------------------------------------------------------------------
 @pytest.mark.parametrize("draft", ["model", "lookup"])
 def test_kv_caches_equal_fresh_prefill_after_rollbacks(root, draft: str) -> None:

@@ -83,6 +83,19 @@ TRT_SPEC_HD void tree_set_chain_node(DraftTree& t, int i, int32_t token, uint8_t
   t.flags[i] = flags;
 }
 
+// What the children of verify row `row` are (accept.h tests them by kind; a dense child has no
+// siblings, so one row's children are all of one kind).
+enum RowChildren : int {
+  kRowLeaf = 0,    // none: the walk can only stop here
+  kRowOneHot = 1,  // deterministic tokens (prompt lookup)
+  kRowDense = 2,   // the draft model's token, drawn from q
+};
+TRT_SPEC_HD int tree_row_children(const DraftTree& t, int row) {
+  for (int i = 0; i < t.n; ++i)
+    if (tree_row(t.parent[i]) == row) return (t.flags[i] & kNodeDense) ? kRowDense : kRowOneHot;
+  return kRowLeaf;
+}
+
 // The deepest node among the first n (0 for none): the longest accepted run they allow.
 TRT_SPEC_HD int tree_max_depth(const DraftTree& t, int n) {
   int d = 0;

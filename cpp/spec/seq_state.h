@@ -13,9 +13,9 @@
 //            stale entries past n_past are never read and get overwritten.
 //
 // Random numbers: every draw for the token at generation index m uses
-// philox_uniform(seed, m, lane, stream) with one stream per purpose (and the sibling index as
-// the lane for the acceptance tests of a tree), so each uniform is used by exactly one decision,
-// a request's output depends on its seed only, and CPU and GPU draw the same numbers.
+// philox_uniform(seed, m, lane, stream) with one stream per purpose, so each uniform is used by
+// exactly one decision, a request's draws depend on its seed only (not on its slot or batch),
+// and CPU and GPU draw the same numbers.
 #pragma once
 
 #include <cstdint>
@@ -33,8 +33,8 @@ constexpr int kMaxDraftLen = kMaxDraftNodes;
 enum RngStream : uint32_t {
   kStreamTarget = kSampleStream,  // a token drawn by the sampling rule (target-only, the bonus)
   kStreamDraft = 1,               // draft model proposal d_j ~ q_j
-  kStreamAccept = 2,              // the acceptance test of a draft token (lane: its sibling index)
-  kStreamResidual = 3,            // the token drawn from the residual after a rejection
+  kStreamAccept = 2,              // the acceptance test of a draft model's token
+  kStreamResidual = 3,            // the token drawn from the residual after it was rejected
 };
 
 // Per-sequence state in backend memory, indexed by KV slot.

@@ -21,12 +21,6 @@ namespace trt_spec::cuda {
 
 constexpr int kSpecThreads = kSampleThreads;
 
-__device__ __forceinline__ bool row_has_children(const DraftTree& t, int row) {
-  for (int i = 0; i < t.n; ++i)
-    if (tree_row(t.parent[i]) == row) return true;
-  return false;
-}
-
 // Rows of draft step j (see SpecOps::draft_rows).
 __global__ void draft_rows_kernel(const SeqState* __restrict__ seqs,
                                   const int32_t* __restrict__ slots, int B, int j,
@@ -133,11 +127,11 @@ __global__ void verify_rows_kernel(SeqState* seqs, const int32_t* __restrict__ s
 }
 
 // Per verify row r = b (k + 1) + row, grid (chunks, B (k + 1)), three launches (phases 0-2):
-//   greedy rows: the argmax (best[r], phase 0);
-//   sampling rows with children: the dense p (P [B, k + 1, vocab], phases 1 and 2);
-//   sampling rows without children the walk can stop at (the root, the tree's nodes): the
-//   bonus token, drawn as a target-only step draws it at generation index n_gen + the node's
-//   depth (best[r], phase 1).
+//   greedy rows: t(row) = the argmax (best[r], phase 0);
+//   sampling rows with a dense child: the dense p (P [B, k + 1, vocab], phases 1 and 2);
+//   other sampling rows the walk can reach (the root, the tree's nodes): t(row), drawn as a
+//   target-only step draws it at generation index n_gen + the node's depth (best[r], phase 1):
+//   tested against one-hot children, or emitted as the bonus at a leaf (accept.h).
 __global__ void __launch_bounds__(kSpecThreads)
     accept_rows_kernel(int phase, const float* __restrict__ logits, int k, int vocab, int chunk,
                        const SeqState* __restrict__ seqs, const int32_t* __restrict__ slots,
@@ -147,7 +141,7 @@ __global__ void __launch_bounds__(kSpecThreads)
   const SeqState& s = seqs[slots[b]];
   const SamplingParams p = states[slots[b]].params;
   const bool greedy = is_greedy(p);
-  const bool children = !greedy && row_has_children(s.tree, row);
+  const bool children = !greedy && tree_row_children(s.tree, row) == kRowDense;
   const bool bonus = !greedy && !children && row <= s.tree.n;
   if (!greedy && !children && !bonus) return;
   const float* l = logits + static_cast<int64_t>(r) * vocab;
@@ -182,7 +176,7 @@ struct DevScores {
   const int32_t* best;  // [k + 1]
   const float* qb;      // q + b * vocab_draft; node stride B * vocab_draft
   int B, vocab, vocab_draft;
-  TRT_SPEC_HD int argmax(int row) const { return best[row]; }
+  TRT_SPEC_HD int target(int row) const { return best[row]; }
   TRT_SPEC_HD float p(int row, int32_t t) const {
     return t < vocab ? P[static_cast<int64_t>(row) * vocab + t] : 0.0f;
   }
@@ -197,7 +191,7 @@ __global__ void __launch_bounds__(kSpecThreads)
     accept_walk_kernel(const float* __restrict__ logits, const float* __restrict__ q, int B, int k,
                        int vocab, int vocab_draft, SeqState* seqs,
                        const int32_t* __restrict__ slots,
-                       const DevSamplingState* __restrict__ states, float* __restrict__ P,
+                       const DevSamplingState* __restrict__ states, const float* __restrict__ P,
                        const int32_t* __restrict__ best, int32_t* __restrict__ history, int max_seq,
                        int32_t* __restrict__ mv_slot, int32_t* __restrict__ mv_src,
                        int32_t* __restrict__ mv_dst) {
@@ -207,34 +201,26 @@ __global__ void __launch_bounds__(kSpecThreads)
   SeqState* s = seqs + slots[b];
   const SamplingParams p = states[slots[b]].params;
   const bool greedy = is_greedy(p);
-  float* Pb = P + static_cast<int64_t>(b) * R * vocab;
+  const float* Pb = P + static_cast<int64_t>(b) * R * vocab;
   const DevScores sc{Pb, best + b * R, q ? q + static_cast<int64_t>(b) * vocab_draft : nullptr,
                      B,  vocab,        vocab_draft};
   if (threadIdx.x == 0) {
     walk = spec_walk(s->tree, s->tree.n, greedy, sc, p.seed, s->n_gen, s->path);
     old_past = s->n_past;
     gen_index = s->n_gen + walk.accepted;
-    // One-hot rejections: their tokens leave the residual (q = 1 there).
-    if (!greedy && walk.tested > 0 && walk.dense_node < 0)
-      for (int i = 0; i < s->tree.n; ++i)
-        if (walk.rejected & (1u << i))
-          Pb[static_cast<int64_t>(walk.stop_row) * vocab + s->tree.token[i]] = 0.0f;
   }
   __syncthreads();
   const WalkResult w = walk;
   const int64_t m = gen_index;
   int tok = 0;
-  if (greedy) {
+  if (greedy || w.dense_node < 0) {  // t(stop_row), from accept_rows_kernel
     tok = best[b * R + w.stop_row];
-  } else if (w.tested == 0) {  // a leaf: the bonus, drawn by accept_rows_kernel
-    tok = best[b * R + w.stop_row];
-  } else {  // rejections at stop_row: the residual (accept.h)
+  } else {  // the dense child was rejected: the residual max(0, p - q) (accept.h)
     const float* pr = Pb + static_cast<int64_t>(w.stop_row) * vocab;
     const float u = spec_uniform(p.seed, m, kStreamResidual);
     const int dn = w.dense_node;
     const IndexDraw d = block_index_draw(
-        vocab,
-        [&](int i) { return mass_fx(accept_residual_weight(pr[i], dn >= 0 ? sc.q(dn, i) : 0.0f)); },
+        vocab, [&](int i) { return mass_fx(accept_residual_weight(pr[i], sc.q(dn, i))); },
         uniform_bits(u));
     if (d.total == 0)
       tok = block_sample_dense(pr, vocab, u);

@@ -16,11 +16,11 @@ namespace {
 
 // The target's verdicts for one sequence (accept.h's Scores).
 struct CpuScores {
-  const float* P;       // [k + 1, vocab] dense p of the rows that have children (sampling)
-  const int32_t* best;  // [k + 1] argmax per row (greedy)
+  const float* P;       // [k + 1, vocab] dense p of the rows that have a dense child (sampling)
+  const int32_t* best;  // [k + 1] t(row) of the rows the walk may test against it
   const float* qb;      // q [k, B, vocab_draft] + b * vocab_draft
   int B, vocab, vocab_draft;
-  int argmax(int row) const { return best[row]; }
+  int target(int row) const { return best[row]; }
   float p(int row, int32_t t) const {
     return t < vocab ? P[static_cast<size_t>(row) * vocab + t] : 0.0f;
   }
@@ -29,10 +29,9 @@ struct CpuScores {
   }
 };
 
-bool row_has_children(const DraftTree& t, int row) {
-  for (int i = 0; i < t.n; ++i)
-    if (tree_row(t.parent[i]) == row) return true;
-  return false;
+// The generation index of the token drawn at verify row `row` (the root's: n_gen).
+int64_t gen_index(const SeqState& s, int row) {
+  return s.n_gen + (row == 0 ? 0 : s.tree.depth[row - 1]);
 }
 
 class CpuSpecOps final : public SpecOps {
@@ -117,17 +116,23 @@ class CpuSpecOps final : public SpecOps {
     const int R = k + 1;
     float* P = P_.data();
     int32_t* best = best_.data();
-    // 1. Per verify row: the argmax (greedy) or, where the row has children, the dense p.
+    // 1. Per verify row: t(row) (the argmax, or where the row has one-hot children the
+    //    target's draw at its generation index), or where it has a dense child the dense p.
     pool_.parallel_for(static_cast<int64_t>(B) * R, 1, [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) {
         const int b = static_cast<int>(r / R), row = static_cast<int>(r % R);
         const SeqState& s = st.seqs[slots[b]];
         const SamplingParams& p = st.states[slots[b]].params;
         const float* l = logits + r * vocab;
-        if (sampling_is_greedy(p))
+        if (sampling_is_greedy(p)) {
           best[r] = argmax_row(l, vocab);
-        else if (row_has_children(s.tree, row))
+          continue;
+        }
+        const int kind = tree_row_children(s.tree, row);
+        if (kind == kRowDense)
           sampling_probs(l, vocab, vocab, p, P + r * vocab);
+        else if (kind == kRowOneHot)
+          best[r] = sample_row(l, vocab, p, static_cast<uint64_t>(gen_index(s, row)), 0);
       }
     });
     // 2. Walk, emit, commit, append to the history, list the cache moves.
@@ -145,25 +150,18 @@ class CpuSpecOps final : public SpecOps {
         const int64_t m = s.n_gen + w.accepted;
         const float* stop_logits = logits + (b * R + w.stop_row) * static_cast<int64_t>(vocab);
         int32_t tok;
-        if (greedy) {
-          tok = best[b * R + w.stop_row];
-        } else if (w.tested == 0) {  // a leaf: the bonus, as a target-only step draws it
+        if (greedy || (w.dense_node < 0 && tree_row_children(s.tree, w.stop_row) == kRowOneHot)) {
+          tok = best[b * R + w.stop_row];  // t(stop_row), drawn in step 1
+        } else if (w.dense_node < 0) {     // a leaf: the bonus, as a target-only step draws it
           tok = sample_row(stop_logits, vocab, p, static_cast<uint64_t>(m), 0);
-        } else {  // rejections at stop_row: draw from the residual
+        } else {  // the dense child was rejected: draw from the residual max(0, p - q)
           const float* pr = Pb + static_cast<size_t>(w.stop_row) * vocab;
           resid.resize(vocab);
           bool any = false;
           for (int x = 0; x < vocab; ++x) {
-            float qx = 0.0f;
-            if (w.dense_node >= 0) {
-              qx = sc.q(w.dense_node, x);
-            }
-            resid[x] = accept_residual_weight(pr[x], qx);
+            resid[x] = accept_residual_weight(pr[x], sc.q(w.dense_node, x));
+            any = any || resid[x] > 0.0f;
           }
-          if (w.dense_node < 0)  // one-hot rejections: q is 1 at each rejected token
-            for (int i = 0; i < s.tree.n; ++i)
-              if (w.rejected & (1u << i)) resid[s.tree.token[i]] = 0.0f;
-          for (int x = 0; x < vocab && !any; ++x) any = resid[x] > 0.0f;
           tok = sample_dense(any ? resid.data() : pr, vocab,
                              spec_uniform(p.seed, m, kStreamResidual));
         }
