@@ -202,8 +202,7 @@ def test_sampled_lookup_output_is_target_onlys_for_the_seed(
     batch, whatever the prediction: the answer itself (nearly every proposal kept) or text that
     shares only some n-grams with it (rejections)."""
     e = pair(root, "random", draft_len=8, max_batch=4)
-    kw = dict(max_new_tokens=48, temperature=temperature, top_k=top_k, top_p=top_p)
-    kw |= dict(ignore_eos=True)
+    kw = dict(max_new_tokens=48, temperature=temperature, top_k=top_k, top_p=top_p, ignore_eos=True)
     kept = rejected = 0
     for seed in range(3):
         plain = e.generate(PROMPTS[0], seed=seed, draft="none", **kw)

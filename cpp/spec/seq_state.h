@@ -69,6 +69,11 @@ TRT_SPEC_HD float spec_uniform(uint64_t seed, int64_t m, RngStream stream, uint3
   return philox_uniform(seed, static_cast<uint64_t>(m), lane, static_cast<uint32_t>(stream));
 }
 
+// The generation index of the token drawn at verify row `row` of s's tree (the root's: n_gen).
+TRT_SPEC_HD int64_t spec_row_gen_index(const SeqState& s, int row) {
+  return s.n_gen + (row == 0 ? 0 : s.tree.depth[row - 1]);
+}
+
 // Rolls a sequence forward after acceptance: out[0 .. accepted] emitted, of which the first
 // `accepted` are the tree nodes path[0 .. accepted).
 TRT_SPEC_HD void spec_commit(SeqState& s, int accepted) {

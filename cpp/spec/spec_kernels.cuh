@@ -6,7 +6,7 @@
 //   draft_rows_kernel     chain rows of draft step j                    grid-stride
 //   draft_sample_kernel   node j of each chain (and q_j in place)       grid (chunks, B) x 3
 //   verify_rows_kernel    the tree of each sequence, its verify rows    grid B
-//   accept_rows_kernel    argmax, dense p or bonus of each verify row   grid (chunks, B (k+1)) x 3
+//   accept_rows_kernel    t(row) or the dense p of each verify row      grid (chunks, B (k+1)) x 3
 //   accept_walk_kernel    walk, emitted token, commit, history, moves   grid B
 //   lookup_kernel         prompt lookup: matches by the whole block,
 //                         the tree by one thread                         grid B
@@ -141,9 +141,9 @@ __global__ void __launch_bounds__(kSpecThreads)
   const SeqState& s = seqs[slots[b]];
   const SamplingParams p = states[slots[b]].params;
   const bool greedy = is_greedy(p);
-  const bool children = !greedy && tree_row_children(s.tree, row) == kRowDense;
-  const bool bonus = !greedy && !children && row <= s.tree.n;
-  if (!greedy && !children && !bonus) return;
+  const bool dense = !greedy && tree_row_children(s.tree, row) == kRowDense;  // p for the walk
+  const bool draw = !greedy && !dense && row <= s.tree.n;                     // t(row)
+  if (!greedy && !dense && !draw) return;
   const float* l = logits + static_cast<int64_t>(r) * vocab;
   if (phase == 0) {
     const ArgMax a = rows_max_pass(l, vocab, chunk, sc, r);
@@ -153,9 +153,9 @@ __global__ void __launch_bounds__(kSpecThreads)
     return;
   }
   if (greedy) return;
-  if (bonus) {
+  if (draw) {
     if (phase != 1) return;
-    const int64_t m = s.n_gen + (row == 0 ? 0 : s.tree.depth[row - 1]);
+    const int64_t m = spec_row_gen_index(s, row);
     const uint32_t r24 =
         uniform_bits(philox_uniform(p.seed, static_cast<uint64_t>(m), 0, kSampleStream));
     const int tok = rows_draw_pass(l, vocab, chunk, p, sc.row[r].mx, r24, sc, r);

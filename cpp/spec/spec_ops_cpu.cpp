@@ -29,11 +29,6 @@ struct CpuScores {
   }
 };
 
-// The generation index of the token drawn at verify row `row` (the root's: n_gen).
-int64_t gen_index(const SeqState& s, int row) {
-  return s.n_gen + (row == 0 ? 0 : s.tree.depth[row - 1]);
-}
-
 class CpuSpecOps final : public SpecOps {
  public:
   CpuSpecOps(CpuBackend& be, int max_batch, int max_k, int vocab)
@@ -132,7 +127,7 @@ class CpuSpecOps final : public SpecOps {
         if (kind == kRowDense)
           sampling_probs(l, vocab, vocab, p, P + r * vocab);
         else if (kind == kRowOneHot)
-          best[r] = sample_row(l, vocab, p, static_cast<uint64_t>(gen_index(s, row)), 0);
+          best[r] = sample_row(l, vocab, p, static_cast<uint64_t>(spec_row_gen_index(s, row)), 0);
       }
     });
     // 2. Walk, emit, commit, append to the history, list the cache moves.
@@ -150,9 +145,9 @@ class CpuSpecOps final : public SpecOps {
         const int64_t m = s.n_gen + w.accepted;
         const float* stop_logits = logits + (b * R + w.stop_row) * static_cast<int64_t>(vocab);
         int32_t tok;
-        if (greedy || (w.dense_node < 0 && tree_row_children(s.tree, w.stop_row) == kRowOneHot)) {
-          tok = best[b * R + w.stop_row];  // t(stop_row), drawn in step 1
-        } else if (w.dense_node < 0) {     // a leaf: the bonus, as a target-only step draws it
+        if (w.dense_node < 0 && (greedy || tree_row_children(s.tree, w.stop_row) == kRowOneHot)) {
+          tok = best[b * R + w.stop_row];  // t(stop_row), from step 1
+        } else if (w.dense_node < 0) {     // a leaf: t(stop_row), the bonus, drawn only here
           tok = sample_row(stop_logits, vocab, p, static_cast<uint64_t>(m), 0);
         } else {  // the dense child was rejected: draw from the residual max(0, p - q)
           const float* pr = Pb + static_cast<size_t>(w.stop_row) * vocab;
