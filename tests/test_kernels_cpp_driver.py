@@ -1,8 +1,9 @@
 """Builds and runs the C++ kernel test driver (tests/cpp/test_cpu_kernels.cpp).
 
 The driver checks the CPU kernels from C++ without the bindings: every f16/bf16 conversion,
-quantizer error bounds, bit-exact activation quantization, and every matmul type, shape, M and
-row range on each ISA this CPU runs. Compiled here with the same per-file ISA flags as CMake.
+quantizer error bounds, bit-exact activation quantization, every matmul type, shape, M and row
+range on each ISA this CPU runs, and the SwiGLU activation. Compiled here with the same per-file
+ISA flags as CMake.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ ISA_FLAGS = {
     "quantize.cpp": [],
     "matmul_dispatch.cpp": [],
     "matmul_avx2.cpp": ["-mavx2", "-mfma", "-mf16c"],
+    "activation.cpp": ["-mavx2", "-mfma", "-mf16c"],
     "matmul_avx512.cpp": [
         "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni", "-mavx512bf16",
         "-mavx2", "-mfma", "-mf16c",

@@ -4,11 +4,13 @@
 // bounds, quantize_acts against a scalar reference (bit-exact), and matmul_float / matmul_quant
 // against double-precision references on the dequantized weights, over weight types, shapes,
 // M and row sub-ranges (rows outside [r0, r1) must stay untouched), and that a row's output bits
-// do not depend on M or on the other rows of the call. Ends with "N passed, N failed".
+// do not depend on M or on the other rows of the call; the SwiGLU activation against a double
+// reference, with its bits independent of a value's column. Ends with "N passed, N failed".
 //
 // Build and run (from the repo root; the ISA files need their own flags, as in the cmake file):
 //   g++ -std=c++17 -O3 -Icpp -c cpp/kernels/cpu/quantize.cpp cpp/kernels/cpu/matmul_dispatch.cpp
-//   g++ -std=c++17 -O3 -Icpp -mavx2 -mfma -mf16c -c cpp/kernels/cpu/matmul_avx2.cpp
+//   g++ -std=c++17 -O3 -Icpp -mavx2 -mfma -mf16c -c cpp/kernels/cpu/matmul_avx2.cpp \
+//       cpp/kernels/cpu/activation.cpp
 //   g++ -std=c++17 -O3 -Icpp -mavx512f -mavx512bw -mavx512vl -mavx512vnni -mavx512bf16 -mavx2
 //       -mfma -mf16c -c cpp/kernels/cpu/matmul_avx512.cpp
 //   g++ -std=c++17 -O2 -Icpp tests/cpp/test_cpu_kernels.cpp *.o -lpthread -o test_cpu_kernels
@@ -23,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/activation.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/quantize.h"
 
@@ -379,6 +382,43 @@ void test_rows_bit_identical(const MatmulKernels& k, WeightType t) {
 
 // matmul_kernels(): TRT_SPEC_CPU_ISA forces a table, an unknown or unsupported one throws (the
 // choice is cached only once it succeeds).
+// swiglu_rows against silu(g) * u in double, over ordinary values, the exp clamps (|g| near and
+// past 88) and widths with a partial last vector; a value's bits do not depend on its column.
+void test_swiglu() {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd(0.0f, 4.0f);
+  for (int ffn : {8, 13, 64, 8960 + 3}) {
+    const int rows = 3;
+    std::vector<float> gu(static_cast<size_t>(rows) * 2 * ffn),
+        out(static_cast<size_t>(rows) * ffn);
+    for (float& v : gu) v = nd(rng);
+    const float special[] = {0.0f, -0.0f, 1e-30f, -87.0f, -88.5f, -100.0f, 87.0f, 89.0f, 100.0f};
+    for (int i = 0; i < 9 && i < ffn; ++i) gu[i] = special[i];
+    swiglu_rows(gu.data(), 0, rows, ffn, out.data());
+    int bad = 0;
+    for (int i = 0; i < rows; ++i)
+      for (int c = 0; c < ffn; ++c) {
+        const double g = gu[static_cast<size_t>(i) * 2 * ffn + c];
+        const double u = gu[static_cast<size_t>(i) * 2 * ffn + ffn + c];
+        const double want = g / (1.0 + std::exp(-g)) * u;
+        const double got = out[static_cast<size_t>(i) * ffn + c];
+        if (!(std::fabs(got - want) <= 2e-6 * std::fabs(want) + 1e-30)) ++bad;
+      }
+    check(bad == 0,
+          "swiglu vs double, ffn " + std::to_string(ffn) + ": " + std::to_string(bad) + " bad");
+    // Row 1 shifted by one column (gate and up): every value lands in another lane.
+    std::vector<float> shifted(2 * static_cast<size_t>(ffn + 1)), so(ffn + 1);
+    const float* g1 = gu.data() + 2 * ffn;
+    shifted[0] = 0.5f;
+    shifted[ffn + 1] = 0.5f;
+    std::memcpy(shifted.data() + 1, g1, ffn * 4);
+    std::memcpy(shifted.data() + ffn + 2, g1 + ffn, ffn * 4);
+    swiglu_rows(shifted.data(), 0, 1, ffn + 1, so.data());
+    check(std::memcmp(so.data() + 1, out.data() + ffn, ffn * 4) == 0,
+          "swiglu bits independent of the column, ffn " + std::to_string(ffn));
+  }
+}
+
 void test_dispatch() {
   const auto isas = supported_isas();
   check(!isas.empty() && isas[0] == "avx2", "supported_isas starts with avx2");
@@ -405,6 +445,7 @@ void test_dispatch() {
 
 int main() {
   test_dispatch();
+  test_swiglu();
   test_conversions();
   const WeightType types[] = {WeightType::F32, WeightType::F16, WeightType::BF16, WeightType::Q8,
                               WeightType::Q4};

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "common/errors.h"
+#include "kernels/cpu/activation.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/quantize.h"
 #include "kernels/cpu/repack_lanes.h"
@@ -308,14 +309,8 @@ void CpuBackend::kv_copy(KvCache& cache, const int32_t* slot, const int32_t* src
 }
 
 void CpuBackend::swiglu(const float* gate_up, int n, int ffn, float* out) {
-  pool_.parallel_for(n, 4, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) {
-      const float* g = gate_up + i * 2 * ffn;
-      const float* u = g + ffn;
-      float* o = out + i * ffn;
-      for (int c = 0; c < ffn; ++c) o[c] = g[c] / (1.0f + std::exp(-g[c])) * u[c];
-    }
-  });
+  pool_.parallel_for(n, 4,
+                     [&](int64_t b, int64_t e) { cpu::swiglu_rows(gate_up, b, e, ffn, out); });
 }
 
 void CpuBackend::add(float* x, const float* y, size_t count) {

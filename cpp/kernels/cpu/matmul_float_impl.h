@@ -95,8 +95,10 @@ void matmul_float_t(WeightView w, const float* x, int M, float* y, int64_t ldy, 
   const int mt = M <= kFloatTiles.small_max ? M : kFloatTiles.big_mt;
   const int64_t kc = imax<int64_t>(4 * Isa::W, kFloatL1Bytes / (4 * mt) / Isa::W * Isa::W);
   drive(kFloatTiles, M, r0, r1, w.cols, kc, kFloatBlockM,
-        [&](int R, int MT, int64_t r, int m, int64_t c0, int64_t c1, Spill sp) {
-          tile_fn<FloatTile<T>::template K, Fn>(R, MT)(a, r, m, c0, c1, sp);
+        [&](int MT, int64_t ra, int64_t rb, int m, int64_t c0, int64_t c1, const Spill& sp) {
+          for_row_tiles(kFloatTiles, MT, ra, rb, sp, [&](int R, int64_t r, Spill rsp) {
+            tile_fn<FloatTile<T>::template K, Fn>(R, MT)(a, r, m, c0, c1, rsp);
+          });
         });
 }
 

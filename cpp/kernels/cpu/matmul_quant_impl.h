@@ -18,9 +18,9 @@
 // unsigned codes on AVX-512: o_w = -128 d_w), ds = d_x * sum(q_x) per group.
 #pragma once
 
-// Quantized kernels: R = 1 weight row x up to 8 activation rows (8 accumulators + 4 decoded
-// weight vectors + temporaries fill the 16 vector registers). Q4 runs at most 6 (measured faster
-// than 8 on Zen 1).
+// Quantized kernels: 1 weight row x up to 8 activation rows at a time (8 accumulators + 4 decoded
+// weight vectors + temporaries fill the 16 vector registers), one call walking a panel's rows
+// (rows_for is unused). Q4 runs at most 6 (measured faster than 8 on Zen 1).
 template <WeightType T>
 constexpr TilePolicy kQuantTiles =
     T == WeightType::Q4 ? TilePolicy{8, 6, {0, 1, 1, 1, 1, 1, 1, 1, 1, 1}}
@@ -177,7 +177,16 @@ struct QuantTile {
 
   template <int MT>
   struct K {
-    static void run(const QuantArgs& a, int64_t r, int m0, int64_t c0, int64_t c1, Spill sp) {
+    // Weight rows [r0, r1) x activation rows [m0, m0 + MT), columns [c0, c1).
+    static void run(const QuantArgs& a, int64_t r0, int64_t r1, int m0, int64_t c0, int64_t c1,
+                    const Spill& sp) {
+      for (int64_t r = r0; r < r1; ++r) row(a, r, m0, c0, c1, sp.row(r - r0));
+    }
+
+    // One weight row. Not inlined into run(): inlined, the 8,960-column down projection (column
+    // blocks, spilled accumulators) ran 1.5x slower in bench_cpu_matmul.
+    static __attribute__((noinline)) void row(const QuantArgs& a, int64_t r, int m0, int64_t c0,
+                                              int64_t c1, Spill sp) {
       using WV = typename Isa::template WVec<T>;
       const int64_t cols = a.cols, groups = cols / kQuantGroup;
       const int64_t row_bytes = cols * kRowBytesPerCol2 / 2;
@@ -247,7 +256,7 @@ struct QuantTile {
   };
 };
 
-// The 1 x MT tile (MT <= 8).
+// The rows x MT tile (MT <= 8).
 template <WeightType T, bool Lanes, class Fn>
 Fn quant_tile_fn(int MT) {
   switch (MT) {
@@ -270,7 +279,7 @@ static_assert(kQuantTiles<WeightType::Q8>.small_max <= 8 &&
 template <WeightType T>
 void matmul_quant_t(WeightView w, const QuantActs& x, int M, float* y, int64_t ldy, int64_t r0,
                     int64_t r1) {
-  using Fn = void (*)(const QuantArgs&, int64_t, int, int64_t, int64_t, Spill);
+  using Fn = void (*)(const QuantArgs&, int64_t, int64_t, int, int64_t, int64_t, const Spill&);
   const QuantArgs a{section_ptr(w, 0),
                     reinterpret_cast<const uint16_t*>(section_ptr(w, 1)),
                     reinterpret_cast<const uint16_t*>(section_ptr(w, 2)),
@@ -286,9 +295,9 @@ void matmul_quant_t(WeightView w, const QuantActs& x, int M, float* y, int64_t l
   const int mb =
       static_cast<int>(imax<int64_t>(tiles.big_mt, kQuantL2Bytes / (w.cols + w.cols / 4) / 8 * 8));
   drive(tiles, M, r0, r1, w.cols, kc, mb,
-        [&](int, int MT, int64_t r, int m, int64_t c0, int64_t c1, Spill sp) {
-          (w.lanes ? quant_tile_fn<T, true, Fn>(MT) : quant_tile_fn<T, false, Fn>(MT))(a, r, m, c0,
-                                                                                       c1, sp);
+        [&](int MT, int64_t ra, int64_t rb, int m, int64_t c0, int64_t c1, const Spill& sp) {
+          (w.lanes ? quant_tile_fn<T, true, Fn>(MT) : quant_tile_fn<T, false, Fn>(MT))(a, ra, rb, m,
+                                                                                       c0, c1, sp);
         });
 }
 

@@ -8,7 +8,11 @@
 //   for each block of at most mb activation rows        (the block's activations stay in L2)
 //     for each panel of kPanelRows weight rows          (re-read from L1/L2 by every m tile)
 //       for each column block [c0, c1) of kc columns    (one m tile's activations stay in L1)
-//         for each m tile of the block, for each row tile of the panel: tile(...)
+//         for each m tile of the block: tile(...) over the panel's rows
+//
+// A kernel family walks the panel's rows itself: the float kernels in row tiles of R rows
+// (for_row_tiles), the quantized ones one row after another inside one call (a call per row
+// cost 5% of a prefill: the call, its Spill argument and the accumulators' set-up).
 //
 // Exactness. Every tile computes a (row, activation row) output with the same sequence of float
 // operations: one vector accumulator, zeroed, updated column step by column step in ascending
@@ -102,11 +106,24 @@ struct Spill {
   int64_t ld;    // slots between weight rows
   bool whole;
   float* at(int i, int j, int width) const { return base + (slot + i * ld + j) * width; }
+  Spill row(int64_t i) const { return Spill{base, slot + i * ld, ld, whole}; }  // from row i
 };
 
-// Calls tile(R, MT, r, m, c0, c1, spill) over weight rows [r0, r1), activation rows [0, M) and
-// all columns, in the order described at the top of this file. kc: column block (a multiple of
-// the kernel's column step, so column blocks end on whole steps); mb: activation rows per block.
+// Calls tile(MT, ra, rb, m, c0, c1, spill) over weight rows [r0, r1) (panels [ra, rb); spill.at(i,
+// j, width) is row ra + i's), activation rows [0, M) and all columns, in the order described at
+// the top of this file. kc: column block (a multiple of the kernel's column step, so column
+// blocks end on whole steps); mb: activation rows per block.
+// Calls tile(R, r, spill) for the row tiles of rows [r0, r1) of an m tile of MT rows: R =
+// p.rows_for[MT] rows at a time, then single rows.
+template <class Tile>
+void for_row_tiles(const TilePolicy& p, int MT, int64_t r0, int64_t r1, const Spill& sp,
+                   const Tile& tile) {
+  const int R = p.rows_for[MT];
+  int64_t r = r0;
+  for (; r + R <= r1; r += R) tile(R, r, sp.row(r - r0));
+  for (; r < r1; ++r) tile(1, r, sp.row(r - r0));
+}
+
 template <class Tile>
 void drive(const TilePolicy& p, int M, int64_t r0, int64_t r1, int64_t cols, int64_t kc, int mb,
            const Tile& tile) {
@@ -123,13 +140,7 @@ void drive(const TilePolicy& p, int M, int64_t r0, int64_t r1, int64_t cols, int
         int m = mb0;
         for (int t = 0; t < n_tiles; ++t) {
           const int MT = bm / n_tiles + (t < bm % n_tiles ? 1 : 0);
-          const int R = p.rows_for[MT];
-          auto spill_at = [&](int64_t r) {
-            return Spill{spill, (r - rp0) * mb + (m - mb0), mb, whole};
-          };
-          int64_t r = rp0;
-          for (; r + R <= rp1; r += R) tile(R, MT, r, m, c0, c1, spill_at(r));
-          for (; r < rp1; ++r) tile(1, MT, r, m, c0, c1, spill_at(r));
+          tile(MT, rp0, rp1, m, c0, c1, Spill{spill, m - mb0, mb, whole});
           m += MT;
         }
       }
