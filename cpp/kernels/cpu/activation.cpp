@@ -26,8 +26,8 @@ void swiglu_rows(const float* gate_up, int64_t i0, int64_t i1, int ffn, float* o
       _mm256_storeu_ps(o + c, silu_mul8(_mm256_loadu_ps(g + c), _mm256_loadu_ps(u + c)));
     if (c < ffn) {  // the row's last ffn % 8 columns, padded with zeros
       const int n = ffn - c;
-      const __m256i lanes = _mm256_cmpgt_epi32(_mm256_set1_epi32(n),
-                                               _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+      const __m256i lanes =
+          _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
       const __m256 r =
           silu_mul8(_mm256_maskload_ps(g + c, lanes), _mm256_maskload_ps(u + c, lanes));
       _mm256_maskstore_ps(o + c, lanes, r);
