@@ -380,8 +380,6 @@ void test_rows_bit_identical(const MatmulKernels& k, WeightType t) {
   }
 }
 
-// matmul_kernels(): TRT_SPEC_CPU_ISA forces a table, an unknown or unsupported one throws (the
-// choice is cached only once it succeeds).
 // swiglu_rows against silu(g) * u in double, over ordinary values, the exp clamps (|g| near and
 // past 88) and widths with a partial last vector; a value's bits do not depend on its column.
 void test_swiglu() {
@@ -419,6 +417,8 @@ void test_swiglu() {
   }
 }
 
+// matmul_kernels(): TRT_SPEC_CPU_ISA forces a table, an unknown or unsupported one throws (the
+// choice is cached only once it succeeds).
 void test_dispatch() {
   const auto isas = supported_isas();
   check(!isas.empty() && isas[0] == "avx2", "supported_isas starts with avx2");

@@ -109,10 +109,6 @@ struct Spill {
   Spill row(int64_t i) const { return Spill{base, slot + i * ld, ld, whole}; }  // from row i
 };
 
-// Calls tile(MT, ra, rb, m, c0, c1, spill) over weight rows [r0, r1) (panels [ra, rb); spill.at(i,
-// j, width) is row ra + i's), activation rows [0, M) and all columns, in the order described at
-// the top of this file. kc: column block (a multiple of the kernel's column step, so column
-// blocks end on whole steps); mb: activation rows per block.
 // Calls tile(R, r, spill) for the row tiles of rows [r0, r1) of an m tile of MT rows: R =
 // p.rows_for[MT] rows at a time, then single rows.
 template <class Tile>
@@ -124,6 +120,10 @@ void for_row_tiles(const TilePolicy& p, int MT, int64_t r0, int64_t r1, const Sp
   for (; r < r1; ++r) tile(1, r, sp.row(r - r0));
 }
 
+// Calls tile(MT, ra, rb, m, c0, c1, spill) over weight rows [r0, r1) (panels [ra, rb); spill.at(i,
+// j, width) is row ra + i's), activation rows [0, M) and all columns, in the order described at
+// the top of this file. kc: column block (a multiple of the kernel's column step, so column
+// blocks end on whole steps); mb: activation rows per block.
 template <class Tile>
 void drive(const TilePolicy& p, int M, int64_t r0, int64_t r1, int64_t cols, int64_t kc, int mb,
            const Tile& tile) {
