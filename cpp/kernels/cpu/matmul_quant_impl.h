@@ -20,11 +20,10 @@
 
 // Quantized kernels: 1 weight row x up to 8 activation rows at a time (8 accumulators + 4 decoded
 // weight vectors + temporaries fill the 16 vector registers), one call walking a panel's rows
-// (rows_for is unused). Q4 runs at most 6 (measured faster than 8 on Zen 1).
+// (no row tiles: rows_for stays empty). Q4 runs at most 6 (measured faster than 8 on Zen 1).
 template <WeightType T>
 constexpr TilePolicy kQuantTiles =
-    T == WeightType::Q4 ? TilePolicy{8, 6, {0, 1, 1, 1, 1, 1, 1, 1, 1, 1}}
-                        : TilePolicy{8, 8, {0, 1, 1, 1, 1, 1, 1, 1, 1, 1}};
+    T == WeightType::Q4 ? TilePolicy{8, 6, {}} : TilePolicy{8, 8, {}};
 constexpr int64_t kQuantL1Bytes = 20 * 1024;   // one m tile's activations in a column block
 constexpr int64_t kQuantL2Bytes = 192 * 1024;  // one block's activations
 constexpr int kPrefetchRows = 2;               // rows ahead the weights are prefetched

@@ -60,8 +60,9 @@ inline const uint8_t* section_ptr(const WeightView& w, int s) {
 }
 
 // Tile shapes of one kernel family: a block of M <= small_max activation rows is one m tile;
-// a larger block is cut into ceil(M / big_mt) m tiles of balanced sizes. An m tile of MT rows
-// runs with rows_for[MT] weight rows per tile.
+// a larger block is cut into ceil(M / big_mt) m tiles of balanced sizes. For the kernels that
+// walk a panel in row tiles (for_row_tiles), an m tile of MT rows runs with rows_for[MT] weight
+// rows per tile; the quantized kernels walk one row at a time and leave rows_for empty.
 struct TilePolicy {
   int small_max, big_mt;
   int rows_for[10];  // indexed by MT
