@@ -407,6 +407,37 @@ def test_lookup_without_a_draft_model_prices_rows_from_its_own_line() -> None:
     assert lc.predicted_time(4, 1) == pytest.approx((passes(4) + 0.3) / 2)
 
 
+def test_lookup_prices_a_compacted_pass_at_the_rows_it_computes() -> None:
+    """Where the verify pass skips padding rows (the CPU: Iteration::compact_rows), an offer to
+    4 sequences of which one has nodes ready costs a pass of its rows, 3 + (1 + k), not
+    4 (k + 1); an iteration that skipped rows feeds the line at its rows and leaves B's table
+    alone."""
+
+    def passes(n: int) -> float:
+        return 10e-3 + 8e-3 * n
+
+    lc = T.LookupController(4, 8)
+    for k in (0, 2):  # B = 1 and 2: a line from 1 to 12 rows
+        lc.observe(1, k, passes(k + 1))
+    lc.observe(2, 5, passes(12))
+    lc.observe(4, 0, passes(4))
+    alphas, avail = [0.0, 0.0, 0.0, 0.9], [0, 0, 0, 8]
+    for k in (1, 3, 6):
+        assert lc.pass_time(4 + k) == pytest.approx(passes(4 + k), rel=1e-9)
+    k, tokens, seconds = lc.offer(4, alphas, avail, 8, compact=True)
+    assert seconds == pytest.approx(passes(4 + k), rel=1e-9)
+    k_full, _, seconds_full = lc.offer(4, alphas, avail, 8)
+    assert seconds_full == pytest.approx(lc.predicted_time(4, k_full), rel=1e-9)
+    assert seconds_full > passes(4 + k_full)  # priced at 4 (k + 1) rows
+    # The offer with compaction drafts deeper: its extra rows are one sequence's, not four.
+    assert k > k_full
+    before = lc.predicted_time(4, 3, prior=False)
+    lc.observe(4, 3, 0.5, rows=7)  # a compacted pass: the line learns 7 rows, B = 4's table not
+    assert lc.predicted_time(4, 3, prior=False) == before
+    lc.observe(4, 3, passes(16), rows=16)  # a full pass: the table learns it
+    assert lc.predicted_time(4, 3, prior=False) == pytest.approx(passes(16), rel=1e-9)
+
+
 def test_estimate_relaxes_toward_the_long_run() -> None:
     e = T.AcceptanceEstimate()
     for _ in range(30):

@@ -204,3 +204,47 @@ def test_a_carried_prefill_gives_the_same_tokens_in_less_device_time(
     # B's 40 rows beside A (C's are read beside A or B): at least 3 chunks of at most 8 rows
     # each lost their fixed cost.
     assert t_carried < t_separate - 3 * PF, (t_carried, t_separate)
+
+
+def _padded_pair(path, skip: bool, temperature: float, model_first: bool) -> tuple[list, ...]:
+    """A drafts 4 tokens with the model while B goes without a draft, in one batch (A's rows
+    first or second): both outputs and the (k, verify rows) of each drafting iteration."""
+    s = T.Session(str(path), "cpu", 1, 16, 4)
+    s.skip_padding = skip
+    kw = dict(temperature=temperature, seed=5, draft_len=4)  # (fixed for both: k stays 4)
+    subs = [([1, 2, 3], "model"), ([4, 5, 6, 7], "none")]
+    ids = [s.submit(p, 24, draft=d, **kw) for p, d in (subs if model_first else subs[::-1])]
+    got: dict[int, list[int]] = {i: [] for i in ids}
+    passes = []
+    steps = 0
+    while s.has_work and steps < 200:
+        for e in s.step():
+            got[e[0]].extend(e[1])
+        if s.last_batch == 2 and s.last_k > 0:
+            passes.append((s.last_k, s.last_verify_rows))
+        steps += 1
+    assert not s.has_work
+    a, b = (got[i] for i in (ids if model_first else ids[::-1]))
+    return a, b, passes
+
+
+@pytest.mark.parametrize("model_first", [True, False])
+@pytest.mark.parametrize("temperature", [0.0, 0.8])
+def test_a_verify_pass_skips_the_padding_rows_of_sequences_without_proposals(
+    path, temperature: float, model_first: bool
+) -> None:
+    """On the host path the verify pass computes A's k + 1 rows and B's root only
+    (Iteration::compact_rows), not 2 (k + 1); with A's rows second they move up and their
+    logits back. The tokens are those of the full pass, and greedy, those of each request
+    alone."""
+    a, b, passes = _padded_pair(path, True, temperature, model_first)
+    a_full, b_full, passes_full = _padded_pair(path, False, temperature, model_first)
+    assert passes and passes_full
+    assert all(rows == k + 2 for k, rows in passes), passes
+    assert all(rows == 2 * (k + 1) for k, rows in passes_full), passes_full
+    assert (a, b) == (a_full, b_full)
+    assert len(a) == len(b) == 24
+    if temperature == 0.0:
+        e = Engine(path)
+        assert a == e.generate([1, 2, 3], max_new_tokens=24, ignore_eos=True).token_ids
+        assert b == e.generate([4, 5, 6, 7], max_new_tokens=24, ignore_eos=True).token_ids

@@ -157,6 +157,9 @@ void bind_session(nb::module_& m) {
       .def_prop_ro("last_source",
                    [](Session& s) { return draft_source_name(s.sch->last_source()); })
       .def_prop_ro("last_prefill_rows", [](Session& s) { return s.sch->last_prefill_rows(); })
+      .def_prop_ro(
+          "last_verify_rows", [](Session& s) { return s.sch->iteration().last_rows(); },
+          "Verify rows the last iteration's target pass computed (carried rows not counted)")
       .def_prop_ro("prefill_row_s", [](Session& s) { return s.sch->pacer().per_row(); })
       .def_prop_ro("pacer_decode_s", [](Session& s) { return s.sch->pacer().decode_seconds(); })
       .def_prop_ro("carried_row_s", [](Session& s) { return s.sch->pacer().carried_row(); })
@@ -165,6 +168,9 @@ void bind_session(nb::module_& m) {
       .def_prop_rw(
           "use_graphs", [](Session& s) { return s.sch->iteration().use_graphs(); },
           [](Session& s, bool on) { s.sch->iteration().set_use_graphs(on); })
+      .def_prop_rw(
+          "skip_padding", [](Session& s) { return s.sch->iteration().skip_padding(); },
+          [](Session& s, bool on) { s.sch->iteration().set_skip_padding(on); })
       .def_prop_ro("graphs_captured",
                    [](Session& s) { return s.sch->iteration().graphs_captured(); })
       .def(

@@ -396,10 +396,11 @@ NB_MODULE(_trt_spec_testing, m) {
       .def(nb::init<int, int>(), "max_batch"_a, "max_k"_a)
       .def("choose", &DraftController::choose, "batch"_a, "alphas"_a, "k_limit"_a, "lag"_a = 0)
       .def("observe", &DraftController::observe, "batch"_a, "k"_a, "total_s"_a, "draft_s"_a = -1.0,
-           "verify_s"_a = -1.0)
+           "verify_s"_a = -1.0, "rows"_a = -1)
       .def("observe_acceptance", &DraftController::observe_acceptance, "n_accepted"_a, "k"_a)
       .def("observe_catch_up", &DraftController::observe_catch_up, "tokens"_a, "seconds"_a)
-      .def("observe_verify", &DraftController::observe_verify, "batch"_a, "rows"_a, "seconds"_a)
+      .def("observe_verify", &DraftController::observe_verify, "batch"_a, "rows"_a, "seconds"_a,
+           "computed"_a = -1)
       .def("observe_read", &DraftController::observe_read, "rows"_a, "seconds"_a)
       .def(
           "reads_prompt",
@@ -444,12 +445,14 @@ NB_MODULE(_trt_spec_testing, m) {
       .def(
           "offer",
           [](LookupController& c, int B, const std::vector<double>& alphas,
-             const std::vector<int>& available, int k_limit) {
-            const LookupController::Offer o = c.offer(B, alphas, available, k_limit);
+             const std::vector<int>& available, int k_limit, bool compact) {
+            const LookupController::Offer o = c.offer(B, alphas, available, k_limit, compact);
             return std::make_tuple(o.k, o.tokens, o.seconds);
           },
-          "batch"_a, "alphas"_a, "available"_a, "k_limit"_a, "(k, expected tokens, seconds)")
-      .def("observe", &LookupController::observe, "batch"_a, "k"_a, "total_s"_a)
+          "batch"_a, "alphas"_a, "available"_a, "k_limit"_a, "compact"_a = false,
+          "(k, expected tokens, seconds)")
+      .def("observe", &LookupController::observe, "batch"_a, "k"_a, "total_s"_a, "rows"_a = -1)
+      .def("pass_time", &LookupController::pass_time, "rows"_a)
       .def("observe_acceptance", &LookupController::observe_acceptance, "ngram"_a, "n_accepted"_a,
            "depth"_a)
       .def("predicted_time", &LookupController::predicted_time, "batch"_a, "k"_a, "prior"_a = true)

@@ -405,11 +405,12 @@ void Scheduler::decode(std::vector<SchedulerEvent>& events, bool carry) {
     }
   }
   if (learn) pacer_.observe_decode(decode_s);
+  const int rows = iter_.last_rows();  // (fewer than B (k + 1) where padding was skipped)
   if (learn && c.source == DraftSource::kLookup) {
-    proposers_.lookup->controller().observe(B, c.k, decode_s);
-    if (mc) mc->observe_verify(B, c.k + 1, verify_s);
+    proposers_.lookup->controller().observe(B, c.k, decode_s, rows);
+    if (mc) mc->observe_verify(B, c.k + 1, verify_s, rows);
   } else if (learn) {
-    if (mc) mc->observe(B, c.k, decode_s, last_times_.draft_s, verify_s);
+    if (mc) mc->observe(B, c.k, decode_s, last_times_.draft_s, verify_s, rows);
     if (proposers_.lookup && c.k == 0) proposers_.lookup->controller().observe_plain(B, decode_s);
   }
   for (Request* rp : active) {

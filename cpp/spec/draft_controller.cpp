@@ -14,16 +14,18 @@ DraftController::DraftController(int max_batch, int max_k) : max_k_(max_k) {
   }
 }
 
-void DraftController::observe(int B, int k, double total_s, double draft_s, double verify_s) {
+void DraftController::observe(int B, int k, double total_s, double draft_s, double verify_s,
+                              int rows) {
   if (B <= 0 || B >= static_cast<int>(costs_.size()) || k < 0 || k > max_k_) return;
   Costs& c = costs_[B];
-  ema(c.total[k], total_s, kEma);
+  const bool full = rows < 0 || rows == B * (k + 1);  // (else B's tables would mix row counts)
+  if (full) ema(c.total[k], total_s, kEma);
   if (draft_s < 0.0) {
     if (k == 0) passes_.observe(B, total_s);  // a plain step is a pass of B rows
     return;
   }
-  ema(c.verify[k + 1], verify_s, kEma);
-  passes_.observe(B * (k + 1), verify_s);
+  if (full) ema(c.verify[k + 1], verify_s, kEma);
+  passes_.observe(full ? B * (k + 1) : rows, verify_s);
   if (k > 0) {
     ema(c.draft_step, draft_s / k, kEma);
     steps_.observe(B, draft_s / k);
@@ -193,11 +195,12 @@ double DraftController::verify_time(int B, int rows, bool prior) const {
   return line > 0.0 ? line : table_verify(B, rows, true);
 }
 
-void DraftController::observe_verify(int B, int rows, double seconds) {
+void DraftController::observe_verify(int B, int rows, double seconds, int computed) {
   if (B <= 0 || B >= static_cast<int>(costs_.size()) || rows < 1 || seconds < 0.0) return;
   Costs& c = costs_[B];
-  if (rows < static_cast<int>(c.verify.size())) ema(c.verify[rows], seconds, kEma);
-  passes_.observe(B * rows, seconds);
+  const bool full = computed < 0 || computed == B * rows;
+  if (full && rows < static_cast<int>(c.verify.size())) ema(c.verify[rows], seconds, kEma);
+  passes_.observe(full ? B * rows : computed, seconds);
 }
 
 int DraftController::choose(int B, const std::vector<double>& alphas, int k_limit, int lag) {

@@ -74,7 +74,9 @@ class DraftController {
   // lag: tokens the draft has still to catch up, summed over the B sequences.
   int choose(int B, const std::vector<double>& alphas, int k_limit, int lag = 0);
   // Records an iteration: its total time, and its phases when measured (draft_s < 0: not).
-  void observe(int B, int k, double total_s, double draft_s, double verify_s);
+  // rows: the verify rows its target pass computed (< 0: B * (k + 1)); a pass that skipped
+  // padding rows (Iteration::compact_rows) feeds the cross-B line at its rows, not B's tables.
+  void observe(int B, int k, double total_s, double draft_s, double verify_s, int rows = -1);
   // Records the accepted length of one sequence (for the prior of later requests).
   void observe_acceptance(int n_accepted, int k);
   // Records a draft catch-up over `tokens` tokens (one sequence).
@@ -141,8 +143,9 @@ class DraftController {
   // B's one measured pass plus 0.1 of it per row; -1 when nothing says. Other proposers'
   // iterations are verify passes.
   double verify_time(int B, int rows, bool prior = true) const;
-  // Records a verify pass timed by another proposer's iteration.
-  void observe_verify(int B, int rows, double seconds);
+  // Records a verify pass of `rows` rows per sequence timed by another proposer's iteration;
+  // computed: the rows the pass computed (< 0: B * rows), as in observe().
+  void observe_verify(int B, int rows, double seconds, int computed = -1);
   // Whether drafting pays at the long-run acceptance for B sequences (the regime): then every
   // token emitted without the draft model costs it catch_up_per_token() later.
   bool drafting_pays(int B) const { return costs_[B].drafting_pays; }

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstring>
 #include <numeric>
 #include <utility>
 
@@ -121,7 +122,7 @@ void Iteration::capture(DraftSource source, int k) {
   if (!use_graphs_ || !be_.supports_graphs() || B_ == 0 || has_graph(source, k)) return;
   Graphs g;
   g.propose = be_.capture([this, source, k] { issue_propose(source, k); });
-  g.verify = be_.capture([this, source, k] { issue_verify(source, k, 0, 0); });
+  g.verify = be_.capture([this, source, k] { issue_verify(source, k, B_ * (k + 1), 0, 0); });
   graphs_.emplace(Key{static_cast<int>(source), B_, k}, std::move(g));
 }
 
@@ -143,8 +144,8 @@ void Iteration::carry(PromptRows rows) {
   carry_ = std::move(rows);
 }
 
-void Iteration::upload_carried(const PromptRows& c, int k) {
-  const int nv = B_ * (k + 1), n = c.size();
+void Iteration::upload_carried(const PromptRows& c, int first) {
+  const int nv = first, n = c.size();
   if (nv + n > target_.limits().max_rows)
     throw InvalidArgument("speculative iteration: too many carried rows");
   // Rows [nv, nv + n), after the verify rows. Causal attention on the tree path: the cache index
@@ -161,6 +162,35 @@ void Iteration::upload_carried(const PromptRows& c, int k) {
   be_.upload(tree_base_.as<int32_t>() + nv, base.data(), n * 4);
   be_.upload(tree_bits_.as<uint64_t>() + nv, bits.data(), n * 8);
   be_.upload(carry_logit_rows_.as<void>(), lrows.data(), lrows.size() * 4);
+}
+
+int Iteration::compact_rows(int k) {
+  const int R = k + 1;
+  int32_t* tok = tok_.as<int32_t>();
+  int32_t* pos = pos_.as<int32_t>();
+  int32_t* slot = row_slots_.as<int32_t>();
+  int32_t* kv = kv_idx_.as<int32_t>();
+  int32_t* base = tree_base_.as<int32_t>();
+  uint64_t* bits = tree_bits_.as<uint64_t>();
+  const int32_t* slots = slots_.as<int32_t>();
+  live_dest_.clear();
+  int w = 0;
+  for (int b = 0; b < B_; ++b) {
+    // verify_rows laid out the root and the tree's n nodes as rows 0 .. n, then padding.
+    const int n = std::clamp(st_.seqs[slots[b]].tree.n, 0, k);
+    for (int r = 0; r <= n; ++r, ++w) {
+      const int src = b * R + r;
+      live_dest_.push_back(src);
+      if (w == src) continue;
+      tok[w] = tok[src];
+      pos[w] = pos[src];
+      slot[w] = slot[src];
+      kv[w] = kv[src];
+      base[w] = base[src];
+      bits[w] = bits[src];
+    }
+  }
+  return w;
 }
 
 void Iteration::run(DraftSource source, int k) {
@@ -188,11 +218,14 @@ void Iteration::run(DraftSource source, int k) {
     issue_propose(source, k);
   draft_timer_->stop();
   verify_timer_->start();
-  if (carried.size() > 0) upload_carried(carried, k);
+  // Padding rows are skipped where the metadata is host memory and no graph fixed the rows.
+  last_rows_ = !g && k > 0 && skip_padding_ && can_carry() ? compact_rows(k) : B_ * (k + 1);
+  if (carried.size() > 0) upload_carried(carried, last_rows_);
   if (g)
     g->verify->launch();
   else
-    issue_verify(source, k, carried.size(), static_cast<int>(carried.logit_rows.size()));
+    issue_verify(source, k, last_rows_, carried.size(),
+                 static_cast<int>(carried.logit_rows.size()));
   verify_timer_->stop();
   carried_logits_ = logits_.as<float>() + static_cast<size_t>(B_) * (k + 1) * vocab_t_;
 }
@@ -207,13 +240,25 @@ void Iteration::issue_propose(DraftSource source, int k) {
   ops_->verify_rows(st_, ctx.slots, B_, k, source, ctx.rows);  // [B, k+1]: root, nodes
 }
 
-void Iteration::issue_verify(DraftSource source, int k, int carried, int carried_logits) {
+void Iteration::issue_verify(DraftSource source, int k, int rows, int carried, int carried_logits) {
   IterationContext ctx = context();
   const int B = B_;
-  const int n = B * (k + 1);  // [B, k + 1] verify rows, then the carried rows
-  target_.forward(ctx.rows.rows(true), n + carried,
-                  carried > 0 ? carry_logit_rows_.as<int32_t>() : ctx.identity, n + carried_logits,
-                  logits_.as<float>());
+  const int n = B * (k + 1);  // [B, k + 1] verify rows (`rows` of them laid out), then carried
+  float* logits = logits_.as<float>();
+  target_.forward(ctx.rows.rows(true), rows + carried,
+                  carried > 0 ? carry_logit_rows_.as<int32_t>() : ctx.identity,
+                  rows + carried_logits, logits);
+  if (rows < n) {
+    // Compacted (host memory): the logits [rows + carried_logits, vocab] spread to the
+    // [B, k + 1] layout and the carried ones after it. Each row moves up (its destination is
+    // at or past it, in the same order), so the last moves first.
+    const size_t V = vocab_t_;
+    for (int i = carried_logits - 1; i >= 0; --i)
+      std::memmove(logits + (n + i) * V, logits + (rows + i) * V, V * sizeof(float));
+    for (int j = rows - 1; j >= 0; --j)
+      if (live_dest_[j] != j)
+        std::memmove(logits + live_dest_[j] * V, logits + j * V, V * sizeof(float));
+  }
   ops_->accept(st_, ctx.slots, B, k, logits_.as<float>(), vocab_t_, q_.as<float>(), vocab_d_,
                KvMoves{mv_slot_.as<int32_t>(), mv_src_.as<int32_t>(), mv_dst_.as<int32_t>()});
   if (k > 0 && proposer(source)->proposes_trees())  // (a chain's accepted nodes stay in place)

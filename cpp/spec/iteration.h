@@ -87,6 +87,9 @@ class Iteration {
   void read_states(std::vector<SeqState>& out);
   // The last run()'s phases; read after read_states() (earlier, it would wait for them).
   PhaseTimes times();
+  // Verify rows the last run()'s target pass computed, carried rows not counted: B * (k + 1),
+  // or fewer where the pass skipped padding rows (below).
+  int last_rows() const { return last_rows_; }
   // The last run() was the first of its (source, B, k) on an asynchronous backend: its times
   // may include one-time work and must not be taken as the cost of that choice.
   bool warm_up() const { return warm_up_; }
@@ -98,11 +101,22 @@ class Iteration {
   // issues the ops one by one (can_carry(): a host backend; a captured graph has fixed rows), at
   // most carry_room(k) rows. The rows' bits are those of a separate forward (the kernels' results
   // do not depend on the other rows of a pass).
+  //
+  // Where the ops are issued one by one on a host backend (can_carry()), the verify pass also
+  // skips the padding rows of sequences whose tree has fewer than k nodes (a sequence without
+  // the source's proposals, or with fewer lookup nodes ready): only each sequence's root and
+  // its tree's nodes go through the target, whose rows cost compute on a CPU; their logits are
+  // then spread back to the [B, k + 1] layout acceptance reads (a padding row's logits are
+  // never read: no node hangs below it).
   bool can_carry() const;
   int carry_room(int k) const;
   void carry(PromptRows rows);
   // The last run()'s carried logits [n_logits, vocab_t] (backend memory).
   const float* carried_logits() const { return carried_logits_; }
+
+  // Whether the host path skips padding rows (above; on by default; off: for tests comparing).
+  void set_skip_padding(bool on) { skip_padding_ = on; }
+  bool skip_padding() const { return skip_padding_; }
 
   void set_use_graphs(bool on) { use_graphs_ = on; }
   bool use_graphs() const { return use_graphs_; }
@@ -118,9 +132,14 @@ class Iteration {
   void issue_propose(DraftSource source, int k);  // proposals and the verify rows [B, k + 1]
   // Verify (with `carried` rows after the verify rows, `carried_logits` of them kept), accept,
   // move, next.
-  void issue_verify(DraftSource source, int k, int carried, int carried_logits);
-  // The carried rows' metadata and the verify's logit rows.
-  void upload_carried(const PromptRows& rows, int k);
+  // `rows`: the verify rows laid out first (B * (k + 1), or fewer after compact_rows).
+  void issue_verify(DraftSource source, int k, int rows, int carried, int carried_logits);
+  // Moves the live verify rows (each sequence's root and tree nodes) to the front of the row
+  // metadata, recording where each one's logits belong (live_dest_); returns their count.
+  // Host memory only (can_carry()).
+  int compact_rows(int k);
+  // The carried rows' metadata after the first `first` rows, and the pass's logit rows.
+  void upload_carried(const PromptRows& rows, int first);
 
   Backend& be_;
   Model& target_;
@@ -138,8 +157,10 @@ class Iteration {
   BackendBuffer carry_logit_rows_;  // [max rows] logit rows of a verify that carries rows
   PromptRows carry_;                // for the next run()
   const float* carried_logits_ = nullptr;
+  std::vector<int32_t> live_dest_;  // [live rows] each compacted row's [B, k + 1] row
+  int last_rows_ = 0;
   BackendBuffer mv_slot_, mv_src_, mv_dst_;  // [max_batch kMaxDraftNodes] cache moves
-  bool use_graphs_ = true, warm_up_ = false;
+  bool use_graphs_ = true, warm_up_ = false, skip_padding_ = true;
   std::map<Key, Graphs> graphs_;
   std::set<Key> ran_;  // (source, B, k) run at least once
   std::unique_ptr<Backend::Timer> draft_timer_, verify_timer_;

@@ -35,15 +35,23 @@ double LookupController::predicted_time(int B, int k, bool prior) const {
   return interpolate(c.total, k, 0, 0.35);  // one measured k: flat plus 0.35 of it per node
 }
 
-void LookupController::observe(int B, int k, double total_s) {
+void LookupController::observe(int B, int k, double total_s, int rows) {
   if (B <= 0 || B >= static_cast<int>(costs_.size()) || k < 0 || k > max_k_ || total_s < 0.0)
     return;
-  ema(costs_[B].total[k], total_s, kEma);
-  passes_.observe(B * (k + 1), total_s);
+  const bool full = rows < 0 || rows == B * (k + 1);
+  if (full) ema(costs_[B].total[k], total_s, kEma);
+  passes_.observe(full ? B * (k + 1) : rows, total_s);
+}
+
+double LookupController::pass_time(int rows) const {
+  const double line = model_ ? model_->pass_prior(rows) : -1.0;
+  if (line > 0.0) return line;
+  return passes_.fitted() ? passes_.at_within(rows) : -1.0;
 }
 
 LookupController::Offer LookupController::offer(int B, const std::vector<double>& alphas,
-                                                const std::vector<int>& available, int k_limit) {
+                                                const std::vector<int>& available, int k_limit,
+                                                bool compact) {
   Offer best;
   if (B <= 0 || B >= static_cast<int>(costs_.size())) return best;
   int most = 0;
@@ -56,10 +64,18 @@ LookupController::Offer LookupController::offer(int B, const std::vector<double>
       t += available[b] > 0 ? expected_tokens(alphas[b], std::min(k, available[b])) : 1.0;
     return t;
   };
+  // The iteration's time with k nodes; where the pass skips padding rows and k pads some
+  // sequence, that of the rows it computes.
+  auto time = [&](int k) {
+    int rows = 0;
+    for (int m : available) rows += 1 + std::min(k, std::max(m, 0));
+    const double t = compact && rows < B * (k + 1) ? pass_time(rows) : -1.0;
+    return t > 0.0 ? t : predicted_time(B, k);
+  };
   Costs& c = costs_[B];
   double best_rate = -1.0;
   for (int k = 1; k <= k_limit; ++k) {
-    const double t = predicted_time(B, k);
+    const double t = time(k);
     if (t <= 0.0) continue;
     const double r = tokens(k) / t;
     if (r > best_rate) {
@@ -75,7 +91,7 @@ LookupController::Offer LookupController::offer(int B, const std::vector<double>
     c.since_probe = 0;
     c.probes += 1;
     const int n = c.probes % 2 == 0 ? best.k + 1 : best.k - 1;
-    if (n >= 1 && n <= k_limit) return Offer{n, tokens(n), predicted_time(B, n)};
+    if (n >= 1 && n <= k_limit) return Offer{n, tokens(n), time(n)};
   }
   return best;
 }

@@ -38,10 +38,17 @@ class LookupController {
     double seconds = -1.0;  // predicted iteration time; < 0: not known yet (measure it)
   };
   // alphas[b], available[b]: each sequence's lookup acceptance and ready nodes (0: none).
+  // compact: the verify pass computes only each sequence's root and ready nodes
+  // (Iteration::compact_rows), so a k that pads some sequences is priced at the rows it
+  // computes, sum_b 1 + min(k, available[b]), on the cross-B line of passes.
   Offer offer(int B, const std::vector<double>& alphas, const std::vector<int>& available,
-              int k_limit);
-  // A lookup iteration of B sequences with k nodes took total_s seconds.
-  void observe(int B, int k, double total_s);
+              int k_limit, bool compact = false);
+  // A lookup iteration of B sequences with k nodes took total_s seconds; rows: the verify rows
+  // its pass computed (< 0: B (k + 1)); one that skipped padding rows feeds only the line.
+  void observe(int B, int k, double total_s, int rows = -1);
+  // Seconds of a pass of `rows` rows in all, from the cross-B lines (the draft model
+  // controller's where there is one); -1 until a line can say.
+  double pass_time(int rows) const;
   // A plain target step (k = 0) of B sequences.
   void observe_plain(int B, double total_s) { observe(B, 0, total_s); }
   // The long-run acceptance of proposals continuing an n-gram of length ngram (lookup.h: a
