@@ -130,7 +130,7 @@ Scheduler::Choice Scheduler::choose(const std::vector<Request*>& active) {
   }
   if (any_lookup) {
     const LookupController::Offer o =
-        proposers_.lookup->controller().offer(B, a_lookup, avail, limit, iter_.can_carry());
+        proposers_.lookup->controller().offer(B, a_lookup, avail, limit, iter_.skips_padding());
     if (o.k > 0) {
       if (o.seconds <= 0.0) return {DraftSource::kLookup, o.k};  // not measured yet: measure
       const double rl = o.tokens / (o.seconds + charge * o.tokens);

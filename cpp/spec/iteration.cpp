@@ -219,7 +219,7 @@ void Iteration::run(DraftSource source, int k) {
   draft_timer_->stop();
   verify_timer_->start();
   // Padding rows are skipped where the metadata is host memory and no graph fixed the rows.
-  last_rows_ = !g && k > 0 && skip_padding_ && can_carry() ? compact_rows(k) : B_ * (k + 1);
+  last_rows_ = !g && k > 0 && skips_padding() ? compact_rows(k) : B_ * (k + 1);
   if (carried.size() > 0) upload_carried(carried, last_rows_);
   if (g)
     g->verify->launch();

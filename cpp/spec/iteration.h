@@ -117,6 +117,8 @@ class Iteration {
   // Whether the host path skips padding rows (above; on by default; off: for tests comparing).
   void set_skip_padding(bool on) { skip_padding_ = on; }
   bool skip_padding() const { return skip_padding_; }
+  // Whether a run() with k > 0 issued one by one will skip them (the callers' pricing asks).
+  bool skips_padding() const { return skip_padding_ && can_carry(); }
 
   void set_use_graphs(bool on) { use_graphs_ = on; }
   bool use_graphs() const { return use_graphs_; }
