@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -121,7 +122,11 @@ def main() -> int:
         print(f"{p.id}: {len(r.token_ids)} tokens", file=sys.stderr, flush=True)
     s = T.Session(args.engine, "cpu", args.threads)
     t0 = time.perf_counter()
-    cost = {n: s.time_forward("target", n, n, 600, 8, False) for n in range(1, K + 2)}
+    # Each size timed in 7 interleaved rounds of 3 forwards, the median kept: a shared host's
+    # load moves every size alike instead of one.
+    sizes = range(1, K + 2)
+    rounds = [{n: s.time_forward("target", n, n, 600, 3, False) for n in sizes} for _ in range(7)]
+    cost = {n: statistics.median(r[n] for r in rounds) for n in sizes}
     rep: dict[str, Any] = {
         "environment": env,
         "engine": args.engine,
@@ -166,7 +171,7 @@ def render(rep: dict[str, Any]) -> str:
         f"- device: {env['cpu']}, {env['threads']} threads; commit {env['git_commit']}",
         f"- engine {rep['engine']}, prompts: {rep['n']} from {rep['prompts']}, "
         f"{rep['max_new_tokens']} greedy tokens, K = {rep['K']}",
-        "- target forward ms for n rows (all logits, context 600): "
+        "- target forward ms for n rows (all logits, context 600; medians of 7 rounds): "
         + ", ".join(f"{n}: {v:.1f}" for n, v in rep["row_costs_ms"].items()),
         "",
         "Speed-up over target-only decode, in the measured forward costs (no acceptance or "
