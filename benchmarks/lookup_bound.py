@@ -117,7 +117,7 @@ def main() -> int:
             draft="lookup",
             prediction=p.prediction,
         )
-        pred = eng._prediction(p.prediction)
+        pred = eng.tokenizer.encode(p.prediction, add_special=False) if p.prediction else []
         per.append({"id": p.id, "acc": trace(T, r.prompt_token_ids, pred, r.token_ids, K)})
         print(f"{p.id}: {len(r.token_ids)} tokens", file=sys.stderr, flush=True)
     s = T.Session(args.engine, "cpu", args.threads)
