@@ -34,39 +34,20 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import gc
-import importlib
 import json
-import os
 import platform
 import struct
 import sys
 import time
 import traceback
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import numpy as np
-from trt_spec.bench.common import git_commit, log
+from trt_spec.bench.common import git_commit, log, testing_module
 
 REPO = Path(__file__).resolve().parents[1]
 _HEADER = struct.Struct("<8sIIQQ")  # magic, version, flags, json offset, json bytes
-
-
-def testing_module() -> ModuleType:
-    """``_trt_spec_testing`` from $TRT_SPEC_TESTING_DIR or the newest build folder."""
-    env = os.environ.get("TRT_SPEC_TESTING_DIR")
-    hits = sorted(REPO.glob("build/*/_trt_spec_testing*.so"), key=lambda p: p.stat().st_mtime)
-    folder = Path(env) if env else (hits[-1].parent if hits else None)
-    if folder is not None and str(folder) not in sys.path:
-        sys.path.insert(0, str(folder))
-    try:
-        return importlib.import_module("_trt_spec_testing")
-    except ImportError as e:
-        raise RuntimeError(
-            "bench_gpu needs the test module _trt_spec_testing: build with pip install . in the "
-            "repository (it stays in build/<wheel tag>/) or set TRT_SPEC_TESTING_DIR"
-        ) from e
 
 
 def engine_metadata(path: Path) -> dict[str, Any]:
@@ -113,7 +94,7 @@ def kv_read_bytes(cfg: dict, context: int) -> int:
 
 # ---- trt-spec measurements -----------------------------------------------------------------------
 def decode_steps(engines: dict[str, Path], bw_gbps: float, args) -> list[dict]:
-    T = testing_module()  # noqa: N806
+    T = testing_module(REPO)  # noqa: N806
     rows = []
     cases = [
         ("pair-f16", "target", "qwen2.5-1.5b", "f16"),
@@ -179,7 +160,7 @@ def engine_iteration(s: Any, k: int, args, graphs: bool = True) -> float:
 
 
 def iterations(engines: dict[str, Path], args) -> list[dict]:
-    T = testing_module()  # noqa: N806
+    T = testing_module(REPO)  # noqa: N806
     s = T.Session(str(engines["pair-f16"]), args.device)
     ctx = args.context
     draft1 = s.time_forward("draft", 1, 1, ctx, args.iters, True)
@@ -477,7 +458,7 @@ def main() -> int:
     if not _core.cuda_available():
         print("bench_gpu: needs a CUDA GPU and a CUDA build of trt-spec", file=sys.stderr)
         return 2
-    T = testing_module()  # noqa: N806
+    T = testing_module(REPO)  # noqa: N806
     date = dt.date.today().isoformat()
     out = Path(args.out_dir)
     stem = out / f"gpu_{args.tag or date}"

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from trt_spec import Engine, models
-from trt_spec.bench.common import environment
+from trt_spec.bench.common import environment, testing_module
 from trt_spec.bench.peers.llama_spec_runner import find_binary
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -80,12 +80,9 @@ def llama_bench(gguf: str, lengths: list[int], threads: int) -> dict[int, float]
 
 def row_costs(path: str, threads: int) -> dict[int, float] | None:
     """The target forward's seconds for 1..16 rows (one logit row) at context 600."""
-    d = os.environ.get("TRT_SPEC_TESTING_DIR")
-    if not d:
+    if not os.environ.get("TRT_SPEC_TESTING_DIR"):
         return None
-    sys.path.insert(0, d)
-    import _trt_spec_testing as T  # noqa: N812
-
+    T = testing_module(Path(__file__).resolve().parents[1])  # noqa: N806
     s = T.Session(path, "cpu", threads)
     return {n: s.time_forward("target", n, 1, 600, 4, False) for n in (1, 2, 3, 5, 9, 12, 16)}
 

@@ -19,17 +19,18 @@ Reported as speed-ups over target-only (total tokens / total time over the promp
 the forward's alone (no acceptance or proposal time), so the figures are upper estimates of the
 ``trt-spec bench`` ones.
 
-    TRT_SPEC_TESTING_DIR=build python benchmarks/lookup_bound.py --engine pair_q4.engine \
+    python benchmarks/lookup_bound.py --engine pair_q4.engine \
         [--prompts benchmarks/prompts/code_edits.jsonl] [--n 20] [--max-new-tokens 128] [--tag x]
 
-Writes ``benchmarks/results/lookup_bound_<tag>.json`` and ``.md`` (also printed).
+The test-only module comes from ``$TRT_SPEC_TESTING_DIR`` or the checkout's ``build/<wheel tag>/``
+(``trt_spec.bench.common.testing_module``). Writes ``benchmarks/results/lookup_bound_<tag>.json``
+and ``.md`` (also printed).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import time
@@ -37,18 +38,8 @@ from pathlib import Path
 from typing import Any
 
 from trt_spec import Engine
-from trt_spec.bench.common import environment
+from trt_spec.bench.common import environment, testing_module
 from trt_spec.bench.prompts import load_prompts
-
-
-def testing_module() -> Any:
-    d = os.environ.get("TRT_SPEC_TESTING_DIR")
-    if not d:
-        raise SystemExit("lookup_bound: TRT_SPEC_TESTING_DIR must name the test module's build")
-    sys.path.insert(0, d)
-    import _trt_spec_testing as T  # noqa: N812
-
-    return T
 
 
 def accepted(tok: list[int], par: list[int], k: int, future: list[int]) -> int:
@@ -103,7 +94,7 @@ def main() -> int:
     ap.add_argument("--tag", default="run")
     ap.add_argument("--out-dir", default="benchmarks/results")
     args = ap.parse_args()
-    T = testing_module()
+    T = testing_module(Path(__file__).resolve().parents[1])  # noqa: N806
     env = environment(args.threads)
     eng = Engine(args.engine, n_threads=args.threads)
     K = eng.draft_len

@@ -1,13 +1,14 @@
 """Helpers shared by every benchmark: environment (CPU, git commit, load, versions), logging,
 safe division, percentiles and the :class:`Config` of one benchmarked configuration.
 
-Used by ``trt-spec bench`` (this package) and by the standalone scripts
-``benchmarks/bench_decode.py`` and ``benchmarks/bench_gpu.py``; it imports nothing else of
-trt-spec, so any of them can import it first.
+Used by ``trt-spec bench`` (this package) and by the standalone scripts in ``benchmarks/``
+(which also find the test-only native module here, :func:`testing_module`); it imports nothing
+else of trt-spec, so any of them can import it first.
 """
 
 from __future__ import annotations
 
+import importlib
 import importlib.metadata
 import os
 import platform
@@ -17,6 +18,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -139,6 +141,24 @@ def trt_spec_version() -> str | None:
     except ImportError:
         return None
     return str(__version__)
+
+
+def testing_module(repo: str | Path) -> ModuleType:
+    """The test-only native module ``_trt_spec_testing`` (never in the wheel): from
+    ``$TRT_SPEC_TESTING_DIR``, else the newest ``build/<wheel tag>/`` of the checkout ``repo``
+    (where ``pip install .`` leaves it)."""
+    env = os.environ.get("TRT_SPEC_TESTING_DIR")
+    hits = sorted(Path(repo).glob("build/*/_trt_spec_testing*.so"), key=lambda p: p.stat().st_mtime)
+    folder = Path(env) if env else (hits[-1].parent if hits else None)
+    if folder is not None and str(folder) not in sys.path:
+        sys.path.insert(0, str(folder))
+    try:
+        return importlib.import_module("_trt_spec_testing")
+    except ImportError as e:
+        raise RuntimeError(
+            "this benchmark needs the test module _trt_spec_testing: build with pip install . "
+            "in the repository (it stays in build/<wheel tag>/) or set TRT_SPEC_TESTING_DIR"
+        ) from e
 
 
 def environment(threads: int, repo: str | Path | None = None) -> dict[str, Any]:
