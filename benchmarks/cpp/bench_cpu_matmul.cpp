@@ -1,12 +1,14 @@
 // bench_cpu_matmul.cpp: CPU matmul throughput at the default pair's shapes (target and draft).
 //
-// For every ISA this CPU runs, weight type, shape (rows x cols of the real matrices), M in {1, 5}
-// and 1 / 2 threads (rows split over a persistent std::thread pool), prints the time per matmul
-// and the effective GB/s (weight bytes / time) next to the streaming-read and memcpy GB/s measured
-// in the same run. Weights rotate over enough copies (>= 256 MiB) to miss the caches, as in a real
-// forward pass (--hot: one copy, to see the kernels' in-cache speed); activations are quantized
-// outside the timed loop (Q8/Q4). GB/s is from the median time, "best" from the fastest run
-// (the machine may be shared), "%read" compares the median with the streaming read.
+// For every ISA this CPU runs, weight type, shape (rows x cols of the real matrices), M (activation
+// rows: 1 and 5 unless --m lists others, e.g. --m 1,5,9,64) and 1 / 2 threads (rows split over a
+// persistent std::thread pool), prints the time per matmul and the effective GB/s (weight bytes /
+// time) next to the streaming-read and memcpy GB/s measured in the same run. Weights rotate over
+// enough copies (>= 256 MiB) to miss the caches, as in a real forward pass (--hot: one copy, to see
+// the kernels' in-cache speed); activations are quantized outside the timed loop (Q8/Q4), and Q8/Q4
+// codes are repacked to the lane layout as the CPU backend does at load (repack_lanes.h). GB/s is
+// from the median time, "best" from the fastest run (the machine may be shared), "%read" compares
+// the median with the streaming read.
 //
 // Build (from the repo root; the ISA files need their flags, see cpp/kernels/cpu/CMakeLists.txt):
 //   g++ -std=c++17 -O3 -Icpp -c cpp/kernels/cpu/quantize.cpp cpp/kernels/cpu/matmul_dispatch.cpp
@@ -14,7 +16,8 @@
 //   g++ -std=c++17 -O3 -Icpp -mavx512f -mavx512bw -mavx512vl -mavx512vnni -mavx512bf16 -mavx2
 //       -mfma -mf16c -c cpp/kernels/cpu/matmul_avx512.cpp
 //   g++ -std=c++17 -O3 -Icpp benchmarks/cpp/bench_cpu_matmul.cpp *.o -lpthread -o bench_cpu_matmul
-// Run: ./bench_cpu_matmul [--quick] [--hot] [type ...]   (types: f32 f16 bf16 q8 q4; default all)
+// Run: ./bench_cpu_matmul [--quick] [--hot] [--m LIST] [type ...]   (types: f32 f16 bf16 q8 q4;
+// default all)
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -30,6 +33,7 @@
 
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/quantize.h"
+#include "kernels/cpu/repack_lanes.h"
 
 using namespace trt_spec;
 using namespace trt_spec::cpu;
@@ -121,10 +125,24 @@ struct Shape {
 int main(int argc, char** argv) {
   bool quick = false, hot = false;
   std::vector<WeightType> types;
+  std::vector<int> ms = {1, 5};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--quick") quick = true;
     if (a == "--hot") hot = true;
+    if (a == "--m" && i + 1 < argc) {
+      ms.clear();
+      for (const char* p = argv[++i]; *p != '\0';) {
+        char* end = nullptr;
+        const long m = std::strtol(p, &end, 10);
+        if (end == p || m < 1 || m > 256) {
+          std::fprintf(stderr, "--m: a comma-separated list of 1..256\n");
+          return 2;
+        }
+        ms.push_back(static_cast<int>(m));
+        p = *end == ',' ? end + 1 : end;
+      }
+    }
     for (WeightType t :
          {WeightType::F32, WeightType::F16, WeightType::BF16, WeightType::Q8, WeightType::Q4})
       if (a == weight_type_name(t)) types.push_back(t);
@@ -150,7 +168,7 @@ int main(int argc, char** argv) {
                           {896, 4864, "draft down"}, {151936, 896, "draft head"}};
   std::mt19937 rng(0);
   std::normal_distribution<float> nd(0.0f, 0.02f);
-  const int max_m = 5;
+  const int max_m = *std::max_element(ms.begin(), ms.end());
   for (WeightType t : types) {
     for (const Shape& s : shapes) {
       if (quick && s.rows == 151936) continue;
@@ -163,6 +181,12 @@ int main(int argc, char** argv) {
         std::vector<float> wf(s.rows * s.cols);
         for (auto& v : wf) v = nd(rng);
         quantize_weight(wf.data(), s.rows, s.cols, t, w.p);
+        const WeightView natural{t, s.rows, s.cols, w.p};
+        if (lanes_apply(natural)) {  // what the CPU backend runs
+          AlignedBuf packed(bytes);
+          repack_lanes(natural, packed.p);
+          std::memcpy(w.p, packed.p, bytes);
+        }
         for (int c = 1; c < copies; ++c) std::memcpy(w.p + c * bytes, w.p, bytes);
       }
       std::vector<float> x(max_m * s.cols);
@@ -173,11 +197,12 @@ int main(int argc, char** argv) {
         AlignedBuf qbuf(quant_acts_bytes(max_m, static_cast<int>(s.cols)));
         const QuantActs qa = quant_acts_view(qbuf.p, max_m, static_cast<int>(s.cols));
         if (weight_type_needs_groups(t)) k.quantize_acts(x.data(), 0, max_m, qa);
-        for (int M : {1, 5}) {
+        for (int M : ms) {
           for (int threads : {1, 2}) {
             const double target = quick ? 0.1 : 0.25;
             auto run = [&](int th, int i) {
-              const WeightView v{t, s.rows, s.cols, w.p + (i % copies) * bytes};
+              WeightView v{t, s.rows, s.cols, w.p + (i % copies) * bytes};
+              v.lanes = lanes_apply(v);
               const int64_t r0 = s.rows * th / threads, r1 = s.rows * (th + 1) / threads;
               if (weight_type_needs_groups(t)) {
                 k.matmul_quant(v, qa, M, y.data(), s.rows, r0, r1);

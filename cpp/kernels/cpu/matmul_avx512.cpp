@@ -3,9 +3,10 @@
 //
 // Same structure as matmul_avx2.cpp (primitives listed there, body in matmul_impl.h) with:
 //   - float weights: 512-bit vectors, 16 columns per step;
-//   - Q4 / Q8: a chain of vpdpbusd (u8 x s8 -> int32, no saturation) on 256-bit vectors replaces
-//     maddubs + int16 sums + madd, and Q8 multiplies its unsigned codes q = w + 128 directly; the
-//     kernel removes the bias with -128 * d_w * ds per group (kQ8Bias).
+//   - Q4 / Q8: vpdpbusd (u8 x s8 -> int32, no saturation) replaces maddubs + int16 sums + madd,
+//     and Q8 multiplies its unsigned codes q = w + 128 directly; the kernel removes the bias with
+//     -128 * d_w * ds per group (kQ8Bias). The tiles are QuantTile512 (matmul_quant512_impl.h:
+//     512-bit vectors, up to 12 activation rows), so this Isa has no dot<T, N>.
 // Only called when __builtin_cpu_supports reports AVX512 F, BW, VL and VNNI (matmul_dispatch.cpp;
 // no BF16 instruction is used, so AVX512_BF16 is not required). Not runnable on AVX2-only
 // machines: tests/cpp/test_cpu_kernels.cpp and tests/test_kernels_cpu.py cover it wherever the
@@ -63,15 +64,6 @@ struct Isa {
   template <WeightType T>
   static __m256i wvec(__m256i v) {
     return v;
-  }
-
-  template <WeightType T, int N>
-  static __m256i dot(const __m256i* w, const int8_t* x) {
-    const __m256i* xv = reinterpret_cast<const __m256i*>(x);
-    __m256i s = _mm256_setzero_si256();
-#pragma GCC unroll 4
-    for (int i = 0; i < N; ++i) s = _mm256_dpbusd_epi32(s, w[i], _mm256_loadu_si256(xv + i));
-    return s;
   }
 };
 

@@ -12,6 +12,7 @@
 //                         row's result does not depend on M (exactness)
 //   matmul_float_impl.h   F32 / F16 / BF16 weights times f32 activations
 //   matmul_quant_impl.h   activation quantization and Q8 / Q4 weights times int8 activations
+//                         (its tiles in the AVX-512 unit: matmul_quant512_impl.h)
 #pragma once
 
 #include <immintrin.h>

@@ -18,12 +18,20 @@
 // unsigned codes on AVX-512: o_w = -128 d_w), ds = d_x * sum(q_x) per group.
 #pragma once
 
+#if defined(__AVX512VNNI__)
+constexpr bool kWideQuant = true;  // QuantTile512 (matmul_quant512_impl.h) runs the tiles
+#else
+constexpr bool kWideQuant = false;
+#endif
+
 // Quantized kernels: 1 weight row x up to 8 activation rows at a time (8 accumulators + 4 decoded
 // weight vectors + temporaries fill the 16 vector registers), one call walking a panel's rows
-// (no row tiles: rows_for stays empty). Q4 runs at most 6 (measured faster than 8 on Zen 1).
+// (no row tiles: rows_for stays empty). Q4 runs at most 6 (measured faster than 8 on Zen 1). The
+// AVX-512 tile (32 registers) takes up to 12.
 template <WeightType T>
 constexpr TilePolicy kQuantTiles =
-    T == WeightType::Q4 ? TilePolicy{8, 6, {}} : TilePolicy{8, 8, {}};
+    kWideQuant ? TilePolicy{12, 12, {}}
+               : (T == WeightType::Q4 ? TilePolicy{8, 6, {}} : TilePolicy{8, 8, {}});
 constexpr int64_t kQuantL1Bytes = 20 * 1024;   // one m tile's activations in a column block
 constexpr int64_t kQuantL2Bytes = 192 * 1024;  // one block's activations
 constexpr int kPrefetchRows = 2;               // rows ahead the weights are prefetched
@@ -169,6 +177,11 @@ inline void decode_chunk(const uint8_t* p, typename Isa::template WVec<T>* out) 
   for (int i = 0; i < N; ++i) out[i] = Isa::template wvec<T>(v[i]);
 }
 
+#if defined(__AVX512VNNI__)
+#include "kernels/cpu/matmul_quant512_impl.h"
+template <WeightType T, bool Lanes>
+using QuantTileIsa = QuantTile512<T, Lanes>;  // the AVX-512 translation unit
+#else
 template <WeightType T, bool Lanes>
 struct QuantTile {
   static constexpr bool kOffsets = T == WeightType::Q4 || Isa::kQ8Bias != 0.0f;
@@ -255,24 +268,39 @@ struct QuantTile {
   };
 };
 
+template <WeightType T, bool Lanes>
+using QuantTileIsa = QuantTile<T, Lanes>;
+#endif
+
 // The rows x MT tile (MT <= 8).
 template <WeightType T, bool Lanes, class Fn>
 Fn quant_tile_fn(int MT) {
+  using Q = QuantTileIsa<T, Lanes>;
   switch (MT) {
-    case 1: return &QuantTile<T, Lanes>::template K<1>::run;
-    case 2: return &QuantTile<T, Lanes>::template K<2>::run;
-    case 3: return &QuantTile<T, Lanes>::template K<3>::run;
-    case 4: return &QuantTile<T, Lanes>::template K<4>::run;
-    case 5: return &QuantTile<T, Lanes>::template K<5>::run;
-    case 6: return &QuantTile<T, Lanes>::template K<6>::run;
-    case 7: return &QuantTile<T, Lanes>::template K<7>::run;
-    default: return &QuantTile<T, Lanes>::template K<8>::run;
+    case 1: return &Q::template K<1>::run;
+    case 2: return &Q::template K<2>::run;
+    case 3: return &Q::template K<3>::run;
+    case 4: return &Q::template K<4>::run;
+    case 5: return &Q::template K<5>::run;
+    case 6: return &Q::template K<6>::run;
+    case 7: return &Q::template K<7>::run;
+    case 8: return &Q::template K<8>::run;
   }
+  if constexpr (kWideQuant) {  // 32 vector registers
+    switch (MT) {
+      case 9: return &Q::template K<9>::run;
+      case 10: return &Q::template K<10>::run;
+      case 11: return &Q::template K<11>::run;
+      default: return &Q::template K<12>::run;
+    }
+  }
+  return &Q::template K<8>::run;
 }
-static_assert(kQuantTiles<WeightType::Q8>.small_max <= 8 &&
-                  kQuantTiles<WeightType::Q8>.big_mt <= 8 &&
-                  kQuantTiles<WeightType::Q4>.small_max <= 8 &&
-                  kQuantTiles<WeightType::Q4>.big_mt <= 8,
+constexpr int kQuantMaxMt = kWideQuant ? 12 : 8;
+static_assert(kQuantTiles<WeightType::Q8>.small_max <= kQuantMaxMt &&
+                  kQuantTiles<WeightType::Q8>.big_mt <= kQuantMaxMt &&
+                  kQuantTiles<WeightType::Q4>.small_max <= kQuantMaxMt &&
+                  kQuantTiles<WeightType::Q4>.big_mt <= kQuantMaxMt,
               "see quant_tile_fn");
 
 template <WeightType T>
