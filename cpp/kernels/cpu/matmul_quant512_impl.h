@@ -27,8 +27,8 @@
 
 template <WeightType T, bool Lanes>
 struct QuantTile512 {
-  static constexpr bool kOffsets = T == WeightType::Q4 || Isa::kQ8Bias != 0.0f;
-  static constexpr int64_t kRowBytesPerCol2 = T == WeightType::Q4 ? 1 : 2;  // code bytes per 2 cols
+  static constexpr bool kOffsets = kQuantOffsets<T>;
+  static constexpr int64_t kRowBytesPerCol2 = kCodeBytesPer2Cols<T>;
 
   static __m512i join(__m256i lo, __m256i hi) {
     return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);

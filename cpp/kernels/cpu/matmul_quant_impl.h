@@ -18,23 +18,16 @@
 // unsigned codes on AVX-512: o_w = -128 d_w), ds = d_x * sum(q_x) per group.
 #pragma once
 
-#if defined(__AVX512VNNI__)
-constexpr bool kWideQuant = true;  // QuantTile512 (matmul_quant512_impl.h) runs the tiles
-#else
-constexpr bool kWideQuant = false;
-#endif
-
-// Quantized kernels: 1 weight row x up to 8 activation rows at a time (8 accumulators + 4 decoded
-// weight vectors + temporaries fill the 16 vector registers), one call walking a panel's rows
-// (no row tiles: rows_for stays empty). Q4 runs at most 6 (measured faster than 8 on Zen 1). The
-// AVX-512 tile (32 registers) takes up to 12.
-template <WeightType T>
-constexpr TilePolicy kQuantTiles =
-    kWideQuant ? TilePolicy{12, 12, {}}
-               : (T == WeightType::Q4 ? TilePolicy{8, 6, {}} : TilePolicy{8, 8, {}});
 constexpr int64_t kQuantL1Bytes = 20 * 1024;   // one m tile's activations in a column block
 constexpr int64_t kQuantL2Bytes = 192 * 1024;  // one block's activations
 constexpr int kPrefetchRows = 2;               // rows ahead the weights are prefetched
+
+// Whether a tile adds the per-group offset term o_w * ds (see the top of this file), and the code
+// bytes of two columns of a row.
+template <WeightType T>
+constexpr bool kQuantOffsets = T == WeightType::Q4 || Isa::kQ8Bias != 0.0f;
+template <WeightType T>
+constexpr int64_t kCodeBytesPer2Cols = T == WeightType::Q4 ? 1 : 2;
 
 // The 4 vectors of a 128-column chunk from its natural groups a, b, c, d (32 bytes each).
 inline void interleave4(__m256i a, __m256i b, __m256i c, __m256i d, __m256i v[4]) {
@@ -181,11 +174,12 @@ inline void decode_chunk(const uint8_t* p, typename Isa::template WVec<T>* out) 
 #include "kernels/cpu/matmul_quant512_impl.h"
 template <WeightType T, bool Lanes>
 using QuantTileIsa = QuantTile512<T, Lanes>;  // the AVX-512 translation unit
+constexpr int kQuantMaxMt = 12;               // activation rows per tile (32 vector registers)
 #else
 template <WeightType T, bool Lanes>
 struct QuantTile {
-  static constexpr bool kOffsets = T == WeightType::Q4 || Isa::kQ8Bias != 0.0f;
-  static constexpr int64_t kRowBytesPerCol2 = T == WeightType::Q4 ? 1 : 2;  // code bytes per 2 cols
+  static constexpr bool kOffsets = kQuantOffsets<T>;
+  static constexpr int64_t kRowBytesPerCol2 = kCodeBytesPer2Cols<T>;
 
   template <int MT>
   struct K {
@@ -270,9 +264,19 @@ struct QuantTile {
 
 template <WeightType T, bool Lanes>
 using QuantTileIsa = QuantTile<T, Lanes>;
+constexpr int kQuantMaxMt = 8;  // activation rows per tile (16 vector registers)
 #endif
 
-// The rows x MT tile (MT <= 8).
+// Quantized kernels: 1 weight row x up to kQuantMaxMt activation rows at a time (the 256-bit tile:
+// 8 accumulators + 4 decoded weight vectors + temporaries fill the 16 vector registers), one call
+// walking a panel's rows (no row tiles: rows_for stays empty). Q4 runs at most 6 on AVX2 (measured
+// faster than 8 on Zen 1); the AVX-512 tile takes up to 12.
+template <WeightType T>
+constexpr TilePolicy kQuantTiles =
+    kQuantMaxMt > 8 ? TilePolicy{kQuantMaxMt, kQuantMaxMt, {}}
+                    : (T == WeightType::Q4 ? TilePolicy{8, 6, {}} : TilePolicy{8, 8, {}});
+
+// The rows x MT tile (MT <= kQuantMaxMt).
 template <WeightType T, bool Lanes, class Fn>
 Fn quant_tile_fn(int MT) {
   using Q = QuantTileIsa<T, Lanes>;
@@ -286,7 +290,7 @@ Fn quant_tile_fn(int MT) {
     case 7: return &Q::template K<7>::run;
     case 8: return &Q::template K<8>::run;
   }
-  if constexpr (kWideQuant) {  // 32 vector registers
+  if constexpr (kQuantMaxMt > 8) {
     switch (MT) {
       case 9: return &Q::template K<9>::run;
       case 10: return &Q::template K<10>::run;
@@ -296,7 +300,6 @@ Fn quant_tile_fn(int MT) {
   }
   return &Q::template K<8>::run;
 }
-constexpr int kQuantMaxMt = kWideQuant ? 12 : 8;
 static_assert(kQuantTiles<WeightType::Q8>.small_max <= kQuantMaxMt &&
                   kQuantTiles<WeightType::Q8>.big_mt <= kQuantMaxMt &&
                   kQuantTiles<WeightType::Q4>.small_max <= kQuantMaxMt &&
