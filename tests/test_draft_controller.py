@@ -255,10 +255,13 @@ def test_a_prompt_is_read_only_where_drafting_saves_more(
     assert c.per_token(1) == pytest.approx((best, 1.0))
     assert c.read_pays(1, 100, 100) == reads  # (no counter: the same answer every time)
     assert c.read_pays(1, 100, 100) == reads
-    # A request that decoded without the draft: the saving it expects from here on against the
-    # rows the draft would read first, which all B decoding sequences wait for.
-    assert c.catch_up_pays(1, 100, 100 * 0.02 * 1.01) and not c.catch_up_pays(1, 100, 1.99)
-    assert not c.catch_up_pays(2, 100, 3.9) and c.catch_up_pays(2, 100, 4.1)
+    # A request that decoded without the draft: the saving it expects from here on against
+    # join_margin (2) times the rows the draft would read first, which all B decoding sequences
+    # wait for.
+    m = T.DraftController.join_margin
+    assert m == 2.0
+    assert c.catch_up_pays(1, 100, m * 2.0 * 1.01) and not c.catch_up_pays(1, 100, m * 1.99)
+    assert not c.catch_up_pays(2, 100, m * 3.9) and c.catch_up_pays(2, 100, m * 4.1)
     picks = [c.reads_prompt(1, 100, 100) for _ in range(16)]
     if reads:  # the saving (>= 30 s over 100 tokens) beats the read (2 s)
         assert all(picks)
@@ -282,7 +285,7 @@ def test_joining_saves_where_drafting_beats_what_ran_and_pays_catch_ups_elsewher
     t - drafting on the kinds of token that took t seconds more than drafting would (plain
     steps), and costs min(catch-up, drafting - t) on the cheaper ones (lookup's), which the draft
     would catch up on afterwards; the mean over the tokens seen. catch_up_pays() then weighs that
-    over the tokens left against the read."""
+    over the tokens left against twice the read."""
     c = _fed(0.1, 0.05, 0.9, catch_up=0.2)
     drafting, plain = c.per_token(1)
     cu = c.catch_up_per_token

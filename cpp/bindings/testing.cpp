@@ -411,6 +411,7 @@ NB_MODULE(_trt_spec_testing, m) {
           "Whether the draft reads (paying or measuring)")
       .def("read_pays", &DraftController::read_pays, "batch"_a, "prompt_rows"_a, "new_tokens"_a)
       .def("catch_up_pays", &DraftController::catch_up_pays, "batch"_a, "rows"_a, "saving"_a)
+      .def_ro_static("join_margin", &DraftController::kJoinMargin)
       .def("per_token", &DraftController::per_token, "batch"_a)
       .def("defers", &DraftController::defers, "batch"_a, "prompt_rows"_a, "defer_tokens"_a)
       .def("observe_deferral", &DraftController::observe_deferral, "joined"_a)

@@ -133,7 +133,7 @@ void DraftController::observe_deferral(bool joined) {
 }
 
 bool DraftController::catch_up_pays(int B, int rows, double saving) const {
-  return read_row_ >= 0.0 && saving > B * rows * read_row_;
+  return read_row_ >= 0.0 && saving > kJoinMargin * B * rows * read_row_;
 }
 
 DraftController::PromptRead DraftController::reads_prompt(int B, int prompt_rows, int new_tokens) {

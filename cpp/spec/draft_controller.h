@@ -96,8 +96,14 @@ class DraftController {
   bool read_pays(int B, int prompt_rows, int new_tokens) const;
   // Whether a request that has decoded without the draft model should have it read the `rows`
   // rows so far now: `saving` (the seconds drafting is expected to save over the rest of that
-  // request) beats the read, which the B decoding sequences all wait for. (False while the read's
-  // cost is unknown.)
+  // request) beats kJoinMargin times the read, which the B decoding sequences all wait for.
+  // (False while the read's cost is unknown.) The margin: a join cannot be undone, and its
+  // saving is over-estimated where it matters. It prices drafting at the long-run acceptance,
+  // but text that lookup predicts badly is mostly text the draft model predicts worse than
+  // usual too (on the 20 edits, the per-prompt speed-ups of lookup and of the draft model
+  // correlate at 0.7-0.8); and lookup's first tokens of an answer, before its n-grams take
+  // hold, cost more than its later ones. Joins that barely paid on paper lost in practice
+  // (two of 20 edits, s17); a request whose lookup is poor over a long answer still joins.
   bool catch_up_pays(int B, int rows, double saving) const;
   // Whether a request whose read pays (kPays) and that may use prompt lookup waits (see above):
   // waiting costs a request that joins anyway its first defer_tokens tokens without the draft
@@ -157,11 +163,12 @@ class DraftController {
   static constexpr double kEma = 0.25;
   static constexpr double kLongDecay = 0.99;  // the long-run acceptance: about 100 iterations
   static constexpr double kRegimeMargin = 0.03;
-  static constexpr double kCheapLag = 0.25;  // probe from k = 0 while catch-up < this * T(B, 0)
-  static constexpr int kReadEvery = 8;       // of the requests not worth a read, one reads,
-  static constexpr int kMaxReadEvery = 64;   // then one in 16, 32, .. while reads do not pay
-  static constexpr double kFitDecay = 0.9;   // the cross-B lines: about the last 10 passes
-  static constexpr double kJoinEma = 0.125;  // join_rate(): about the last 8 waiting requests
+  static constexpr double kCheapLag = 0.25;   // probe from k = 0 while catch-up < this * T(B, 0)
+  static constexpr int kReadEvery = 8;        // of the requests not worth a read, one reads,
+  static constexpr int kMaxReadEvery = 64;    // then one in 16, 32, .. while reads do not pay
+  static constexpr double kFitDecay = 0.9;    // the cross-B lines: about the last 10 passes
+  static constexpr double kJoinEma = 0.125;   // join_rate(): about the last 8 waiting requests
+  static constexpr double kJoinMargin = 2.0;  // catch_up_pays(): saving / read at least
 
   // The cross-B prior (see above): seconds of a target pass of `rows` rows in all, and of a
   // draft step of B sequences; -1 until the lines can say (two pass sizes, one step).
