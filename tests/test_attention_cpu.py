@@ -5,6 +5,8 @@
   other slices in the same call, with and without tree masks (random ancestor sets).
 - Bit identity (greedy speculation depends on it): a row computed alone, inside a 64-row call,
   and under other splits / orders of the kernel's tasks gives the same bits.
+- Each instruction set's build this CPU runs (``isa``: AVX2, and AVX-512 where present), and the
+  two builds against each other: the 512-bit tiles run the same per-lane chains (same bits).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import pytest
 from native import T
 
 MAX_SEQ = 704  # not a multiple of the 32-entry tile: the last tile is clipped
+ISAS = T.cpu_isas()
 
 
 def entry_sets(lens, tree_base=None, tree_bits=None):
@@ -79,30 +82,55 @@ def make_case(seed, group, hd, length, n_kv=2, tree=False, slots=3):
     )
 
 
+@pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize("tree", [False, True], ids=["causal", "tree"])
 @pytest.mark.parametrize("length", [1, 5, 31, 33, 100, 700])
 @pytest.mark.parametrize("hd", [64, 128])
 @pytest.mark.parametrize("group", [1, 2, 6])
-def test_attention_matches_float64(group, hd, length, tree):
+def test_attention_matches_float64(group, hd, length, tree, isa):
     q, k, v, slot, lens, scale, tb, tbits = make_case(
         group * 1000 + hd + length, group, hd, length, tree=tree
     )
-    got = T.cpu_attention(q, k, v, slot, lens, scale, tb, tbits)
+    got = T.cpu_attention(q, k, v, slot, lens, scale, tb, tbits, isa=isa)
     ref = reference(q, k, v, slot, lens, scale, tb, tbits)
     assert got.shape == q.shape and got.dtype == np.float32
     np.testing.assert_allclose(got, ref, rtol=1e-4, atol=2e-5)
 
 
-def test_attention_odd_head_dim_and_wide_group():
-    """head_dim 80 (a last 8-column chunk) and 8 query heads per kv head."""
-    q, k, v, slot, lens, scale, tb, tbits = make_case(7, 8, 80, 90, n_kv=1)
-    got = T.cpu_attention(q, k, v, slot, lens, scale)
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("hd", [72, 80, 96, 136])
+def test_attention_odd_head_dim_and_wide_group(hd, isa):
+    """head_dims that are not a multiple of 64 (AVX-512's 64-column output tile) or of 16 (the
+    256-bit 16-column one): the last chunks take the narrower tiles; 8 query heads per kv head."""
+    q, k, v, slot, lens, scale, tb, tbits = make_case(7, 8, hd, 90, n_kv=1)
+    got = T.cpu_attention(q, k, v, slot, lens, scale, isa=isa)
     np.testing.assert_allclose(got, reference(q, k, v, slot, lens, scale), rtol=1e-4, atol=2e-5)
 
 
+@pytest.mark.skipif(len(ISAS) < 2, reason="needs a CPU with AVX-512 (F, BW, VL, VNNI)")
+@pytest.mark.parametrize("kv", ["f32", "bf16"])
+@pytest.mark.parametrize("tree", [False, True], ids=["causal", "tree"])
+@pytest.mark.parametrize("group,hd", [(1, 64), (6, 128), (8, 80)])
+def test_attention_builds_give_the_same_bits(group, hd, tree, kv):
+    """The AVX-512 build (6-query score tiles, 64-column output tiles) and the AVX2 one agree
+    bit for bit, rows of every tile count and a tree mask included."""
+    q, k, v, slot, lens, scale, tb, tbits = make_case(group + hd, group, hd, 700, tree=tree)
+    if kv != "f32":
+        k, v = to_bits(k, kv), to_bits(v, kv)
+    out = [T.cpu_attention(q, k, v, slot, lens, scale, tb, tbits, kv_type=kv, isa=i) for i in ISAS]
+    assert np.array_equal(out[0].view(np.uint32), out[1].view(np.uint32))
+
+
+def test_attention_rejects_an_unknown_isa():
+    q, k, v, slot, lens, scale, _, _ = make_case(1, 1, 64, 5)
+    with pytest.raises(Exception, match="ISA"):
+        T.cpu_attention(q, k, v, slot, lens, scale, isa="sse2")
+
+
+@pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize("tree", [False, True], ids=["causal", "tree"])
 @pytest.mark.parametrize("group", [1, 6])
-def test_attention_rows_bit_identical(group, tree):
+def test_attention_rows_bit_identical(group, tree, isa):
     """A row's bits do not depend on the other rows of the call or on how tasks are split."""
     hd, n_kv = 128, 2
     rng = np.random.default_rng(group)
@@ -120,9 +148,9 @@ def test_attention_rows_bit_identical(group, tree):
         tbits = (rng.integers(0, 2**63, n, dtype=np.int64).astype(np.uint64) | own).astype(
             np.uint64
         )
-    full = T.cpu_attention(q, k, v, slot, lens, scale, tb, tbits)
+    full = T.cpu_attention(q, k, v, slot, lens, scale, tb, tbits, isa=isa)
     for chunk in (1, 3):
-        split = T.cpu_attention(q, k, v, slot, lens, scale, tb, tbits, task_chunk=chunk)
+        split = T.cpu_attention(q, k, v, slot, lens, scale, tb, tbits, task_chunk=chunk, isa=isa)
         assert np.array_equal(split.view(np.uint32), full.view(np.uint32)), chunk
     for i in [0, 1, 7, 30, 59, 60, 61, 62, 63]:
         sl = slice(i, i + 1)
@@ -135,6 +163,7 @@ def test_attention_rows_bit_identical(group, tree):
             scale,
             None if tb is None else tb[sl],
             None if tbits is None else tbits[sl],
+            isa=isa,
         )
         assert np.array_equal(alone.view(np.uint32), full[sl].view(np.uint32)), i
     # Verify-like: the last 5 rows of the run as their own call.
@@ -148,6 +177,7 @@ def test_attention_rows_bit_identical(group, tree):
         scale,
         None if tb is None else tb[part],
         None if tbits is None else tbits[part],
+        isa=isa,
     )
     assert np.array_equal(sub.view(np.uint32), full[part].view(np.uint32))
     np.testing.assert_allclose(
@@ -155,8 +185,9 @@ def test_attention_rows_bit_identical(group, tree):
     )
 
 
+@pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize("n_past", [20, 29, 60, 64])
-def test_tree_row_bits_equal_the_decode_row_after_the_moves(n_past):
+def test_tree_row_bits_equal_the_decode_row_after_the_moves(n_past, isa):
     """A tree node's row gives the bits of the decode row that reads its accepted path moved to
     positions n_past + depth (what greedy exactness needs): the branch layout of the tree, and
     tiles it crosses, do not change the sums. Trees of 9 and 17 nodes, whole and in pieces."""
@@ -179,7 +210,9 @@ def test_tree_row_bits_equal_the_decode_row_after_the_moves(n_past):
         tb = np.full(n_nodes, n_past, np.int32)
         tbits = np.array([sum(1 << j for j in a) for a in anc], np.uint64)
         lens = np.full(n_nodes, n_past + n_nodes, np.int32)
-        tree = T.cpu_attention(q, k, v, np.zeros(n_nodes, np.int32), lens, scale, tb, tbits)
+        tree = T.cpu_attention(
+            q, k, v, np.zeros(n_nodes, np.int32), lens, scale, tb, tbits, isa=isa
+        )
         for i in range(n_nodes):
             moved_k, moved_v = k.copy(), v.copy()
             for d, j in enumerate(anc[i]):
@@ -187,7 +220,7 @@ def test_tree_row_bits_equal_the_decode_row_after_the_moves(n_past):
                 moved_v[:, :, n_past + d] = v[:, :, n_past + j]
             n_i = np.array([n_past + len(anc[i])], np.int32)
             one = np.zeros(1, np.int32)
-            dec = T.cpu_attention(q[i : i + 1], moved_k, moved_v, one, n_i, scale)
+            dec = T.cpu_attention(q[i : i + 1], moved_k, moved_v, one, n_i, scale, isa=isa)
             got = tree[i : i + 1]
             assert np.array_equal(dec.view(np.uint32), got.view(np.uint32)), (n_nodes, i)
         np.testing.assert_allclose(

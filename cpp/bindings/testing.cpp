@@ -3,7 +3,7 @@
 // its own nanobind domain: it exchanges only plain values with Python, never _core's objects.
 //
 //   kernels      cpu_isas, cpu_matmul (one ISA's matmul), cpu_attention (the tiled attention
-//                kernel), on host arrays
+//                kernel, the process's ISA or a chosen one), on host arrays
 //   sampling     philox_uniform, sample_row
 //   speculation  spec_trials / tree_trials (the acceptance rule alone on fixed logits),
 //                lookup_propose (the lookup rule on host arrays), the controllers
@@ -192,11 +192,14 @@ NB_MODULE(_trt_spec_testing, m) {
       [](HostArray<float, 3> q, KvArray k, KvArray v, HostArray<int32_t, 1> slot,
          HostArray<int32_t, 1> len, float scale, std::optional<HostArray<int32_t, 1>> tree_base,
          std::optional<HostArray<uint64_t, 1>> tree_bits, int64_t task_chunk,
-         const std::string& kv_type) {
+         const std::string& kv_type, const std::string& isa) {
         // q [n, heads, hd]; k, v [slots, kv_heads, max_seq, hd] (one layer of the cache):
         // float32 for kv_type f32, uint16 bits for f16 / bf16.
         KvType t;
         if (!parse_kv_type(kv_type, &t)) throw InvalidArgument("cpu_attention: kv_type");
+        const cpu::AttentionRunFn run =
+            isa.empty() ? &cpu::attention_run : cpu::attention_run_for(isa.c_str());
+        if (run == nullptr) throw InvalidArgument("cpu_attention: ISA not supported here: " + isa);
         const int n = static_cast<int>(q.shape(0)), hd = static_cast<int>(q.shape(2));
         const int slots = static_cast<int>(k.shape(0)), max_seq = static_cast<int>(k.shape(2));
         const nb::dlpack::dtype want =
@@ -242,10 +245,10 @@ NB_MODULE(_trt_spec_testing, m) {
           nb::gil_scoped_release release;
           const int64_t tasks = cpu::attention_tasks(a);
           if (task_chunk <= 0) {
-            cpu::attention_run(a, 0, tasks);
+            run(a, 0, tasks);
           } else {  // chunks of task_chunk tasks, last chunk first (another split and order)
             for (int64_t e = tasks; e > 0; e -= task_chunk)
-              cpu::attention_run(a, std::max<int64_t>(0, e - task_chunk), e);
+              run(a, std::max<int64_t>(0, e - task_chunk), e);
           }
         }
         return owned_array<float>(
@@ -253,10 +256,10 @@ NB_MODULE(_trt_spec_testing, m) {
             {static_cast<size_t>(n), static_cast<size_t>(a.n_heads), static_cast<size_t>(hd)});
       },
       "q"_a, "k"_a, "v"_a, "slot"_a, "len"_a, "scale"_a, "tree_base"_a = nb::none(),
-      "tree_bits"_a = nb::none(), "task_chunk"_a = 0, "kv_type"_a = "f32",
+      "tree_bits"_a = nb::none(), "task_chunk"_a = 0, "kv_type"_a = "f32", "isa"_a = "",
       "The CPU attention kernel on host arrays: out [n, heads, hd]; task_chunk > 0 runs its tasks "
       "in chunks of that many, last chunk first; k, v float32 (kv_type f32) or uint16 bits (f16, "
-      "bf16)");
+      "bf16); isa: one ISA's build (cpu_isas()), '' the one the process runs");
 
   // ---- sampling ------------------------------------------------------------------------------
   m.def("philox_uniform", &philox_uniform, "seed"_a, "step"_a, "lane"_a, "stream"_a,

@@ -28,8 +28,9 @@
 // identical bits for identical inputs (greedy speculation stays exact). Cache entries inside a
 // row's tiles that it does not attend must be finite (they are multiplied by 0).
 //
-// Limits: head_dim % 8 == 0 and <= 256; n_heads % n_kv_heads == 0. Needs AVX2 + FMA (the file is
-// built with those flags; the CPU backend checks them).
+// Limits: head_dim % 8 == 0 and <= 256; n_heads % n_kv_heads == 0. Needs AVX2 + FMA (the CPU
+// backend checks them); where the CPU has AVX-512 (the matmul table's choice, matmul.h) its
+// 512-bit build runs, with the same bits (attention_impl.h).
 #pragma once
 
 #include <cstdint>
@@ -68,5 +69,9 @@ int64_t attention_tasks(const AttentionArgs& a);
 // Runs tasks [task0, task1): any split of [0, attention_tasks(a)) over threads, in any order,
 // gives the same bits.
 void attention_run(const AttentionArgs& a, int64_t task0, int64_t task1);
+// attention_run of one ISA's build ("avx2", "avx512"); nullptr where this CPU cannot run it or
+// the name is unknown. attention_run uses the one of matmul_kernels().isa.
+using AttentionRunFn = void (*)(const AttentionArgs& a, int64_t task0, int64_t task1);
+AttentionRunFn attention_run_for(const char* isa);
 
 }  // namespace trt_spec::cpu

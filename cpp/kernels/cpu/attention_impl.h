@@ -1,0 +1,487 @@
+// attention_impl.h: the tiled CPU attention kernel of attention.h, included by one translation
+// unit per instruction set: attention.cpp (-mavx2 -mfma -mf16c) and attention_avx512.cpp (AVX-512
+// F/BW/VL on top). Everything here has internal linkage; each includer wraps run_tasks().
+//
+// A task holds, for each of its queries (rows x query heads of one kv group), the running max m,
+// the running sum l and the unnormalised output o [head_dim] of the online softmax. Per key tile:
+//   1. K tile [kt, head_dim] -> Kt [head_dim, kAttentionTile] (transposed once, zero-padded);
+//   2. scores S = q . k for all active queries, 3 queries x 32 keys per register tile (AVX-512:
+//      6 queries), summed over head_dim in ascending order; S = scale * S, entries outside the
+//      row's set -> -inf;
+//   3. per query: m' = max(m, max S), alpha = exp(m - m'), p = exp(S - m'), l = l alpha + sum p;
+//   4. o = o alpha + sum_t p_t v_t, 6 queries x 16 output columns per register tile (AVX-512:
+//      x 64 columns), t ascending.
+// Steps 2 and 4 hold nearly all the arithmetic, and every lane of them is one query and one key
+// (2) or one output column (4) with its own chain of FMAs: the 512-bit tiles run the same chains
+// as the 256-bit ones, so both builds give the same bits (test_attention_cpu.py compares them).
+// Step 3 is the same 256-bit code in both.
+// A query is active in a tile when its row's len reaches into the tile; every operation on a
+// query is the same whichever other queries share its register tiles (they only share loads), so
+// the result does not depend on the block (see attention.h). m starts at -FLT_MAX, not -inf, so a
+// tile without entries of the row (possible with a tree mask) leaves m, l and o as they are:
+// alpha = exp(0) = 1 and p = exp(-inf) = 0 exactly.
+// An f16 / bf16 cache's tiles are converted to f32 (exactly) as they are loaded; an f32 cache's
+// are read in place.
+#pragma once
+
+#include <immintrin.h>
+
+#include <cfloat>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/exp8_avx2.h"
+
+namespace trt_spec::cpu {
+namespace {
+
+constexpr int KT = kAttentionTile;
+static_assert(KT == 32, "the register tiles and row masks below assume 32-entry tiles");
+constexpr int kMaxHeadDim = 256;
+constexpr int kBlockQueries = 48;  // queries a task aims at (rows of a block x group heads)
+constexpr int kMaxQueries = 64;    // queries a task holds at most
+
+inline float hmax8(__m256 v) {
+  __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_max_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+inline float hsum8(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// dst [count] = the f32 values of count (a multiple of 8) elements of type t at src (exact).
+void to_f32(const void* src, KvType t, int64_t count, float* dst) {
+  switch (t) {
+    case KvType::F32: std::memcpy(dst, src, sizeof(float) * count); return;
+    case KvType::F16: {
+      const auto* h = static_cast<const uint16_t*>(src);
+      for (int64_t i = 0; i < count; i += 8)
+        _mm256_storeu_ps(dst + i,
+                         _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + i))));
+      return;
+    }
+    case KvType::BF16: {
+      const auto* h = static_cast<const uint16_t*>(src);
+      for (int64_t i = 0; i < count; i += 8) {
+        const __m256i w =
+            _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + i)));
+        _mm256_storeu_ps(dst + i, _mm256_castsi256_ps(_mm256_slli_epi32(w, 16)));
+      }
+      return;
+    }
+  }
+}
+
+// Kt [hd, KT] = the first kt (<= KT) rows of K [kt, hd] transposed; columns kt.. are zero.
+void transpose_tile(const float* k, int kt, int hd, float* kt_out) {
+  for (int t0 = 0; t0 < KT; t0 += 8) {
+    for (int d0 = 0; d0 < hd; d0 += 8) {
+      __m256 r[8];
+      for (int i = 0; i < 8; ++i)
+        r[i] = t0 + i < kt ? _mm256_loadu_ps(k + (t0 + i) * hd + d0) : _mm256_setzero_ps();
+      const __m256 a0 = _mm256_unpacklo_ps(r[0], r[1]), a1 = _mm256_unpackhi_ps(r[0], r[1]);
+      const __m256 a2 = _mm256_unpacklo_ps(r[2], r[3]), a3 = _mm256_unpackhi_ps(r[2], r[3]);
+      const __m256 a4 = _mm256_unpacklo_ps(r[4], r[5]), a5 = _mm256_unpackhi_ps(r[4], r[5]);
+      const __m256 a6 = _mm256_unpacklo_ps(r[6], r[7]), a7 = _mm256_unpackhi_ps(r[6], r[7]);
+      const __m256 b0 = _mm256_shuffle_ps(a0, a2, 0x44), b1 = _mm256_shuffle_ps(a0, a2, 0xee);
+      const __m256 b2 = _mm256_shuffle_ps(a1, a3, 0x44), b3 = _mm256_shuffle_ps(a1, a3, 0xee);
+      const __m256 b4 = _mm256_shuffle_ps(a4, a6, 0x44), b5 = _mm256_shuffle_ps(a4, a6, 0xee);
+      const __m256 b6 = _mm256_shuffle_ps(a5, a7, 0x44), b7 = _mm256_shuffle_ps(a5, a7, 0xee);
+      const __m256 c[8] = {
+          _mm256_permute2f128_ps(b0, b4, 0x20), _mm256_permute2f128_ps(b1, b5, 0x20),
+          _mm256_permute2f128_ps(b2, b6, 0x20), _mm256_permute2f128_ps(b3, b7, 0x20),
+          _mm256_permute2f128_ps(b0, b4, 0x31), _mm256_permute2f128_ps(b1, b5, 0x31),
+          _mm256_permute2f128_ps(b2, b6, 0x31), _mm256_permute2f128_ps(b3, b7, 0x31)};
+      for (int i = 0; i < 8; ++i) _mm256_storeu_ps(kt_out + (d0 + i) * KT + t0, c[i]);
+    }
+  }
+}
+
+// S[j][0, KT) = q_j . Kt[:, t] for NQ queries (unscaled).
+template <int NQ>
+void scores_tile(const float* const* q, const float* kt, int hd, float* const* s) {
+  __m256 acc[NQ][4];
+#pragma GCC unroll 8
+  for (int j = 0; j < NQ; ++j)
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; ++c) acc[j][c] = _mm256_setzero_ps();
+  for (int d = 0; d < hd; ++d) {
+    const float* kr = kt + d * KT;
+    const __m256 k0 = _mm256_loadu_ps(kr), k1 = _mm256_loadu_ps(kr + 8),
+                 k2 = _mm256_loadu_ps(kr + 16), k3 = _mm256_loadu_ps(kr + 24);
+#pragma GCC unroll 8
+    for (int j = 0; j < NQ; ++j) {
+      const __m256 b = _mm256_broadcast_ss(q[j] + d);
+      acc[j][0] = _mm256_fmadd_ps(b, k0, acc[j][0]);
+      acc[j][1] = _mm256_fmadd_ps(b, k1, acc[j][1]);
+      acc[j][2] = _mm256_fmadd_ps(b, k2, acc[j][2]);
+      acc[j][3] = _mm256_fmadd_ps(b, k3, acc[j][3]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int j = 0; j < NQ; ++j)
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; ++c) _mm256_storeu_ps(s[j] + 8 * c, acc[j][c]);
+}
+
+// o_j[d0, d0 + 8 ND) = o_j * alpha_j + sum_{t < kt} p_j[t] v[t] for NQ queries, t ascending.
+template <int NQ, int ND>
+void pv_chunk(const float* const* p, const float* v, int kt, int hd, int d0, float* const* o,
+              const float* alpha) {
+  __m256 acc[NQ][ND];
+#pragma GCC unroll 8
+  for (int j = 0; j < NQ; ++j)
+#pragma GCC unroll 2
+    for (int c = 0; c < ND; ++c)
+      acc[j][c] = _mm256_mul_ps(_mm256_loadu_ps(o[j] + d0 + 8 * c), _mm256_set1_ps(alpha[j]));
+  for (int t = 0; t < kt; ++t) {
+    __m256 vv[ND];
+#pragma GCC unroll 2
+    for (int c = 0; c < ND; ++c) vv[c] = _mm256_loadu_ps(v + t * hd + d0 + 8 * c);
+#pragma GCC unroll 8
+    for (int j = 0; j < NQ; ++j) {
+      const __m256 b = _mm256_broadcast_ss(p[j] + t);
+#pragma GCC unroll 2
+      for (int c = 0; c < ND; ++c) acc[j][c] = _mm256_fmadd_ps(b, vv[c], acc[j][c]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int j = 0; j < NQ; ++j)
+#pragma GCC unroll 2
+    for (int c = 0; c < ND; ++c) _mm256_storeu_ps(o[j] + d0 + 8 * c, acc[j][c]);
+}
+
+#if defined(__AVX512F__)
+// The 512-bit tiles: the same chains per lane as scores_tile / pv_chunk above.
+// S[j][0, KT) = q_j . Kt[:, t] for NQ queries (unscaled), 2 vectors of 16 keys per query.
+template <int NQ>
+void scores_tile512(const float* const* q, const float* kt, int hd, float* const* s) {
+  __m512 acc[NQ][2];
+#pragma GCC unroll 8
+  for (int j = 0; j < NQ; ++j) acc[j][0] = acc[j][1] = _mm512_setzero_ps();
+  for (int d = 0; d < hd; ++d) {
+    const float* kr = kt + d * KT;
+    const __m512 k0 = _mm512_loadu_ps(kr), k1 = _mm512_loadu_ps(kr + 16);
+#pragma GCC unroll 8
+    for (int j = 0; j < NQ; ++j) {
+      const __m512 b = _mm512_set1_ps(q[j][d]);
+      acc[j][0] = _mm512_fmadd_ps(b, k0, acc[j][0]);
+      acc[j][1] = _mm512_fmadd_ps(b, k1, acc[j][1]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int j = 0; j < NQ; ++j) {
+    _mm512_storeu_ps(s[j], acc[j][0]);
+    _mm512_storeu_ps(s[j] + 16, acc[j][1]);
+  }
+}
+
+// o_j[d0, d0 + 16 ND) = o_j * alpha_j + sum_{t < kt} p_j[t] v[t] for NQ queries, t ascending.
+template <int NQ, int ND>
+void pv_chunk512(const float* const* p, const float* v, int kt, int hd, int d0, float* const* o,
+                 const float* alpha) {
+  __m512 acc[NQ][ND];
+#pragma GCC unroll 8
+  for (int j = 0; j < NQ; ++j)
+#pragma GCC unroll 4
+    for (int c = 0; c < ND; ++c)
+      acc[j][c] = _mm512_mul_ps(_mm512_loadu_ps(o[j] + d0 + 16 * c), _mm512_set1_ps(alpha[j]));
+  for (int t = 0; t < kt; ++t) {
+    __m512 vv[ND];
+#pragma GCC unroll 4
+    for (int c = 0; c < ND; ++c) vv[c] = _mm512_loadu_ps(v + t * hd + d0 + 16 * c);
+#pragma GCC unroll 8
+    for (int j = 0; j < NQ; ++j) {
+      const __m512 b = _mm512_set1_ps(p[j][t]);
+#pragma GCC unroll 4
+      for (int c = 0; c < ND; ++c) acc[j][c] = _mm512_fmadd_ps(b, vv[c], acc[j][c]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int j = 0; j < NQ; ++j)
+#pragma GCC unroll 4
+    for (int c = 0; c < ND; ++c) _mm512_storeu_ps(o[j] + d0 + 16 * c, acc[j][c]);
+}
+#endif
+
+template <int NQ>
+void pv_tile(const float* const* p, const float* v, int kt, int hd, float* const* o,
+             const float* alpha) {
+  int d0 = 0;
+#if defined(__AVX512F__)
+  for (; d0 + 64 <= hd; d0 += 64) pv_chunk512<NQ, 4>(p, v, kt, hd, d0, o, alpha);
+  for (; d0 + 16 <= hd; d0 += 16) pv_chunk512<NQ, 1>(p, v, kt, hd, d0, o, alpha);
+#endif
+  for (; d0 + 16 <= hd; d0 += 16) pv_chunk<NQ, 2>(p, v, kt, hd, d0, o, alpha);
+  if (d0 < hd) pv_chunk<NQ, 1>(p, v, kt, hd, d0, o, alpha);
+}
+
+#if defined(__AVX512F__)
+constexpr int kScoreQueries = 6;  // queries per scores register tile
+void scores_any(int nq, const float* const* q, const float* kt, int hd, float* const* s) {
+  switch (nq) {
+    case 1: return scores_tile512<1>(q, kt, hd, s);
+    case 2: return scores_tile512<2>(q, kt, hd, s);
+    case 3: return scores_tile512<3>(q, kt, hd, s);
+    case 4: return scores_tile512<4>(q, kt, hd, s);
+    case 5: return scores_tile512<5>(q, kt, hd, s);
+    default: return scores_tile512<6>(q, kt, hd, s);
+  }
+}
+#else
+constexpr int kScoreQueries = 3;
+void scores_any(int nq, const float* const* q, const float* kt, int hd, float* const* s) {
+  switch (nq) {
+    case 1: return scores_tile<1>(q, kt, hd, s);
+    case 2: return scores_tile<2>(q, kt, hd, s);
+    default: return scores_tile<3>(q, kt, hd, s);
+  }
+}
+#endif
+
+void pv_any(int nq, const float* const* p, const float* v, int kt, int hd, float* const* o,
+            const float* alpha) {
+  switch (nq) {
+    case 1: return pv_tile<1>(p, v, kt, hd, o, alpha);
+    case 2: return pv_tile<2>(p, v, kt, hd, o, alpha);
+    case 3: return pv_tile<3>(p, v, kt, hd, o, alpha);
+    case 4: return pv_tile<4>(p, v, kt, hd, o, alpha);
+    case 5: return pv_tile<5>(p, v, kt, hd, o, alpha);
+    default: return pv_tile<6>(p, v, kt, hd, o, alpha);
+  }
+}
+
+// A row's entries in LOGICAL order: entry t < tree_base is cache entry t; entry tree_base + j is
+// the j-th set bit of tree_bits (a node's ancestors in depth order, then itself), i.e. where the
+// accepted path's entries stand once they are moved to their positions. So a tree row reads the
+// same values at the same logical indices as the decode row it equals after acceptance, and
+// every sum runs in the same order: identical bits whatever the branch layout.
+int logical_len(const AttentionArgs& a, int i) {
+  const int len = a.len[i];
+  if (a.tree_bits == nullptr || len <= a.tree_base[i]) return len;
+  const int span = len - a.tree_base[i];
+  const uint64_t bits = span >= 64 ? a.tree_bits[i] : a.tree_bits[i] & ((uint64_t{1} << span) - 1);
+  return a.tree_base[i] + __builtin_popcountll(bits);
+}
+
+// Whether row i's logical entries [t0, min(t0 + kt, llog)) are its cache entries in place (no
+// gather): the tree bits below that end are all set.
+bool in_place(const AttentionArgs& a, int i, int t0, int kt, int llog) {
+  if (a.tree_bits == nullptr) return true;
+  const int end = (t0 + kt < llog ? t0 + kt : llog) - a.tree_base[i];
+  if (end <= 0) return true;
+  if (end >= 64) return a.tree_bits[i] == ~uint64_t{0};
+  const uint64_t low = (uint64_t{1} << end) - 1;
+  return (a.tree_bits[i] & low) == low;
+}
+
+// Copies row i's logical entries [t0, t0 + n) of one kv head (base: its entry 0, elements of
+// a.kv_type) to dst [n, hd] as f32; the rest of the tile (up to kt) is zero.
+void gather_tile(const AttentionArgs& a, int i, const uint8_t* base, int t0, int n, int kt, int hd,
+                 float* dst) {
+  const int64_t eb = kv_type_bytes(a.kv_type);
+  uint64_t bits = a.tree_bits[i];
+  int j = 0;  // logical tree index of the next set bit
+  for (int t = t0; t < t0 + n; ++t) {
+    int phys = t;
+    if (t >= a.tree_base[i]) {
+      const int want = t - a.tree_base[i];
+      for (; j < want; ++j) bits &= bits - 1;  // drop set bits below the wanted one
+      phys = a.tree_base[i] + __builtin_ctzll(bits);
+    }
+    to_f32(base + static_cast<int64_t>(phys) * hd * eb, a.kv_type, hd, dst + (t - t0) * hd);
+  }
+  std::memset(dst + n * hd, 0, sizeof(float) * (kt - n) * hd);
+}
+
+// Bits t < (llog - t0) of a tile: the row's logical entries are a prefix.
+uint32_t prefix_mask(int t0, int kt, int llog) {
+  const int n = llog - t0 < kt ? llog - t0 : kt;
+  return n >= 32 ? 0xffffffffu : (uint32_t{1} << n) - 1;
+}
+
+struct Shape {
+  int group;       // query heads per kv head
+  int head_chunk;  // query heads of a group per task
+  int n_chunks;    // head chunks per group
+  int block_rows;  // rows per block
+  int64_t n_blocks;
+};
+
+Shape shape_of(const AttentionArgs& a) {
+  if (a.head_dim <= 0 || a.head_dim % 8 != 0 || a.head_dim > kMaxHeadDim)
+    throw std::invalid_argument("attention: head_dim must be a multiple of 8, at most 256");
+  if (a.n_kv_heads <= 0 || a.n_heads % a.n_kv_heads != 0)
+    throw std::invalid_argument("attention: n_heads must be a multiple of n_kv_heads");
+  Shape s;
+  s.group = a.n_heads / a.n_kv_heads;
+  s.head_chunk = s.group < kMaxQueries ? s.group : kMaxQueries;
+  s.n_chunks = (s.group + s.head_chunk - 1) / s.head_chunk;
+  s.block_rows = kBlockQueries / s.head_chunk > 1 ? kBlockQueries / s.head_chunk : 1;
+  s.n_blocks = (a.n_rows + s.block_rows - 1) / s.block_rows;
+  return s;
+}
+
+// Rows [r0, r1) (one slice), query heads [h0, h1) of kv head g.
+void run_slice(const AttentionArgs& a, int r0, int r1, int g, int h0, int h1) {
+  const int hd = a.head_dim, nh = h1 - h0, nq = (r1 - r0) * nh;
+  alignas(32) float kt_buf[kMaxHeadDim * KT];
+  alignas(32) float gk_buf[kMaxHeadDim * KT];  // a gathered K tile [KT, hd] (tree rows)
+  alignas(32) float gv_buf[kMaxHeadDim * KT];  // its V tile
+  alignas(32) float o_buf[kMaxQueries * kMaxHeadDim];
+  alignas(32) float s_buf[kMaxQueries * KT];
+  float m[kMaxQueries], l[kMaxQueries];
+  int llog[kMaxQueries];
+  const float* qp[kMaxQueries];
+  std::memset(o_buf, 0, sizeof(float) * nq * hd);
+  int max_len = 0;
+  for (int r = r0; r < r1; ++r) {
+    llog[r - r0] = logical_len(a, r);
+    max_len = llog[r - r0] > max_len ? llog[r - r0] : max_len;
+  }
+  for (int j = 0; j < nq; ++j) {
+    qp[j] = a.q + (r0 + j / nh) * a.q_stride + (h0 + j % nh) * hd;
+    m[j] = -FLT_MAX;
+    l[j] = 0.0f;
+  }
+  const int64_t eb = kv_type_bytes(a.kv_type);
+  const uint8_t* kb = static_cast<const uint8_t*>(a.k[r0]) + g * a.kv_head_stride * eb;
+  const uint8_t* vb = static_cast<const uint8_t*>(a.v[r0]) + g * a.kv_head_stride * eb;
+  const __m256i lane_bit = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+  const __m256 neg_inf = _mm256_set1_ps(-INFINITY), scale = _mm256_set1_ps(a.scale);
+  // One key tile (Kt transposed, vt [kt, hd]) for the active queries act[0, n_act).
+  auto tile = [&](const int* act, const uint32_t* mask, int n_act, const float* kt_tile,
+                  const float* vt, int kt) {
+    const float* qa[kMaxQueries];
+    float* sa[kMaxQueries];
+    float* oa[kMaxQueries];
+    float aa[kMaxQueries];
+    for (int x = 0; x < n_act; ++x) {
+      qa[x] = qp[act[x]];
+      sa[x] = s_buf + act[x] * KT;
+      oa[x] = o_buf + act[x] * hd;
+    }
+    for (int x = 0; x < n_act; x += kScoreQueries)
+      scores_any(n_act - x < kScoreQueries ? n_act - x : kScoreQueries, qa + x, kt_tile, hd,
+                 sa + x);
+    for (int x = 0; x < n_act; ++x) {  // scale, mask, online softmax update
+      const int j = act[x];
+      __m256 sv[4];
+      __m256 mx = neg_inf;
+      for (int c = 0; c < 4; ++c) {
+        const __m256i bits = _mm256_set1_epi32(static_cast<int>((mask[x] >> (8 * c)) & 0xffu));
+        const __m256 valid =
+            _mm256_castsi256_ps(_mm256_cmpeq_epi32(_mm256_and_si256(bits, lane_bit), lane_bit));
+        sv[c] =
+            _mm256_blendv_ps(neg_inf, _mm256_mul_ps(_mm256_loadu_ps(sa[x] + 8 * c), scale), valid);
+        mx = _mm256_max_ps(mx, sv[c]);
+      }
+      const float tile_max = hmax8(mx);
+      const float m_new = tile_max > m[j] ? tile_max : m[j];
+      const __m256 mn = _mm256_set1_ps(m_new);
+      __m256 sum = _mm256_setzero_ps();
+      for (int c = 0; c < 4; ++c) {
+        const __m256 p = exp8(_mm256_sub_ps(sv[c], mn));
+        _mm256_storeu_ps(sa[x] + 8 * c, p);
+        sum = _mm256_add_ps(sum, p);
+      }
+      aa[x] = exp1(m[j] - m_new);
+      l[j] = __builtin_fmaf(l[j], aa[x], hsum8(sum));
+      m[j] = m_new;
+    }
+    const float* pa[kMaxQueries];
+    for (int x = 0; x < n_act; ++x) pa[x] = sa[x];
+    for (int x = 0; x < n_act; x += 6)
+      pv_any(n_act - x < 6 ? n_act - x : 6, pa + x, vt, kt, hd, oa + x, aa + x);
+  };
+  for (int t0 = 0; t0 < max_len; t0 += KT) {
+    const int kt = a.max_seq - t0 < KT ? a.max_seq - t0 : KT;
+    int act[kMaxQueries], n_act = 0;  // active queries reading the tile in place, in order
+    uint32_t mask[kMaxQueries];
+    int gathered[kMaxQueries], n_gathered = 0;  // rows whose tile is gathered
+    for (int r = r0; r < r1; ++r) {
+      const int lr = llog[r - r0];
+      if (lr <= t0) continue;
+      if (!in_place(a, r, t0, kt, lr)) {
+        gathered[n_gathered++] = r;
+        continue;
+      }
+      const uint32_t rm = prefix_mask(t0, kt, lr);
+      for (int h = 0; h < nh; ++h) {
+        act[n_act] = (r - r0) * nh + h;
+        mask[n_act++] = rm;
+      }
+    }
+    if (n_act > 0) {
+      const uint8_t* kp = kb + static_cast<int64_t>(t0) * hd * eb;
+      const uint8_t* vp = vb + static_cast<int64_t>(t0) * hd * eb;
+      if (a.kv_type == KvType::F32) {  // in place
+        transpose_tile(reinterpret_cast<const float*>(kp), kt, hd, kt_buf);
+        tile(act, mask, n_act, kt_buf, reinterpret_cast<const float*>(vp), kt);
+      } else {  // converted (through the gather buffers, free until the gathered rows below)
+        to_f32(kp, a.kv_type, static_cast<int64_t>(kt) * hd, gk_buf);
+        to_f32(vp, a.kv_type, static_cast<int64_t>(kt) * hd, gv_buf);
+        transpose_tile(gk_buf, kt, hd, kt_buf);
+        tile(act, mask, n_act, kt_buf, gv_buf, kt);
+      }
+    }
+    for (int x = 0; x < n_gathered; ++x) {
+      const int r = gathered[x], lr = llog[r - r0];
+      const int n = lr - t0 < kt ? lr - t0 : kt;
+      gather_tile(a, r, kb, t0, n, kt, hd, gk_buf);
+      gather_tile(a, r, vb, t0, n, kt, hd, gv_buf);
+      transpose_tile(gk_buf, kt, hd, kt_buf);
+      int ract[kMaxQueries];
+      uint32_t rmask[kMaxQueries];
+      const uint32_t rm = prefix_mask(t0, kt, lr);
+      for (int h = 0; h < nh; ++h) {
+        ract[h] = (r - r0) * nh + h;
+        rmask[h] = rm;
+      }
+      tile(ract, rmask, nh, kt_buf, gv_buf, kt);
+    }
+  }
+  for (int j = 0; j < nq; ++j) {
+    const __m256 inv = _mm256_set1_ps(1.0f / l[j]);
+    float* dst = a.out + (r0 + j / nh) * a.out_stride + (h0 + j % nh) * hd;
+    for (int d = 0; d < hd; d += 8)
+      _mm256_storeu_ps(dst + d, _mm256_mul_ps(_mm256_loadu_ps(o_buf + j * hd + d), inv));
+  }
+}
+
+int64_t tasks_of(const AttentionArgs& a) {
+  if (a.n_rows <= 0) return 0;
+  const Shape s = shape_of(a);
+  return s.n_blocks * a.n_kv_heads * s.n_chunks;
+}
+
+void run_tasks(const AttentionArgs& a, int64_t task0, int64_t task1) {
+  if (task0 >= task1) return;
+  const Shape s = shape_of(a);
+  for (int64_t task = task0; task < task1; ++task) {
+    const int c = static_cast<int>(task % s.n_chunks);
+    const int g = static_cast<int>(task / s.n_chunks % a.n_kv_heads);
+    const int64_t b = task / s.n_chunks / a.n_kv_heads;
+    const int i0 = static_cast<int>(b * s.block_rows);
+    const int i1 = i0 + s.block_rows < a.n_rows ? i0 + s.block_rows : a.n_rows;
+    const int h0 = g * s.group + c * s.head_chunk;
+    const int h1 = h0 + s.head_chunk < (g + 1) * s.group ? h0 + s.head_chunk : (g + 1) * s.group;
+    for (int r0 = i0; r0 < i1;) {  // runs of rows sharing a slice
+      int r1 = r0 + 1;
+      while (r1 < i1 && a.k[r1] == a.k[r0] && a.v[r1] == a.v[r0]) ++r1;
+      run_slice(a, r0, r1, g, h0, h1);
+      r0 = r1;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace trt_spec::cpu
