@@ -1,6 +1,7 @@
 // attention_impl.h: the tiled CPU attention kernel of attention.h, included by one translation
 // unit per instruction set: attention.cpp (-mavx2 -mfma -mf16c) and attention_avx512.cpp (AVX-512
-// F/BW/VL on top). Everything here has internal linkage; each includer wraps run_tasks().
+// F/BW/VL on top). Everything here has internal linkage; each includer wraps run_tasks()
+// (attention.cpp also counts the tasks with shape_of()).
 //
 // A task holds, for each of its queries (rows x query heads of one kv group), the running max m,
 // the running sum l and the unnormalised output o [head_dim] of the online softmax. Per key tile:
@@ -8,13 +9,14 @@
 //   2. scores S = q . k for all active queries, 3 queries x 32 keys per register tile (AVX-512:
 //      6 queries), summed over head_dim in ascending order; S = scale * S, entries outside the
 //      row's set -> -inf;
-//   3. per query: m' = max(m, max S), alpha = exp(m - m'), p = exp(S - m'), l = l alpha + sum p;
+//   3. per query: m' = max(m, max S), alpha = exp(m - m'), p = exp(S - m'), l = l alpha + sum p
+//      (AVX-512: 16 lanes, softmax512);
 //   4. o = o alpha + sum_t p_t v_t, 6 queries x 16 output columns per register tile (AVX-512:
 //      x 64 columns), t ascending.
-// Steps 2 and 4 hold nearly all the arithmetic, and every lane of them is one query and one key
-// (2) or one output column (4) with its own chain of FMAs: the 512-bit tiles run the same chains
-// as the 256-bit ones, so both builds give the same bits (test_attention_cpu.py compares them).
-// Step 3 is the same 256-bit code in both.
+// Every lane of steps 2 and 4 is one query and one key (2) or one output column (4) with its
+// own chain of FMAs, and step 3 is lane-wise up to its max (exact in any order) and its sum
+// (kept in the 256-bit order): the 512-bit code runs the same operations per value as the
+// 256-bit one, so both builds give the same bits (test_attention_cpu.py compares them).
 // A query is active in a tile when its row's len reaches into the tile; every operation on a
 // query is the same whichever other queries share its register tiles (they only share loads), so
 // the result does not depend on the block (see attention.h). m starts at -FLT_MAX, not -inf, so a
@@ -40,8 +42,8 @@ namespace {
 constexpr int KT = kAttentionTile;
 static_assert(KT == 32, "the register tiles and row masks below assume 32-entry tiles");
 constexpr int kMaxHeadDim = 256;
-constexpr int kBlockQueries = 48;  // queries a task aims at (rows of a block x group heads)
-constexpr int kMaxQueries = 64;    // queries a task holds at most
+constexpr int kBlockQueries = 96;  // queries a task aims at (rows of a block x group heads)
+constexpr int kMaxQueries = 128;   // queries a task holds at most
 
 inline float hmax8(__m256 v) {
   __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -259,6 +261,59 @@ void pv_any(int nq, const float* const* p, const float* v, int kt, int hd, float
   }
 }
 
+#if defined(__AVX512F__)
+// exp8 (exp8_avx2.h) on 16 lanes: the same operations per lane, so the same bits.
+inline __m512 exp16(__m512 x) {
+  const __m512 xc = _mm512_min_ps(x, _mm512_set1_ps(88.3762626647949f));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), xc);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 y = _mm512_set1_ps(1.9875691500e-4f);
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.3981999507e-3f));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(8.3334519073e-3f));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(4.1665795894e-2f));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.6666665459e-1f));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(5.0000001201e-1f));
+  y = _mm512_fmadd_ps(y, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+  const __m512i e =
+      _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+  const __m512 v = _mm512_mul_ps(y, _mm512_castsi512_ps(e));
+  return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.33654f), _CMP_LT_OQ), v,
+                              _mm512_setzero_ps());
+}
+
+inline __m256 lo256(__m512 v) {
+  return _mm512_castps512_ps256(v);
+}
+inline __m256 hi256(__m512 v) {
+  return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+}
+
+// Step 3 for one query on 16 lanes: s [KT] (its scores, unscaled) -> p, with m, l and its
+// alpha updated. The same values in the same order as the 256-bit code of the tile below: the
+// scaled and masked scores, their max (exact in any order), p = exp(s - m'), and l's sum of p
+// as ((p[0..8) + p[8..16)) + p[16..24)) + p[24..32) per lane, then hsum8.
+inline void softmax512(float* s, uint32_t mask, float scale, float& m, float& l, float& alpha) {
+  const __m512 neg_inf = _mm512_set1_ps(-INFINITY), sc = _mm512_set1_ps(scale);
+  const __m512 s0 = _mm512_mask_blend_ps(static_cast<__mmask16>(mask & 0xffffu), neg_inf,
+                                         _mm512_mul_ps(_mm512_loadu_ps(s), sc));
+  const __m512 s1 = _mm512_mask_blend_ps(static_cast<__mmask16>(mask >> 16), neg_inf,
+                                         _mm512_mul_ps(_mm512_loadu_ps(s + 16), sc));
+  const float tile_max = _mm512_reduce_max_ps(_mm512_max_ps(s0, s1));
+  const float m_new = tile_max > m ? tile_max : m;
+  const __m512 mn = _mm512_set1_ps(m_new);
+  const __m512 p0 = exp16(_mm512_sub_ps(s0, mn)), p1 = exp16(_mm512_sub_ps(s1, mn));
+  _mm512_storeu_ps(s, p0);
+  _mm512_storeu_ps(s + 16, p1);
+  const __m256 sum =
+      _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(lo256(p0), hi256(p0)), lo256(p1)), hi256(p1));
+  alpha = exp1(m - m_new);
+  l = __builtin_fmaf(l, alpha, hsum8(sum));
+  m = m_new;
+}
+#endif
+
 // A row's entries in LOGICAL order: entry t < tree_base is cache entry t; entry tree_base + j is
 // the j-th set bit of tree_bits (a node's ancestors in depth order, then itself), i.e. where the
 // accepted path's entries stand once they are moved to their positions. So a tree row reads the
@@ -355,8 +410,10 @@ void run_slice(const AttentionArgs& a, int r0, int r1, int g, int h0, int h1) {
   const int64_t eb = kv_type_bytes(a.kv_type);
   const uint8_t* kb = static_cast<const uint8_t*>(a.k[r0]) + g * a.kv_head_stride * eb;
   const uint8_t* vb = static_cast<const uint8_t*>(a.v[r0]) + g * a.kv_head_stride * eb;
+#if !defined(__AVX512F__)
   const __m256i lane_bit = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
   const __m256 neg_inf = _mm256_set1_ps(-INFINITY), scale = _mm256_set1_ps(a.scale);
+#endif
   // One key tile (Kt transposed, vt [kt, hd]) for the active queries act[0, n_act).
   auto tile = [&](const int* act, const uint32_t* mask, int n_act, const float* kt_tile,
                   const float* vt, int kt) {
@@ -374,6 +431,9 @@ void run_slice(const AttentionArgs& a, int r0, int r1, int g, int h0, int h1) {
                  sa + x);
     for (int x = 0; x < n_act; ++x) {  // scale, mask, online softmax update
       const int j = act[x];
+#if defined(__AVX512F__)
+      softmax512(sa[x], mask[x], a.scale, m[j], l[j], aa[x]);
+#else
       __m256 sv[4];
       __m256 mx = neg_inf;
       for (int c = 0; c < 4; ++c) {
@@ -396,6 +456,7 @@ void run_slice(const AttentionArgs& a, int r0, int r1, int g, int h0, int h1) {
       aa[x] = exp1(m[j] - m_new);
       l[j] = __builtin_fmaf(l[j], aa[x], hsum8(sum));
       m[j] = m_new;
+#endif
     }
     const float* pa[kMaxQueries];
     for (int x = 0; x < n_act; ++x) pa[x] = sa[x];
@@ -455,12 +516,6 @@ void run_slice(const AttentionArgs& a, int r0, int r1, int g, int h0, int h1) {
     for (int d = 0; d < hd; d += 8)
       _mm256_storeu_ps(dst + d, _mm256_mul_ps(_mm256_loadu_ps(o_buf + j * hd + d), inv));
   }
-}
-
-int64_t tasks_of(const AttentionArgs& a) {
-  if (a.n_rows <= 0) return 0;
-  const Shape s = shape_of(a);
-  return s.n_blocks * a.n_kv_heads * s.n_chunks;
 }
 
 void run_tasks(const AttentionArgs& a, int64_t task0, int64_t task1) {
