@@ -9,6 +9,9 @@ For each prompt length N (default 512, 2048, 4096), in one run on the same CPU a
     catch-up), and the pair's rate is N / (its TTFT + that read);
   - llama.cpp: ``llama-bench -p N -n 0`` on the target GGUF and on the draft GGUF (the pair:
     both prompt passes added).
+With ``--reps R`` each is measured R times: ours in R rounds over the lengths (each figure the
+median of its rounds), llama-bench with ``-r R`` (its mean). One pass each (the default) reads
+10-15% apart between runs on a shared host.
 It also reports the peak resident memory of this process (the engine's weights and KV cache
 included) after the longest prefill, and, where the test-only native module is importable
 (``TRT_SPEC_TESTING_DIR``), the target forward's cost for 1 to 16 rows at context 600 (what a
@@ -17,7 +20,7 @@ verify pass of k + 1 rows costs against one step).
 The prompt is real text: HumanEval prompts joined and tokenized, cut to N tokens.
 
     python benchmarks/bench_prefill.py --engine pair_8k.engine --target T.gguf --draft D.gguf \
-        [--lengths 512,2048,4096] [--threads 2] [--tag q4]
+        [--lengths 512,2048,4096] [--threads 2] [--reps 1] [--tag q4]
 
 The engine needs max_seq_len > the longest N (``trt-spec build ... --max-seq-len 8192``).
 Writes ``benchmarks/results/prefill_<tag>.json`` and ``.md`` (also printed).
@@ -29,6 +32,7 @@ import argparse
 import json
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import time
@@ -67,11 +71,16 @@ def ours(eng: Engine, ids: list[int]) -> dict[str, float]:
     }
 
 
-def llama_bench(gguf: str, lengths: list[int], threads: int) -> dict[int, float]:
-    """llama-bench's prompt tokens/s for each length (one repetition each: long runs)."""
+def median_of(runs: list[dict[str, float]]) -> dict[str, float]:
+    """Each figure's median over the rounds."""
+    return {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+
+
+def llama_bench(gguf: str, lengths: list[int], threads: int, reps: int) -> dict[int, float]:
+    """llama-bench's prompt tokens/s for each length (its mean over `reps` repetitions)."""
     binary = find_binary("llama-bench")
     env = dict(os.environ, LD_LIBRARY_PATH=str(binary.parent))
-    cmd = [str(binary), "-m", gguf, "-t", str(threads), "-n", "0", "-r", "1", "-o", "json"]
+    cmd = [str(binary), "-m", gguf, "-t", str(threads), "-n", "0", "-r", str(reps), "-o", "json"]
     cmd += ["-p", ",".join(str(n) for n in lengths)]
     out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True).stdout
     rows = json.loads(out[out.index("[") :])
@@ -95,7 +104,9 @@ def render(rep: dict[str, Any]) -> str:
         "",
         f"{cpu}, {st['threads']} threads, commit {env.get('git_commit')}; engine {st['engine']} "
         f"(max_seq_len {st['max_seq_len']}); prompts: HumanEval prompts joined, cut to N tokens; "
-        f"llama.cpp `llama-bench -p N -n 0 -r 1`; load at start {env.get('loadavg_start')}.",
+        f"llama.cpp `llama-bench -p N -n 0 -r {st.get('reps', 1)}`; each trt-spec figure the "
+        f"median of {st.get('reps', 1)} round(s) over the lengths; load at start "
+        f"{env.get('loadavg_start')}.",
         "",
         "| N | trt-spec target TTFT s | tok/s | llama.cpp target tok/s | ratio | "
         "trt-spec pair tok/s (TTFT s) | llama.cpp pair tok/s | ratio |",
@@ -141,6 +152,7 @@ def main() -> int:
     ap.add_argument("--draft", help="the draft GGUF (llama-bench)")
     ap.add_argument("--lengths", default="512,2048,4096")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--reps", type=int, default=1, help="measurements per figure (median)")
     ap.add_argument("--no-llama", action="store_true")
     ap.add_argument("--tag", default="q4")
     args = ap.parse_args()
@@ -148,7 +160,12 @@ def main() -> int:
     rep: dict[str, Any] = {
         "tag": args.tag,
         "environment": environment(args.threads),
-        "settings": {"threads": args.threads, "engine": args.engine, "lengths": lengths},
+        "settings": {
+            "threads": args.threads,
+            "engine": args.engine,
+            "lengths": lengths,
+            "reps": args.reps,
+        },
         "runs": [],
     }
     eng = Engine(args.engine, device="cpu", n_threads=args.threads)
@@ -156,16 +173,18 @@ def main() -> int:
     if max(lengths) >= eng.max_seq_len:
         raise SystemExit(f"--lengths: the engine holds {eng.max_seq_len} positions")
     eng.generate(prompt_ids(eng, 64), max_new_tokens=2, draft="model", ignore_eos=True)  # warm-up
-    for n in lengths:
-        t0 = time.perf_counter()
-        r = {"n": n, **ours(eng, prompt_ids(eng, n))}
-        print(f"trt-spec N={n}: {r} ({time.perf_counter() - t0:.0f} s)", flush=True)
-        rep["runs"].append(r)
+    rounds: dict[int, list[dict[str, float]]] = {n: [] for n in lengths}
+    for _ in range(max(1, args.reps)):  # rounds over the lengths: drifts hit every length alike
+        for n in lengths:
+            t0 = time.perf_counter()
+            rounds[n].append(ours(eng, prompt_ids(eng, n)))
+            print(f"trt-spec N={n}: {rounds[n][-1]} ({time.perf_counter() - t0:.0f} s)", flush=True)
+    rep["runs"] = [{"n": n, **median_of(rounds[n]), "rounds": rounds[n]} for n in lengths]
     rep["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     del eng
     if not args.no_llama and args.target and args.draft:
-        lt = llama_bench(args.target, lengths, args.threads)
-        ld = llama_bench(args.draft, lengths, args.threads)
+        lt = llama_bench(args.target, lengths, args.threads, max(1, args.reps))
+        ld = llama_bench(args.draft, lengths, args.threads, max(1, args.reps))
         print(f"llama-bench target {lt} draft {ld}", flush=True)
         for r in rep["runs"]:
             n = r["n"]

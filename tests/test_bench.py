@@ -428,7 +428,7 @@ def test_prefill_report_ratios() -> None:
     rep = {
         "tag": "t",
         "environment": {"cpu": "X", "git_commit": "abc", "loadavg_start": 0.5},
-        "settings": {"threads": 2, "engine": "e", "max_seq_len": 8192},
+        "settings": {"threads": 2, "engine": "e", "max_seq_len": 8192, "reps": 3},
         "runs": [
             {
                 "n": 512,
@@ -448,6 +448,9 @@ def test_prefill_report_ratios() -> None:
     assert "| 4096 | 10.00 | 41.0 | - | - |" in md
     assert "at 4096 / at 512: 0.80 (goal >= 0.85)" in md
     assert "5: 100 ms (2.00)" in md and "3000 MB" in md
+    assert "`llama-bench -p N -n 0 -r 3`" in md and "median of 3 round(s)" in md
+    rounds = [{"a": 3.0, "b": 1.0}, {"a": 1.0, "b": 5.0}, {"a": 2.0, "b": 4.0}]
+    assert mod.median_of(rounds) == {"a": 2.0, "b": 4.0}
 
 
 def test_parsers_and_configs() -> None:
