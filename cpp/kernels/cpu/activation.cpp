@@ -3,7 +3,7 @@
 
 #include <immintrin.h>
 
-#include "kernels/cpu/exp8_avx2.h"
+#include "kernels/cpu/vec_f32.h"
 
 namespace trt_spec::cpu {
 namespace {

@@ -1,6 +1,6 @@
 // activation.h: the CPU SwiGLU activation of the MLP, out = silu(gate) * up, 8 columns at a time.
 //
-// silu(g) = g / (1 + e^-g), with e^x from exp8_avx2.h (the attention softmax's, within 2 ulp of
+// silu(g) = g / (1 + e^-g), with e^x from vec_f32.h (the attention softmax's, within 2 ulp of
 // expf) and an IEEE division. Every value goes through the same lane-wise operations (the last
 // partial vector of a row is padded, not computed by a scalar path), so a row's bits depend only
 // on its values: decode, verify and prefill rows stay bit-identical. Needs AVX2 + FMA (the file

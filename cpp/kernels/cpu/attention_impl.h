@@ -34,7 +34,7 @@
 #include <stdexcept>
 
 #include "kernels/cpu/attention.h"
-#include "kernels/cpu/exp8_avx2.h"
+#include "kernels/cpu/vec_f32.h"
 
 namespace trt_spec::cpu {
 namespace {
@@ -107,147 +107,91 @@ void transpose_tile(const float* k, int kt, int hd, float* kt_out) {
   }
 }
 
-// S[j][0, KT) = q_j . Kt[:, t] for NQ queries (unscaled).
-template <int NQ>
+// S[j][0, KT) = q_j . Kt[:, t] for NQ queries (unscaled), KT / X::W vectors of keys per query.
+template <class X, int NQ>
 void scores_tile(const float* const* q, const float* kt, int hd, float* const* s) {
-  __m256 acc[NQ][4];
+  constexpr int NC = KT / X::W;
+  typename X::V acc[NQ][NC];
 #pragma GCC unroll 8
   for (int j = 0; j < NQ; ++j)
 #pragma GCC unroll 4
-    for (int c = 0; c < 4; ++c) acc[j][c] = _mm256_setzero_ps();
+    for (int c = 0; c < NC; ++c) acc[j][c] = X::zero();
   for (int d = 0; d < hd; ++d) {
-    const float* kr = kt + d * KT;
-    const __m256 k0 = _mm256_loadu_ps(kr), k1 = _mm256_loadu_ps(kr + 8),
-                 k2 = _mm256_loadu_ps(kr + 16), k3 = _mm256_loadu_ps(kr + 24);
+    typename X::V k[NC];
+#pragma GCC unroll 4
+    for (int c = 0; c < NC; ++c) k[c] = X::load(kt + d * KT + X::W * c);
 #pragma GCC unroll 8
     for (int j = 0; j < NQ; ++j) {
-      const __m256 b = _mm256_broadcast_ss(q[j] + d);
-      acc[j][0] = _mm256_fmadd_ps(b, k0, acc[j][0]);
-      acc[j][1] = _mm256_fmadd_ps(b, k1, acc[j][1]);
-      acc[j][2] = _mm256_fmadd_ps(b, k2, acc[j][2]);
-      acc[j][3] = _mm256_fmadd_ps(b, k3, acc[j][3]);
+      const typename X::V b = X::bcast(q[j] + d);
+#pragma GCC unroll 4
+      for (int c = 0; c < NC; ++c) acc[j][c] = X::fma(b, k[c], acc[j][c]);
     }
   }
 #pragma GCC unroll 8
   for (int j = 0; j < NQ; ++j)
 #pragma GCC unroll 4
-    for (int c = 0; c < 4; ++c) _mm256_storeu_ps(s[j] + 8 * c, acc[j][c]);
+    for (int c = 0; c < NC; ++c) X::store(s[j] + X::W * c, acc[j][c]);
 }
 
-// o_j[d0, d0 + 8 ND) = o_j * alpha_j + sum_{t < kt} p_j[t] v[t] for NQ queries, t ascending.
-template <int NQ, int ND>
+// o_j[d0, d0 + W ND) = o_j * alpha_j + sum_{t < kt} p_j[t] v[t] for NQ queries, t ascending.
+template <class X, int NQ, int ND>
 void pv_chunk(const float* const* p, const float* v, int kt, int hd, int d0, float* const* o,
               const float* alpha) {
-  __m256 acc[NQ][ND];
-#pragma GCC unroll 8
-  for (int j = 0; j < NQ; ++j)
-#pragma GCC unroll 2
-    for (int c = 0; c < ND; ++c)
-      acc[j][c] = _mm256_mul_ps(_mm256_loadu_ps(o[j] + d0 + 8 * c), _mm256_set1_ps(alpha[j]));
-  for (int t = 0; t < kt; ++t) {
-    __m256 vv[ND];
-#pragma GCC unroll 2
-    for (int c = 0; c < ND; ++c) vv[c] = _mm256_loadu_ps(v + t * hd + d0 + 8 * c);
-#pragma GCC unroll 8
-    for (int j = 0; j < NQ; ++j) {
-      const __m256 b = _mm256_broadcast_ss(p[j] + t);
-#pragma GCC unroll 2
-      for (int c = 0; c < ND; ++c) acc[j][c] = _mm256_fmadd_ps(b, vv[c], acc[j][c]);
-    }
-  }
-#pragma GCC unroll 8
-  for (int j = 0; j < NQ; ++j)
-#pragma GCC unroll 2
-    for (int c = 0; c < ND; ++c) _mm256_storeu_ps(o[j] + d0 + 8 * c, acc[j][c]);
-}
-
-#if defined(__AVX512F__)
-// The 512-bit tiles: the same chains per lane as scores_tile / pv_chunk above.
-// S[j][0, KT) = q_j . Kt[:, t] for NQ queries (unscaled), 2 vectors of 16 keys per query.
-template <int NQ>
-void scores_tile512(const float* const* q, const float* kt, int hd, float* const* s) {
-  __m512 acc[NQ][2];
-#pragma GCC unroll 8
-  for (int j = 0; j < NQ; ++j) acc[j][0] = acc[j][1] = _mm512_setzero_ps();
-  for (int d = 0; d < hd; ++d) {
-    const float* kr = kt + d * KT;
-    const __m512 k0 = _mm512_loadu_ps(kr), k1 = _mm512_loadu_ps(kr + 16);
-#pragma GCC unroll 8
-    for (int j = 0; j < NQ; ++j) {
-      const __m512 b = _mm512_set1_ps(q[j][d]);
-      acc[j][0] = _mm512_fmadd_ps(b, k0, acc[j][0]);
-      acc[j][1] = _mm512_fmadd_ps(b, k1, acc[j][1]);
-    }
-  }
-#pragma GCC unroll 8
-  for (int j = 0; j < NQ; ++j) {
-    _mm512_storeu_ps(s[j], acc[j][0]);
-    _mm512_storeu_ps(s[j] + 16, acc[j][1]);
-  }
-}
-
-// o_j[d0, d0 + 16 ND) = o_j * alpha_j + sum_{t < kt} p_j[t] v[t] for NQ queries, t ascending.
-template <int NQ, int ND>
-void pv_chunk512(const float* const* p, const float* v, int kt, int hd, int d0, float* const* o,
-                 const float* alpha) {
-  __m512 acc[NQ][ND];
+  typename X::V acc[NQ][ND];
 #pragma GCC unroll 8
   for (int j = 0; j < NQ; ++j)
 #pragma GCC unroll 4
     for (int c = 0; c < ND; ++c)
-      acc[j][c] = _mm512_mul_ps(_mm512_loadu_ps(o[j] + d0 + 16 * c), _mm512_set1_ps(alpha[j]));
+      acc[j][c] = X::mul(X::load(o[j] + d0 + X::W * c), X::set1(alpha[j]));
   for (int t = 0; t < kt; ++t) {
-    __m512 vv[ND];
+    typename X::V vv[ND];
 #pragma GCC unroll 4
-    for (int c = 0; c < ND; ++c) vv[c] = _mm512_loadu_ps(v + t * hd + d0 + 16 * c);
+    for (int c = 0; c < ND; ++c) vv[c] = X::load(v + t * hd + d0 + X::W * c);
 #pragma GCC unroll 8
     for (int j = 0; j < NQ; ++j) {
-      const __m512 b = _mm512_set1_ps(p[j][t]);
+      const typename X::V b = X::bcast(p[j] + t);
 #pragma GCC unroll 4
-      for (int c = 0; c < ND; ++c) acc[j][c] = _mm512_fmadd_ps(b, vv[c], acc[j][c]);
+      for (int c = 0; c < ND; ++c) acc[j][c] = X::fma(b, vv[c], acc[j][c]);
     }
   }
 #pragma GCC unroll 8
   for (int j = 0; j < NQ; ++j)
 #pragma GCC unroll 4
-    for (int c = 0; c < ND; ++c) _mm512_storeu_ps(o[j] + d0 + 16 * c, acc[j][c]);
+    for (int c = 0; c < ND; ++c) X::store(o[j] + d0 + X::W * c, acc[j][c]);
 }
-#endif
 
 template <int NQ>
 void pv_tile(const float* const* p, const float* v, int kt, int hd, float* const* o,
              const float* alpha) {
   int d0 = 0;
 #if defined(__AVX512F__)
-  for (; d0 + 64 <= hd; d0 += 64) pv_chunk512<NQ, 4>(p, v, kt, hd, d0, o, alpha);
-  for (; d0 + 16 <= hd; d0 += 16) pv_chunk512<NQ, 1>(p, v, kt, hd, d0, o, alpha);
+  for (; d0 + 64 <= hd; d0 += 64) pv_chunk<VecF32x16, NQ, 4>(p, v, kt, hd, d0, o, alpha);
+  for (; d0 + 16 <= hd; d0 += 16) pv_chunk<VecF32x16, NQ, 1>(p, v, kt, hd, d0, o, alpha);
 #endif
-  for (; d0 + 16 <= hd; d0 += 16) pv_chunk<NQ, 2>(p, v, kt, hd, d0, o, alpha);
-  if (d0 < hd) pv_chunk<NQ, 1>(p, v, kt, hd, d0, o, alpha);
+  for (; d0 + 16 <= hd; d0 += 16) pv_chunk<VecF32x8, NQ, 2>(p, v, kt, hd, d0, o, alpha);
+  if (d0 < hd) pv_chunk<VecF32x8, NQ, 1>(p, v, kt, hd, d0, o, alpha);
 }
 
+// Queries per scores register tile: 6 x 2 accumulators of 16 keys, or 3 x 4 of 8.
 #if defined(__AVX512F__)
-constexpr int kScoreQueries = 6;  // queries per scores register tile
-void scores_any(int nq, const float* const* q, const float* kt, int hd, float* const* s) {
-  switch (nq) {
-    case 1: return scores_tile512<1>(q, kt, hd, s);
-    case 2: return scores_tile512<2>(q, kt, hd, s);
-    case 3: return scores_tile512<3>(q, kt, hd, s);
-    case 4: return scores_tile512<4>(q, kt, hd, s);
-    case 5: return scores_tile512<5>(q, kt, hd, s);
-    default: return scores_tile512<6>(q, kt, hd, s);
-  }
-}
+using ScoreVec = VecF32x16;
+constexpr int kScoreQueries = 6;
 #else
+using ScoreVec = VecF32x8;
 constexpr int kScoreQueries = 3;
+#endif
 void scores_any(int nq, const float* const* q, const float* kt, int hd, float* const* s) {
   switch (nq) {
-    case 1: return scores_tile<1>(q, kt, hd, s);
-    case 2: return scores_tile<2>(q, kt, hd, s);
-    default: return scores_tile<3>(q, kt, hd, s);
+    case 1: return scores_tile<ScoreVec, 1>(q, kt, hd, s);
+    case 2: return scores_tile<ScoreVec, 2>(q, kt, hd, s);
+#if defined(__AVX512F__)
+    case 3: return scores_tile<ScoreVec, 3>(q, kt, hd, s);
+    case 4: return scores_tile<ScoreVec, 4>(q, kt, hd, s);
+    case 5: return scores_tile<ScoreVec, 5>(q, kt, hd, s);
+#endif
+    default: return scores_tile<ScoreVec, kScoreQueries>(q, kt, hd, s);
   }
 }
-#endif
 
 void pv_any(int nq, const float* const* p, const float* v, int kt, int hd, float* const* o,
             const float* alpha) {
@@ -262,27 +206,6 @@ void pv_any(int nq, const float* const* p, const float* v, int kt, int hd, float
 }
 
 #if defined(__AVX512F__)
-// exp8 (exp8_avx2.h) on 16 lanes: the same operations per lane, so the same bits.
-inline __m512 exp16(__m512 x) {
-  const __m512 xc = _mm512_min_ps(x, _mm512_set1_ps(88.3762626647949f));
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), xc);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 y = _mm512_set1_ps(1.9875691500e-4f);
-  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.3981999507e-3f));
-  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(8.3334519073e-3f));
-  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(4.1665795894e-2f));
-  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.6666665459e-1f));
-  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(5.0000001201e-1f));
-  y = _mm512_fmadd_ps(y, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-  const __m512i e =
-      _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
-  const __m512 v = _mm512_mul_ps(y, _mm512_castsi512_ps(e));
-  return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.33654f), _CMP_LT_OQ), v,
-                              _mm512_setzero_ps());
-}
-
 inline __m256 lo256(__m512 v) {
   return _mm512_castps512_ps256(v);
 }
@@ -303,7 +226,8 @@ inline void softmax512(float* s, uint32_t mask, float scale, float& m, float& l,
   const float tile_max = _mm512_reduce_max_ps(_mm512_max_ps(s0, s1));
   const float m_new = tile_max > m ? tile_max : m;
   const __m512 mn = _mm512_set1_ps(m_new);
-  const __m512 p0 = exp16(_mm512_sub_ps(s0, mn)), p1 = exp16(_mm512_sub_ps(s1, mn));
+  const __m512 p0 = exp_lanes<VecF32x16>(_mm512_sub_ps(s0, mn));
+  const __m512 p1 = exp_lanes<VecF32x16>(_mm512_sub_ps(s1, mn));
   _mm512_storeu_ps(s, p0);
   _mm512_storeu_ps(s + 16, p1);
   const __m256 sum =
