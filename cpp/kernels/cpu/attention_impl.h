@@ -10,13 +10,14 @@
 //      6 queries), summed over head_dim in ascending order; S = scale * S, entries outside the
 //      row's set -> -inf;
 //   3. per query: m' = max(m, max S), alpha = exp(m - m'), p = exp(S - m'), l = l alpha + sum p
-//      (AVX-512: 16 lanes, softmax512);
+//      (softmax_tile; AVX-512: 16 lanes);
 //   4. o = o alpha + sum_t p_t v_t, 6 queries x 16 output columns per register tile (AVX-512:
 //      x 64 columns), t ascending.
-// Every lane of steps 2 and 4 is one query and one key (2) or one output column (4) with its
-// own chain of FMAs, and step 3 is lane-wise up to its max (exact in any order) and its sum
-// (kept in the 256-bit order): the 512-bit code runs the same operations per value as the
-// 256-bit one, so both builds give the same bits (test_attention_cpu.py compares them).
+// Steps 2-4 are written once over the vector type (vec_f32.h). Every lane of steps 2 and 4 is
+// one query and one key (2) or one output column (4) with its own chain of FMAs, and step 3 is
+// lane-wise up to its max (exact in any order) and its sum (kept in 8-lane order): the 512-bit
+// build runs the same operations per value as the 256-bit one, so both give the same bits
+// (test_attention_cpu.py compares them).
 // A query is active in a tile when its row's len reaches into the tile; every operation on a
 // query is the same whichever other queries share its register tiles (they only share loads), so
 // the result does not depend on the block (see attention.h). m starts at -FLT_MAX, not -inf, so a
@@ -172,24 +173,25 @@ void pv_tile(const float* const* p, const float* v, int kt, int hd, float* const
   if (d0 < hd) pv_chunk<VecF32x8, NQ, 1>(p, v, kt, hd, d0, o, alpha);
 }
 
-// Queries per scores register tile: 6 x 2 accumulators of 16 keys, or 3 x 4 of 8.
+// The build's widest vector (score tiles, the softmax), and the queries per scores register
+// tile: 6 x 2 accumulators of 16 keys, or 3 x 4 of 8.
 #if defined(__AVX512F__)
-using ScoreVec = VecF32x16;
+using WideVec = VecF32x16;
 constexpr int kScoreQueries = 6;
 #else
-using ScoreVec = VecF32x8;
+using WideVec = VecF32x8;
 constexpr int kScoreQueries = 3;
 #endif
 void scores_any(int nq, const float* const* q, const float* kt, int hd, float* const* s) {
   switch (nq) {
-    case 1: return scores_tile<ScoreVec, 1>(q, kt, hd, s);
-    case 2: return scores_tile<ScoreVec, 2>(q, kt, hd, s);
+    case 1: return scores_tile<WideVec, 1>(q, kt, hd, s);
+    case 2: return scores_tile<WideVec, 2>(q, kt, hd, s);
 #if defined(__AVX512F__)
-    case 3: return scores_tile<ScoreVec, 3>(q, kt, hd, s);
-    case 4: return scores_tile<ScoreVec, 4>(q, kt, hd, s);
-    case 5: return scores_tile<ScoreVec, 5>(q, kt, hd, s);
+    case 3: return scores_tile<WideVec, 3>(q, kt, hd, s);
+    case 4: return scores_tile<WideVec, 4>(q, kt, hd, s);
+    case 5: return scores_tile<WideVec, 5>(q, kt, hd, s);
 #endif
-    default: return scores_tile<ScoreVec, kScoreQueries>(q, kt, hd, s);
+    default: return scores_tile<WideVec, kScoreQueries>(q, kt, hd, s);
   }
 }
 
@@ -205,38 +207,34 @@ void pv_any(int nq, const float* const* p, const float* v, int kt, int hd, float
   }
 }
 
-#if defined(__AVX512F__)
-inline __m256 lo256(__m512 v) {
-  return _mm512_castps512_ps256(v);
-}
-inline __m256 hi256(__m512 v) {
-  return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
-}
-
-// Step 3 for one query on 16 lanes: s [KT] (its scores, unscaled) -> p, with m, l and its
-// alpha updated. The same values in the same order as the 256-bit code of the tile below: the
-// scaled and masked scores, their max (exact in any order), p = exp(s - m'), and l's sum of p
-// as ((p[0..8) + p[8..16)) + p[16..24)) + p[24..32) per lane, then hsum8.
-inline void softmax512(float* s, uint32_t mask, float scale, float& m, float& l, float& alpha) {
-  const __m512 neg_inf = _mm512_set1_ps(-INFINITY), sc = _mm512_set1_ps(scale);
-  const __m512 s0 = _mm512_mask_blend_ps(static_cast<__mmask16>(mask & 0xffffu), neg_inf,
-                                         _mm512_mul_ps(_mm512_loadu_ps(s), sc));
-  const __m512 s1 = _mm512_mask_blend_ps(static_cast<__mmask16>(mask >> 16), neg_inf,
-                                         _mm512_mul_ps(_mm512_loadu_ps(s + 16), sc));
-  const float tile_max = _mm512_reduce_max_ps(_mm512_max_ps(s0, s1));
+// Step 3 for one query: s [KT] (its scores, unscaled) -> p = exp(scale s - m') where its mask
+// bit is set (0 elsewhere), with m, l and its alpha updated. Lane-wise at any width, except the
+// max (exact in any order) and l's sum of p, which X::add8 keeps in 8-lane order
+// (((p[0..8) + p[8..16)) + p[16..24)) + p[24..32), then hsum8): the same bits from both builds.
+template <class X>
+inline void softmax_tile(float* s, uint32_t mask, float scale, float& m, float& l, float& alpha) {
+  constexpr int NC = KT / X::W;
+  using V = typename X::V;
+  const V neg_inf = X::set1(-INFINITY), sc = X::set1(scale);
+  V sv[NC];
+  V mx = neg_inf;
+  for (int c = 0; c < NC; ++c) {
+    sv[c] = X::select(mask >> (X::W * c), X::mul(X::load(s + X::W * c), sc), neg_inf);
+    mx = X::max(mx, sv[c]);
+  }
+  const float tile_max = hmax8(X::max8(mx));
   const float m_new = tile_max > m ? tile_max : m;
-  const __m512 mn = _mm512_set1_ps(m_new);
-  const __m512 p0 = exp_lanes<VecF32x16>(_mm512_sub_ps(s0, mn));
-  const __m512 p1 = exp_lanes<VecF32x16>(_mm512_sub_ps(s1, mn));
-  _mm512_storeu_ps(s, p0);
-  _mm512_storeu_ps(s + 16, p1);
-  const __m256 sum =
-      _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(lo256(p0), hi256(p0)), lo256(p1)), hi256(p1));
+  const V mn = X::set1(m_new);
+  __m256 sum = _mm256_setzero_ps();
+  for (int c = 0; c < NC; ++c) {
+    const V p = exp_lanes<X>(X::sub(sv[c], mn));
+    X::store(s + X::W * c, p);
+    sum = X::add8(sum, p);
+  }
   alpha = exp1(m - m_new);
   l = __builtin_fmaf(l, alpha, hsum8(sum));
   m = m_new;
 }
-#endif
 
 // A row's entries in LOGICAL order: entry t < tree_base is cache entry t; entry tree_base + j is
 // the j-th set bit of tree_bits (a node's ancestors in depth order, then itself), i.e. where the
@@ -334,10 +332,6 @@ void run_slice(const AttentionArgs& a, int r0, int r1, int g, int h0, int h1) {
   const int64_t eb = kv_type_bytes(a.kv_type);
   const uint8_t* kb = static_cast<const uint8_t*>(a.k[r0]) + g * a.kv_head_stride * eb;
   const uint8_t* vb = static_cast<const uint8_t*>(a.v[r0]) + g * a.kv_head_stride * eb;
-#if !defined(__AVX512F__)
-  const __m256i lane_bit = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
-  const __m256 neg_inf = _mm256_set1_ps(-INFINITY), scale = _mm256_set1_ps(a.scale);
-#endif
   // One key tile (Kt transposed, vt [kt, hd]) for the active queries act[0, n_act).
   auto tile = [&](const int* act, const uint32_t* mask, int n_act, const float* kt_tile,
                   const float* vt, int kt) {
@@ -353,35 +347,8 @@ void run_slice(const AttentionArgs& a, int r0, int r1, int g, int h0, int h1) {
     for (int x = 0; x < n_act; x += kScoreQueries)
       scores_any(n_act - x < kScoreQueries ? n_act - x : kScoreQueries, qa + x, kt_tile, hd,
                  sa + x);
-    for (int x = 0; x < n_act; ++x) {  // scale, mask, online softmax update
-      const int j = act[x];
-#if defined(__AVX512F__)
-      softmax512(sa[x], mask[x], a.scale, m[j], l[j], aa[x]);
-#else
-      __m256 sv[4];
-      __m256 mx = neg_inf;
-      for (int c = 0; c < 4; ++c) {
-        const __m256i bits = _mm256_set1_epi32(static_cast<int>((mask[x] >> (8 * c)) & 0xffu));
-        const __m256 valid =
-            _mm256_castsi256_ps(_mm256_cmpeq_epi32(_mm256_and_si256(bits, lane_bit), lane_bit));
-        sv[c] =
-            _mm256_blendv_ps(neg_inf, _mm256_mul_ps(_mm256_loadu_ps(sa[x] + 8 * c), scale), valid);
-        mx = _mm256_max_ps(mx, sv[c]);
-      }
-      const float tile_max = hmax8(mx);
-      const float m_new = tile_max > m[j] ? tile_max : m[j];
-      const __m256 mn = _mm256_set1_ps(m_new);
-      __m256 sum = _mm256_setzero_ps();
-      for (int c = 0; c < 4; ++c) {
-        const __m256 p = exp8(_mm256_sub_ps(sv[c], mn));
-        _mm256_storeu_ps(sa[x] + 8 * c, p);
-        sum = _mm256_add_ps(sum, p);
-      }
-      aa[x] = exp1(m[j] - m_new);
-      l[j] = __builtin_fmaf(l[j], aa[x], hsum8(sum));
-      m[j] = m_new;
-#endif
-    }
+    for (int x = 0; x < n_act; ++x)  // scale, mask, online softmax update
+      softmax_tile<WideVec>(sa[x], mask[x], a.scale, m[act[x]], l[act[x]], aa[x]);
     const float* pa[kMaxQueries];
     for (int x = 0; x < n_act; ++x) pa[x] = sa[x];
     for (int x = 0; x < n_act; x += 6)

@@ -9,6 +9,8 @@
 
 #include <immintrin.h>
 
+#include <cstdint>
+
 namespace trt_spec::cpu {
 namespace {
 
@@ -25,8 +27,19 @@ struct VecF32x8 {
   static V sub(V a, V b) { return _mm256_sub_ps(a, b); }
   static V mul(V a, V b) { return _mm256_mul_ps(a, b); }
   static V min(V a, V b) { return _mm256_min_ps(a, b); }
+  static V max(V a, V b) { return _mm256_max_ps(a, b); }
   static V fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
   static V fnma(V a, V b, V c) { return _mm256_fnmadd_ps(a, b, c); }  // c - a b
+  // Lane i: v where bit i of bits is set, else other.
+  static V select(uint32_t bits, V v, V other) {
+    const __m256i lane_bit = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+    const __m256i b = _mm256_set1_epi32(static_cast<int>(bits & 0xffu));
+    return _mm256_blendv_ps(
+        other, v, _mm256_castsi256_ps(_mm256_cmpeq_epi32(_mm256_and_si256(b, lane_bit), lane_bit)));
+  }
+  // Reductions kept in 8-lane order: acc + v, and v itself (the max of v's lanes is max8's).
+  static __m256 add8(__m256 acc, V v) { return _mm256_add_ps(acc, v); }
+  static __m256 max8(V v) { return v; }
   static V round(V a) { return _mm256_round_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
   // 2^n for integral n in range: the exponent field n + 127.
   static V pow2(V n) {
@@ -54,8 +67,17 @@ struct VecF32x16 {
   static V sub(V a, V b) { return _mm512_sub_ps(a, b); }
   static V mul(V a, V b) { return _mm512_mul_ps(a, b); }
   static V min(V a, V b) { return _mm512_min_ps(a, b); }
+  static V max(V a, V b) { return _mm512_max_ps(a, b); }
   static V fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
   static V fnma(V a, V b, V c) { return _mm512_fnmadd_ps(a, b, c); }
+  static V select(uint32_t bits, V v, V other) {
+    return _mm512_mask_blend_ps(static_cast<__mmask16>(bits & 0xffffu), other, v);
+  }
+  // (acc + lanes 0-7) + lanes 8-15: the sums of two 8-lane vectors in a row.
+  static __m256 add8(__m256 acc, V v) { return _mm256_add_ps(_mm256_add_ps(acc, lo(v)), hi(v)); }
+  static __m256 max8(V v) { return _mm256_max_ps(lo(v), hi(v)); }
+  static __m256 lo(V v) { return _mm512_castps512_ps256(v); }
+  static __m256 hi(V v) { return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)); }
   static V round(V a) {
     return _mm512_roundscale_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   }
