@@ -156,6 +156,7 @@ def main() -> int:
     ap.add_argument("--no-llama", action="store_true")
     ap.add_argument("--tag", default="q4")
     args = ap.parse_args()
+    args.reps = max(1, args.reps)
     lengths = [int(x) for x in args.lengths.split(",")]
     rep: dict[str, Any] = {
         "tag": args.tag,
@@ -174,7 +175,7 @@ def main() -> int:
         raise SystemExit(f"--lengths: the engine holds {eng.max_seq_len} positions")
     eng.generate(prompt_ids(eng, 64), max_new_tokens=2, draft="model", ignore_eos=True)  # warm-up
     rounds: dict[int, list[dict[str, float]]] = {n: [] for n in lengths}
-    for _ in range(max(1, args.reps)):  # rounds over the lengths: drifts hit every length alike
+    for _ in range(args.reps):  # rounds over the lengths: drifts hit every length alike
         for n in lengths:
             t0 = time.perf_counter()
             rounds[n].append(ours(eng, prompt_ids(eng, n)))
@@ -183,8 +184,8 @@ def main() -> int:
     rep["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     del eng
     if not args.no_llama and args.target and args.draft:
-        lt = llama_bench(args.target, lengths, args.threads, max(1, args.reps))
-        ld = llama_bench(args.draft, lengths, args.threads, max(1, args.reps))
+        lt = llama_bench(args.target, lengths, args.threads, args.reps)
+        ld = llama_bench(args.draft, lengths, args.threads, args.reps)
         print(f"llama-bench target {lt} draft {ld}", flush=True)
         for r in rep["runs"]:
             n = r["n"]
