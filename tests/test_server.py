@@ -239,28 +239,6 @@ def test_32_concurrent_streams_equal_their_offline_outputs(server: Server, offli
     assert got == wants
 
 
-def test_disconnect_mid_stream_frees_the_slot(server: Server, offline: Engine) -> None:
-    prompt = _long_prompt(offline, 200)
-    before = server.metric("trt_spec:request_cancelled_total")
-    body = {"model": MODEL, "prompt": prompt, "max_tokens": 200, "temperature": 0, "stream": True}
-    with httpx.stream(
-        "POST", server.url + "/v1/completions", content=json.dumps(body), timeout=60
-    ) as r:
-        lines = r.iter_lines()
-        got = [next(lines) for _ in range(3)]  # a couple of chunks, then hang up
-    assert any(g.startswith("data: ") for g in got)
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        if (
-            server.metric("trt_spec:request_cancelled_total") == before + 1
-            and server.metric("trt_spec:num_requests_running") == 0
-        ):
-            break
-        time.sleep(0.05)
-    assert server.metric("trt_spec:request_cancelled_total") == before + 1
-    assert server.metric("trt_spec:num_requests_running") == 0
-
-
 BAD = [
     ("malformed json", "{not json", 400, None),
     ("not an object", "[1, 2]", 400, None),
@@ -315,7 +293,7 @@ def test_rss_is_flat_over_500_requests(server: Server) -> None:
     assert rss1 < rss0 * 1.02, f"RSS grew from {rss0 / 2**20:.1f} to {rss1 / 2**20:.1f} MiB"
 
 
-# ---- a server with one slot, no queue and an API key: 429, 401, then the SIGTERM drain -----------
+# ---- a server with one slot, no queue and an API key: 401, 429, a disconnect, SIGTERM drain ----
 @pytest.fixture(scope="module")
 def small(tiny) -> Iterator[tuple[Server, Engine]]:
     # a wider model than the module's, so that a 480-token answer takes about a second
@@ -360,6 +338,36 @@ def test_beyond_the_queue_is_429_with_retry_after(small) -> None:
             break
         time.sleep(0.1)
     assert ok is not None and ok.status_code == 200
+
+
+def test_disconnect_mid_stream_frees_the_slot(small) -> None:
+    # On the small server: its 480-token answer takes long enough that the hang-up lands
+    # mid-generation (the module's tiny model can finish 200 tokens before the client has read
+    # three lines, and a finished request has nothing to cancel). One slot and no queue, so the
+    # next request is admitted only once the slot is free.
+    s, offline = small
+    auth = {"Authorization": "Bearer sekrit"}
+    prompt = _long_prompt(offline, LONG)
+    before = s.metric("trt_spec:request_cancelled_total")
+    body = {"model": MODEL, "prompt": prompt, "max_tokens": LONG, "temperature": 0, "stream": True}
+    with httpx.stream(
+        "POST", s.url + "/v1/completions", content=json.dumps(body), headers=auth, timeout=60
+    ) as r:
+        lines = r.iter_lines()
+        got = [next(lines) for _ in range(3)]  # a couple of chunks, then hang up
+    assert any(g.startswith("data: ") for g in got)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if (
+            s.metric("trt_spec:request_cancelled_total") == before + 1
+            and s.metric("trt_spec:num_requests_running") == 0
+        ):
+            break
+        time.sleep(0.05)
+    assert s.metric("trt_spec:request_cancelled_total") == before + 1
+    assert s.metric("trt_spec:num_requests_running") == 0
+    ok = s.post("/v1/completions", {"model": MODEL, "prompt": "a", "max_tokens": 2}, headers=auth)
+    assert ok.status_code == 200
 
 
 def test_sigterm_drains_running_requests_and_exits_0(small) -> None:
