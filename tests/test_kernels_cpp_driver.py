@@ -19,6 +19,7 @@ KERNELS = REPO / "cpp" / "kernels" / "cpu"
 ISA_FLAGS = {
     "quantize.cpp": [],
     "matmul_dispatch.cpp": [],
+    "repack_lanes.cpp": [],
     "matmul_avx2.cpp": ["-mavx2", "-mfma", "-mf16c"],
     "activation.cpp": ["-mavx2", "-mfma", "-mf16c"],
     "matmul_avx512.cpp": [

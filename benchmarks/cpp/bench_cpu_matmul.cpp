@@ -6,9 +6,9 @@
 // time) next to the streaming-read and memcpy GB/s measured in the same run. Weights rotate over
 // enough copies (>= 256 MiB) to miss the caches, as in a real forward pass (--hot: one copy, to see
 // the kernels' in-cache speed); activations are quantized outside the timed loop (Q8/Q4), and Q8/Q4
-// codes are repacked to the lane layout as the CPU backend does at load (repack_lanes.h). GB/s is
-// from the median time, "best" from the fastest run (the machine may be shared), "%read" compares
-// the median with the streaming read.
+// codes are repacked to each ISA's lane layout as the CPU backend does at load (repack_lanes.h).
+// GB/s is from the median time, "best" from the fastest run (the machine may be shared), "%read"
+// compares the median with the streaming read.
 //
 // Build (from the repo root; the ISA files need their flags, see cpp/kernels/cpu/CMakeLists.txt):
 //   g++ -std=c++17 -O3 -Icpp -c cpp/kernels/cpu/quantize.cpp cpp/kernels/cpu/matmul_dispatch.cpp
@@ -181,19 +181,19 @@ int main(int argc, char** argv) {
         std::vector<float> wf(s.rows * s.cols);
         for (auto& v : wf) v = nd(rng);
         quantize_weight(wf.data(), s.rows, s.cols, t, w.p);
-        const WeightView natural{t, s.rows, s.cols, w.p};
-        if (lanes_apply(natural)) {  // what the CPU backend runs
-          AlignedBuf packed(bytes);
-          repack_lanes(natural, packed.p);
-          std::memcpy(w.p, packed.p, bytes);
-        }
-        for (int c = 1; c < copies; ++c) std::memcpy(w.p + c * bytes, w.p, bytes);
       }
+      AlignedBuf natural(bytes);  // copy 0 in the file's layout, repacked per ISA below
+      std::memcpy(natural.p, w.p, bytes);
       std::vector<float> x(max_m * s.cols);
       for (auto& v : x) v = nd(rng) * 50;
       std::vector<float> y(max_m * s.rows);
       for (const std::string& isa : supported_isas()) {
         const MatmulKernels& k = *matmul_kernels_for(isa.c_str());
+        const WeightView nat{t, s.rows, s.cols, natural.p};
+        const bool packed = lanes_apply(nat);  // what the CPU backend runs: this ISA's layout
+        if (packed) repack_lanes(nat, w.p, k.lanes);
+        if (!packed) std::memcpy(w.p, natural.p, bytes);
+        for (int c = 1; c < copies; ++c) std::memcpy(w.p + c * bytes, w.p, bytes);
         AlignedBuf qbuf(quant_acts_bytes(max_m, static_cast<int>(s.cols)));
         const QuantActs qa = quant_acts_view(qbuf.p, max_m, static_cast<int>(s.cols));
         if (weight_type_needs_groups(t)) k.quantize_acts(x.data(), 0, max_m, qa);
@@ -202,7 +202,7 @@ int main(int argc, char** argv) {
             const double target = quick ? 0.1 : 0.25;
             auto run = [&](int th, int i) {
               WeightView v{t, s.rows, s.cols, w.p + (i % copies) * bytes};
-              v.lanes = lanes_apply(v);
+              if (packed) v.layout = k.lanes;
               const int64_t r0 = s.rows * th / threads, r1 = s.rows * (th + 1) / threads;
               if (weight_type_needs_groups(t)) {
                 k.matmul_quant(v, qa, M, y.data(), s.rows, r0, r1);

@@ -158,13 +158,13 @@ NB_MODULE(_trt_spec_testing, m) {
         const int M = static_cast<int>(x.shape(0));
         auto aligned = aligned_copy(blob);
         WeightView w{t, rows, cols, aligned.get()};
-        if (lanes) {  // the CPU backend's repacked copy (kernels/cpu/repack_lanes.h)
+        if (lanes) {  // the CPU backend's repacked copy, in this ISA's layout (repack_lanes.h)
           if (!cpu::lanes_apply(w)) throw InvalidArgument("lanes: a Q8 / Q4 weight only");
           auto packed = aligned_copy(blob);
-          cpu::repack_lanes(w, packed.get());
+          cpu::repack_lanes(w, packed.get(), k->lanes);
           aligned = std::move(packed);
           w.data = aligned.get();
-          w.lanes = true;
+          w.layout = k->lanes;
         }
         std::vector<float> y(static_cast<size_t>(M) * rows, 0.0f);
         {

@@ -83,6 +83,11 @@ inline size_t weight_blob_bytes(WeightType t, int64_t rows, int64_t cols) {
   return weight_section_offset(t, rows, cols, weight_section_count(t));
 }
 
+// How a Q8 / Q4 weight's codes (section 0) are ordered: as in the file, or in the lane layout of
+// one CPU matmul tile (kernels/cpu/repack_lanes.h): 128-column chunks (the AVX2 tile) or
+// 512-column chunks (the AVX-512 tile).
+enum class CodeLayout : uint8_t { Natural = 0, Lanes128 = 1, Lanes512 = 2 };
+
 // A view of one weight matrix in memory (engine mmap or backend buffer). The runtime fills
 // it from the engine file; kernels take it by value.
 struct WeightView {
@@ -90,9 +95,9 @@ struct WeightView {
   int64_t rows = 0;
   int64_t cols = 0;
   const uint8_t* data = nullptr;  // blob start, kSectionAlign-aligned
-  // Q8 / Q4 codes in the CPU matmul's lane layout (kernels/cpu/repack_lanes.h: the CPU backend
-  // repacks the weights its matmul reads); false: the natural layout above, as in the file.
-  bool lanes = false;
+  // Q8 / Q4 codes: the natural layout above, as in the file, or one of the CPU matmul tiles' lane
+  // layouts (kernels/cpu/repack_lanes.h: the CPU backend repacks the weights its matmul reads).
+  CodeLayout layout = CodeLayout::Natural;
 
   const void* section(int s) const { return data + weight_section_offset(type, rows, cols, s); }
 };

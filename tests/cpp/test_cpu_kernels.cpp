@@ -28,6 +28,7 @@
 #include "kernels/cpu/activation.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/quantize.h"
+#include "kernels/cpu/repack_lanes.h"
 
 using namespace trt_spec;
 using namespace trt_spec::cpu;
@@ -220,11 +221,17 @@ void test_quantize(WeightType t, int64_t rows, int64_t cols) {
   }
 }
 
-// Where column c of a row of quantized activations is stored: the lane layout of
-// kernels/cpu/matmul_quant_impl.h (128-column chunks of 4 vectors [A_k B_k C_k D_k | A_k+4 ..],
-// a 64-column tail of 2 vectors [A_k B_k A_k+1 B_k+1 | A_k+4 B_k+4 A_k+5 B_k+5]; word k of a group
-// is its columns 4k..4k+3).
-size_t lane_pos(int cols, int c) {
+// Where column c of a row of quantized activations is stored, in a table's lane layout (word k
+// of a group is its columns 4k..4k+3):
+//   Lanes128 (kernels/cpu/matmul_quant_impl.h): 128-column chunks of 4 vectors
+//     [A_k B_k C_k D_k | A_k+4 ..], a 64-column tail of 2 vectors [A_k B_k A_k+1 B_k+1 | ..];
+//   Lanes512 (kernels/cpu/matmul_quant512_impl.h): 512-column chunks of 8 vectors
+//     [g0_k g1_k .. g15_k], the last chunk's vectors holding only its ng groups.
+size_t lane_pos(CodeLayout layout, int cols, int c) {
+  if (layout == CodeLayout::Lanes512) {
+    const int chunk = c / 512 * 512, ng = std::min(16, (cols - chunk) / 32);
+    return chunk + (c % 32 / 4) * 4 * ng + (c - chunk) / 32 * 4 + c % 4;
+  }
   const int chunk = c / 128 * 128, g = (c - chunk) / 32, k = c % 32 / 4, half = k / 4;
   if (chunk + 128 <= cols) return chunk + k % 4 * 32 + half * 16 + g * 4 + c % 4;
   const int kk = k % 4;
@@ -232,8 +239,8 @@ size_t lane_pos(int cols, int c) {
 }
 
 // Scalar reference of quantize_acts (q in the lane layout).
-void ref_quant_acts(const float* x, int M, int cols, std::vector<int8_t>& q, std::vector<float>& d,
-                    std::vector<float>& ds) {
+void ref_quant_acts(CodeLayout layout, const float* x, int M, int cols, std::vector<int8_t>& q,
+                    std::vector<float>& d, std::vector<float>& ds) {
   const int groups = cols / 32;
   q.assign(static_cast<size_t>(M) * cols, 0);
   d.assign(static_cast<size_t>(M) * groups, 0);
@@ -247,7 +254,8 @@ void ref_quant_acts(const float* x, int M, int cols, std::vector<int8_t>& q, std
       int sum = 0;
       for (int i = 0; i < 32; ++i) {
         const int v = static_cast<int>(std::nearbyint(p[i] * id));
-        q[static_cast<size_t>(m) * cols + lane_pos(cols, g * 32 + i)] = static_cast<int8_t>(v);
+        q[static_cast<size_t>(m) * cols + lane_pos(layout, cols, g * 32 + i)] =
+            static_cast<int8_t>(v);
         sum += v;
       }
       d[m * groups + g] = dd;
@@ -287,7 +295,7 @@ void test_matmul(const MatmulKernels& k, WeightType t, int64_t rows, int64_t col
     const QuantActs qa = quant_acts_view(qb.p, M, static_cast<int>(cols));
     std::vector<int8_t> rq;
     std::vector<float> rd, rds;
-    ref_quant_acts(x.data(), M, static_cast<int>(cols), rq, rd, rds);
+    ref_quant_acts(k.lanes, x.data(), M, static_cast<int>(cols), rq, rd, rds);
     k.quantize_acts(x.data(), 0, M, qa);
     const size_t ng = static_cast<size_t>(M) * cols / 32;
     check(std::memcmp(qa.q, rq.data(), rq.size()) == 0 &&
@@ -295,9 +303,31 @@ void test_matmul(const MatmulKernels& k, WeightType t, int64_t rows, int64_t col
               std::memcmp(qa.ds, rds.data(), ng * 4) == 0,
           std::string("quantize_acts exact ") + name);
     for (size_t i = 0; i < xr.size(); ++i)
-      xr[i] = rd[i / 32] * rq[i / cols * cols + lane_pos(static_cast<int>(cols), i % cols)];
+      xr[i] =
+          rd[i / 32] * rq[i / cols * cols + lane_pos(k.lanes, static_cast<int>(cols), i % cols)];
     dx = rd;
     k.matmul_quant(v, qa, M, y.data(), rows, r0, r1);
+    if (lanes_apply(v)) {  // the CPU backend's repacked copy: the same bits; another ISA's: refused
+      Aligned pb(blob.size());
+      for (CodeLayout layout : {CodeLayout::Lanes128, CodeLayout::Lanes512}) {
+        repack_lanes(v, static_cast<uint8_t*>(pb.p), layout);
+        WeightView pv = v;
+        pv.data = static_cast<const uint8_t*>(pb.p);
+        pv.layout = layout;
+        std::vector<float> yp(y.size(), kSentinel);
+        bool threw = false;
+        try {
+          k.matmul_quant(pv, qa, M, yp.data(), rows, r0, r1);
+        } catch (const std::invalid_argument&) {
+          threw = true;
+        }
+        if (layout == k.lanes)
+          check(!threw && std::memcmp(yp.data(), y.data(), y.size() * 4) == 0,
+                std::string("repacked weights give the same bits ") + name);
+        else
+          check(threw, std::string("another ISA's layout is refused ") + name);
+      }
+    }
   } else {
     k.matmul_float(v, x.data(), M, y.data(), rows, r0, r1);
   }

@@ -124,8 +124,9 @@ cpu::QuantActs CpuBackend::quant_scratch(int n, int cols) {
 }
 
 WeightView CpuBackend::import_matmul_weight(const WeightView& host) {
-  // TRT_SPEC_CPU_LANES=0 keeps the file's layout (the matmul then interleaves each chunk as it
-  // goes): for comparing the two in one run; the results are the same bits.
+  // Into the lane layout of the kernel table in use (MatmulKernels::lanes). TRT_SPEC_CPU_LANES=0
+  // keeps the file's layout (the matmul then reorders each chunk as it goes): for comparing the
+  // two in one run; the results are the same bits.
   static const bool lanes = [] {
     const char* env = std::getenv("TRT_SPEC_CPU_LANES");
     return !(env && std::string(env) == "0");
@@ -137,10 +138,11 @@ WeightView CpuBackend::import_matmul_weight(const WeightView& host) {
       std::free);
   if (!blob)
     throw Error("out of host memory repacking a weight of " + std::to_string(bytes) + " bytes");
-  cpu::repack_lanes(host, blob.get());
+  const CodeLayout layout = kernels_.lanes;
+  cpu::repack_lanes(host, blob.get(), layout);
   WeightView w = host;
   w.data = blob.get();
-  w.lanes = true;
+  w.layout = layout;
   repacked_.push_back(std::move(blob));
   return w;
 }

@@ -25,8 +25,8 @@ namespace trt_spec::cpu {
 
 // Activations quantized for Q8/Q4 weights: row m, group g of 32 columns.
 struct QuantActs {
-  int8_t* q = nullptr;  // [M, cols]       q = round(x / d), in [-127, 127], each row's 128-column
-                        //                 chunks in the kernels' lane order (matmul_quant_impl.h)
+  int8_t* q = nullptr;  // [M, cols]       q = round(x / d), in [-127, 127], each row's chunks in
+                        //                 its table's lane order (MatmulKernels::lanes)
   float* d = nullptr;   // [M, cols / 32]  scale: x ~= d * q, d = max|x| / 127
   float* ds = nullptr;  // [M, cols / 32]  d * sum(q in group)
   int M = 0;
@@ -41,13 +41,18 @@ QuantActs quant_acts_view(void* buf, int M, int cols);
 
 struct MatmulKernels {
   const char* isa;  // "avx2" or "avx512"
+  // The lane layout of this table's quantized activations and of the Q8 / Q4 weights its
+  // matmul_quant reads fastest (repack_lanes.h): Lanes128 (AVX2) or Lanes512 (AVX-512).
+  CodeLayout lanes;
   // Quantize rows [m0, m1) of x [M, cols] (f32) into out (symmetric int8 per group of 32).
   void (*quantize_acts)(const float* x, int m0, int m1, QuantActs out);
   // For F32/F16/BF16 weights: y[m*ldy + r] = sum_c W(r,c) * x[m*cols + c], r in [r0,r1), m in
   // [0,M). Any cols.
   void (*matmul_float)(WeightView w, const float* x, int M, float* y, int64_t ldy, int64_t r0,
                        int64_t r1);
-  // For Q8/Q4 weights (cols % 64 == 0), same output, activations pre-quantized (x.M >= M).
+  // For Q8/Q4 weights (cols % 64 == 0), same output, activations pre-quantized (x.M >= M) by this
+  // table's quantize_acts. Codes in the natural layout or in `lanes` (the same bits either way);
+  // std::invalid_argument for another table's layout.
   void (*matmul_quant)(WeightView w, const QuantActs& x, int M, float* y, int64_t ldy, int64_t r0,
                        int64_t r1);
 };

@@ -106,6 +106,7 @@ struct Isa {
 
 namespace trt_spec::cpu {
 
-const MatmulKernels kMatmulKernelsAvx2 = {"avx2", &quantize_acts, &matmul_float, &matmul_quant};
+const MatmulKernels kMatmulKernelsAvx2 = {"avx2", CodeLayout::Lanes128, &quantize_acts,
+                                          &matmul_float, &matmul_quant};
 
 }  // namespace trt_spec::cpu

@@ -74,6 +74,7 @@ struct Isa {
 
 namespace trt_spec::cpu {
 
-const MatmulKernels kMatmulKernelsAvx512 = {"avx512", &quantize_acts, &matmul_float, &matmul_quant};
+const MatmulKernels kMatmulKernelsAvx512 = {"avx512", CodeLayout::Lanes512, &quantize_acts,
+                                            &matmul_float, &matmul_quant};
 
 }  // namespace trt_spec::cpu

@@ -16,6 +16,11 @@
 //
 // Per group of 8 (256 columns) the tile also adds the offset term o_w * ds (Q4: o_w = m; Q8 with
 // unsigned codes on AVX-512: o_w = -128 d_w), ds = d_x * sum(q_x) per group.
+//
+// That is the AVX2 unit's layout and tile. The AVX-512 unit stores activations and reads weights
+// in 512-column chunks of 8 vectors [g0_k .. g15_k] instead, one group per 32-bit lane, with its
+// own quantize_acts and tile (matmul_quant512_impl.h); the two units share quantize_group and the
+// walk (matmul_quant_t), with column blocks of whole chunks (kQuantColStep).
 #pragma once
 
 constexpr int64_t kQuantL1Bytes = 20 * 1024;   // one m tile's activations in a column block
@@ -77,6 +82,7 @@ inline __m256i quantize_group(const float* p, float* d_out, float* ds_out) {
   return _mm256_permutevar8x32_epi32(p8, perm);
 }
 
+#if !defined(__AVX512VNNI__)  // (the AVX-512 unit stores its own layout: matmul_quant512_impl.h)
 void quantize_acts(const float* x, int m0, int m1, QuantActs out) {
   const int cols = out.cols, groups = cols / kQuantGroup;
   for (int m = m0; m < m1; ++m) {
@@ -101,6 +107,7 @@ void quantize_acts(const float* x, int m0, int m1, QuantActs out) {
     }
   }
 }
+#endif
 
 // ------------------------------------------------------------------------------------------
 // Quantized weights (Q8 / Q4).
@@ -176,6 +183,9 @@ template <WeightType T, bool Lanes>
 using QuantTileIsa = QuantTile512<T, Lanes>;  // the AVX-512 translation unit
 constexpr int kQuantMaxMt = 12;               // activation rows per tile (32 vector registers)
 #else
+constexpr int64_t kQuantColStep = 256;  // column blocks are whole blocks of 8 groups
+constexpr CodeLayout kQuantLanes = CodeLayout::Lanes128;
+
 template <WeightType T, bool Lanes>
 struct QuantTile {
   static constexpr bool kOffsets = kQuantOffsets<T>;
@@ -317,17 +327,21 @@ void matmul_quant_t(WeightView w, const QuantActs& x, int M, float* y, int64_t l
                     w.cols,
                     y,
                     ldy};
-  // Column blocks of whole 256-column blocks (the offset term's step); activation row blocks
-  // whose quantized rows (cols bytes + 8 bytes per group) fit kQuantL2Bytes.
+  if (w.layout != CodeLayout::Natural && w.layout != kQuantLanes)
+    throw std::invalid_argument("matmul_quant: codes repacked for another ISA's tile");
+  const bool lanes = w.layout == kQuantLanes;
+  // Column blocks of whole chunks (kQuantColStep); activation row blocks whose quantized rows
+  // (cols bytes + 8 bytes per group) fit kQuantL2Bytes.
   constexpr TilePolicy tiles = kQuantTiles<T>;
   const int mt = imin(M, tiles.big_mt);
-  const int64_t kc = imax<int64_t>(256, kQuantL1Bytes / mt / 256 * 256);
+  const int64_t kc =
+      imax<int64_t>(kQuantColStep, kQuantL1Bytes / mt / kQuantColStep * kQuantColStep);
   const int mb =
       static_cast<int>(imax<int64_t>(tiles.big_mt, kQuantL2Bytes / (w.cols + w.cols / 4) / 8 * 8));
   drive(tiles, M, r0, r1, w.cols, kc, mb,
         [&](int MT, int64_t ra, int64_t rb, int m, int64_t c0, int64_t c1, const Spill& sp) {
-          (w.lanes ? quant_tile_fn<T, true, Fn>(MT) : quant_tile_fn<T, false, Fn>(MT))(a, ra, rb, m,
-                                                                                       c0, c1, sp);
+          (lanes ? quant_tile_fn<T, true, Fn>(MT) : quant_tile_fn<T, false, Fn>(MT))(a, ra, rb, m,
+                                                                                     c0, c1, sp);
         });
 }
 
