@@ -480,6 +480,12 @@ def test_prompt_files(tmp_path: Path) -> None:
     assert prompts[0].prompt == "a\nb" and prompts[1].prompt == "c"
     assert prompts[2].is_chat and prompts[2].prediction == "x = 1" and prompts[2].task == "edit"
     assert load_prompts(str(jsonl), 1)[0] == prompts[:1]
+    assert load_prompts(str(jsonl), 5, skip=1)[0] == prompts[1:]
+    assert load_prompts(str(jsonl), 1, skip=2)[0] == prompts[2:]
+    for skip, message in ((3, "holds 3 prompts"), (-1, "must be >= 0")):
+        with pytest.raises(ValueError, match="--skip") as e:
+            load_prompts(str(jsonl), 1, skip=skip)
+        assert message in str(e.value)
     (tmp_path / "q.json").write_text(json.dumps(rows))
     assert [p.id for p in load_prompts(str(tmp_path / "q.json"), 9)[0]] == [
         "q.json:0",

@@ -133,7 +133,7 @@ def _one_or_each(values: list[Any]) -> Any:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     opts = parse_options(args, tuple(PEERS))
-    prompts, source = load_prompts(args.prompts, args.n)
+    prompts, source = load_prompts(args.prompts, args.n, args.skip)
     infos = [inspect_engine(p, opts, prompts) for p in args.engine]
     notes: list[str] = []
     peers = opts.peers
@@ -172,6 +172,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             "prompt_ids": [p.id for p in prompts],
             "prompts": described,
             "n_prompts": len(prompts),
+            "skipped_prompts": args.skip,
             "use_prediction": args.use_prediction,
             "max_new_tokens": args.max_new_tokens,
             "temperatures": args.temperatures,
@@ -218,6 +219,12 @@ def add_parser(sub: Any) -> None:
         "objects with optional 'prediction', 'id', 'task') or a text file (one per line)",
     )
     b.add_argument("--n", type=int, default=50, help="number of prompts (default 50)")
+    b.add_argument(
+        "--skip",
+        type=int,
+        default=0,
+        help="leave out the first SKIP prompts (default 0): e.g. a held-out part of a set",
+    )
     b.add_argument("--max-new-tokens", type=int, default=128)
     b.add_argument("--temperatures", default="0,0.7", help="comma list (default 0,0.7)")
     b.add_argument(

@@ -122,14 +122,19 @@ def read_prompt_file(path: Path) -> list[Prompt]:
     return prompts
 
 
-def load_prompts(spec: str, n: int) -> tuple[list[Prompt], str]:
-    """(the first ``n`` prompts, their source): ``humaneval`` or a prompt file."""
+def load_prompts(spec: str, n: int, skip: int = 0) -> tuple[list[Prompt], str]:
+    """(``n`` prompts after the first ``skip``, their source): ``humaneval`` or a prompt file.
+    ``skip`` picks prompts a tuning run did not see (held-out)."""
     if n < 1:
         raise ValueError(f"--n must be >= 1, got {n}")
+    if skip < 0:
+        raise ValueError(f"--skip must be >= 0, got {skip}")
     if spec == "humaneval":
         from trt_spec import models
 
-        rows = models.humaneval_prompts(n)
+        rows = models.humaneval_prompts(skip + n)[skip:]
+        if not rows:
+            raise ValueError(f"--skip {skip}: HumanEval has no prompts after it")
         return [Prompt(r["task_id"], r["prompt"], task="humaneval") for r in rows], "HumanEval"
     path = Path(spec).expanduser()
     if not path.is_file():
@@ -137,4 +142,6 @@ def load_prompts(spec: str, n: int) -> tuple[list[Prompt], str]:
     prompts = read_prompt_file(path)
     if not prompts:
         raise ValueError(f"--prompts: no prompts in {path}")
-    return prompts[:n], str(path)
+    if skip >= len(prompts):
+        raise ValueError(f"--skip {skip}: {path} holds {len(prompts)} prompts")
+    return prompts[skip : skip + n], str(path)
