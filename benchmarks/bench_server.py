@@ -30,6 +30,7 @@ import json
 import os
 import queue
 import socket
+import statistics
 import subprocess
 import sys
 import threading
@@ -173,6 +174,24 @@ def sweep(name: str, url: str, bodies: list[dict[str, Any]], cs: list[int]) -> l
     return runs
 
 
+def combine(rounds: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """One runner's sweeps over several rounds -> one sweep: each figure the median of its
+    rounds (the host drifts between runners; alternating them in rounds spreads the drift over
+    all of them), errors of every round, the first round's texts, every round's tokens/s."""
+    out = []
+    for runs in zip(*rounds, strict=True):
+        r0 = runs[0]
+        merged = dict(r0)
+        for k, v in r0.items():
+            if isinstance(v, (int, float)) and k != "concurrency":
+                merged[k] = statistics.median(r[k] for r in runs)
+        merged["errors"] = [e for r in runs for e in r["errors"]]
+        merged["rounds_tokens_per_s"] = [r["tokens_per_s"] for r in runs]
+        merged["texts_stable"] = all(r["texts"] == r0["texts"] for r in runs)
+        out.append(merged)
+    return out
+
+
 def markdown(report: dict[str, Any]) -> str:
     env = report["environment"]
     s = report["settings"]
@@ -187,6 +206,11 @@ def markdown(report: dict[str, Any]) -> str:
         "| runner | C | tok/s | TTFT p50 | p95 | p99 | ITL p50 | p95 | p99 | TPOT p50 | errors |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
+    by_round = any(len(r.get("rounds_tokens_per_s", ())) > 1 for rs in report["runs"].values()
+                   for r in rs)  # fmt: skip
+    if by_round:
+        lines[-2] += " tok/s by round |"
+        lines[-1] += "---|"
     for name, runs in report["runs"].items():
         for r in runs:
             lines.append(
@@ -195,6 +219,8 @@ def markdown(report: dict[str, Any]) -> str:
                 f"{r['itl_p50_ms']:.0f} | {r['itl_p95_ms']:.0f} | {r['itl_p99_ms']:.0f} | "
                 f"{r['tpot_p50_ms']:.0f} | {len(r['errors'])} |"
             )
+            if by_round:
+                lines[-1] += " " + ", ".join(f"{x:.2f}" for x in r["rounds_tokens_per_s"]) + " |"
     lines += ["", "Times in ms. " + "; ".join(report["notes"]), ""]
     return "\n".join(lines)
 
@@ -232,6 +258,10 @@ def goals(report: dict[str, Any]) -> list[str]:
             out.append(
                 f"greedy texts of {ref} equal to {other}'s at {same} of {len(cs)} concurrencies"
             )
+    for name in ("trt-spec spec", "trt-spec target"):
+        unstable = [c for c, r in runs.get(name, {}).items() if not r.get("texts_stable", True)]
+        if unstable:
+            out.append(f"GREEDY TEXTS OF {name} DIFFER BETWEEN ROUNDS at C={unstable}")
     return out
 
 
@@ -272,6 +302,26 @@ def render(report: dict[str, Any], stem: Path) -> str:
     return md
 
 
+def _serve_trt(args: argparse.Namespace) -> ServerProcess:
+    port = _free_port()
+    cmd = [sys.executable, "-m", "trt_spec.cli", "serve", args.engine, "--port", str(port)]
+    cmd += ["--threads", str(args.threads), "--served-model-name", "m", "--log-level", "warning"]
+    return ServerProcess(cmd, port, "trt-spec")
+
+
+def _serve_llama(
+    args: argparse.Namespace, binary: Path, name: str, draft: str | None, par: int
+) -> ServerProcess:
+    port = _free_port()
+    cmd = [str(binary), "-m", args.target, "--port", str(port), "-t", str(args.threads)]
+    cmd += ["-c", str(args.ctx * par), "-np", str(par), "--no-webui", "-tb", str(args.threads)]
+    if draft:
+        cmd += ["--model-draft", draft, "-td", str(args.threads)]
+        if args.draft_max is not None:
+            cmd += ["--spec-draft-n-max", str(args.draft_max)]
+    return ServerProcess(cmd, port, name, dict(os.environ, LD_LIBRARY_PATH=str(binary.parent)))
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--engine", required=True, help="a pair engine built with --max-batch >= C")
@@ -287,8 +337,16 @@ def main(argv: list[str] | None = None) -> int:
         "--draft-max", type=int, default=None, help="llama-server --spec-draft-n-max (its default)"
     )
     p.add_argument("--no-llama", action="store_true")
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="every runner R times, alternating (each figure the median of its rounds)",
+    )
     p.add_argument("--tag", default=time.strftime("%Y%m%d"))
     args = p.parse_args(argv)
+    if args.rounds < 1:
+        p.error("--rounds must be >= 1")
     cs = [int(c) for c in args.concurrency.split(",")]
     prompts, source = load_prompts(args.prompts, args.n_prompts)
     texts = [pr.prompt for pr in prompts if isinstance(pr.prompt, str)]
@@ -313,57 +371,46 @@ def main(argv: list[str] | None = None) -> int:
             "max_tokens": args.max_tokens,
             "ctx": args.ctx,
             "engine": str(args.engine),
+            "rounds": args.rounds,
         },
         "runs": {},
         "notes": [
             "ITL: gaps between streamed chunks (a speculative chunk may hold several tokens)",
             "TPOT: (last - first token) / (tokens - 1)",
-            "runners one after another, each server alone on the machine",
+            "runners one after another, each server alone on the machine; with rounds > 1 the"
+            " runners alternate round by round and each figure is the median of its rounds",
             "llama-server with cache_prompt false (no reuse of a previous run's prompt KV)",
         ],
     }
-    port = _free_port()
-    cmd = [sys.executable, "-m", "trt_spec.cli", "serve", args.engine, "--port", str(port)]
-    cmd += ["--threads", str(args.threads), "--served-model-name", "m", "--log-level", "warning"]
-    srv = ServerProcess(cmd, port, "trt-spec")
-    try:
-        for name, extra in (("trt-spec spec", {"draft": "auto"}), ("trt-spec target", {})):
-            if not extra:
-                extra = {"draft": "none"}
-            bodies = [{"model": "m", "prompt": t, **base, **extra} for t in texts]
-            report["runs"][name] = sweep(name, srv.url, bodies, cs)
-    finally:
-        srv.stop()
+    runners = [("trt-spec spec", {"draft": "auto"}), ("trt-spec target", {"draft": "none"})]
+    binary = None
     if not args.no_llama and args.target:
         binary = find_binary("llama-server")
-        env = dict(os.environ, LD_LIBRARY_PATH=str(binary.parent))
         report["settings"]["llama_server"] = str(binary)
-        for name, draft in (("llama-server spec", args.draft), ("llama-server target", None)):
-            port = _free_port()
-            par = max(cs)
-            cmd = [str(binary), "-m", args.target, "--port", str(port), "-t", str(args.threads)]
-            cmd += [
-                "-c",
-                str(args.ctx * par),
-                "-np",
-                str(par),
-                "--no-webui",
-                "-tb",
-                str(args.threads),
-            ]
-            if draft:
-                cmd += ["--model-draft", draft, "-td", str(args.threads)]
-                if args.draft_max is not None:
-                    cmd += ["--spec-draft-n-max", str(args.draft_max)]
-            srv = ServerProcess(cmd, port, name, env)
+        runners += [("llama-server spec", args.draft), ("llama-server target", None)]
+    rounds: dict[str, list[list[dict]]] = {name: [] for name, _ in runners}
+    for i in range(args.rounds):
+        if args.rounds > 1:
+            print(f"round {i + 1} of {args.rounds}", file=sys.stderr)
+        # Our two runners share one server (the request's `draft` picks the mode).
+        srv = _serve_trt(args)
+        try:
+            for name, extra in runners[:2]:
+                bodies = [{"model": "m", "prompt": t, **base, **extra} for t in texts]
+                rounds[name].append(sweep(name, srv.url, bodies, cs))
+        finally:
+            srv.stop()
+        for name, draft in runners[2:]:
+            srv = _serve_llama(args, binary, name, draft, max(cs))
             try:
                 # cache_prompt off: the same prompts come back at every concurrency, and
                 # llama-server would reuse their KV from the previous run (trt-spec has no
                 # prefix cache)
                 bodies = [{"model": "m", "prompt": t, **base, "cache_prompt": False} for t in texts]
-                report["runs"][name] = sweep(name, srv.url, bodies, cs)
+                rounds[name].append(sweep(name, srv.url, bodies, cs))
             finally:
                 srv.stop()
+    report["runs"] = {name: combine(rs) for name, rs in rounds.items()}
     md = render(report, RESULTS / f"server_{args.tag}")
     print(md)
     return 0

@@ -573,3 +573,27 @@ def test_server_benchmark_goals_from_a_report(tmp_path: Path) -> None:
     assert "target-only C=1: trt-spec 0.50x" in md
     assert "equal to trt-spec target's at 1 of 2 concurrencies" in md
     assert (tmp_path / "server_t.json").exists() and (tmp_path / "server_t.md").exists()
+    assert "by round" not in md
+
+
+def test_server_benchmark_rounds_take_medians() -> None:
+    """bench_server --rounds: each figure the median of its rounds, texts checked per round."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import bench_server
+
+    def run(c: int, tps: float, ttft: float, texts: list[str]) -> dict:
+        return {"concurrency": c, "tokens_per_s": tps, "ttft_p50_ms": ttft, "errors": [],
+                "texts": texts}  # fmt: skip
+
+    rounds = [
+        [run(1, 10.0, 100.0, ["a"]), run(4, 20.0, 300.0, ["a"])],
+        [run(1, 14.0, 90.0, ["a"]), run(4, 30.0, 200.0, ["a"])],
+        [run(1, 11.0, 500.0, ["a"]), run(4, 25.0, 250.0, ["b"])],
+    ]
+    rounds[1][0]["errors"] = ["boom"]
+    c1, c4 = bench_server.combine(rounds)
+    assert c1["concurrency"] == 1 and c1["tokens_per_s"] == 11.0 and c1["ttft_p50_ms"] == 100.0
+    assert c1["rounds_tokens_per_s"] == [10.0, 14.0, 11.0] and c1["errors"] == ["boom"]
+    assert c1["texts_stable"] and not c4["texts_stable"] and c4["tokens_per_s"] == 25.0
+    report = {"runs": {"trt-spec spec": [c1, c4]}}
+    assert any("DIFFER BETWEEN ROUNDS at C=[4]" in g for g in bench_server.goals(report))
