@@ -9,6 +9,13 @@
 #   bash benchmarks/run_gpu_checks.sh bench      # bench_gpu.py: trt-spec numbers
 #   bash benchmarks/run_gpu_checks.sh bench_hf   # bench_gpu.py: transformers, same report
 #   bash benchmarks/run_gpu_checks.sh all        # everything in one go
+#   bash benchmarks/run_gpu_checks.sh first      # the short first run for a 15-minute lease
+#
+# `first` fits one call of the device tool (10 minutes at most, of a lease that also pays the
+# machine's start): the build, whether the GPU answers, pytest -m gpu, one memcheck pass over
+# the op tests, and the trt-spec numbers without the 7B shape and transformers. Each part has
+# its own time limit, so a hang in one still leaves the others' logs; what it skips is for the
+# next lease (steps sanitize, bench with the 7B shape, bench_hf).
 #
 # Logs and results go to $OUT when it is set (else benchmarks/results/gpu_logs); bench results
 # also to benchmarks/results/. Extra arguments after the step go to bench_gpu.py (e.g.
@@ -31,6 +38,21 @@ run() {  # name, command...: runs it, keeps the log, records the exit code
   [[ $rc -eq 0 ]] || status=1
 }
 
+if [[ "$step" == first ]]; then
+  { nvidia-smi; nvcc --version; } > "$OUT/versions.txt" 2>&1 || true
+  run build timeout 240 env CMAKE_ARGS="-DTRT_SPEC_CUDA=ON" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
+    pip install --no-build-isolation -q .
+  run cuda_available env PYTHONPATH="$(ls -d build/cp3*)" python -c \
+    "import _trt_spec_testing as T; print(T.OpRunner('cuda').name); print(T.cuda_device_info(0))"
+  run pytest_gpu timeout 120 python -m pytest -m gpu -q -rs -p no:cacheprovider
+  run sanitizer timeout 60 compute-sanitizer --tool memcheck --error-exitcode 3 \
+    python -m pytest -m gpu -q -p no:cacheprovider -k "not real_shape and not 151936" \
+    tests/test_cuda_ops.py
+  run bench_engines timeout 45 python benchmarks/bench_gpu.py --part engines --skip-7b
+  run bench timeout 90 python benchmarks/bench_gpu.py --part trt --skip-7b --iters 20 \
+    --tag "${TAG:-$(date +%F)}" "$@"
+  cp benchmarks/results/gpu_"${TAG:-$(date +%F)}".* "$OUT/" 2>/dev/null || true
+fi
 if [[ "$step" == build || "$step" == all ]]; then
   # The toolkit must suit the driver (CUDA 13 needs driver >= 580; CUDA 12.x toolkits build this
   # code too): both versions go to the log.
