@@ -10,6 +10,7 @@
 #   bash benchmarks/run_gpu_checks.sh bench_hf   # bench_gpu.py: transformers, same report
 #   bash benchmarks/run_gpu_checks.sh all        # everything in one go
 #   bash benchmarks/run_gpu_checks.sh first      # the short first run for a 15-minute lease
+#   bash benchmarks/run_gpu_checks.sh recheck    # after fixes: build, pytest -m gpu, race/synccheck
 #
 # `first` fits one call of the device tool (10 minutes at most, of a lease that also pays the
 # machine's start): the build, whether the GPU answers, pytest -m gpu, one memcheck pass over
@@ -39,18 +40,32 @@ run() {  # name, command...: runs it, keeps the log, records the exit code
   [[ $rc -eq 0 ]] || status=1
 }
 
-if [[ "$step" == first ]]; then
+# The build, shared by the steps that start on a bare machine: versions to the log, the wheels
+# the GPU machine lacks (it has no internet: gguf travels in .whl, carried by the device call),
+# then the CUDA build (TRT_SPEC_CUDA=ON fails without nvcc; sm_90 only unless CUDA_ARCHS says),
+# installed without dependencies (`python -m pip`: the `pip` on PATH there belongs to another
+# Python), and whether the GPU answers: OpRunner("cuda") of the test module (built beside _core
+# in build/<tag>) raises with the reason (e.g. "CUDA driver version is insufficient").
+build_cuda() {  # time limit of the build in seconds
   { nvidia-smi; nvcc --version; python -c "import sys, torch; print(sys.version, torch.__version__)"; \
     echo "commit ${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}"; } \
     > "$OUT/versions.txt" 2>&1 || true
-  # The GPU machine has no internet: wheels it lacks (gguf) travel in .whl (carry it).
   if compgen -G ".whl/*.whl" > /dev/null; then
-    run wheels pip install -q --no-index --no-deps .whl/*.whl
+    run wheels python -m pip install -q --no-index --no-deps .whl/*.whl
   fi
-  run build timeout 240 env CMAKE_ARGS="-DTRT_SPEC_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=${CUDA_ARCHS:-90}" \
-    CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" pip install --no-build-isolation --no-deps --no-index -q .
+  run build timeout "$1" env CMAKE_ARGS="-DTRT_SPEC_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=${CUDA_ARCHS:-90}" \
+    CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" python -m pip install --no-build-isolation --no-deps \
+    --no-index -q .
   run cuda_available env PYTHONPATH="$(ls -d build/cp3*)" python -c \
     "import _trt_spec_testing as T; print(T.OpRunner('cuda').name); print(T.cuda_device_info(0))"
+}
+
+# The sampling and speculative-op tests that racecheck / synccheck / initcheck go over.
+SYNC_TESTS="sample_matches_cpu or (spec_accept and 4-1000-1000) or spec_lookup or verify_rows"
+SYNC_TESTS+=" or attention_tree or (test_attention and pos1)"
+
+if [[ "$step" == first ]]; then
+  build_cuda 240
   # Only the files that hold GPU tests are collected: a test file importing a package the GPU
   # machine lacks (fastapi) would stop the whole collection.
   run pytest_gpu timeout 150 python -m pytest -m gpu -q -rs -p no:cacheprovider \
@@ -63,16 +78,20 @@ if [[ "$step" == first ]]; then
     --tag "${TAG:-$(date +%F)}" "$@"
   cp benchmarks/results/gpu_"${TAG:-$(date +%F)}".* "$OUT/" 2>/dev/null || true
 fi
+# `recheck`: after fixes, on a bare machine with a few minutes left: the build, pytest -m gpu,
+# and racecheck / synccheck over the sampling and speculative-op tests (small vocabularies).
+if [[ "$step" == recheck ]]; then
+  build_cuda 150
+  run pytest_gpu timeout 110 python -m pytest -m gpu -q -rs -p no:cacheprovider \
+    -o faulthandler_timeout=100 "${GPU_TEST_FILES[@]}"
+  for tool in racecheck synccheck; do
+    run "sanitizer_$tool" timeout 45 compute-sanitizer --tool "$tool" --error-exitcode 3 \
+      python -m pytest -m gpu -q -p no:cacheprovider tests/test_cuda_ops.py \
+      -k "($SYNC_TESTS) and not 151936"
+  done
+fi
 if [[ "$step" == build || "$step" == all ]]; then
-  # The toolkit must suit the driver (CUDA 13 needs driver >= 580; CUDA 12.x toolkits build this
-  # code too): both versions go to the log.
-  { nvidia-smi; nvcc --version; } > "$OUT/versions.txt" 2>&1 || true
-  cat "$OUT/versions.txt"
-  run build env CMAKE_ARGS="-DTRT_SPEC_CUDA=ON" pip install --no-build-isolation -q .
-  # OpRunner("cuda") (the test module, built beside _core in build/<tag>) raises with the reason
-  # (e.g. "CUDA driver version is insufficient") if the GPU cannot be used.
-  run cuda_available env PYTHONPATH="$(ls -d build/cp3*)" python -c \
-    "import _trt_spec_testing as T; print(T.OpRunner('cuda').name); print(T.cuda_device_info(0))"
+  build_cuda 600
 fi
 if [[ "$step" == test || "$step" == all ]]; then
   run pytest_gpu python -m pytest -m gpu -q -rs -p no:cacheprovider "${GPU_TEST_FILES[@]}"
@@ -87,7 +106,7 @@ if [[ "$step" == sanitize || "$step" == all ]]; then
   for tool in racecheck synccheck initcheck; do
     run "sanitizer_$tool" compute-sanitizer --tool "$tool" --error-exitcode 3 \
       python -m pytest -m gpu -x -q -p no:cacheprovider tests/test_cuda_ops.py \
-      -k "sample_matches_cpu or (spec_accept and 4-1000-1000) or spec_lookup or verify_rows or attention_tree or (test_attention and pos1)"
+      -k "$SYNC_TESTS"
   done
 fi
 TAG="${TAG:-$(date +%F)}"

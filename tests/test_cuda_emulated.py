@@ -131,13 +131,19 @@ def test_rmsnorm_rope_swiglu(emu, cpu) -> None:
 SMS, MIN_CHUNK = I32(64), I32(128)
 
 
-def scratch(emu, rows: int, vocab: int, threads=T, min_chunk=MIN_CHUNK) -> np.ndarray:
-    chunks = emu.emu_sample_chunks(I32(vocab), SMS, threads, min_chunk)
-    return np.zeros(emu.emu_sample_scratch_bytes(I32(rows), I32(chunks)), np.uint8)
+def scratch(emu, rows: int, vocab: int = 0, threads=T, min_chunk=MIN_CHUNK) -> np.ndarray:
+    """Zeroed multi-block row scratch for `rows` rows (one fixed-size record per row, whatever
+    the vocabulary and chunks)."""
+    return np.zeros(emu.emu_sample_scratch_bytes(I32(rows)), np.uint8)
 
 
 def counters(emu, buf: np.ndarray, rows: int) -> np.ndarray:
-    return buf[: 4 * rows].view(np.uint32)
+    """The parts of the first `rows` records that must be zero between launches: each row's
+    arrival counter and rule-bin histogram (counts and masses), as bytes."""
+    size, count, bins, masses = (emu.emu_sample_scratch_layout(I32(i)) for i in range(4))
+    rec = buf[: rows * size].reshape(rows, size)
+    parts = [rec[:, count : count + 4], rec[:, bins : bins + 4 * 256]]
+    return np.concatenate([*parts, rec[:, masses : masses + 8 * 256]], axis=1)
 
 
 def emu_sample(emu, logits, st, slot=None, threads=T, min_chunk=MIN_CHUNK, buf=None):
@@ -216,6 +222,24 @@ def test_sample_chunking_and_replay(emu) -> None:
             assert not counters(emu, buf, n).any()
         if rule[0] > 0:
             assert first[1] < 5
+
+
+def test_sample_scratch_shared_across_shapes(emu, cpu) -> None:
+    """One scratch buffer serves launches of any shape, as the backend's does: many rows of one
+    chunk each, then a few rows of many chunks with top-k / top-p (the rule-bin histograms), then
+    many rows again. (Laid out by each launch's row count, a launch's row stats and partials lay
+    where the next launch read its histograms: wrong draws on an H100.)"""
+    rng = np.random.default_rng(21)
+    buf = scratch(emu, 40)
+    shapes = [(40, 100, 1 << 20), (3, 2000, 128), (7, 900, 64), (40, 100, 1 << 20), (3, 2000, 96)]
+    for trial, (n, V, mc) in enumerate(shapes):
+        logits = random_logits(rng, (n, V))
+        for rule in [RULES[2], RULES[3], RULES[4], RULES[5]]:
+            ps = [params(rule, seed=trial * 50 + i, step=i) for i in range(n)]
+            out, _ = emu_sample(emu, logits, states(ps), min_chunk=I32(mc), buf=buf)
+            want, _ = cpu.sample(logits, list(range(n)), ps)
+            assert list(out) == want, (n, V, mc, rule)
+            assert not counters(emu, buf, 40).any()
 
 
 def test_sample_many_seeds(emu) -> None:

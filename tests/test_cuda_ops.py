@@ -51,14 +51,17 @@ def test_linear_all_row_counts(cpu, gpu, wtype: str, rows: int, cols: int) -> No
         ref = x[:n].astype(np.float64) @ exact_w.T + bias
         got = gpu.linear(blob, wt(t), rows, cols, x[:n], bias)
         assert got.shape == (n, rows)
-        assert rel_err(got, ref) < 2e-5, (wtype, n)
+        # q8 / q4 quantize the activations to int8 per group of 32 (matmul.cuh, as the CPU).
+        assert rel_err(got, ref) < (2e-2 if wtype in ("q8", "q4") else 2e-5), (wtype, n)
         # A row's result does not depend on the rest of the batch (bitwise).
         np.testing.assert_array_equal(got[:1], one)
-        # The CPU backend quantizes activations to int8 for q8 / q4: only close to it there.
-        tol = 3e-2 if wtype in ("q8", "q4") else 1e-5
+        # Both backends quantize q8 / q4 activations alike; the float sums differ in order.
+        tol = 1e-2 if wtype in ("q8", "q4") else 1e-5
         assert rel_err(got, cpu.linear(blob, wt(t), rows, cols, x[:n], bias)) < tol
     nobias = gpu.linear(blob, wt(t), rows, cols, x[:3])
-    assert rel_err(nobias, x[:3].astype(np.float64) @ exact_w.T) < 2e-5
+    assert rel_err(nobias, x[:3].astype(np.float64) @ exact_w.T) < (
+        2e-2 if wtype in ("q8", "q4") else 2e-5
+    )
 
 
 @pytest.mark.parametrize("wtype", ["f32", "f16", "bf16"])

@@ -27,7 +27,8 @@ Iteration::Iteration(Backend& be, Model& target, Model* draft, int max_batch, in
   if (static_cast<int>(rows) > target.limits().max_rows ||
       (draft && 2 * max_batch > draft->limits().max_rows))
     throw InvalidArgument("speculative iteration: the models' row budget is too small");
-  ops_ = make_spec_ops(be, max_batch, max_k, vocab_t_);
+  // The draft's rows may be wider than the target's (a padded embedding): scratch for both.
+  ops_ = make_spec_ops(be, max_batch, max_k, std::max(vocab_t_, vocab_d_));
   seqs_ = BackendBuffer(be, sizeof(SeqState) * max_batch);
   states_ = BackendBuffer(be, sizeof(SamplingState) * max_batch);
   history_ = BackendBuffer(be, sizeof(int32_t) * max_batch * static_cast<size_t>(max_seq));

@@ -71,7 +71,7 @@ __global__ void __launch_bounds__(kSpecThreads)
   if (phase == 0) {
     const ArgMax a = rows_max_pass(row, vocab_common, chunk, sc, b);
     if (a.i < 0 || threadIdx.x != 0) return;
-    sc.row[b].mx = a.v;
+    sc.row(b).mx = a.v;
     if (is_greedy(p)) tree_set_chain_node(s->tree, j, a.i, kNodeDense);
     return;
   }
@@ -80,10 +80,10 @@ __global__ void __launch_bounds__(kSpecThreads)
     return;
   }
   if (phase == 1) {
-    rows_rule_pass(row, vocab_common, chunk, p, sc.row[b].mx, sc, b);
+    rows_rule_pass(row, vocab_common, chunk, p, sc.row(b).mx, sc, b);
     return;
   }
-  const RowStat rs = sc.row[b];
+  const RowStat rs = sc.row(b);
   const ProbsSum ps = rows_probs_pass(row, vocab_common, vocab, chunk, p, rs, row);
   const int d = rows_dense_draw(row, vocab, chunk, ps,
                                 spec_uniform(p.seed, s->n_gen + j, kStreamDraft), sc, b);
@@ -148,7 +148,7 @@ __global__ void __launch_bounds__(kSpecThreads)
   if (phase == 0) {
     const ArgMax a = rows_max_pass(l, vocab, chunk, sc, r);
     if (a.i < 0 || threadIdx.x != 0) return;
-    sc.row[r].mx = a.v;
+    sc.row(r).mx = a.v;
     if (greedy) best[r] = a.i;
     return;
   }
@@ -158,15 +158,15 @@ __global__ void __launch_bounds__(kSpecThreads)
     const int64_t m = spec_row_gen_index(s, row);
     const uint32_t r24 =
         uniform_bits(philox_uniform(p.seed, static_cast<uint64_t>(m), 0, kSampleStream));
-    const int tok = rows_draw_pass(l, vocab, chunk, p, sc.row[r].mx, r24, sc, r);
+    const int tok = rows_draw_pass(l, vocab, chunk, p, sc.row(r).mx, r24, sc, r);
     if (tok >= 0 && threadIdx.x == 0) best[r] = tok;
     return;
   }
   if (phase == 1) {
-    rows_rule_pass(l, vocab, chunk, p, sc.row[r].mx, sc, r);
+    rows_rule_pass(l, vocab, chunk, p, sc.row(r).mx, sc, r);
     return;
   }
-  const RowStat rs = sc.row[r];
+  const RowStat rs = sc.row(r);
   rows_probs_pass(l, vocab, vocab, chunk, p, rs, P + static_cast<int64_t>(r) * vocab);
 }
 

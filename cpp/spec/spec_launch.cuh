@@ -19,8 +19,8 @@ struct AcceptScratch {
 };
 
 // Rows of the multi-block row scratch the ops need: draft_sample B, accept B (k + 1) (they run
-// one after the other on one stream and share it): sample_scratch_bytes(spec_sample_rows(..),
-// g.chunks) bytes, counters zeroed once.
+// one after the other on one stream and share it): sample_scratch_bytes(spec_sample_rows(..))
+// bytes, counters zeroed once.
 inline int spec_sample_rows(int max_batch, int max_k) {
   return max_batch * (max_k + 1);
 }

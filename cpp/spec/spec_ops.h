@@ -16,6 +16,7 @@
 #include <memory>
 
 #include "backend/backend.h"
+#include "common/errors.h"
 #include "spec/draft_tree.h"
 #include "spec/seq_state.h"
 
@@ -87,7 +88,23 @@ class SpecOps {
 };
 
 // The SpecOps of a backend (CPU or CUDA), with scratch for max_batch sequences of up to max_k
-// nodes over a vocabulary of vocab. Throws Error for a backend without an implementation.
+// nodes over rows of up to vocab ids (the wider of the target's and the draft's vocabularies).
+// Throws Error for a backend without an implementation.
 std::unique_ptr<SpecOps> make_spec_ops(Backend& be, int max_batch, int max_k, int vocab);
+
+// The sizes a SpecOps was made for; both backends refuse calls beyond them (InvalidArgument).
+struct SpecOpsLimits {
+  int max_batch, max_k, vocab;
+  void check_draft_sample(int B, int j, int row_vocab, int vocab_common) const {
+    if (j < 0 || j >= kMaxDraftNodes || vocab_common <= 0 || vocab_common > row_vocab)
+      throw InvalidArgument("draft_sample: bad draft index or vocabulary");
+    if (B > max_batch || row_vocab > vocab)
+      throw InvalidArgument("draft_sample: batch or vocabulary beyond the scratch");
+  }
+  void check_accept(int B, int k, int row_vocab) const {
+    if (B > max_batch || k > max_k || row_vocab > vocab)
+      throw InvalidArgument("accept: batch, draft length or vocabulary beyond the scratch");
+  }
+};
 
 }  // namespace trt_spec

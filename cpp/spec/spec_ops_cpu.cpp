@@ -34,7 +34,8 @@ class CpuSpecOps final : public SpecOps {
   CpuSpecOps(CpuBackend& be, int max_batch, int max_k, int vocab)
       : pool_(be.pool()),
         P_(static_cast<size_t>(max_batch) * (max_k + 1) * vocab),
-        best_(static_cast<size_t>(max_batch) * (max_k + 1)) {}
+        best_(static_cast<size_t>(max_batch) * (max_k + 1)),
+        limits_{max_batch, max_k, vocab} {}
 
   void draft_rows(const SpecState& st, const int32_t* slots, int B, int j,
                   const RowBuffers& out) override {
@@ -56,6 +57,7 @@ class CpuSpecOps final : public SpecOps {
 
   void draft_sample(const SpecState& st, const int32_t* slots, int B, int j, float* logits_q,
                     int vocab, int vocab_common, const RowBuffers* next) override {
+    limits_.check_draft_sample(B, j, vocab, vocab_common);
     pool_.parallel_for(B, 1, [&](int64_t b0, int64_t b1) {
       thread_local std::vector<float> q;
       for (int64_t b = b0; b < b1; ++b) {
@@ -108,6 +110,7 @@ class CpuSpecOps final : public SpecOps {
 
   void accept(const SpecState& st, const int32_t* slots, int B, int k, const float* logits,
               int vocab, const float* q, int vocab_draft, const KvMoves& moves) override {
+    limits_.check_accept(B, k, vocab);
     const int R = k + 1;
     float* P = P_.data();
     int32_t* best = best_.data();
@@ -198,6 +201,7 @@ class CpuSpecOps final : public SpecOps {
   ThreadPool& pool_;
   std::vector<float> P_;       // [max_batch, max_k + 1, vocab]
   std::vector<int32_t> best_;  // [max_batch, max_k + 1]
+  SpecOpsLimits limits_;
 };
 
 }  // namespace

@@ -26,12 +26,8 @@ class CudaSpecOps final : public SpecOps {
       : be_(be),
         P_(be, static_cast<size_t>(max_batch) * (max_k + 1) * vocab * sizeof(float)),
         best_(be, static_cast<size_t>(max_batch) * (max_k + 1) * sizeof(int32_t)),
-        grid_(cuda::sample_grid(vocab, be.sm_count())),
-        rows_(be, cuda::sample_scratch_bytes(cuda::spec_sample_rows(max_batch, max_k),
-                                             cuda::sample_grid(vocab, be.sm_count()).chunks)),
-        max_batch_(max_batch),
-        max_k_(max_k),
-        vocab_(vocab) {}
+        rows_(be, cuda::sample_scratch_bytes(cuda::spec_sample_rows(max_batch, max_k))),
+        limits_{max_batch, max_k, vocab} {}
 
   void draft_rows(const SpecState& st, const int32_t* slots, int B, int j,
                   const RowBuffers& out) override {
@@ -42,14 +38,11 @@ class CudaSpecOps final : public SpecOps {
 
   void draft_sample(const SpecState& st, const int32_t* slots, int B, int j, float* logits_q,
                     int vocab, int vocab_common, const RowBuffers* next) override {
-    if (j < 0 || j >= kMaxDraftNodes || vocab_common <= 0 || vocab_common > vocab)
-      throw InvalidArgument("draft_sample: bad draft index or vocabulary");
-    if (B > max_batch_ || vocab > vocab_)
-      throw InvalidArgument("draft_sample: batch or vocabulary beyond the scratch");
+    limits_.check_draft_sample(B, j, vocab, vocab_common);
     if (be_.sizing() || B <= 0) return;
     cuda::launch_draft_sample(
         be_.stream(), grid(vocab), logits_q, B, vocab, vocab_common, j, st.seqs, slots,
-        dev_states(st.states), rows(B),
+        dev_states(st.states), rows(),
         cuda::NextRows{next ? next->tokens : nullptr, next ? next->pos : nullptr,
                        next ? next->slot : nullptr});
     be_.check_launch("draft_sample");
@@ -66,13 +59,11 @@ class CudaSpecOps final : public SpecOps {
 
   void accept(const SpecState& st, const int32_t* slots, int B, int k, const float* logits,
               int vocab, const float* q, int vocab_draft, const KvMoves& moves) override {
-    if (B > max_batch_ || k > max_k_ || vocab > vocab_)
-      throw InvalidArgument("accept: batch, draft length or vocabulary beyond the scratch");
+    limits_.check_accept(B, k, vocab);
     if (be_.sizing() || B <= 0) return;
     cuda::launch_accept(be_.stream(), grid(vocab), logits, q, B, k, vocab, vocab_draft, st.seqs,
-                        slots, dev_states(st.states),
-                        {P_.as<float>(), best_.as<int32_t>(), rows(B * (k + 1))}, st.history,
-                        st.max_seq, moves.slot, moves.src, moves.dst);
+                        slots, dev_states(st.states), {P_.as<float>(), best_.as<int32_t>(), rows()},
+                        st.history, st.max_seq, moves.slot, moves.src, moves.dst);
     be_.check_launch("accept");
   }
 
@@ -84,18 +75,15 @@ class CudaSpecOps final : public SpecOps {
 
  private:
   // The grid of a row of `vocab` ids: the draft's vocabulary may be smaller than the target's.
-  // Its chunks never exceed grid_'s (fewer ids, same SM count), so the scratch fits.
   cuda::SampleGrid grid(int vocab) const { return cuda::sample_grid(vocab, be_.sm_count()); }
-  // The scratch laid out for `rows` rows of grid_.chunks chunks (any smaller grid fits).
-  cuda::SampleScratch rows(int rows) {
-    return cuda::sample_scratch(rows_.as<void>(), rows, grid_.chunks);
-  }
+  // The multi-block rows' scratch (fixed per-row records: draft_sample's B rows and accept's
+  // B (k + 1) rows share it).
+  cuda::SampleScratch rows() { return cuda::sample_scratch(rows_.as<void>()); }
 
   CudaBackend& be_;
   BackendBuffer P_, best_;
-  cuda::SampleGrid grid_;
   BackendBuffer rows_;
-  int max_batch_, max_k_, vocab_;
+  SpecOpsLimits limits_;
 };
 
 }  // namespace

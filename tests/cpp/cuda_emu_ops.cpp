@@ -57,21 +57,28 @@ void emu_swiglu(const float* gate_up, int n, int ffn, float* out) {
 int emu_sample_chunks(int vocab, int sms, int threads, int min_chunk) {
   return sample_grid(vocab, sms, threads, min_chunk).chunks;
 }
-long long emu_sample_scratch_bytes(int rows, int chunks) {
-  return static_cast<long long>(sample_scratch_bytes(rows, chunks));
+long long emu_sample_scratch_bytes(int rows) {
+  return static_cast<long long>(sample_scratch_bytes(rows));
 }
-// The offset of the row stats in the scratch (after the counters [rows] of uint32).
-long long emu_sample_scratch_row_offset(int rows) {
-  return static_cast<long long>(sample_align(static_cast<size_t>(rows) * sizeof(unsigned)));
+// The layout of one row's scratch record (RowScratch): 0 its bytes, 1 the offset of the counter,
+// 2 of the bin counts [kRuleBins] (uint32), 3 of the bin masses [kRuleBins] (uint64).
+long long emu_sample_scratch_layout(int what) {
+  switch (what) {
+    case 0: return static_cast<long long>(sizeof(RowScratch));
+    case 1: return static_cast<long long>(offsetof(RowScratch, count));
+    case 2: return static_cast<long long>(offsetof(RowScratch, bin_cnt));
+    case 3: return static_cast<long long>(offsetof(RowScratch, bin_mass));
+    default: return -1;
+  }
 }
 
 // Backend::sample through the backend's own launch function (sampling.cuh); scratch:
-// emu_sample_scratch_bytes(n, chunks) bytes, counters zero.
+// emu_sample_scratch_bytes(n) bytes, counters zero.
 void emu_sample(const float* logits, int n, int vocab, const int32_t* slot, void* states,
                 int32_t* out, int threads, int sms, int min_chunk, void* scratch) {
   const SampleGrid g = sample_grid(vocab, sms, threads, min_chunk);
   launch_sample(nullptr, g, logits, n, vocab, slot, static_cast<DevSamplingState*>(states), out,
-                sample_scratch(scratch, n, g.chunks));
+                sample_scratch(scratch));
 }
 
 // The speculative ops, through the CUDA SpecOps' launch functions (spec_launch.cuh).
@@ -81,15 +88,14 @@ void emu_spec_draft_rows(const void* seqs, const int32_t* slots, int B, int j, i
                     row_slots);
 }
 
-// scratch: emu_sample_scratch_bytes(B, chunks) bytes, counters zero.
+// scratch: emu_sample_scratch_bytes(B) bytes, counters zero.
 void emu_spec_draft_sample(float* logits_q, int B, int vocab, int vocab_common, int j, void* seqs,
                            const int32_t* slots, const void* states, int threads, int sms,
                            int min_chunk, void* scratch, int32_t* next_tokens, int32_t* next_pos,
                            int32_t* next_slots) {
   const SampleGrid g = sample_grid(vocab, sms, threads, min_chunk);
   launch_draft_sample(nullptr, g, logits_q, B, vocab, vocab_common, j, static_cast<SeqState*>(seqs),
-                      slots, static_cast<const DevSamplingState*>(states),
-                      sample_scratch(scratch, B, g.chunks),
+                      slots, static_cast<const DevSamplingState*>(states), sample_scratch(scratch),
                       NextRows{next_tokens, next_pos, next_slots});
 }
 
@@ -101,7 +107,7 @@ void emu_spec_verify_rows(void* seqs, const int32_t* slots, int B, int k, int so
 }
 
 // P: [B, k + 1, vocab] scratch, best: [B (k + 1)] scratch; history [slots, max_seq]; moves
-// [B kMaxDraftNodes] each; scratch: emu_sample_scratch_bytes(B (k + 1), chunks), counters zero.
+// [B kMaxDraftNodes] each; scratch: emu_sample_scratch_bytes(B (k + 1)), counters zero.
 void emu_spec_accept(const float* logits, const float* q, int B, int k, int vocab, int vocab_draft,
                      void* seqs, const int32_t* slots, const void* states, float* P, int32_t* best,
                      int32_t* history, int max_seq, int32_t* mv_slot, int32_t* mv_src,
@@ -109,8 +115,8 @@ void emu_spec_accept(const float* logits, const float* q, int B, int k, int voca
   const SampleGrid g = sample_grid(vocab, sms, threads, min_chunk);
   launch_accept(nullptr, g, logits, q, B, k, vocab, vocab_draft, static_cast<SeqState*>(seqs),
                 slots, static_cast<const DevSamplingState*>(states),
-                AcceptScratch{P, best, sample_scratch(scratch, B * (k + 1), g.chunks)}, history,
-                max_seq, mv_slot, mv_src, mv_dst);
+                AcceptScratch{P, best, sample_scratch(scratch)}, history, max_seq, mv_slot, mv_src,
+                mv_dst);
 }
 
 void emu_spec_lookup(void* seqs, const int32_t* slots, int B, const int32_t* history,

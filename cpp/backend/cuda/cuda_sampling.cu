@@ -32,11 +32,11 @@ void CudaBackend::sample(const float* logits, int n, int vocab, const int32_t* s
   check_vocab(vocab);
   if (n <= 0) return;
   const cuda::SampleGrid g = cuda::sample_grid(vocab, sm_count_);
-  void* buf = scratch(kSampleRows, cuda::sample_scratch_bytes(n, g.chunks));
+  void* buf = scratch(kSampleRows, cuda::sample_scratch_bytes(n));
   if (sizing()) return;
   cuda::launch_sample(stream_, g, logits, n, vocab, slot,
                       reinterpret_cast<cuda::DevSamplingState*>(states), out_tokens,
-                      cuda::sample_scratch(buf, n, g.chunks));
+                      cuda::sample_scratch(buf));
   check_launch("sample");
 }
 

@@ -70,46 +70,42 @@ struct ChunkPartial {
   unsigned long long mass;  // fixed-point mass of the chunk
 };
 
-// Scratch of the multi-block rows: counters and bin histograms (zero between launches), row
-// stats and partials.
-struct SampleScratch {
-  unsigned* count;               // [rows]
-  RowStat* row;                  // [rows]
-  unsigned* bin_cnt;             // [rows, kRuleBins]
-  unsigned long long* bin_mass;  // [rows, kRuleBins]
-  ChunkPartial* part;            // [rows, chunks]
+// One row's scratch, of fixed size: row r's record lies at the same place whatever the rows
+// and chunks of a launch, so one buffer serves launches of any shape (Backend::sample's calls
+// of any n; the speculative ops' draft rows B and verify rows B (k + 1), over the draft's and
+// the target's vocabularies) and its counters and histograms stay zero between launches. (Arrays
+// sized by each launch's row count put one launch's row stats and partials where another
+// launch's histograms lie: wrong top-k / top-p draws, seen on an H100.)
+struct RowScratch {
+  unsigned count;  // blocks of the row that have arrived (zero between launches)
+  unsigned pad[3];
+  RowStat stat;
+  unsigned bin_cnt[kRuleBins];             // rule-bin histogram (zero between launches)
+  unsigned long long bin_mass[kRuleBins];  // (zero between launches)
+  ChunkPartial part[kSampleMaxChunks];     // one per chunk of the row
 };
 
-inline size_t sample_align(size_t b) {
-  return (b + 255) / 256 * 256;
+// Scratch of the multi-block rows: one RowScratch per row.
+struct SampleScratch {
+  RowScratch* rows;
+  __host__ __device__ __forceinline__ unsigned* count(int r) const { return &rows[r].count; }
+  __host__ __device__ __forceinline__ RowStat& row(int r) const { return rows[r].stat; }
+  __host__ __device__ __forceinline__ unsigned* bin_cnt(int r) const { return rows[r].bin_cnt; }
+  __host__ __device__ __forceinline__ unsigned long long* bin_mass(int r) const {
+    return rows[r].bin_mass;
+  }
+  __host__ __device__ __forceinline__ ChunkPartial* part(int r) const { return rows[r].part; }
+};
+
+// Bytes of scratch for `rows` rows; it must be zero when allocated (the kernels leave the
+// counters and histograms zero).
+inline size_t sample_scratch_bytes(int rows) {
+  return static_cast<size_t>(std::max(rows, 1)) * sizeof(RowScratch);
 }
 
-// Bytes of scratch for `rows` rows of `chunks` chunks; it must be zero when allocated (the
-// kernels leave the counters and histograms zero).
-inline size_t sample_scratch_bytes(int rows, int chunks) {
-  const size_t r = static_cast<size_t>(std::max(rows, 1));
-  return sample_align(r * sizeof(unsigned)) + sample_align(r * sizeof(RowStat)) +
-         sample_align(r * kRuleBins * sizeof(unsigned)) +
-         sample_align(r * kRuleBins * sizeof(unsigned long long)) +
-         r * static_cast<size_t>(std::max(chunks, 1)) * sizeof(ChunkPartial);
-}
-
-// The layout of sample_scratch_bytes(rows, chunks) at base.
-inline SampleScratch sample_scratch(void* base, int rows, int chunks) {
-  (void)chunks;
-  const size_t r = static_cast<size_t>(std::max(rows, 1));
-  char* p = static_cast<char*>(base);
-  SampleScratch s;
-  s.count = reinterpret_cast<unsigned*>(p);
-  p += sample_align(r * sizeof(unsigned));
-  s.row = reinterpret_cast<RowStat*>(p);
-  p += sample_align(r * sizeof(RowStat));
-  s.bin_cnt = reinterpret_cast<unsigned*>(p);
-  p += sample_align(r * kRuleBins * sizeof(unsigned));
-  s.bin_mass = reinterpret_cast<unsigned long long*>(p);
-  p += sample_align(r * kRuleBins * sizeof(unsigned long long));
-  s.part = reinterpret_cast<ChunkPartial*>(p);
-  return s;
+// The scratch at base (sample_scratch_bytes of the most rows any launch on it has).
+inline SampleScratch sample_scratch(void* base) {
+  return SampleScratch{static_cast<RowScratch*>(base)};
 }
 
 // ---- device side --------------------------------------------------------------------------
@@ -184,13 +180,13 @@ __device__ inline ArgMax rows_max_pass(const float* l, int n_valid, int chunk, S
   const int c = blockIdx.x, chunks = gridDim.x;
   const int begin = c * chunk, end = min(n_valid, begin + chunk);
   const ArgMax a = block_argmax_range(l, begin, end);
-  ChunkPartial* part = s.part + static_cast<int64_t>(row) * chunks;
+  ChunkPartial* part = s.part(row);
   if (threadIdx.x == 0) {
     part[c].v = a.v;
     part[c].i = a.i;
   }
   __shared__ ArgMax best;
-  if (!block_arrive_last(s.count + row, chunks)) return ArgMax{0.0f, -2};
+  if (!block_arrive_last(s.count(row), chunks)) return ArgMax{0.0f, -2};
   if (threadIdx.x == 0) {
     ArgMax m = combine_argmax(part, chunks);
     if (m.i < 0) m = ArgMax{n_valid > 0 ? l[0] : 0.0f, 0};
@@ -280,14 +276,14 @@ __device__ inline bool rows_bin_pass(const float* l, int n, int chunk, float mx,
     }
   }
   __syncthreads();
-  unsigned* gc = s.bin_cnt + static_cast<int64_t>(row) * kRuleBins;
-  unsigned long long* gm = s.bin_mass + static_cast<int64_t>(row) * kRuleBins;
+  unsigned* gc = s.bin_cnt(row);
+  unsigned long long* gm = s.bin_mass(row);
   for (int b = threadIdx.x; b < kRuleBins; b += blockDim.x)
     if (cnt[b] != 0) {
       atomicAdd(&gc[b], cnt[b]);
       atomicAdd(&gm[b], mass[b]);
     }
-  if (!block_arrive_last(s.count + row, chunks)) return false;
+  if (!block_arrive_last(s.count(row), chunks)) return false;
   for (int b = threadIdx.x; b < kRuleBins; b += blockDim.x) {
     cnt[b] = load_cg(&gc[b]);
     mass[b] = load_cg(&gm[b]);

@@ -166,9 +166,9 @@ __device__ inline int rows_draw_pass(const float* l, int n, int chunk, const Sam
   }
   const int begin = c * chunk, end = min(n, begin + chunk);
   const uint64_t m = block_mass_range(l, begin, end, mx, inv_t);
-  ChunkPartial* part = s.part + static_cast<int64_t>(row) * chunks;
+  ChunkPartial* part = s.part(row);
   if (threadIdx.x == 0) part[c].mass = m;
-  if (!block_arrive_last(s.count + row, chunks)) return -1;
+  if (!block_arrive_last(s.count(row), chunks)) return -1;
   __shared__ unsigned long long target_sh;
   if (threadIdx.x == 0) target_sh = scale_by_uniform(r24, partial_total(part, chunks));
   __syncthreads();
@@ -186,7 +186,7 @@ __device__ inline int rows_draw_pass(const float* l, int n, int chunk, const Sam
 __device__ inline void rows_rule_pass(const float* l, int n, int chunk, const SamplingParams& p,
                                       float mx, SampleScratch s, int row) {
   const int c = blockIdx.x, chunks = gridDim.x;
-  RowStat* rs = s.row + row;
+  RowStat* rs = &s.row(row);
   if (rule_sorted(p, n)) {
     BinHist h;
     if (!rows_bin_pass(l, n, chunk, mx, 1.0f / p.temperature, s, row, &h)) return;
@@ -200,9 +200,9 @@ __device__ inline void rows_rule_pass(const float* l, int n, int chunk, const Sa
   }
   const int begin = c * chunk, end = min(n, begin + chunk);
   const uint64_t m = block_mass_range(l, begin, end, mx, 1.0f / p.temperature);
-  ChunkPartial* part = s.part + static_cast<int64_t>(row) * chunks;
+  ChunkPartial* part = s.part(row);
   if (threadIdx.x == 0) part[c].mass = m;
-  if (!block_arrive_last(s.count + row, chunks)) return;
+  if (!block_arrive_last(s.count(row), chunks)) return;
   if (threadIdx.x == 0) {
     rs->sorted = 0;
     rs->floor = 0;
@@ -247,12 +247,12 @@ __device__ inline ProbsSum rows_probs_pass(const float* l, int n_valid, int voca
 __device__ inline int rows_dense_draw(const float* probs, int vocab, int chunk, ProbsSum ps,
                                       float u, SampleScratch s, int row) {
   const int c = blockIdx.x, chunks = gridDim.x;
-  ChunkPartial* part = s.part + static_cast<int64_t>(row) * chunks;
+  ChunkPartial* part = s.part(row);
   if (threadIdx.x == 0) {
     part[c].mass = ps.mass;
     part[c].last_nz = ps.last_nz;
   }
-  if (!block_arrive_last(s.count + row, chunks)) return -1;
+  if (!block_arrive_last(s.count(row), chunks)) return -1;
   __shared__ unsigned long long target_sh;
   __shared__ int last_sh;
   if (threadIdx.x == 0) {
@@ -293,14 +293,14 @@ static __global__ void __launch_bounds__(kSampleThreads)
     if (a.i < 0 || threadIdx.x != 0) return;
     int earlier = 0;
     for (int j = 0; j < i; ++j) earlier += slot[j] == slot[i] ? 1 : 0;
-    s.row[i].mx = a.v;
-    s.row[i].arg = a.i;
-    s.row[i].step = st->step + static_cast<uint64_t>(earlier);
+    s.row(i).mx = a.v;
+    s.row(i).arg = a.i;
+    s.row(i).step = st->step + static_cast<uint64_t>(earlier);
     if (is_greedy(p)) out_tokens[i] = a.i;
     return;
   }
-  const float mx = s.row[i].mx;
-  const uint64_t step = s.row[i].step;
+  const float mx = s.row(i).mx;
+  const uint64_t step = s.row(i).step;
   if (blockIdx.x == 0 && threadIdx.x == 0) {
     bool last = true;
     for (int j = i + 1; j < n; ++j) last = last && slot[j] != slot[i];
@@ -316,8 +316,8 @@ static __global__ void __launch_bounds__(kSampleThreads)
 
 // Backend::sample: tokens out_tokens [n] from logits [n, vocab] and states [slot[i]] (steps
 // advanced). Two launches over grid (g.chunks, n) of g.threads threads (sample_grid(vocab, SMs));
-// scratch: sample_scratch(p, n, g.chunks) of sample_scratch_bytes(n, g.chunks) bytes whose
-// counters are zero (and are left zero).
+// scratch: sample_scratch(p) of at least sample_scratch_bytes(n) bytes whose counters and
+// histograms are zero (and are left zero).
 inline void launch_sample(cudaStream_t stream, const SampleGrid& g, const float* logits, int n,
                           int vocab, const int32_t* slot, DevSamplingState* states,
                           int32_t* out_tokens, SampleScratch scratch) {
