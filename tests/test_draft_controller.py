@@ -168,7 +168,8 @@ def _fed(draft_step: float, per_row: float, alpha: float, catch_up: float) -> T.
         c.observe_acceptance(int(x >= 1.0), 1)
         x -= int(x >= 1.0)
     assert c.long_run_alpha == pytest.approx(alpha, abs=0.02)
-    c.observe_catch_up(10, 10 * catch_up)
+    c.observe_catch_up(1, catch_up)  # catch-ups of two sizes at `catch_up` per token: the line
+    c.observe_catch_up(10, 10 * catch_up)  # through the origin
     return c
 
 
@@ -270,6 +271,27 @@ def test_a_prompt_is_read_only_where_drafting_saves_more(
         assert picks == [False] * 7 + [True] + [False] * 8
         picks = [c.reads_prompt(1, 100, 100) for _ in range(200)]  # (8 of the 16 above)
         assert [i + 1 for i, p in enumerate(picks) if p] == [8, 8 + 32, 40 + 64, 104 + 64]
+
+
+def test_a_catch_up_is_priced_by_its_tokens() -> None:
+    """A catch-up of n tokens is one draft forward over n rows, so it costs a fixed part (the
+    draft's weights) plus a part per row, not n one-token catch-ups: priced, before any is
+    measured, as a draft step of that many rows (the draft step scaled as the target's pass
+    scales with its rows); with one size measured, that size scaled the same way; with two, by
+    the line through them."""
+    c = T.DraftController(1, 8)
+    assert c.catch_up_time(4) == 0.0 and c.catch_up_per_token == 0.0  # nothing known
+    c.observe(1, 4, _costs(0.4, 1.0, 0.3, 4), 1.6, 1.0 + 4 * 0.3)  # target pass: 1 + 0.3 / row
+    c.observe(1, 0, 1.0, 0.0, 1.0)
+    c.observe(1, 8, _costs(0.4, 1.0, 0.3, 8), 3.2, 1.0 + 8 * 0.3)
+    assert c.catch_up_time(1) == pytest.approx(0.4)  # a draft step per token, a row's
+    assert c.catch_up_time(6) == pytest.approx(0.4 * (1.0 + 0.3 * 5))  # 1.0, not 2.4 s
+    c.observe_catch_up(1, 0.5)
+    assert c.catch_up_per_token == pytest.approx(0.5)
+    assert c.catch_up_time(6) == pytest.approx(0.5 * (1.0 + 0.3 * 5))
+    c.observe_catch_up(8, 0.5 + 7 * 0.1)  # the line: 0.4 + 0.1 per token
+    assert c.catch_up_time(4) == pytest.approx(0.8) and c.catch_up_time(1) == pytest.approx(0.5)
+    assert c.catch_up_time(16) == pytest.approx(1.2 * 2)  # beyond the sizes seen: proportional
 
 
 @pytest.mark.parametrize("cheap_lookup", [0.25, 0.9])  # lookup's seconds per token / drafting's

@@ -177,6 +177,30 @@ def test_auto_keeps_the_draft_out_where_lookup_does_better(same_pair, clock: str
     assert "m" in stats["sources"]
 
 
+@pytest.mark.parametrize("clock", ["host", "graphs"])
+def test_auto_drafts_with_lookup_where_its_catch_ups_are_cheap(same_pair, clock: str) -> None:
+    """The draft model has read a short prompt (at admission) and drafts every token right, and
+    the predicted output is the answer, so lookup's trees are right as well (its acceptance
+    learnt from a lookup request before). A lookup iteration of 7 tokens costs its verify pass
+    (TF + 7 TR = 17 ms) plus, later, one catch-up of the draft over those 7 tokens (DF + 7 DR =
+    3.4 ms): 2.9 ms a token against the model's 6 draft steps and pass (30.4 ms, 4.3 a token),
+    so auto drafts with lookup. Priced as seven one-token catch-ups (2.2 ms each, the per-token
+    charge before), lookup's iteration read 32.4 ms and the model won every iteration."""
+    s = T.Session(str(same_pair), "cpu", 1, clock=clock)
+    s.script_costs(TF, TR, DF, DR, capture=CAPTURE, first_launch=FIRST_LAUNCH)
+    prompt = [1, 2, 3, 4, 5]
+    _, rows, expect = _drive(s, prompt, 64, draft="model")  # the costs, and the answer
+    assert rows == 4
+    prediction = prompt[-1:] + expect
+    stats, _, out = _drive(s, prompt, 64, draft="lookup", prediction=prediction)
+    assert out == expect and stats["sources"].count("l") >= 8
+    stats, rows, out = _drive(s, prompt, 64, draft="auto", prediction=prediction)
+    assert out == expect and rows >= 4 and not stats["draft_model_skipped"]
+    src = stats["sources"]
+    assert src.count("l") > 2 * src.count("m"), src
+    assert s.catch_up_per_token > 0.0
+
+
 # ---- prefill chunks paced by the same device time ---------------------------------------------
 PF, PR = 2.0**-6, 2.0**-10  # a target forward of n rows: PF + PR n (binary: exact quotients)
 

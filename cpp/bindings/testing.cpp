@@ -294,7 +294,7 @@ NB_MODULE(_trt_spec_testing, m) {
         std::vector<int32_t> out(static_cast<size_t>(n_trials) * (k + 2), -1);
         {
           nb::gil_scoped_release release;
-          Trial tr(k, V);
+          Trial tr(k, std::max(V, Vd));  // (the draft's rows may be wider: padding ids)
           std::vector<float> q(static_cast<size_t>(k) * Vd);
           const int32_t slot = 0;
           for (int t = 0; t < n_trials; ++t) {
@@ -427,6 +427,7 @@ NB_MODULE(_trt_spec_testing, m) {
       .def("drafting_pays", &DraftController::drafting_pays, "batch"_a)
       .def_prop_ro("long_run_alpha", &DraftController::long_run_alpha)
       .def_prop_ro("catch_up_per_token", &DraftController::catch_up_per_token)
+      .def("catch_up_time", &DraftController::catch_up_time, "tokens"_a)
       .def("predicted_time", &DraftController::predicted_time, "batch"_a, "k"_a, "prior"_a = true)
       .def("verify_time", &DraftController::verify_time, "batch"_a, "rows"_a, "prior"_a = true)
       .def("pass_prior", &DraftController::pass_prior, "rows"_a)

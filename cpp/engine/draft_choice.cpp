@@ -3,6 +3,7 @@
 // own iterations say that the read pays), and each iteration's source and length from the
 // proposers' controllers (scheduler.h, step 4).
 #include <algorithm>
+#include <cmath>
 
 #include "engine/scheduler.h"
 #include "engine/scheduler_request.h"
@@ -107,8 +108,15 @@ Scheduler::Choice Scheduler::choose(const std::vector<Request*>& active) {
     return t;
   };
   DraftController* mc = proposers_.model ? &proposers_.model->controller() : nullptr;
-  // A token emitted without the draft model costs it a catch-up later, while drafting pays.
-  const double charge = (mc && any_model && mc->drafting_pays(B)) ? mc->catch_up_per_token() : 0.0;
+  // Tokens emitted without the draft model cost it a catch-up later, while drafting pays: a draft
+  // forward over each sequence's share (tokens: over all B sequences), cheaper per token the
+  // more tokens it reads at once.
+  const bool charged = mc && any_model && mc->drafting_pays(B);
+  auto catch_up = [&](double tokens) {
+    if (!charged) return 0.0;
+    const int each = std::max(1, static_cast<int>(std::ceil(tokens / B)));
+    return B * mc->catch_up_time(each);
+  };
   if (all_fixed) {
     const int k = std::min(fixed_k, limit);
     if (k == 0 || (!any_model && !any_lookup)) return {};
@@ -116,7 +124,7 @@ Scheduler::Choice Scheduler::choose(const std::vector<Request*>& active) {
     if (!any_model) return {DraftSource::kLookup, k};
     const double rm = mc->rate(B, k, model_tokens(k));
     const double tl = proposers_.lookup->controller().predicted_time(B, k);
-    const double rl = tl > 0.0 ? lookup_tokens(k) / (tl + charge * lookup_tokens(k)) : -1.0;
+    const double rl = tl > 0.0 ? lookup_tokens(k) / (tl + catch_up(lookup_tokens(k))) : -1.0;
     return rl > rm ? Choice{DraftSource::kLookup, k} : Choice{DraftSource::kModel, k};
   }
   Choice model_choice;
@@ -133,11 +141,11 @@ Scheduler::Choice Scheduler::choose(const std::vector<Request*>& active) {
         proposers_.lookup->controller().offer(B, a_lookup, avail, limit, iter_.skips_padding());
     if (o.k > 0) {
       if (o.seconds <= 0.0) return {DraftSource::kLookup, o.k};  // not measured yet: measure
-      const double rl = o.tokens / (o.seconds + charge * o.tokens);
+      const double rl = o.tokens / (o.seconds + catch_up(o.tokens));
       if (model_choice.k > 0)
         return rl > model_rate ? Choice{DraftSource::kLookup, o.k} : model_choice;
       const double t0 = predicted_time(DraftSource::kNone, B, 0);
-      const double r0 = t0 > 0.0 ? B / (t0 + charge * B) : -1.0;
+      const double r0 = t0 > 0.0 ? B / (t0 + catch_up(B)) : -1.0;
       return rl > r0 ? Choice{DraftSource::kLookup, o.k} : Choice{};
     }
   }

@@ -56,7 +56,7 @@ void DraftController::observe_acceptance(int n_accepted, int k) {
 }
 
 void DraftController::observe_catch_up(int tokens, double seconds) {
-  if (tokens > 0) ema(catch_up_, seconds / tokens, kEma);
+  catch_ups_.observe(tokens, seconds);
 }
 
 void DraftController::observe_read(int rows, double seconds) {
@@ -152,11 +152,26 @@ DraftController::PromptRead DraftController::reads_prompt(int B, int prompt_rows
   return PromptRead::kSkip;
 }
 
+double DraftController::catch_up_time(int tokens) const {
+  if (tokens <= 0) return 0.0;
+  if (catch_ups_.fitted()) return catch_ups_.at_within(tokens);
+  // One size measured (or none): scaled as a draft forward's cost scales with its rows (the
+  // draft step's cross-B line: a step of B sequences is a forward of B rows), not in proportion:
+  // a one-token catch-up reads all the draft's weights for one row.
+  const double step = step_prior(tokens);
+  if (!catch_ups_.empty()) {
+    const double n0 = catch_ups_.mean_n();
+    const double s0 = step_prior(std::max(1, static_cast<int>(std::lround(n0))));
+    return step > 0.0 && s0 > 0.0 ? catch_ups_.at(n0) * step / s0 : catch_ups_.at(tokens);
+  }
+  if (step > 0.0) return step;
+  double s = 0.0;
+  for (const Costs& c : costs_) s = std::max(s, c.draft_step);
+  return s * tokens;
+}
+
 double DraftController::catch_up_per_token() const {
-  if (catch_up_ >= 0.0) return catch_up_;
-  double step = -1.0;
-  for (const Costs& c : costs_) step = std::max(step, c.draft_step);
-  return std::max(step, 0.0);
+  return catch_up_time(1);
 }
 
 AcceptanceEstimate DraftController::prior() const {

@@ -133,7 +133,11 @@ class DraftController {
   // The estimate a new request starts from: the long-run acceptance, weight 4.
   AcceptanceEstimate prior() const;
   double long_run_alpha() const { return long_run_.alpha(); }
-  // Seconds per token of a catch-up (measured; before that, a draft step; 0 if neither).
+  // Seconds of one sequence's catch-up of `tokens` tokens (a draft forward over them): the line
+  // fitted to the measured catch-ups once two sizes are seen; one size scaled as a draft step
+  // scales with its rows; before any, step_prior(tokens), else a draft step per token; 0 if
+  // nothing is known. catch_up_per_token(): that of one token (what a plain step leaves).
+  double catch_up_time(int tokens) const;
   double catch_up_per_token() const;
 
   // The model's iteration time; negative when not enough is measured for B yet. prior: whether
@@ -194,7 +198,7 @@ class DraftController {
   };
   int max_k_;
   std::vector<Costs> costs_;  // [max_batch + 1]
-  double catch_up_ = -1.0;    // seconds per token
+  LineFit catch_ups_{kFitDecay};  // seconds of a catch-up against its tokens
   double read_row_ = -1.0;    // seconds per prompt row the draft reads
   int skipped_reads_ = 0;     // requests not read since the last exploring read
   int read_every_ = kReadEvery;
