@@ -197,10 +197,10 @@ class DraftController {
     bool drafting_pays = true;  // the regime (see above)
   };
   int max_k_;
-  std::vector<Costs> costs_;  // [max_batch + 1]
+  std::vector<Costs> costs_;      // [max_batch + 1]
   LineFit catch_ups_{kFitDecay};  // seconds of a catch-up against its tokens
-  double read_row_ = -1.0;    // seconds per prompt row the draft reads
-  int skipped_reads_ = 0;     // requests not read since the last exploring read
+  double read_row_ = -1.0;        // seconds per prompt row the draft reads
+  int skipped_reads_ = 0;         // requests not read since the last exploring read
   int read_every_ = kReadEvery;
   double join_rate_ = 0.5;  // of the waiting requests, the share that joined (running mean)
   int skipped_defers_ = 0;  // requests that read at once since the last one that waited
