@@ -5,15 +5,17 @@ tokens/s. Needs a CUDA GPU and a CUDA build of trt-spec; everything is measured 
 Engines hold random weights in real shapes (``trt_spec.build.random_engine``): the speed of a
 decode step depends on shapes and weight format only.
 
-* Decode step, target-only: one forward of one row in a CUDA graph (``Session.time_forward``
-  of the test module ``_trt_spec_testing``), and the engine's own k=0 iteration (forward +
-  sampling + SeqState read back, ``Session.time_iterations``), for the Qwen2.5 1.5B and 0.5B
-  shapes (fp16) and a 7B Llama shape (fp16 and q4). Roofline = bytes moved per step (every
-  weight once + the KV cache read) / bandwidth, the bandwidth measured in the same run with a
-  device-to-device copy.
-* Iteration per K = 1..8 (1.5B target, 0.5B draft, fp16, batch 1): the whole iteration as one
-  graph and launched op by op, against verify (K+1 rows) + draft step 0 (2 rows) + (K-1) draft
-  steps (1 row), each timed alone in a graph. Graph overhead = iteration / parts - 1.
+* Decode step, one row: a forward of one row in a CUDA graph (``Session.time_forward`` of the
+  test module ``_trt_spec_testing``) and launched op by op, and for targets the engine's own
+  k=0 iteration (forward + sampling + SeqState read back, ``Session.time_iterations``): the
+  Qwen2.5 1.5B target and 0.5B draft shapes in every ``--formats`` (q4, q8, f16) and the
+  Qwen2.5-7B shape (3584 hidden, 18,944 FFN, 28 / 4 heads, 152,064 vocabulary) in every
+  ``--big-formats`` (q4, f16). Roofline = bytes moved per step (every weight once + the KV
+  cache read) / bandwidth, the bandwidth measured in the same run with a device-to-device copy.
+* Iteration per K = 1..8 (batch 1) of the 1.5B + 0.5B pair and of the 7B + 0.5B pair in the
+  ``--iter-weights`` format (q4): the whole iteration as one graph and launched op by op,
+  against verify (K+1 rows) + draft step 0 (2 rows) + (K-1) draft steps (1 row), each timed
+  alone in a graph. Graph overhead = iteration / parts - 1.
 * transformers (torch, fp16, random init, static KV cache, torch.compile if it works): decode
   tokens/s of the same shapes, when torch with CUDA and transformers are installed.
 * Projected tokens/s per K = expected tokens per iteration / measured iteration time. The
@@ -25,7 +27,10 @@ The test module is built beside ``trt_spec._core`` but not installed: it is foun
 ``$TRT_SPEC_TESTING_DIR`` or the package build folder ``build/<wheel tag>/`` (where
 ``pip install .`` leaves it), as ``tests/conftest.py`` finds it.
 
-Writes ``benchmarks/results/gpu_<date>.{json,md}`` with device, commit and settings.
+Writes ``benchmarks/results/gpu_<date>.{json,md}`` with device, commit and settings, after
+every measurement (a run cut off by a time limit keeps what it measured). Engines are written
+once into ``--workdir`` (generated and quantized on every core). ``--device cpu`` runs the same
+script on the CPU backend: a smoke test of the script, not a benchmark.
 ``python benchmarks/bench_gpu.py --help``; ``benchmarks/run_gpu_checks.sh`` runs it.
 """
 
@@ -48,6 +53,7 @@ from trt_spec.bench.common import git_commit, log, testing_module
 
 REPO = Path(__file__).resolve().parents[1]
 _HEADER = struct.Struct("<8sIIQQ")  # magic, version, flags, json offset, json bytes
+PAIR_TITLES = {"pair": "1.5B target + 0.5B draft", "pair7b": "7B target + 0.5B draft"}
 
 
 def engine_metadata(path: Path) -> dict[str, Any]:
@@ -59,30 +65,41 @@ def engine_metadata(path: Path) -> dict[str, Any]:
 
 
 # ---- engines -------------------------------------------------------------------------------------
+def engine_plan(args) -> dict[str, tuple[str, str | None, str]]:
+    """Engine name -> (target shape, draft shape, weights), the iteration format's first (the
+    numbers that matter most come first when a lease runs out)."""
+    first = [args.iter_weights] if args.iter_weights in args.formats else []
+    plan: dict[str, tuple[str, str | None, str]] = {}
+    for w in first + [w for w in args.formats if w not in first]:
+        plan[f"pair-{w}"] = ("qwen2.5-1.5b", "qwen2.5-0.5b", w)
+    if not args.skip_7b:
+        for w in args.big_formats:  # the 7B target with the 0.5B draft (its vocabulary narrower)
+            plan[f"pair7b-{w}"] = ("qwen2.5-7b", "qwen2.5-0.5b", w)
+    return plan
+
+
 def make_engines(workdir: Path, args) -> dict[str, Path]:
     from trt_spec.build.random_engine import SHAPES, write_random_engine
 
     workdir.mkdir(parents=True, exist_ok=True)
-    plan = {"pair-f16": (SHAPES["qwen2.5-1.5b"], SHAPES["qwen2.5-0.5b"], "f16")}
-    if not args.skip_7b:
-        plan["llama7b-f16"] = (SHAPES["llama-7b"], None, "f16")
-        plan["llama7b-q4"] = (SHAPES["llama-7b"], None, "q4")
     out = {}
-    for name, (target, draft, weights) in plan.items():
+    for name, (target, draft, weights) in engine_plan(args).items():
         path = workdir / f"{name}-s{args.max_seq_len}.engine"
         if not path.exists():
             log(f"writing {path} (random weights)")
             t0 = time.perf_counter()
+            tmp = path.with_suffix(".partial")
             write_random_engine(
-                path,
-                target,
-                draft=draft,
+                tmp,
+                SHAPES[target],
+                draft=SHAPES[draft] if draft else None,
                 weights=weights,
                 max_seq_len=args.max_seq_len,
                 max_batch=1,
                 draft_len=8,
                 fast=True,
             )
+            tmp.rename(path)  # (an engine cut off by a time limit is never taken for whole)
             log(f"  {path.stat().st_size / 1e9:.2f} GB in {time.perf_counter() - t0:.0f} s")
         out[name] = path
     return out
@@ -93,18 +110,17 @@ def kv_read_bytes(cfg: dict, context: int) -> int:
 
 
 # ---- trt-spec measurements -----------------------------------------------------------------------
-def decode_steps(engines: dict[str, Path], bw_gbps: float, args) -> list[dict]:
+def decode_steps(engines: dict[str, Path], bw_gbps: float | None, args, save) -> list[dict]:
+    """One-row forward of each model in each format (targets and drafts), against the roofline;
+    rows are saved as they come (a time limit keeps what was measured)."""
     T = testing_module(REPO)  # noqa: N806
-    rows = []
-    cases = [
-        ("pair-f16", "target", "qwen2.5-1.5b", "f16"),
-        ("pair-f16", "draft", "qwen2.5-0.5b", "f16"),
-    ]
-    if "llama7b-f16" in engines:
-        cases += [
-            ("llama7b-f16", "target", "llama-7b", "f16"),
-            ("llama7b-q4", "target", "llama-7b", "q4"),
-        ]
+    rows: list[dict] = []
+    plan = engine_plan(args)
+    cases = []
+    for name, (target, draft, weights) in plan.items():
+        cases.append((name, "target", target, weights))
+        if name.startswith("pair-") and draft:
+            cases.append((name, "draft", draft, weights))
     for eng, role, shape, weights in cases:
         log(f"decode step: {shape} {weights}")
         s = T.Session(str(engines[eng]), args.device)
@@ -114,7 +130,7 @@ def decode_steps(engines: dict[str, Path], bw_gbps: float, args) -> list[dict]:
         step = s.time_forward(role, 1, 1, ctx, args.iters, True)
         step_nograph = s.time_forward(role, 1, 1, ctx, args.iters, False)
         moved = meta["weight_bytes"] + kv_read_bytes(cfg, ctx)
-        roof = moved / (bw_gbps * 1e9)
+        roof = moved / (bw_gbps * 1e9) if bw_gbps else None
         row = {
             "model": shape,
             "weights": weights,
@@ -123,13 +139,14 @@ def decode_steps(engines: dict[str, Path], bw_gbps: float, args) -> list[dict]:
             "bytes_moved": moved,
             "step_ms": step * 1e3,
             "step_no_graph_ms": step_nograph * 1e3,
-            "roofline_ms": roof * 1e3,
-            "of_roofline": roof / step,
+            "roofline_ms": roof * 1e3 if roof else None,
+            "of_roofline": roof / step if roof else None,
             "achieved_gbps": moved / step / 1e9,
         }
         if role == "target":  # the engine's own target-only iteration (sampling, read-back)
             row["engine_step_ms"] = engine_iteration(s, 0, args) * 1e3
         rows.append(row)
+        save(rows)
         del s
         gc.collect()
     return rows
@@ -159,9 +176,11 @@ def engine_iteration(s: Any, k: int, args, graphs: bool = True) -> float:
     return sec
 
 
-def iterations(engines: dict[str, Path], args) -> list[dict]:
+def iterations(engine: Path, args, save) -> list[dict]:
+    """The speculative iteration of a pair (the draft model's chain) for K = 1..8, one graph and
+    op by op, against its parts each timed alone."""
     T = testing_module(REPO)  # noqa: N806
-    s = T.Session(str(engines["pair-f16"]), args.device)
+    s = T.Session(str(engine), args.device)
     ctx = args.context
     draft1 = s.time_forward("draft", 1, 1, ctx, args.iters, True)
     draft0 = s.time_forward("draft", 2, 1, ctx, args.iters, True)
@@ -185,7 +204,13 @@ def iterations(engines: dict[str, Path], args) -> list[dict]:
                 "graph_speedup": it_plain / it,
             }
         )
+        save(rows)
     return rows
+
+
+def bandwidth(T, args) -> float | None:  # noqa: N803
+    """Device-to-device copy bandwidth in GB/s (None on the CPU smoke run)."""
+    return T.cuda_bandwidth_gbps(0, 1 << 30, 20) if args.device == "cuda" else None
 
 
 # ---- projection ----------------------------------------------------------------------------------
@@ -288,7 +313,7 @@ def transformers_rows(args) -> list[dict]:
         )
         return Qwen2Config(**common) if cfg["arch"] == "qwen2" else LlamaConfig(**common)
 
-    names = ["qwen2.5-1.5b", "qwen2.5-0.5b"] + ([] if args.skip_7b else ["llama-7b"])
+    names = ["qwen2.5-1.5b", "qwen2.5-0.5b"] + ([] if args.skip_7b else ["qwen2.5-7b"])
     rows = []
     for name in names:
         for compiled in (False, True):
@@ -362,7 +387,7 @@ def markdown(r: dict) -> str:
         f"(spec sheet peak {fmt(d.get('peak_bandwidth_gbps'), '.0f')} GB/s).",
         f"Settings: {json.dumps(r['settings'])}. Random weights in the real shapes.",
         "",
-        "## Target-only decode step (batch 1)",
+        "## Decode step, one row (batch 1)",
         "",
         "| model | weights | step ms (graph) | no graph | engine step ms | roofline ms | "
         "of roofline | achieved GB/s |",
@@ -379,28 +404,37 @@ def markdown(r: dict) -> str:
         "",
         "Roofline: (weight bytes + KV bytes read) / measured copy bandwidth. Engine step: "
         "the decoder's k=0 iteration (forward, sampling, SeqState read back).",
-        "",
-        "## Speculative iteration, 1.5B target + 0.5B draft, fp16, batch 1",
-        "",
-        "| K | iteration ms (graph) | no graph | verify | draft step 0 | draft step | "
-        "verify + K drafts | graph overhead | graph speedup |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for it in r.get("iterations", []):
-        out.append(
-            f"| {it['k']} | {fmt(it['iteration_ms'])} | {fmt(it['iteration_no_graph_ms'])} | "
-            f"{fmt(it['verify_ms'])} | {fmt(it['draft_step0_ms'])} | {fmt(it['draft_step_ms'])} "
-            f"| {fmt(it['parts_ms'])} | {fmt(it['graph_overhead'], '+.1%')} | "
-            f"{fmt(it['graph_speedup'], '.2f')}x |"
-        )
-    p = r.get("projection")
-    if p:
+    iters = r.get("iterations") or {}
+    if isinstance(iters, list):  # (reports before 2026-11-26: the f16 pair's table)
+        iters = {"pair-f16": iters}
+    for name, rows in iters.items():
         out += [
             "",
-            "## Projected tokens/s (a PROJECTION, not a measurement)",
+            f"## Speculative iteration, {PAIR_TITLES.get(name.split('-')[0], name)}, "
+            f"{name.split('-')[-1]}, batch 1",
             "",
-            f"Expected tokens per iteration from {p['source']}; divided by the measured "
-            f"iteration time. Target-only: {p['target_only_tok_s']:.0f} tok/s.",
+            "| K | iteration ms (graph) | no graph | verify | draft step 0 | draft step | "
+            "verify + K drafts | graph overhead | graph speedup |",
+            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        ]
+        for it in rows:
+            out.append(
+                f"| {it['k']} | {fmt(it['iteration_ms'])} | {fmt(it['iteration_no_graph_ms'])} "
+                f"| {fmt(it['verify_ms'])} | {fmt(it['draft_step0_ms'])} | "
+                f"{fmt(it['draft_step_ms'])} | {fmt(it['parts_ms'])} | "
+                f"{fmt(it['graph_overhead'], '+.1%')} | {fmt(it['graph_speedup'], '.2f')}x |"
+            )
+        p = (r.get("projections") or {}).get(name)
+        if name == "pair-f16" and r.get("projection"):
+            p = r["projection"]
+        if not p:
+            continue
+        out += [
+            "",
+            f"Projected tokens/s of {name} (a PROJECTION, not a measurement): expected tokens "
+            f"per iteration from {p['source']}, divided by the measured iteration time. "
+            f"Target-only: {p['target_only_tok_s']:.0f} tok/s.",
             "",
             "| K | tokens / iteration | from | projected tok/s | vs target-only |",
             "|---:|---:|---|---:|---:|",
@@ -441,7 +475,16 @@ def main() -> int:
     ap.add_argument("--hist", default=None, help="JSON with accepted_hist entries (CPU bench)")
     ap.add_argument("--alpha", type=float, default=0.7, help="assumed acceptance without --hist")
     ap.add_argument("--hf-new-tokens", type=int, default=64)
+    ap.add_argument("--formats", default="q4,q8,f16", help="weight formats of the 1.5B / 0.5B pair")
+    ap.add_argument("--big-formats", default="q4,f16", help="weight formats of the 7B pair")
+    ap.add_argument("--iter-weights", default="q4", help="the pairs' format for the K sweep")
     ap.add_argument("--skip-7b", action="store_true")
+    ap.add_argument(
+        "--device",
+        default="cuda",
+        help="cuda; cpu runs the same script on the CPU backend (a smoke test: no bandwidth, "
+        "no roofline)",
+    )
     ap.add_argument("--skip-transformers", action="store_true")
     ap.add_argument(
         "--part",
@@ -451,11 +494,12 @@ def main() -> int:
         "merged into the report of the same --tag (to split a run into shorter commands)",
     )
     args = ap.parse_args()
-    args.device = "cuda"
+    args.formats = [w for w in args.formats.split(",") if w]
+    args.big_formats = [w for w in args.big_formats.split(",") if w]
 
     from trt_spec import _core
 
-    if not _core.cuda_available():
+    if args.device == "cuda" and not _core.cuda_available():
         print("bench_gpu: needs a CUDA GPU and a CUDA build of trt-spec", file=sys.stderr)
         return 2
     T = testing_module(REPO)  # noqa: N806
@@ -472,36 +516,62 @@ def main() -> int:
         date=date,
         commit=git_commit(REPO, paths=["cpp"]) or "unknown",
         host=platform.node(),
-        device=dict(T.cuda_device_info(0)),
+        device=dict(T.cuda_device_info(0)) if args.device == "cuda" else {"name": "CPU"},
     )
     r.setdefault("settings", {})[args.part] = vars(args)
     r.setdefault("errors", [])
+    out.mkdir(parents=True, exist_ok=True)
+
+    def save() -> None:  # after every measurement: a time limit keeps what was measured
+        stem.with_suffix(".json").write_text(json.dumps(r, indent=1, default=str))
+        stem.with_suffix(".md").write_text(markdown(r))
+
     if args.part in ("all", "trt"):
-        r["bandwidth_gbps"] = T.cuda_bandwidth_gbps(0, 1 << 30, 20)
-        log(f"{r['device']['name']}: copy bandwidth {r['bandwidth_gbps']:.0f} GB/s")
+        r["bandwidth_gbps"] = bandwidth(T, args)
+        log(f"{r['device'].get('name')}: copy bandwidth {r['bandwidth_gbps']} GB/s")
         engines = make_engines(Path(args.workdir), args)
-        for key, fn in (
-            ("decode_steps", lambda: decode_steps(engines, r["bandwidth_gbps"], args)),
-            ("iterations", lambda: iterations(engines, args)),
-        ):
+        r["decode_steps"], r["iterations"], r["projections"] = [], {}, {}
+        r.pop("projection", None)
+
+        def keep(key: str, name: str | None = None):
+            def put(rows: list[dict]) -> None:
+                if name is None:
+                    r[key] = rows
+                else:
+                    r[key][name] = rows
+                save()
+
+            return put
+
+        try:
+            decode_steps(engines, r["bandwidth_gbps"], args, keep("decode_steps"))
+        except Exception:
+            r["errors"].append(f"decode_steps: {traceback.format_exc()[-1500:]}")
+            log(r["errors"][-1])
+        for name in (f"pair-{args.iter_weights}", f"pair7b-{args.iter_weights}"):
+            if name not in engines:
+                continue
             try:
-                r[key] = fn()
+                rows = iterations(engines[name], args, keep("iterations", name))
             except Exception:
-                r["errors"].append(f"{key}: {traceback.format_exc()[-1500:]}")
+                r["errors"].append(f"iterations {name}: {traceback.format_exc()[-1500:]}")
                 log(r["errors"][-1])
-        if r.get("iterations") and r.get("decode_steps"):
-            step = next(s for s in r["decode_steps"] if s["model"] == "qwen2.5-1.5b")
-            r["projection"] = projection(
-                r["iterations"], step.get("engine_step_ms", step["step_ms"]), args
+                continue
+            target, _, weights = engine_plan(args)[name]
+            step = next(
+                (x for x in r["decode_steps"] if x["model"] == target and x["weights"] == weights),
+                None,
             )
-        r["bandwidth_gbps_end"] = T.cuda_bandwidth_gbps(0, 1 << 30, 20)
+            if step:
+                ms = step.get("engine_step_ms", step["step_ms"])
+                r["projections"][name] = projection(rows, ms, args)
+            save()
+        r["bandwidth_gbps_end"] = bandwidth(T, args)
     if args.part in ("all", "transformers") and not args.skip_transformers:
         r["transformers"] = transformers_rows(args)
 
-    out.mkdir(parents=True, exist_ok=True)
-    stem.with_suffix(".json").write_text(json.dumps(r, indent=1, default=str))
+    save()
     md = markdown(r)
-    stem.with_suffix(".md").write_text(md)
     print(md)
     log(f"wrote {stem}.json and .md")
     return 0

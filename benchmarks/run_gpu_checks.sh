@@ -9,14 +9,14 @@
 #   bash benchmarks/run_gpu_checks.sh bench      # bench_gpu.py: trt-spec numbers
 #   bash benchmarks/run_gpu_checks.sh bench_hf   # bench_gpu.py: transformers, same report
 #   bash benchmarks/run_gpu_checks.sh all        # everything in one go
-#   bash benchmarks/run_gpu_checks.sh first      # the short first run for a 15-minute lease
+#   bash benchmarks/run_gpu_checks.sh lease      # one 15-minute lease in one call (see below)
+#   bash benchmarks/run_gpu_checks.sh sanitize_real  # all 4 sanitizers, real-shape q4 pair
 #   bash benchmarks/run_gpu_checks.sh recheck    # after fixes: build, pytest -m gpu, race/synccheck
 #
-# `first` fits one call of the device tool (10 minutes at most, of a lease that also pays the
-# machine's start): the build, whether the GPU answers, pytest -m gpu, one memcheck pass over
-# the op tests, and the trt-spec numbers without the 7B shape and transformers. Each part has
-# its own time limit, so a hang in one still leaves the others' logs; what it skips is for the
-# next lease (steps sanitize, bench with the 7B shape, bench_hf).
+# `lease` fits one call of the device tool (10 minutes at most, of a 15-minute lease that also
+# pays the machine's start): see its comment below. Each part has its own time limit, so a hang
+# in one still leaves the others' logs. The GPU machine has no internet: carry `.whl` (the gguf
+# wheel, see benchmarks/README.md).
 #
 # Logs and results go to $OUT when it is set (else benchmarks/results/gpu_logs); bench results
 # also to benchmarks/results/. Extra arguments after the step go to bench_gpu.py (e.g.
@@ -63,20 +63,31 @@ build_cuda() {  # time limit of the build in seconds
 # The sampling and speculative-op tests that racecheck / synccheck / initcheck go over.
 SYNC_TESTS="sample_matches_cpu or (spec_accept and 4-1000-1000) or spec_lookup or verify_rows"
 SYNC_TESTS+=" or attention_tree or (test_attention and pos1)"
+# The real-shape q4 pair sampling at T = 0.7 with graphs, batch 1 and 4.
+REAL_SAN="real_shape_q4_sampled"
 
-if [[ "$step" == first ]]; then
-  build_cuda 240
-  # Only the files that hold GPU tests are collected: a test file importing a package the GPU
-  # machine lacks (fastapi) would stop the whole collection.
-  run pytest_gpu timeout 150 python -m pytest -m gpu -q -rs -p no:cacheprovider \
-    -o faulthandler_timeout=140 "${GPU_TEST_FILES[@]}"
-  run sanitizer timeout 60 compute-sanitizer --tool memcheck --error-exitcode 3 \
-    python -m pytest -m gpu -q -p no:cacheprovider -k "not real_shape and not 151936" \
-    tests/test_cuda_ops.py
-  run bench_engines timeout 45 python benchmarks/bench_gpu.py --part engines --skip-7b
-  run bench timeout 90 python benchmarks/bench_gpu.py --part trt --skip-7b --iters 20 \
+# `lease`: the most of one 15-minute lease in one call of at most 10 minutes (the limits sum to
+# 560 s): the build, pytest -m gpu (the q4 real-shape pair's exactness sweep included), the
+# engines (every format of the 1.5B / 0.5B pair and the 7B / 0.5B pair, written on every core)
+# and the trt-spec numbers, which save after every measurement; memcheck over the real-shape
+# q4 pair sampling with graphs at batch 1 and 4 last, as time allows. For a later call:
+# `sanitize_real` (the other three tools over that test), `bench_hf` (transformers).
+if [[ "$step" == lease ]]; then
+  build_cuda 150
+  run pytest_gpu timeout 170 python -m pytest -m gpu -q -rs -p no:cacheprovider \
+    -o faulthandler_timeout=160 "${GPU_TEST_FILES[@]}"
+  run bench_engines timeout 90 python benchmarks/bench_gpu.py --part engines
+  run bench timeout 120 python benchmarks/bench_gpu.py --part trt --iters 20 \
     --tag "${TAG:-$(date +%F)}" "$@"
   cp benchmarks/results/gpu_"${TAG:-$(date +%F)}".* "$OUT/" 2>/dev/null || true
+  run sanitizer_real_memcheck timeout 30 compute-sanitizer --tool memcheck --error-exitcode 3 \
+    python -m pytest -m gpu -q -p no:cacheprovider tests/test_cuda_engine.py -k "$REAL_SAN"
+fi
+if [[ "$step" == sanitize_real ]]; then
+  for tool in memcheck racecheck synccheck initcheck; do
+    run "sanitizer_real_$tool" timeout 140 compute-sanitizer --tool "$tool" --error-exitcode 3 \
+      python -m pytest -m gpu -q -p no:cacheprovider tests/test_cuda_engine.py -k "$REAL_SAN"
+  done
 fi
 # `recheck`: after fixes, on a bare machine with a few minutes left: the build, pytest -m gpu,
 # and racecheck / synccheck over the sampling and speculative-op tests (small vocabularies).

@@ -187,3 +187,65 @@ def test_real_shape_speculation_and_graphs(real_pair) -> None:
     e.use_graphs = False
     plain = e.generate(prompts, max_new_tokens=24, draft_len=4, ignore_eos=True)
     assert [r.token_ids for r in plain] == [r.token_ids for r in base]
+
+
+# ---- the default pair's real shapes in q4 (issue 9's exactness and sanitizer runs) -------------
+@pytest.fixture(scope="module")
+def real_pair_q4(tmp_path_factory: pytest.TempPathFactory):
+    path = tmp_path_factory.mktemp("realshape") / "qwen-pair-q4.engine"
+    return write_random_engine(
+        path,
+        SHAPES["qwen2.5-1.5b"],
+        draft=SHAPES["qwen2.5-0.5b"],
+        weights="q4",
+        max_seq_len=512,
+        max_batch=4,
+        draft_len=8,
+        fast=True,
+    )
+
+
+def _real_prompts(batch: int) -> list[list[int]]:
+    return [
+        [int(t) for t in np.random.default_rng(b).integers(0, 151936, 12 + 5 * b)]
+        for b in range(batch)
+    ]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("batch", [1, 4])
+def test_real_shape_q4_greedy_speculation_exact(real_pair_q4, batch: int) -> None:
+    """The real-shape q4 pair, 256 tokens, K = 1..8, drafts of the model and of prompt lookup
+    (random models fall into loops that lookup drafts right, so acceptance runs as well as
+    rejection), batch 1 and 4: every output equals target-only, token for token."""
+    e = Engine(real_pair_q4, device="cuda")
+    prompts = _real_prompts(batch)
+    run = dict(max_new_tokens=256, ignore_eos=True)
+    base = [r.token_ids for r in e.generate(prompts, speculate=False, **run)]
+    assert all(len(t) == 256 for t in base)
+    accepted = 0
+    for k in range(1, 9):
+        for draft in ("model", "lookup"):
+            got = e.generate(prompts, draft=draft, draft_len=k, **run)
+            assert [r.token_ids for r in got] == base, (k, draft)
+            accepted += sum(r.stats.accepted for r in got)
+    assert accepted > 0
+
+
+@pytest.mark.slow
+def test_real_shape_q4_sampled_with_graphs(real_pair_q4) -> None:
+    """Temperature 0.7 with graphs, batch 1 and 4, the draft model at K = 4 (the run the
+    sanitizers go over): the same seed gives the same tokens, all in the vocabulary, and the
+    statistics add up."""
+    e = Engine(real_pair_q4, device="cuda")
+    assert e.use_graphs
+    for batch in (1, 4):
+        kw = dict(
+            max_new_tokens=16, temperature=0.7, seed=3, draft="model", draft_len=4, ignore_eos=True
+        )
+        a = e.generate(_real_prompts(batch), **kw)
+        b = e.generate(_real_prompts(batch), **kw)
+        assert [r.token_ids for r in a] == [r.token_ids for r in b]
+        for r in a:
+            assert len(r.token_ids) == 16 and all(0 <= t < 151936 for t in r.token_ids)
+            assert r.stats.new_tokens == 1 + r.stats.iterations + r.stats.accepted

@@ -12,6 +12,9 @@ tokenizer ``<t0> <t1> ...`` covering the vocabulary.
 from __future__ import annotations
 
 import datetime
+import os
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -33,6 +36,11 @@ SHAPES: dict[str, dict] = {
         ffn_dim=4864, vocab_size=151936, rope_theta=1000000.0, rms_eps=1e-6,
         tied_embeddings=False, qkv_bias=True,
     ),
+    "qwen2.5-7b": dict(
+        arch="qwen2", n_layers=28, dim=3584, n_heads=28, n_kv_heads=4, head_dim=128,
+        ffn_dim=18944, vocab_size=152064, rope_theta=1000000.0, rms_eps=1e-6,
+        tied_embeddings=False, qkv_bias=True,
+    ),
     "llama-7b": dict(
         arch="llama", n_layers=32, dim=4096, n_heads=32, n_kv_heads=32, head_dim=128,
         ffn_dim=11008, vocab_size=32000, rope_theta=10000.0, rms_eps=1e-5,
@@ -51,30 +59,39 @@ def parameter_count(cfg: dict) -> int:
 
 
 class _Random:
-    """Random float32 arrays; `fast` tiles one 16M-value pool (enough for timing runs)."""
+    """Random float32 arrays, one independent stream per tensor (drawn in file order, so the
+    values do not depend on how many threads generate them); `fast` tiles one 16M-value pool
+    from a random offset instead (enough for timing runs)."""
 
     def __init__(self, seed: int, fast: bool) -> None:
         self.rng = np.random.default_rng(seed)
         self.pool = self.rng.standard_normal(1 << 24, dtype=np.float32) if fast else None
 
-    def normal(self, shape: tuple[int, ...]) -> np.ndarray:
+    def source(self) -> int:
+        """The next tensor's stream: a pool offset (fast) or a seed."""
+        if self.pool is not None:
+            return int(self.rng.integers(0, self.pool.size))
+        return int(self.rng.integers(0, 2**63))
+
+    def normal(self, shape: tuple[int, ...], source: int) -> np.ndarray:
         n = int(np.prod(shape))
         if self.pool is None:
-            return self.rng.standard_normal(n, dtype=np.float32).reshape(shape)
-        start = int(self.rng.integers(0, self.pool.size))
-        reps = (start + n + self.pool.size - 1) // self.pool.size
-        return np.tile(self.pool, reps)[start : start + n].reshape(shape)
+            rng = np.random.default_rng(source)
+            return rng.standard_normal(n, dtype=np.float32).reshape(shape)
+        reps = (source + n + self.pool.size - 1) // self.pool.size
+        return np.tile(self.pool, reps)[source : source + n].reshape(shape)
 
 
-def _init(name: str, shape: tuple[int, ...], cfg: dict, rnd: _Random) -> np.ndarray:
+def _init(name: str, shape: tuple[int, ...], cfg: dict, rnd: _Random, source: int) -> np.ndarray:
     """Values that keep activations and logits in a realistic range through every layer."""
+    x = rnd.normal(shape, source)
     if name.endswith("norm.weight"):
-        return (1.0 + 0.1 * rnd.normal(shape)).astype(np.float32)
+        return (1.0 + 0.1 * x).astype(np.float32)
     if name.endswith(".bias"):
-        return 0.1 * rnd.normal(shape)
+        return 0.1 * x
     if name == "tok_embd.weight":
-        return rnd.normal(shape) * (3.0 / np.sqrt(cfg["dim"]))  # also the tied head: logits ~ 3
-    return rnd.normal(shape) * (1.0 / np.sqrt(shape[1]))
+        return x * (3.0 / np.sqrt(cfg["dim"]))  # also the tied head: logits ~ 3
+    return x * (1.0 / np.sqrt(shape[1]))
 
 
 def _write_model(
@@ -83,17 +100,36 @@ def _write_model(
     tensors: dict[str, dict] = {}
     types: dict[str, int] = {}
     total = 0
-    for name, shape in tensor_shapes(cfg):
-        w = _init(name, shape, cfg, rnd)
+
+    def blob(name: str, shape: tuple[int, ...], source: int) -> tuple[np.ndarray, str]:
+        w = _init(name, shape, cfg, rnd, source)
         head = name == "output.weight" or (name == "tok_embd.weight" and cfg["tied_embeddings"])
         type_name = choose_type(weights, name, shape, 16.0, head)
         w2 = np.ascontiguousarray(w.reshape(1, -1) if w.ndim == 1 else w, dtype=np.float32)
-        blob = _core.quantize_weight(w2, _core.weight_type_from_name(type_name))
-        tensors[name] = writer.add(blob, type_name, shape)
-        types[type_name] = types.get(type_name, 0) + 1
-        total += blob.size
-        if progress:
-            progress(f"{role}: {name} {list(shape)} -> {type_name}")
+        return _core.quantize_weight(w2, _core.weight_type_from_name(type_name)), type_name
+
+    # Tensors are generated and quantized on every core (numpy and quantize_weight release the
+    # GIL) and written in file order; a bounded window keeps memory to a few tensors per thread.
+    jobs = [(name, shape, rnd.source()) for name, shape in tensor_shapes(cfg)]
+    workers = max(1, min(16, os.cpu_count() or 1))
+    pending: deque = deque()
+
+    def write_done(keep: int) -> None:  # writes the oldest until `keep` are in flight
+        nonlocal total
+        while len(pending) > keep:
+            (name, shape, _), fut = pending.popleft()
+            data, type_name = fut.result()
+            tensors[name] = writer.add(data, type_name, shape)
+            types[type_name] = types.get(type_name, 0) + 1
+            total += data.size
+            if progress:
+                progress(f"{role}: {name} {list(shape)} -> {type_name}")
+
+    with ThreadPoolExecutor(workers) as pool:
+        for job in jobs:
+            pending.append((job, pool.submit(blob, *job)))
+            write_done(2 * workers)
+        write_done(0)
     return {
         "source": {
             "path": "random",
