@@ -153,19 +153,17 @@ def test_graph_cache_per_batch_and_k(root) -> None:
 
 
 # ---- the default pair's real shapes, random weights ---------------------------------------------
+def _real_pair(tmp_path_factory: pytest.TempPathFactory, weights: str, max_batch: int):
+    path = tmp_path_factory.mktemp("realshape") / f"qwen-pair-{weights}.engine"
+    return write_random_engine(
+        path, SHAPES["qwen2.5-1.5b"], draft=SHAPES["qwen2.5-0.5b"], weights=weights,
+        max_seq_len=512, max_batch=max_batch, draft_len=8, fast=True,
+    )  # fmt: skip
+
+
 @pytest.fixture(scope="module")
 def real_pair(tmp_path_factory: pytest.TempPathFactory):
-    path = tmp_path_factory.mktemp("realshape") / "qwen-pair-f16.engine"
-    return write_random_engine(
-        path,
-        SHAPES["qwen2.5-1.5b"],
-        draft=SHAPES["qwen2.5-0.5b"],
-        weights="f16",
-        max_seq_len=512,
-        max_batch=2,
-        draft_len=8,
-        fast=True,
-    )
+    return _real_pair(tmp_path_factory, "f16", 2)
 
 
 @pytest.mark.slow
@@ -192,17 +190,7 @@ def test_real_shape_speculation_and_graphs(real_pair) -> None:
 # ---- the default pair's real shapes in q4 (issue 9's exactness and sanitizer runs) -------------
 @pytest.fixture(scope="module")
 def real_pair_q4(tmp_path_factory: pytest.TempPathFactory):
-    path = tmp_path_factory.mktemp("realshape") / "qwen-pair-q4.engine"
-    return write_random_engine(
-        path,
-        SHAPES["qwen2.5-1.5b"],
-        draft=SHAPES["qwen2.5-0.5b"],
-        weights="q4",
-        max_seq_len=512,
-        max_batch=4,
-        draft_len=8,
-        fast=True,
-    )
+    return _real_pair(tmp_path_factory, "q4", 4)
 
 
 def _real_prompts(batch: int) -> list[list[int]]:
