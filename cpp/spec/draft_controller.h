@@ -19,10 +19,12 @@
 // observed; iteration.h).
 //
 // k = 0 leaves each sequence one token the draft has not read; the next drafting iteration
-// first runs those through the draft (the catch-up, about half a draft step per token here).
-// Whether that cost counts depends on the regime, judged from the long-run acceptance a_L:
+// first runs those through the draft (the catch-up: one draft forward over the tokens it lags,
+// a fixed part plus a part per token, so n tokens cost far less than n one-token catch-ups;
+// catch_up_time). Whether that cost counts depends on the regime, judged from the long-run
+// acceptance a_L:
 //   - drafting pays at a_L (max_k B E(a_L, k) / T(B, k) > B / T(B, 0)): a k = 0 stretch is a
-//     dip that will end, so k = 0 is charged T(B, 0) + B * catch-up per token;
+//     dip that will end, so k = 0 is charged T(B, 0) + B * the catch-up of one token;
 //   - it does not: k = 0 may last for good and costs T(B, 0). Drafting is then probed only
 //     when the lag to catch up is short (after a prefill, which feeds the draft), with
 //     backoff, since a probe after a long stretch would pay the whole catch-up.
