@@ -28,6 +28,7 @@ shift || true
 OUT="${OUT:-benchmarks/results/gpu_logs}"
 mkdir -p "$OUT"
 status=0
+TAG="${TAG:-$(date +%F)}"  # the bench report: benchmarks/results/gpu_$TAG.{json,md}
 GPU_TEST_FILES=(tests/test_cuda_ops.py tests/test_cuda_engine.py tests/test_cuda_build.py)
 
 run() {  # name, command...: runs it, keeps the log, records the exit code
@@ -71,15 +72,15 @@ REAL_SAN="real_shape_q4_sampled"
 # engines (every format of the 1.5B / 0.5B pair and the 7B / 0.5B pair, written on every core)
 # and the trt-spec numbers, which save after every measurement; memcheck over the real-shape
 # q4 pair sampling with graphs at batch 1 and 4 last, as time allows. For a later call:
-# `sanitize_real` (the other three tools over that test), `bench_hf` (transformers).
+# `sanitize_real` (all four tools over that test, memcheck with more time), `bench_hf`.
 if [[ "$step" == lease ]]; then
   build_cuda 150
   run pytest_gpu timeout 170 python -m pytest -m gpu -q -rs -p no:cacheprovider \
     -o faulthandler_timeout=160 "${GPU_TEST_FILES[@]}"
   run bench_engines timeout 90 python benchmarks/bench_gpu.py --part engines
   run bench timeout 120 python benchmarks/bench_gpu.py --part trt --iters 20 \
-    --tag "${TAG:-$(date +%F)}" "$@"
-  cp benchmarks/results/gpu_"${TAG:-$(date +%F)}".* "$OUT/" 2>/dev/null || true
+    --tag "$TAG" "$@"
+  cp benchmarks/results/gpu_"$TAG".* "$OUT/" 2>/dev/null || true
   run sanitizer_real_memcheck timeout 30 compute-sanitizer --tool memcheck --error-exitcode 3 \
     python -m pytest -m gpu -q -p no:cacheprovider tests/test_cuda_engine.py -k "$REAL_SAN"
 fi
@@ -120,7 +121,6 @@ if [[ "$step" == sanitize || "$step" == all ]]; then
       -k "$SYNC_TESTS"
   done
 fi
-TAG="${TAG:-$(date +%F)}"
 if [[ "$step" == engines || "$step" == all ]]; then
   run bench_engines python benchmarks/bench_gpu.py --part engines "$@"
 fi

@@ -40,10 +40,9 @@ inline V imax(V a, V b) {
 // and waiting for DRAM). Prefetching past the matrix end is harmless. Into L2 (T1), not L1: the
 // weights are read once, a few KB after the prefetch (the likely reason T0 loses: it holds one of
 // the L1's few miss buffers for a whole DRAM round trip, which demand loads then wait for). On a
-// Zen 4 EPYC
-// (2 threads, default q4 pair, the test module's time_forward at context 600, 4 alternating
-// process pairs) T1 took the target's one-row step from 37-52 ms to 40-43 ms and 5 rows from
-// 55-68 to 51-59 ms; 256 prefill rows and the draft were level or faster.
+// Zen 4 EPYC (2 threads, default q4 pair, the test module's time_forward at context 600, 4
+// alternating process pairs) T1 took the target's one-row step from 37-52 ms to 40-43 ms and 5
+// rows from 55-68 to 51-59 ms; 256 prefill rows and the draft were level or faster.
 inline void prefetch(const void* p) {
   _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T1);
 }
