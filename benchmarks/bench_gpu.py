@@ -143,6 +143,10 @@ def decode_steps(engines: dict[str, Path], bw_gbps: float | None, args, save) ->
             "of_roofline": roof / step if roof else None,
             "achieved_gbps": moved / step / 1e9,
         }
+        if s.set_cuda_pdl(True):  # the matmuls as programmatic dependents (sm_90+), same run
+            row["step_pdl_ms"] = s.time_forward(role, 1, 1, ctx, args.iters, True) * 1e3
+            row["of_roofline_pdl"] = roof / (row["step_pdl_ms"] / 1e3) if roof else None
+            s.set_cuda_pdl(False)
         if role == "target":  # the engine's own target-only iteration (sampling, read-back)
             row["engine_step_ms"] = engine_iteration(s, 0, args) * 1e3
         rows.append(row)
@@ -389,21 +393,24 @@ def markdown(r: dict) -> str:
         "",
         "## Decode step, one row (batch 1)",
         "",
-        "| model | weights | step ms (graph) | no graph | engine step ms | roofline ms | "
-        "of roofline | achieved GB/s |",
-        "|---|---|---:|---:|---:|---:|---:|---:|",
+        "| model | weights | step ms (graph) | no graph | with PDL | engine step ms | "
+        "roofline ms | of roofline | with PDL | achieved GB/s |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for s in r.get("decode_steps", []):
         out.append(
             f"| {s['model']} | {s['weights']} | {fmt(s['step_ms'])} | "
-            f"{fmt(s['step_no_graph_ms'])} | {fmt(s.get('engine_step_ms'))} | "
+            f"{fmt(s['step_no_graph_ms'])} | {fmt(s.get('step_pdl_ms'))} | "
+            f"{fmt(s.get('engine_step_ms'))} | "
             f"{fmt(s['roofline_ms'])} | {fmt(s['of_roofline'], '.0%')} | "
-            f"{fmt(s['achieved_gbps'], '.0f')} |"
+            f"{fmt(s.get('of_roofline_pdl'), '.0%')} | {fmt(s['achieved_gbps'], '.0f')} |"
         )
     out += [
         "",
         "Roofline: (weight bytes + KV bytes read) / measured copy bandwidth. Engine step: "
-        "the decoder's k=0 iteration (forward, sampling, SeqState read back).",
+        "the decoder's k=0 iteration (forward, sampling, SeqState read back). With PDL: the same "
+        "graph with the matmuls launched as programmatic dependents (TRT_SPEC_CUDA_PDL; sm_90+; "
+        "'-' where the device lacks it).",
     ]
     iters = r.get("iterations") or {}
     if isinstance(iters, list):  # (reports before 2026-11-26: the f16 pair's table)

@@ -12,6 +12,7 @@
 #   bash benchmarks/run_gpu_checks.sh lease      # one 15-minute lease in one call (see below)
 #   bash benchmarks/run_gpu_checks.sh sanitize_real  # all 4 sanitizers, real-shape q4 pair
 #   bash benchmarks/run_gpu_checks.sh recheck    # after fixes: build, pytest -m gpu, race/synccheck
+#   bash benchmarks/run_gpu_checks.sh profile    # profile_gpu.py: nsys iteration, ncu matmuls
 #
 # `lease` fits one call of the device tool (10 minutes at most, of a 15-minute lease that also
 # pays the machine's start): see its comment below. Each part has its own time limit, so a hang
@@ -101,6 +102,15 @@ if [[ "$step" == recheck ]]; then
       python -m pytest -m gpu -q -p no:cacheprovider tests/test_cuda_ops.py \
       -k "($SYNC_TESTS) and not 151936"
   done
+fi
+# `profile`: issue 9's profile (benchmarks/profile_gpu.py): nsys over the K = 4 iteration of the
+# real-shape q4 pair (kernels per iteration, idle time, time by kernel; CUDA-event timing where
+# nsys is missing) and ncu over the q4 / q8 matmul at 1 and 5 rows (DRAM throughput). Meant as a
+# second call right after `lease` on the same warm machine (its build and engines); on a bare
+# machine it builds first and writes the q4 pair's engine (about a minute).
+if [[ "$step" == profile ]]; then
+  python -c "import trt_spec._core as c; assert c.cuda_available()" 2>/dev/null || build_cuda 150
+  run profile timeout 300 python benchmarks/profile_gpu.py --out "$OUT"
 fi
 if [[ "$step" == build || "$step" == all ]]; then
   build_cuda 600

@@ -406,10 +406,11 @@ def test_benchmark_scripts_import_the_shared_helpers() -> None:
     start (--help needs no GPU, model, server or peer)."""
     repo = Path(__file__).resolve().parents[1]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-    for script in ("bench_decode.py", "bench_gpu.py", "bench_server.py", "bench_prefill.py"):
+    scripts = ("bench_decode.py", "bench_gpu.py", "bench_server.py", "bench_prefill.py")
+    for script in scripts + ("profile_gpu.py",):
         path = repo / "benchmarks" / script
         assert "from trt_spec.bench.common import" in path.read_text()
-        out = subprocess.run(
+        out = subprocess.run(  # (profile_gpu imports its helpers late: --help works anywhere)
             [sys.executable, str(path), "--help"], env=env, capture_output=True, text=True
         )
         assert out.returncode == 0 and out.stdout.startswith("usage:"), out.stderr
@@ -597,3 +598,89 @@ def test_server_benchmark_rounds_take_medians() -> None:
     assert c1["texts_stable"] and not c4["texts_stable"] and c4["tokens_per_s"] == 25.0
     report = {"runs": {"trt-spec spec": [c1, c4]}}
     assert any("DIFFER BETWEEN ROUNDS at C=[4]" in g for g in bench_server.goals(report))
+
+
+def _profile_gpu():
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "profile_gpu.py"
+    spec = importlib.util.spec_from_file_location("profile_gpu", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_profile_gpu_reads_an_nsys_trace(tmp_path: Path) -> None:
+    """profile_gpu's reading of an nsys SQLite export (a synthetic one, in the tables and columns
+    nsys writes): the kernels of each cudaGraphLaunch, the iteration taken as the most frequent
+    kernel count, the idle time between its kernels and the time by kernel name."""
+    import sqlite3
+
+    pg = _profile_gpu()
+    db = tmp_path / "t.sqlite"
+    con = sqlite3.connect(db)
+    con.execute("CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT NOT NULL)")
+    con.execute(
+        "CREATE TABLE CUPTI_ACTIVITY_KIND_RUNTIME "
+        "(start INT, end INT, correlationId INT, nameId INT)"
+    )
+    con.execute(
+        "CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INT, end INT, correlationId INT, "
+        "shortName INT, demangledName INT, graphNodeId INT)"
+    )
+    names = {
+        1: "cudaGraphLaunch_v10000",
+        2: "cudaLaunchKernel_v7000",
+        3: "matmul_kernel",
+        4: "attention_kernel",
+    }
+    con.executemany("INSERT INTO StringIds VALUES (?, ?)", names.items())
+    launches = [(10, 1), (20, 1), (30, 1), (40, 2), (50, 1)]  # correlation id, API name
+    con.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (0, 1, ?, ?)", launches)
+    kernels = []
+    for i, cid in enumerate((10, 20, 30)):  # three replays: m 10 us, gap 2, a 5 us, gap 1, m 10
+        t = 1000_000 * (i + 1)
+        kernels += [(t, t + 10_000, cid, 3), (t + 12_000, t + 17_000, cid, 4),
+                    (t + 18_000, t + 28_000, cid, 3)]  # fmt: skip
+    kernels += [(5_000_000, 5_001_000, 40, 3)]  # an ordinary launch: not an iteration
+    kernels += [(6_000_000, 6_004_000, 50, 3)]  # another graph (one kernel): not the iteration
+    con.executemany(
+        "INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (?, ?, ?, ?, ?, 1)",
+        [(s, e, c, n, n) for s, e, c, n in kernels],
+    )
+    con.commit()
+    con.close()
+    groups = pg.graph_iterations(db)
+    assert [len(g) for g in groups] == [3, 3, 3, 1]
+    r = pg.iteration_profile(groups)
+    assert r["launches"] == 3 and r["kernels_per_iteration"] == 3
+    assert r["iteration_span_us"] == 28.0 and r["kernel_busy_us"] == 25.0
+    assert r["idle_us"] == 3.0 and r["gap_us_median"] == 1.5 and r["gap_us_max"] == 2.0
+    top = {k["kernel"]: k for k in r["time_by_kernel"]}
+    assert top["matmul_kernel"]["us_per_iteration"] == 20.0
+    assert abs(top["attention_kernel"]["share"] - 0.2) < 1e-12
+    with pytest.raises(ValueError):
+        pg.iteration_profile([])
+
+
+def test_profile_gpu_reads_ncu_csv() -> None:
+    """ncu --csv's details page: one row per kernel and metric, units converted (us, bytes, %);
+    the tool's own lines ignored; an unknown unit refused."""
+    pg = _profile_gpu()
+    head = '"ID","Kernel Name","Section Name","Metric Name","Metric Unit","Metric Value"'
+    k = '"matmul_kernel","Command line profiler metrics"'
+    rows = [
+        f'"0",{k},"dram__bytes_read.sum","Mbyte","2.36"',
+        f'"0",{k},"dram__throughput.avg.pct_of_peak_sustained_elapsed","%","61.5"',
+        f'"0",{k},"gpu__time_duration.sum","usecond","3.2"',
+        f'"1",{k},"gpu__time_duration.sum","nsecond","4,100"',
+        f'"1",{k},"dram__bytes_read.sum","Kbyte","512"',
+    ]
+    text = "==PROF== Connected to process 1\n" + "\n".join([head] + rows) + "\n==PROF== done\n"
+    got = pg.ncu_metrics(text)
+    assert got == [
+        {"dram_read_bytes": 2.36e6, "dram_pct": 61.5, "time_us": 3.2},
+        {"time_us": 4.1, "dram_read_bytes": 512e3},
+    ]
+    with pytest.raises(ValueError, match="unknown unit"):
+        pg.ncu_metrics(head + '\n"0","k","s","gpu__time_duration.sum","cycle","3"')

@@ -237,3 +237,31 @@ def test_real_shape_q4_sampled_with_graphs(real_pair_q4) -> None:
         for r in a:
             assert len(r.token_ids) == 16 and all(0 <= t < 151936 for t in r.token_ids)
             assert r.stats.new_tokens == 1 + r.stats.iterations + r.stats.accepted
+
+
+# ---- programmatic dependent launches (TRT_SPEC_CUDA_PDL=1, sm_90+) -----------------------------
+def _engine_with_pdl(path, monkeypatch: pytest.MonkeyPatch, pdl: bool) -> Engine:
+    monkeypatch.setenv("TRT_SPEC_CUDA_PDL", "1" if pdl else "0")
+    return Engine(path, device="cuda")  # the backend reads the variable when it is made
+
+
+@pytest.mark.parametrize("weights", ["f16", "q4"])
+def test_pdl_changes_no_bits(root, monkeypatch: pytest.MonkeyPatch, weights: str) -> None:
+    """Launched as programmatic dependents, the matmuls only start fetching weights early: the
+    logits are bitwise those of ordinary launches, and speculation (graphs and op by op, greedy
+    and sampled) gives the same tokens."""
+    if int(T.cuda_device_info(0)["compute_capability"].split(".")[0]) < 9:
+        pytest.skip("programmatic dependent launch needs sm_90+")
+    path = spec_pairs.make_pair(root, "noisy", draft_len=4, max_batch=4, weights=weights)
+    off = _engine_with_pdl(path, monkeypatch, False)
+    on = _engine_with_pdl(path, monkeypatch, True)
+    assert on.backend.endswith("+pdl") and not off.backend.endswith("+pdl")
+    ids = list(range(1, 60, 3))
+    assert np.array_equal(on.logits(ids), off.logits(ids))
+    for graphs in (True, False):
+        for e in (on, off):
+            e.use_graphs = graphs
+        for kw in (dict(), dict(seed=5, **SAMPLING)):
+            run = dict(max_new_tokens=32, draft="model", draft_len=4, ignore_eos=True, **kw)
+            a, b = on.generate(PROMPTS, **run), off.generate(PROMPTS, **run)
+            assert [r.token_ids for r in a] == [r.token_ids for r in b], (graphs, kw)

@@ -22,6 +22,9 @@
 #include "common/errors.h"
 #include "engine/runtime.h"
 #include "engine/scheduler.h"
+#ifdef TRT_SPEC_WITH_CUDA
+#include "backend/cuda/cuda_api.h"
+#endif
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -171,6 +174,19 @@ void bind_session(nb::module_& m) {
       .def_prop_rw(
           "skip_padding", [](Session& s) { return s.sch->iteration().skip_padding(); },
           [](Session& s, bool on) { s.sch->iteration().set_skip_padding(on); })
+      .def(
+          "set_cuda_pdl",
+          [](Session& s, bool on) {
+#ifdef TRT_SPEC_WITH_CUDA
+            return cuda_set_pdl(s.rt->backend(), on);
+#endif
+            (void)s;
+            (void)on;
+            return false;
+          },
+          "on"_a,
+          "CUDA: launch the matmuls as programmatic dependents from now on (sm_90+; "
+          "cuda_backend.h). Returns whether they are; false on other backends.")
       .def_prop_ro("graphs_captured",
                    [](Session& s) { return s.sch->iteration().graphs_captured(); })
       .def(

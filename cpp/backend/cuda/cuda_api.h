@@ -29,4 +29,8 @@ CudaDeviceInfo cuda_device_info(int device);
 // of `bytes`, the best of `iters` copies.
 double cuda_copy_bandwidth_gbps(int device, size_t bytes, int iters);
 
+// Whether `be`, a CUDA backend, launches its matmuls as programmatic dependents from now on
+// (sm_90+; CudaBackend::set_pdl). Returns whether it does; false for any other backend.
+bool cuda_set_pdl(Backend& be, bool on);
+
 }  // namespace trt_spec

@@ -171,10 +171,28 @@ CudaBackend::CudaBackend(int device) : device_(device) {
                 std::to_string(prop.minor));
   sm_count_ = prop.multiProcessorCount;
   name_ = "cuda:" + std::to_string(device_) + " " + prop.name;
+  cc_major_ = prop.major;
+  const char* pdl = std::getenv("TRT_SPEC_CUDA_PDL");
+  set_pdl(pdl && std::string(pdl) == "1");
   cudaStream_t s = nullptr;
   cuda_check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
   stream_ = s;
   cuda_check(cudaMallocHost(&pinned_, kPinnedBytes), "cudaMallocHost");
+}
+
+bool CudaBackend::set_pdl(bool on) {
+  static const std::string kSuffix = " +pdl";
+  pdl_ = on && cc_major_ >= 9;
+  const bool named = name_.size() >= kSuffix.size() &&
+                     name_.compare(name_.size() - kSuffix.size(), kSuffix.size(), kSuffix) == 0;
+  if (pdl_ && !named) name_ += kSuffix;
+  if (!pdl_ && named) name_.resize(name_.size() - kSuffix.size());
+  return pdl_;
+}
+
+bool cuda_set_pdl(Backend& be, bool on) {
+  auto* c = dynamic_cast<CudaBackend*>(&be);
+  return c ? c->set_pdl(on) : false;
 }
 
 CudaBackend::~CudaBackend() {

@@ -88,6 +88,13 @@ class CudaBackend final : public Backend {
   std::unique_ptr<Timer> timer() override;  // cuda_timer.cu: a pair of events on the stream
   int device() const { return device_; }
   int sm_count() const { return sm_count_; }
+  // Whether the matmuls launch as programmatic dependents (common.cuh: TRT_SPEC_LAUNCH_PDL):
+  // on sm_90+ where TRT_SPEC_CUDA_PDL=1 at construction (off by default until a GPU run has
+  // measured it; benchmarks/bench_gpu.py compares both).
+  bool pdl() const { return pdl_; }
+  // Turns it on (where the device is sm_90+) or off for the launches that follow; graphs
+  // captured before keep their launches. Returns pdl().
+  bool set_pdl(bool on);
   CUstream_st* stream() const { return stream_; }
   // True during capture()'s sizing pass: ops (the spec layer's too) launch nothing.
   bool sizing() const { return sizing_; }
@@ -133,6 +140,8 @@ class CudaBackend final : public Backend {
   std::vector<void*> retired_;  // outgrown scratch that captured graphs may still use
   void* pinned_ = nullptr;      // staging of download(), kPinnedBytes
   bool sizing_ = false, capturing_ = false;
+  bool pdl_ = false;
+  int cc_major_ = 0;
 };
 
 }  // namespace trt_spec

@@ -50,7 +50,7 @@ void CudaBackend::matmul(const cuda::MatmulArgs& a, const char* what) {
   if (p.partial_bytes) partial = static_cast<float*>(scratch(kMatmulPartial, p.partial_bytes));
   if (p.counter_bytes) counters = static_cast<int*>(scratch(kMatmulCounters, p.counter_bytes));
   if (sizing()) return;
-  cuda::launch_matmul(stream_, a, p, partial, counters);
+  cuda::launch_matmul(stream_, a, p, partial, counters, pdl_);
   check_launch(what);
 }
 

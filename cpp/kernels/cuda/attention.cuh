@@ -162,6 +162,7 @@ __global__ void __launch_bounds__(kAttnThreads)
   __shared__ int s_mode[S::queries];     // per tile row and key tile: 0 idle, 1 shared, 2 gathered
   __shared__ int s_last;
 
+  grid_dependency_launch();  // the next matmul may fetch its weights meanwhile (common.cuh)
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int hd = kv.head_dim, nkv = kv.kv_heads, group = n_heads / nkv;
   const int n_chunks = (group + head_chunk - 1) / head_chunk;

@@ -16,6 +16,8 @@
 #endif
 
 #include <cstdint>
+#include <stdexcept>
+#include <string>
 
 #include "kernels/weight_format.h"
 
@@ -60,6 +62,65 @@ inline LaunchRecorder*& launch_recorder() {
 #endif
 #define TRT_SPEC_LAUNCH(kernel, grid, block, stream, ...) \
   TRT_SPEC_LAUNCH_SMEM(kernel, grid, block, 0, stream, __VA_ARGS__)
+
+// Programmatic dependent launch (Hopper, sm_90+). A kernel launched with TRT_SPEC_LAUNCH_PDL and
+// pdl true may start while the previous kernel on the stream is still running: everything it
+// does before grid_dependency_wait() must read nothing an earlier kernel writes and write
+// nothing an earlier kernel reads (the matmul fetches weights only). grid_dependency_launch()
+// lets the next such kernel start early. Both are no-ops before sm_90, in the emulation, and in
+// a kernel launched without the attribute (the wait then returns at once: stream order already
+// holds). pdl false, planning and the emulation: an ordinary launch.
+#if defined(TRT_SPEC_CUDA_EMU)
+#define TRT_SPEC_LAUNCH_PDL(pdl, kernel, grid, block, stream, ...) \
+  TRT_SPEC_LAUNCH(kernel, grid, block, stream, __VA_ARGS__)
+#else
+#define TRT_SPEC_LAUNCH_PDL(pdl, kernel, grid, block, stream, ...)                     \
+  do {                                                                                 \
+    if (!(pdl) || ::trt_spec::cuda::launch_recorder())                                 \
+      TRT_SPEC_LAUNCH(kernel, grid, block, stream, __VA_ARGS__);                       \
+    else                                                                               \
+      ::trt_spec::cuda::launch_programmatic(kernel, dim3(grid), dim3(block), (stream), \
+                                            __VA_ARGS__);                              \
+  } while (0)
+#endif
+
+namespace trt_spec::cuda {
+
+__device__ __forceinline__ void grid_dependency_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void grid_dependency_launch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" :::);
+#endif
+}
+
+#if !defined(TRT_SPEC_CUDA_EMU)
+// kernel<<<grid, block, 0, stream>>>(args...) with the programmatic stream serialization
+// attribute (see TRT_SPEC_LAUNCH_PDL). Throws on a launch error.
+template <class... KernelArgs, class... Args>
+inline void launch_programmatic(void (*kernel)(KernelArgs...), dim3 grid, dim3 block,
+                                cudaStream_t stream, Args... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = 0;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, args...);
+  if (e != cudaSuccess)
+    throw std::runtime_error(std::string("programmatic launch: ") + cudaGetErrorString(e));
+}
+#endif
+
+}  // namespace trt_spec::cuda
 
 namespace trt_spec::cuda {
 

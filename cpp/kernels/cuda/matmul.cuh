@@ -14,6 +14,14 @@
 // activations are stored lane-interleaved (16-byte slot h of unit u at [u / 32][h][u % 32]): the
 // reads of a warp are conflict-free.
 //
+// Latency (a decode step is ~5 of these per layer, each reading a few MB: their fixed costs, not
+// the bandwidth, set its time). The weights depend on no earlier kernel, so a warp fetches its
+// first unit of both rows before anything else, then waits for the previous kernel
+// (grid_dependency_wait: with TRT_SPEC_LAUNCH_PDL the fetch overlaps that kernel's tail), and
+// every later unit one iteration before it is used. The RMSNorm factors are computed by the
+// whole block with every row's loads in flight at once (matmul_rms_factors), not by one warp
+// walking each row serially. None of this changes a row's arithmetic.
+//
 // Arithmetic. Float weights: fp32 FMA on the staged floats, column order. Q8 / Q4: the staged
 // activations are quantized per group of 32 columns (d = max|x| / 127, q = round-even(x / d), as
 // the CPU's quantize_acts), then per group and row one int32 dot product (__dp4a) and one float
@@ -171,6 +179,46 @@ __device__ __forceinline__ float matmul_rms_factor(const MatmulArgs& a, int64_t 
   return 1.0f / sqrtf(ss + a.eps);
 }
 
+// rs[i] = 1 / sqrt(mean(x^2) + eps) of tile rows [0, nr) (activation rows i0 + i), by the whole
+// block: thread t sums the squares of its quads t, t + kMatmulThreads, .. of each row (all rows'
+// loads in flight at once, not one warp's serial walk per row), then warp_sum, then the 8 warps'
+// sums in warp order. A fixed order per row whatever n and the other rows. red: shared scratch.
+template <int kTile>
+__device__ __forceinline__ void matmul_rms_factors(const MatmulArgs& a, int i0, int nr,
+                                                   float (&red)[kMatmulWarps][kTile], float* rs) {
+  const int64_t cols = a.W.cols, quads = cols / 4;  // vectorized path: cols % 8 == 0
+  float ss[kTile];
+#pragma unroll
+  for (int i = 0; i < kTile; ++i) ss[i] = 0.0f;
+#pragma unroll 2
+  for (int64_t q = threadIdx.x; q < quads; q += kMatmulThreads) {
+#pragma unroll
+    for (int i = 0; i < kTile; ++i) {
+      if (i < nr) {
+        const float4 v =
+            *reinterpret_cast<const float4*>(a.x + matmul_src_row(a, i0 + i) * cols + 4 * q);
+        ss[i] = fmaf(v.x, v.x, ss[i]);
+        ss[i] = fmaf(v.y, v.y, ss[i]);
+        ss[i] = fmaf(v.z, v.z, ss[i]);
+        ss[i] = fmaf(v.w, v.w, ss[i]);
+      }
+    }
+  }
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+  for (int i = 0; i < kTile; ++i) {
+    const float w = warp_sum(ss[i]);  // every lane of every warp: the shuffles need whole warps
+    if (lane == 0) red[warp][i] = w;
+  }
+  __syncthreads();
+  if (static_cast<int>(threadIdx.x) < nr) {
+    float t = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kMatmulWarps; ++w) t += red[w][threadIdx.x];
+    rs[threadIdx.x] = 1.0f / sqrtf(t / static_cast<float>(cols) + a.eps);
+  }
+}
+
 // Stages columns [col0, col0 + ncols) of tile rows [0, nr) (activation rows i0 + i). All threads
 // of the block call it (the quantizer's shuffles need whole warps).
 template <WeightType T, int kTile>
@@ -220,27 +268,57 @@ __device__ __forceinline__ void matmul_stage(const MatmulArgs& a, int i0, int nr
 
 // ---- weight units -------------------------------------------------------------------------
 
-// Unit u of weight row r, decoded as far as it is shared by all activation rows.
+// Unit u of weight row r as loaded (fetch): its 32 bytes and, for q8 / q4, the group scales
+// (q8: d in the low half of d2; q4: the pair of groups' d and m). The kernel fetches a unit one
+// iteration before it decodes it, and a warp's first unit before the prologue (matmul_kernel).
+struct MatmulRaw {
+  uint4 x, y;
+  uint32_t d2, m2;
+};
+
+// Bytes of one weight row of `cols` columns (section 0).
+__host__ __device__ constexpr int64_t matmul_row_bytes(WeightType t, int64_t cols) {
+  return t == WeightType::F32
+             ? 4 * cols
+             : (t == WeightType::Q8 ? cols : (t == WeightType::Q4 ? cols / 2 : 2 * cols));
+}
+
+template <WeightType T>
+__device__ __forceinline__ MatmulRaw matmul_fetch(const DevWeight& W, int64_t r, int64_t u) {
+  MatmulRaw w;
+  const uint4* p = reinterpret_cast<const uint4*>(W.q + r * matmul_row_bytes(T, W.cols)) + 2 * u;
+  w.x = __ldg(p);
+  w.y = __ldg(p + 1);
+  w.d2 = w.m2 = 0;
+  if constexpr (T == WeightType::Q8) {
+    w.d2 = __ldg(W.d + r * (W.cols / kQuantGroup) + u);
+  } else if constexpr (T == WeightType::Q4) {
+    const int64_t g = r * (W.cols / kQuantGroup) + 2 * u;  // even: a 4-byte aligned pair
+    w.d2 = __ldg(reinterpret_cast<const uint32_t*>(W.d + g));
+    w.m2 = __ldg(reinterpret_cast<const uint32_t*>(W.m + g));
+  }
+  return w;
+}
+
+// A fetched unit, decoded as far as it is shared by all activation rows.
 template <WeightType T>
 struct MatmulUnit;
 
 template <>
 struct MatmulUnit<WeightType::F32> {
   float w[8];
-  __device__ __forceinline__ void load(const DevWeight& W, int64_t r, int64_t u) {
-    const float4* p = reinterpret_cast<const float4*>(W.q) + (r * W.cols) / 4 + 2 * u;
-    const float4 x = __ldg(p), y = __ldg(p + 1);
-    w[0] = x.x, w[1] = x.y, w[2] = x.z, w[3] = x.w, w[4] = y.x, w[5] = y.y, w[6] = y.z, w[7] = y.w;
+  __device__ __forceinline__ explicit MatmulUnit(const MatmulRaw& r) {
+    const uint32_t words[8] = {r.x.x, r.x.y, r.x.z, r.x.w, r.y.x, r.y.y, r.y.z, r.y.w};
+#pragma unroll
+    for (int k = 0; k < 8; ++k) w[k] = __uint_as_float(words[k]);
   }
 };
 
 template <bool kBf16>
 struct MatmulUnitHalf {
   float w[16];
-  __device__ __forceinline__ void load(const DevWeight& W, int64_t r, int64_t u) {
-    const uint4* p = reinterpret_cast<const uint4*>(W.q) + (r * W.cols) / 8 + 2 * u;
-    const uint4 x = __ldg(p), y = __ldg(p + 1);
-    const uint32_t words[8] = {x.x, x.y, x.z, x.w, y.x, y.y, y.z, y.w};
+  __device__ __forceinline__ explicit MatmulUnitHalf(const MatmulRaw& r) {
+    const uint32_t words[8] = {r.x.x, r.x.y, r.x.z, r.x.w, r.y.x, r.y.y, r.y.z, r.y.w};
 #pragma unroll
     for (int k = 0; k < 8; ++k) {
       const uint16_t lo = static_cast<uint16_t>(words[k] & 0xffffu);
@@ -251,22 +329,24 @@ struct MatmulUnitHalf {
   }
 };
 template <>
-struct MatmulUnit<WeightType::F16> : MatmulUnitHalf<false> {};
+struct MatmulUnit<WeightType::F16> : MatmulUnitHalf<false> {
+  using MatmulUnitHalf<false>::MatmulUnitHalf;
+};
 template <>
-struct MatmulUnit<WeightType::BF16> : MatmulUnitHalf<true> {};
+struct MatmulUnit<WeightType::BF16> : MatmulUnitHalf<true> {
+  using MatmulUnitHalf<true>::MatmulUnitHalf;
+};
 
 // q8: one group of 32 codes, made signed (q - 128 == q ^ 0x80 as int8).
 template <>
 struct MatmulUnit<WeightType::Q8> {
   int w[8];
   float d;
-  __device__ __forceinline__ void load(const DevWeight& W, int64_t r, int64_t u) {
-    const uint4* p = reinterpret_cast<const uint4*>(W.q + r * W.cols) + 2 * u;
-    const uint4 x = __ldg(p), y = __ldg(p + 1);
-    const uint32_t words[8] = {x.x, x.y, x.z, x.w, y.x, y.y, y.z, y.w};
+  __device__ __forceinline__ explicit MatmulUnit(const MatmulRaw& r) {
+    const uint32_t words[8] = {r.x.x, r.x.y, r.x.z, r.x.w, r.y.x, r.y.y, r.y.z, r.y.w};
 #pragma unroll
     for (int k = 0; k < 8; ++k) w[k] = static_cast<int>(words[k] ^ 0x80808080u);
-    d = f16_bits_to_float(__ldg(W.d + r * (W.cols / kQuantGroup) + u));
+    d = f16_bits_to_float(static_cast<uint16_t>(r.d2 & 0xffffu));
   }
 };
 
@@ -276,22 +356,17 @@ template <>
 struct MatmulUnit<WeightType::Q4> {
   int lo[8], hi[8];
   float dA, mA, dB, mB;
-  __device__ __forceinline__ void load(const DevWeight& W, int64_t r, int64_t u) {
-    const uint4* p = reinterpret_cast<const uint4*>(W.q + r * (W.cols / 2)) + 2 * u;
-    const uint4 x = __ldg(p), y = __ldg(p + 1);
-    const uint32_t words[8] = {x.x, x.y, x.z, x.w, y.x, y.y, y.z, y.w};
+  __device__ __forceinline__ explicit MatmulUnit(const MatmulRaw& r) {
+    const uint32_t words[8] = {r.x.x, r.x.y, r.x.z, r.x.w, r.y.x, r.y.y, r.y.z, r.y.w};
 #pragma unroll
     for (int k = 0; k < 8; ++k) {
       lo[k] = static_cast<int>(words[k] & 0x0f0f0f0fu);
       hi[k] = static_cast<int>((words[k] >> 4) & 0x0f0f0f0fu);
     }
-    const int64_t g = r * (W.cols / kQuantGroup) + 2 * u;  // even: a 4-byte aligned pair
-    const uint32_t d2 = __ldg(reinterpret_cast<const uint32_t*>(W.d + g));
-    const uint32_t m2 = __ldg(reinterpret_cast<const uint32_t*>(W.m + g));
-    dA = f16_bits_to_float(static_cast<uint16_t>(d2 & 0xffffu));
-    dB = f16_bits_to_float(static_cast<uint16_t>(d2 >> 16));
-    mA = f16_bits_to_float(static_cast<uint16_t>(m2 & 0xffffu));
-    mB = f16_bits_to_float(static_cast<uint16_t>(m2 >> 16));
+    dA = f16_bits_to_float(static_cast<uint16_t>(r.d2 & 0xffffu));
+    dB = f16_bits_to_float(static_cast<uint16_t>(r.d2 >> 16));
+    mA = f16_bits_to_float(static_cast<uint16_t>(r.m2 & 0xffffu));
+    mB = f16_bits_to_float(static_cast<uint16_t>(r.m2 >> 16));
   }
 };
 
@@ -392,6 +467,7 @@ __global__ void __launch_bounds__(kMatmulThreads)
   constexpr int kUC = matmul_unit_cols(T);
   __shared__ S st;
   __shared__ float rs[kTile];  // RMSNorm factors of the tile's rows
+  __shared__ float red[kMatmulWarps][kTile];
   __shared__ int last;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t row_block = blockIdx.x / g.tiles;
@@ -401,11 +477,34 @@ __global__ void __launch_bounds__(kMatmulThreads)
   const int64_t u0 = split * g.split_units;
   const int64_t u1 = u0 + g.split_units < g.units ? u0 + g.split_units : g.units;
 
+  // The weights depend on no earlier kernel: each warp fetches its first unit of both rows
+  // before anything else, so that the loads are in flight during the prologue (and, launched as
+  // a programmatic dependent, during the previous kernel's tail: grid_dependency_wait).
+  auto pair_rows = [&](int rep, int64_t& ra, int64_t& rb_load) {
+    const int64_t p = (row_block * g.reps + rep) * kMatmulWarps + warp;
+    ra = p < g.pairs ? matmul_pair_row(g, p) : 0;
+    rb_load = ra + g.half < rows ? ra + g.half : ra;
+    return p < g.pairs;  // uniform over the warp
+  };
+  // na / nb: the next unit of rows a and b; `have`: they hold this lane's first unit of the
+  // (rep, piece) about to run. A lane fetches that unit while computing its last unit of the
+  // previous (rep, piece), and rep 0's first here, before the prologue.
+  MatmulRaw na{}, nb{};
+  auto fetch_first = [&](int rep, int pc) {
+    int64_t ra, rb_load;
+    const int64_t pu0 = u0 + static_cast<int64_t>(pc) * S::kUnits;
+    const int np = static_cast<int>(u1 - pu0 < S::kUnits ? u1 - pu0 : S::kUnits);
+    if (!pair_rows(rep, ra, rb_load) || lane >= np) return false;
+    na = matmul_fetch<T>(a.W, ra, pu0 + lane);
+    nb = matmul_fetch<T>(a.W, rb_load, pu0 + lane);
+    return true;
+  };
+  bool have = fetch_first(0, 0);
+  grid_dependency_launch();  // the next kernel may start its own weight fetches
+  grid_dependency_wait();    // x, the output and the scratch: after the previous kernel
+
   if (a.in == MatmulIn::kRmsNorm) {
-    for (int i = warp; i < nr; i += kMatmulWarps) {
-      const float r = matmul_rms_factor(a, matmul_src_row(a, i0 + i));
-      if (lane == 0) rs[i] = r;
-    }
+    matmul_rms_factors<kTile>(a, i0, nr, red, rs);
   } else if (threadIdx.x < kTile) {
     rs[threadIdx.x] = 1.0f;
   }
@@ -417,10 +516,9 @@ __global__ void __launch_bounds__(kMatmulThreads)
   }
 
   for (int rep = 0; rep < g.reps; ++rep) {
-    const int64_t p = (row_block * g.reps + rep) * kMatmulWarps + warp;
-    const bool active = p < g.pairs;  // uniform over the warp
-    const int64_t ra = active ? matmul_pair_row(g, p) : 0, rb = ra + g.half;
-    const int64_t rb_load = rb < rows ? rb : ra;
+    int64_t ra, rb_load;
+    const bool active = pair_rows(rep, ra, rb_load);
+    const int64_t rb = ra + g.half;
     float acc_a[kTile], acc_b[kTile];
 #pragma unroll
     for (int i = 0; i < kTile; ++i) acc_a[i] = acc_b[i] = 0.0f;
@@ -433,13 +531,19 @@ __global__ void __launch_bounds__(kMatmulThreads)
         __syncthreads();
       }
       if (!active) continue;
-#pragma unroll 2
+      if (!have) have = fetch_first(rep, pc);
       for (int it = 0; it * 32 < np; ++it) {
         const int uu = it * 32 + lane;
         if (uu >= np) continue;
-        MatmulUnit<T> wa, wb;
-        wa.load(a.W, ra, pu0 + uu);
-        wb.load(a.W, rb_load, pu0 + uu);
+        const MatmulRaw ca = na, cb = nb;
+        if (uu + 32 < np) {  // one unit ahead
+          na = matmul_fetch<T>(a.W, ra, pu0 + uu + 32);
+          nb = matmul_fetch<T>(a.W, rb_load, pu0 + uu + 32);
+        } else {  // this lane's last unit here: the next piece's first, or the next rep's
+          have = pc + 1 < pieces ? fetch_first(rep, pc + 1)
+                                 : rep + 1 < g.reps && fetch_first(rep + 1, 0);
+        }
+        const MatmulUnit<T> wa(ca), wb(cb);
         const int xs = it * S::kSlots * 32 + lane, gs = it * S::kGroups * 32 + lane;
 #pragma unroll
         for (int i = 0; i < kTile; ++i) {

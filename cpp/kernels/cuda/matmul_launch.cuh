@@ -10,7 +10,7 @@
 //   64, the split length rounded up to whole lane rounds (32 units) - never a function of n;
 //   reps (row groups per block, staging shared): splits > 1 ? 1 : clamp(groups / (4 SMs), 1, 8);
 //   grid (ceil(groups / reps) * tiles, splits), block 256; static shared memory: the stage
-//   (<= 40 KiB) + 4 bytes per tile row.
+//   (<= 40 KiB) + 4 bytes per tile row for the RMSNorm factors and 32 for the warps' sums.
 // Scratch when splits > 1: partial f32 [splits, n, rows], counters int32 [grid.x] (zero before
 // the first launch; every launch leaves them zero).
 #pragma once
@@ -40,7 +40,7 @@ inline size_t matmul_smem_bytes(WeightType t, int tile) {
   const size_t units = static_cast<size_t>(matmul_stage_units(t, tile));
   const size_t groups = units * matmul_stage_groups(t) * tile;
   return units * matmul_stage_slots(t) * 16 * tile + (groups ? groups : 1) * 4 +
-         (t == WeightType::Q4 ? groups * 4 : 4) + tile * 4 + 4;
+         (t == WeightType::Q4 ? groups * 4 : 4) + tile * 4 + kMatmulWarps * tile * 4 + 4;
 }
 
 inline bool matmul_aligned16(const void* p) {
@@ -114,27 +114,30 @@ inline MatmulPlan plan_matmul(const MatmulArgs& a, int sm_count) {
 
 template <WeightType T, int kTile>
 inline void launch_matmul_tile(cudaStream_t stream, const MatmulArgs& a, const MatmulPlan& p,
-                               float* partial, int* counters) {
+                               float* partial, int* counters, bool pdl) {
   const auto matmul_tile_kernel = matmul_kernel<T, kTile>;  // (no comma inside the macro)
-  TRT_SPEC_LAUNCH(matmul_tile_kernel, p.grid, p.block, stream, a, p.geom, partial, counters);
+  TRT_SPEC_LAUNCH_PDL(pdl, matmul_tile_kernel, p.grid, p.block, stream, a, p.geom, partial,
+                      counters);
 }
 
 template <WeightType T>
 inline void launch_matmul_typed(cudaStream_t stream, const MatmulArgs& a, const MatmulPlan& p,
-                                float* partial, int* counters) {
+                                float* partial, int* counters, bool pdl) {
   switch (p.tile_rows) {
-    case 1: launch_matmul_tile<T, 1>(stream, a, p, partial, counters); break;
-    case 2: launch_matmul_tile<T, 2>(stream, a, p, partial, counters); break;
-    case 4: launch_matmul_tile<T, 4>(stream, a, p, partial, counters); break;
-    case 8: launch_matmul_tile<T, 8>(stream, a, p, partial, counters); break;
-    default: launch_matmul_tile<T, kMatmulMaxTile>(stream, a, p, partial, counters); break;
+    case 1: launch_matmul_tile<T, 1>(stream, a, p, partial, counters, pdl); break;
+    case 2: launch_matmul_tile<T, 2>(stream, a, p, partial, counters, pdl); break;
+    case 4: launch_matmul_tile<T, 4>(stream, a, p, partial, counters, pdl); break;
+    case 8: launch_matmul_tile<T, 8>(stream, a, p, partial, counters, pdl); break;
+    default: launch_matmul_tile<T, kMatmulMaxTile>(stream, a, p, partial, counters, pdl); break;
   }
 }
 
 // out = epilogue(f(x) @ W^T) with plan p (plan_matmul of the same args): one kernel launch.
-// partial / counters: scratch of p.partial_bytes / p.counter_bytes (null when 0).
+// partial / counters: scratch of p.partial_bytes / p.counter_bytes (null when 0). pdl: launch
+// matmul_kernel as a programmatic dependent (common.cuh: TRT_SPEC_LAUNCH_PDL), so that its
+// weight fetches overlap the previous kernel's tail (the fallback kernel: never).
 inline void launch_matmul(cudaStream_t stream, const MatmulArgs& a, const MatmulPlan& p,
-                          float* partial, int* counters) {
+                          float* partial, int* counters, bool pdl = false) {
   if (p.splits > 1 && (!partial || !counters)) throw std::invalid_argument("matmul: no scratch");
   if (!p.vectorized) {
     TRT_SPEC_LAUNCH(matmul_fallback_kernel, p.grid, p.block, stream, a, p.geom);
@@ -142,19 +145,19 @@ inline void launch_matmul(cudaStream_t stream, const MatmulArgs& a, const Matmul
   }
   switch (a.W.type) {
     case WeightType::F32:
-      launch_matmul_typed<WeightType::F32>(stream, a, p, partial, counters);
+      launch_matmul_typed<WeightType::F32>(stream, a, p, partial, counters, pdl);
       break;
     case WeightType::F16:
-      launch_matmul_typed<WeightType::F16>(stream, a, p, partial, counters);
+      launch_matmul_typed<WeightType::F16>(stream, a, p, partial, counters, pdl);
       break;
     case WeightType::BF16:
-      launch_matmul_typed<WeightType::BF16>(stream, a, p, partial, counters);
+      launch_matmul_typed<WeightType::BF16>(stream, a, p, partial, counters, pdl);
       break;
     case WeightType::Q8:
-      launch_matmul_typed<WeightType::Q8>(stream, a, p, partial, counters);
+      launch_matmul_typed<WeightType::Q8>(stream, a, p, partial, counters, pdl);
       break;
     case WeightType::Q4:
-      launch_matmul_typed<WeightType::Q4>(stream, a, p, partial, counters);
+      launch_matmul_typed<WeightType::Q4>(stream, a, p, partial, counters, pdl);
       break;
   }
 }

@@ -1,0 +1,358 @@
+"""GPU profile of the speculative iteration and of the quantized matmul (issue 9, point 4).
+
+* ``iteration``: one K = 4 iteration of the real-shape q4 pair (Qwen2.5 1.5B target, 0.5B
+  draft, random weights; bench_gpu.py's ``pair-q4`` engine) at batch 1, replayed as its CUDA
+  graph, under Nsight Systems (``nsys profile --cuda-graph-trace=node``). From the trace
+  (exported to SQLite): kernels per iteration, the GPU's idle time between them inside an
+  iteration, and the kernels' share of the time by name. The kernels of one graph launch share
+  its correlation id (CUPTI), so every ``cudaGraphLaunch`` of the timed window is one iteration.
+  Without nsys: the iteration timed by the test module, and the kernels per iteration from the
+  launch plan (``_core.cuda_launch_plan``), idle time not measured (the report says so).
+  Both: the draft step over the target step (one-row forwards in a graph, timed alike).
+* ``matmul``: the q4 and q8 matmul (the 1.5B's gate/up shape [17920, 1536] and down shape
+  [1536, 8960]) at 1 and 5 rows under Nsight Compute (``ncu``): duration, DRAM bytes read and
+  DRAM throughput (percent of peak), caches flushed between replays (ncu's default).
+
+``python benchmarks/profile_gpu.py [--out DIR] [--engine PATH]`` runs both parts and writes
+``DIR/profile_gpu.{json,md}`` (default: benchmarks/results/gpu_logs); the parts' own runs
+(``--part run-iteration`` / ``run-matmul``) are what the profilers launch. Needs a CUDA build;
+``benchmarks/run_gpu_checks.sh profile`` runs it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import os
+import shutil
+import sqlite3
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+ENGINE = Path("/tmp/trt-spec-gpu-bench/pair-q4-s2048.engine")  # bench_gpu.py --part engines
+K, CONTEXT, ITERS = 4, 128, 20
+MATMUL_SHAPES = {"gate_up": (17920, 1536), "down": (1536, 8960)}  # [rows, cols] of W
+NCU_METRICS = (
+    "gpu__time_duration.sum",
+    "dram__bytes_read.sum",
+    "dram__throughput.avg.pct_of_peak_sustained_elapsed",
+)
+
+
+def tool(name: str) -> str | None:
+    """A CUDA tool on PATH or in the toolkit's bin folder."""
+    for d in ("", "/usr/local/cuda/bin/"):
+        p = shutil.which(d + name) if d else shutil.which(name)
+        if p:
+            return p
+    return None
+
+
+# ---- what the profilers launch -------------------------------------------------------------------
+def ensure_engine(path: Path) -> Path:
+    if path.exists():
+        return path
+    from trt_spec.build.random_engine import SHAPES, write_random_engine
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".partial")
+    write_random_engine(
+        tmp, SHAPES["qwen2.5-1.5b"], draft=SHAPES["qwen2.5-0.5b"], weights="q4",
+        max_seq_len=2048, max_batch=1, draft_len=8, fast=True,
+    )  # fmt: skip
+    tmp.rename(path)
+    return path
+
+
+def run_iteration(engine: Path, out: Path) -> dict[str, Any]:
+    """Warm-up, then ITERS replays of the K = 4 iteration graph (the profiled window), then the
+    target and draft one-row steps; writes the timings to `out` (JSON)."""
+    from trt_spec.bench.common import testing_module
+
+    T = testing_module(REPO)  # noqa: N806
+    s = T.Session(str(engine), "cuda")
+    prompt = [int(t) for t in np.random.default_rng(0).integers(0, s.vocab_size, CONTEXT)]
+    rid = s.submit(prompt, 1024, 0.0, 0, 1.0, 0, [], [], [], "model", K)
+    got = 0
+    while got < 2:  # the prefill's token, then one iteration: the graph is captured
+        got += sum(len(ev[1]) for ev in s.step() if ev[0] == rid)
+    s.time_iterations("model", K, 3)
+    time.sleep(0.05)  # a gap in the trace before the window
+    sec, n = s.time_iterations("model", K, ITERS)
+    s.cancel(rid)
+    while s.has_work:
+        s.step()
+    r = {
+        "iteration_ms": sec * 1e3,
+        "iterations": n,
+        "target_step_ms": s.time_forward("target", 1, 1, CONTEXT, ITERS, True) * 1e3,
+        "draft_step_ms": s.time_forward("draft", 1, 1, CONTEXT, ITERS, True) * 1e3,
+    }
+    r["draft_over_target"] = r["draft_step_ms"] / r["target_step_ms"]
+    out.write_text(json.dumps(r))
+    return r
+
+
+def run_matmul() -> list[dict[str, Any]]:
+    """One `linear` per (format, shape, rows), in this order (ncu's launch ids follow it)."""
+    from trt_spec import _core
+    from trt_spec.bench.common import testing_module
+
+    T = testing_module(REPO)  # noqa: N806
+    runner = T.OpRunner("cuda")
+    rng = np.random.default_rng(0)
+    cases = []
+    for fmt in ("q4", "q8"):
+        t = _core.weight_type_from_name(fmt)
+        for shape, (rows, cols) in MATMUL_SHAPES.items():
+            w = (rng.standard_normal((rows, cols)) / np.sqrt(cols)).astype(np.float32)
+            blob = _core.quantize_weight(w, t)
+            for n in (1, 5):
+                x = rng.standard_normal((n, cols)).astype(np.float32)
+                runner.linear(blob, int(getattr(t, "value", t)), rows, cols, x)
+                cases.append({"weights": fmt, "shape": shape, "rows": n, "w_rows": rows,
+                              "w_cols": cols, "weight_bytes": int(blob.nbytes)})  # fmt: skip
+    return cases
+
+
+# ---- parsing -------------------------------------------------------------------------------------
+def _columns(con: sqlite3.Connection, table: str) -> set[str]:
+    return {r[1] for r in con.execute(f"PRAGMA table_info({table})")}
+
+
+def graph_iterations(db: Path) -> list[list[tuple[int, int, str]]]:
+    """The kernels (start, end, name) of each cudaGraphLaunch in an nsys SQLite export, in launch
+    order, each sorted by start."""
+    con = sqlite3.connect(db)
+    try:
+        kcols = _columns(con, "CUPTI_ACTIVITY_KIND_KERNEL")
+        name = "shortName" if "shortName" in kcols else "demangledName"
+        launches = {
+            cid
+            for (cid,) in con.execute(
+                "SELECT r.correlationId FROM CUPTI_ACTIVITY_KIND_RUNTIME r "
+                "JOIN StringIds s ON s.id = r.nameId WHERE s.value LIKE 'cudaGraphLaunch%'"
+            )
+        }
+        groups: dict[int, list[tuple[int, int, str]]] = {}
+        for start, end, cid, kname in con.execute(
+            f"SELECT k.start, k.end, k.correlationId, s.value FROM CUPTI_ACTIVITY_KIND_KERNEL k "
+            f"LEFT JOIN StringIds s ON s.id = k.{name} ORDER BY k.start"
+        ):
+            if cid in launches:
+                groups.setdefault(cid, []).append((int(start), int(end), str(kname)))
+    finally:
+        con.close()
+    return [sorted(g) for _, g in sorted(groups.items(), key=lambda kv: kv[1][0][0])]
+
+
+def iteration_profile(groups: list[list[tuple[int, int, str]]]) -> dict[str, Any]:
+    """Kernels per iteration and idle time inside it, over the launches of the most frequent
+    kernel count (the replayed iteration graph); medians over those launches."""
+    if not groups:
+        raise ValueError("no graph launches in the trace")
+    sizes = [len(g) for g in groups]
+    size = max(set(sizes), key=lambda n: (sizes.count(n), n))
+    its = [g for g in groups if len(g) == size]
+    spans, busys, gaps, by_name = [], [], [], {}
+    for g in its:
+        span = g[-1][1] - g[0][0]
+        busy, cur_end = 0, g[0][0]
+        for start, end, kname in g:
+            busy += max(0, end - max(start, cur_end))  # the union of the kernels' intervals
+            if start > cur_end:
+                gaps.append(start - cur_end)
+            cur_end = max(cur_end, end)
+            by_name[kname] = by_name.get(kname, 0) + (end - start)
+        spans.append(span)
+        busys.append(busy)
+    span, busy = statistics.median(spans), statistics.median(busys)
+    total = sum(by_name.values())
+    top = sorted(by_name.items(), key=lambda kv: -kv[1])[:12]
+    return {
+        "launches": len(its),
+        "kernels_per_iteration": size,
+        "iteration_span_us": span / 1e3,
+        "kernel_busy_us": busy / 1e3,
+        "idle_us": (span - busy) / 1e3,
+        "idle_share": (span - busy) / span if span else 0.0,
+        "gap_us_median": statistics.median(gaps) / 1e3 if gaps else 0.0,
+        "gap_us_max": max(gaps) / 1e3 if gaps else 0.0,
+        "time_by_kernel": [
+            {"kernel": k, "share": v / total, "us_per_iteration": v / len(its) / 1e3}
+            for k, v in top
+        ],
+    }
+
+
+_UNITS = {
+    "nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "second": 1e6,  # -> microseconds
+    "byte": 1.0, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9,  # -> bytes (ncu's units are SI)
+    "%": 1.0,
+}  # fmt: skip
+_NAMES = {NCU_METRICS[0]: "time_us", NCU_METRICS[1]: "dram_read_bytes", NCU_METRICS[2]: "dram_pct"}
+
+
+def ncu_metrics(text: str) -> list[dict[str, float]]:
+    """Per profiled kernel (launch order): time_us, dram_read_bytes, dram_pct from `ncu --csv`
+    output (its details page: one row per kernel and metric; other lines ignored)."""
+    lines = [ln for ln in text.splitlines() if ln.startswith('"')]
+    kernels: dict[int, dict[str, float]] = {}
+    for row in csv.DictReader(io.StringIO("\n".join(lines))):
+        name = _NAMES.get(row.get("Metric Name", ""))
+        if name is None:
+            continue
+        unit = row.get("Metric Unit", "")
+        if unit not in _UNITS:
+            raise ValueError(f"ncu: unknown unit {unit!r} of {row['Metric Name']}")
+        value = float(str(row["Metric Value"]).replace(",", "")) * _UNITS[unit]
+        kernels.setdefault(int(row["ID"]), {})[name] = value
+    return [kernels[i] for i in sorted(kernels)]
+
+
+# ---- the driver ----------------------------------------------------------------------------------
+def profile_iteration(engine: Path, out: Path) -> dict[str, Any]:
+    timing = out / "iteration_timing.json"
+    nsys = tool("nsys")
+    me = [sys.executable, str(Path(__file__).resolve())]
+    run = me + ["--part", "run-iteration", "--engine", str(engine), "--timing", str(timing)]
+    if not nsys:
+        r = {"profiler": "none (nsys missing): CUDA-event timing, launch plan"}
+        r.update(run_iteration(engine, timing))
+        from trt_spec import _core
+
+        plan = _core.cuda_launch_plan(str(engine), 1, K, 132)
+        r["kernels_per_iteration"] = plan["iteration_kernels"]
+        r["idle_us"] = None
+        return r
+    rep = out / "iteration"
+    subprocess.run(
+        [nsys, "profile", "-t", "cuda", "--cuda-graph-trace=node", "--force-overwrite=true",
+         "-o", str(rep), "--export=sqlite"] + run,
+        check=True, timeout=240,
+    )  # fmt: skip
+    r = {"profiler": subprocess.run([nsys, "--version"], capture_output=True, text=True).stdout}
+    r.update(json.loads(timing.read_text()))
+    r.update(iteration_profile(graph_iterations(rep.with_suffix(".sqlite"))))
+    return r
+
+
+def profile_matmul(out: Path) -> dict[str, Any]:
+    ncu = tool("ncu")
+    if not ncu:
+        return {"profiler": "none: ncu missing"}
+    me = [sys.executable, str(Path(__file__).resolve()), "--part", "run-matmul"]
+    cases_file = out / "matmul_cases.json"
+    res = subprocess.run(
+        [ncu, "--csv", "-k", "regex:matmul_kernel", "--metrics", ",".join(NCU_METRICS)]
+        + me + ["--timing", str(cases_file)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    (out / "ncu.log").write_text(res.stdout + res.stderr)
+    if res.returncode != 0:
+        return {"profiler": "ncu", "error": f"exit {res.returncode}: {res.stderr[-800:]}"}
+    cases = json.loads(cases_file.read_text())
+    metrics = ncu_metrics(res.stdout)
+    if len(metrics) != len(cases):
+        return {"profiler": "ncu", "error": f"{len(metrics)} kernels for {len(cases)} cases"}
+    return {"profiler": "ncu", "cases": [c | m for c, m in zip(cases, metrics, strict=True)]}
+
+
+def markdown(r: dict[str, Any]) -> str:
+    it, mm = r["iteration"], r["matmul"]
+    out = [
+        f"# GPU profile ({r['date']}, commit {r['commit']}, {r['device']})",
+        "",
+        f"## One K = {K} iteration, real-shape q4 pair (1.5B target, 0.5B draft), batch 1",
+        "",
+        f"Profiler: {str(it.get('profiler', '')).strip()}. Iteration {it['iteration_ms']:.3f} ms "
+        f"(test module, {it['iterations']} replays); kernels per iteration: "
+        f"{it['kernels_per_iteration']}; draft step / target step: "
+        f"{it['draft_step_ms']:.3f} / {it['target_step_ms']:.3f} ms = "
+        f"{it['draft_over_target']:.2f}.",
+    ]
+    if it.get("idle_us") is not None:
+        out += [
+            f"Inside an iteration (median of {it['launches']} graph launches): span "
+            f"{it['iteration_span_us']:.1f} us, kernels busy {it['kernel_busy_us']:.1f} us, GPU "
+            f"idle between kernels {it['idle_us']:.1f} us ({it['idle_share']:.1%}); gaps median "
+            f"{it['gap_us_median']:.2f} us, max {it['gap_us_max']:.2f} us.",
+            "",
+            "| kernel | share of kernel time | us per iteration |",
+            "|---|---:|---:|",
+        ]
+        out += [
+            f"| {k['kernel']} | {k['share']:.1%} | {k['us_per_iteration']:.1f} |"
+            for k in it["time_by_kernel"]
+        ]
+    else:
+        out.append("GPU idle time between kernels: not measured (no nsys).")
+    out += ["", "## q4 / q8 matmul under ncu (caches flushed between replays)", ""]
+    if "cases" in mm:
+        out += [
+            "| weights | W shape | rows | us | DRAM read MB | DRAM throughput (% of peak) |",
+            "|---|---|---:|---:|---:|---:|",
+        ]
+        out += [
+            f"| {c['weights']} | {c['shape']} [{c['w_rows']}, {c['w_cols']}] | {c['rows']} | "
+            f"{c.get('time_us', float('nan')):.1f} | {c.get('dram_read_bytes', 0) / 1e6:.2f} | "
+            f"{c.get('dram_pct', float('nan')):.1f} |"
+            for c in mm["cases"]
+        ]
+    else:
+        out.append(f"Not measured: {mm.get('error') or mm.get('profiler')}.")
+    return "\n".join(out) + "\n"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--part", default="all", choices=["all", "run-iteration", "run-matmul"])
+    ap.add_argument("--engine", default=str(ENGINE), help="the real-shape q4 pair (made if absent)")
+    ap.add_argument(
+        "--out", default=os.environ.get("OUT", str(REPO / "benchmarks/results/gpu_logs"))
+    )
+    ap.add_argument("--timing", default=None, help="(the parts' own runs) where to write")
+    args = ap.parse_args()
+    if args.part == "run-iteration":
+        run_iteration(Path(args.engine), Path(args.timing))
+        return 0
+    if args.part == "run-matmul":
+        Path(args.timing).write_text(json.dumps(run_matmul()))
+        return 0
+    from trt_spec.bench.common import git_commit, testing_module
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    dev = testing_module(REPO).cuda_device_info(0)
+    r: dict[str, Any] = {
+        "date": time.strftime("%Y-%m-%d"),
+        "commit": git_commit(REPO, paths=["cpp"]) or "unknown",
+        "device": f"{dev['name']} (cc {dev['compute_capability']})",
+    }
+    engine = ensure_engine(Path(args.engine))
+    for part, fn in (("iteration", lambda: profile_iteration(engine, out)),
+                     ("matmul", lambda: profile_matmul(out))):  # fmt: skip
+        try:
+            r[part] = fn()
+        except Exception as e:  # keep the other part's results
+            r[part] = {"error": f"{type(e).__name__}: {e}"}
+        (out / "profile_gpu.json").write_text(json.dumps(r, indent=1, default=str))
+    try:
+        (out / "profile_gpu.md").write_text(markdown(r))
+    except KeyError as e:
+        print(f"profile_gpu: no markdown ({e}); see profile_gpu.json", file=sys.stderr)
+    print((out / "profile_gpu.json").read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
