@@ -185,6 +185,32 @@ def test_bench_no_use_prediction(pair: Path, chat_prompts: Path, tmp_path: Path)
     assert not run["prediction_used"] and run["prediction_accepted"] == 0
 
 
+def test_bench_repeats_merge_each_prompts_runs(pair: Path, prompts: Path, tmp_path: Path) -> None:
+    """--repeats 2: each prompt's configurations run twice in turn, and its record is over both
+    runs: tokens and seconds summed, the rate their quotient, each run's rate kept, the ratio to
+    target-only taken from the merged rates; the report says how many runs."""
+    argv = [str(pair), "--prompts", str(prompts), "--n", "2", "--max-new-tokens", "8"]
+    argv += ["--draft", "model", "--draft-lens", "2", "--temperatures", "0", "--no-auto"]
+    rep = _bench([*argv, "--repeats", "2"], tmp_path)
+    assert rep["settings"]["repeats"] == 2
+    target, model = rep["results"][0]["configs"]
+    for cfg in (target, model):
+        assert cfg["prompts"] == 2 and len(cfg["runs"]) == 2
+        for r in cfg["runs"]:
+            assert len(r["repeat_tok_s"]) == 2 and r["decode_tokens"] == 2 * 7
+            assert r["decode_tok_s"] == pytest.approx(r["decode_tokens"] / r["decode_s"])
+            assert min(r["repeat_tok_s"]) <= r["decode_tok_s"] * (1 + 1e-9)
+            assert r["decode_tok_s"] <= max(r["repeat_tok_s"]) * (1 + 1e-9)
+    for t, m in zip(target["runs"], model["runs"], strict=True):
+        assert m["ratio_vs_target"] == pytest.approx(m["decode_tok_s"] / t["decode_tok_s"])
+        assert m["greedy_mismatch_at"] is None
+    assert model["greedy_mismatches"] == 0
+    md = next(tmp_path.glob("spec_*.md")).read_text()
+    assert "2 runs of each in turn" in md
+    single = _bench(argv, tmp_path / "one")
+    assert "repeat_tok_s" not in single["results"][0]["configs"][0]["runs"][0]
+
+
 def test_bench_default_sources_and_no_auto(pair: Path, prompts: Path, tmp_path: Path) -> None:
     argv = ["bench", str(pair), "--prompts", str(prompts), "--n", "1", "--max-new-tokens", "4"]
     argv += ["--temperatures", "0", "--no-auto", "--out-dir", str(tmp_path)]

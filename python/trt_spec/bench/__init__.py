@@ -180,6 +180,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             "draft_lens": _one_or_each([i["ks"] for i in infos]),
             "auto": args.auto,
             "seed": args.seed,
+            "repeats": getattr(args, "repeats", 1),
             "threads": opts.threads,
             "bar": BAR,
             "peers": peers,
@@ -259,6 +260,14 @@ def add_parser(sub: Any) -> None:
         help="KV cache element type (default auto: f16 on a GPU, f32 on the CPU)",
     )
     b.add_argument("--seed", type=int, default=0)
+    b.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="runs of each prompt's configurations, alternating (default 1): each prompt's "
+        "figures are then over all its runs (summed decode time), so that a host's drift "
+        "during one run weighs less in the per-prompt ratios",
+    )
     b.add_argument("--out-dir", default="benchmarks/results", help="default benchmarks/results")
     b.add_argument("--tag", default=None, help="file name: spec_<tag> (default: the date)")
     b.add_argument("--peers", default="", help=f"comma list of {','.join(PEERS)} (default none)")

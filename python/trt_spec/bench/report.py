@@ -49,7 +49,12 @@ def _header(rep: dict[str, Any]) -> list[str]:
         f"- settings: {s['max_new_tokens']} new tokens, EOS ignored, temperatures "
         f"{s['temperatures']} (top-k/top-p off), seed {s['seed']}, draft sources "
         f"{s['draft_sources']}, draft lengths {s['draft_lens']}, auto lengths "
-        f"{'on' if s['auto'] else 'off'}; configurations interleaved per prompt",
+        f"{'on' if s['auto'] else 'off'}; configurations interleaved per prompt"
+        + (
+            f", {s['repeats']} runs of each in turn (each prompt's figures over all its runs)"
+            if s.get("repeats", 1) > 1
+            else ""
+        ),
     ]
     for e in rep["engines"]:
         lines.append(

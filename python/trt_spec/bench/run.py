@@ -168,6 +168,31 @@ def aggregate(config: Config, runs: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def merge_repeats(recs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One prompt's records of one configuration over its repeated runs, as one record: counts
+    and seconds summed (so decode_tok_s is over all the runs' decode time), histograms and source
+    counts added, the first token's time averaged; each run's decode rate kept."""
+    if len(recs) == 1:
+        return recs[0]
+    out = dict(recs[0])
+    for key in _SUMMED + ("spec_iterations",):
+        out[key] = sum(r.get(key, 0) for r in recs)
+    hist = [0] * max(len(r["accepted_hist"]) for r in recs)
+    for r in recs:
+        for i, c in enumerate(r["accepted_hist"]):
+            hist[i] += c
+    out["accepted_hist"] = hist
+    out["source_counts"] = _sum_nested([r["source_counts"] for r in recs])
+    out["by_source"] = _sum_nested([r["by_source"] for r in recs])
+    out["ttft_s"] = statistics.fmean(r["ttft_s"] for r in recs)
+    out["decode_tok_s"] = div(out["decode_tokens"], out["decode_s"]) or 0.0
+    out["repeat_tok_s"] = [r["decode_tok_s"] for r in recs]
+    if "greedy_mismatch_at" in recs[0]:
+        at = [r["greedy_mismatch_at"] for r in recs if r["greedy_mismatch_at"] is not None]
+        out["greedy_mismatch_at"] = min(at) if at else None
+    return out
+
+
 def first_mismatch(a: list[int], b: list[int]) -> int | None:
     """The first index where two token lists differ (None when equal)."""
     for i, (x, y) in enumerate(zip(a, b, strict=False)):
@@ -193,7 +218,8 @@ def bench_engine(
     from trt_spec.engine import Engine
 
     out = out or Reporter()
-    total = len(args.temperatures) * len(prompts) * len(configs)
+    repeats = max(1, getattr(args, "repeats", 1))
+    total = len(args.temperatures) * len(prompts) * len(configs) * repeats
     done = 0
 
     kv = getattr(args, "kv_cache_dtype", "auto")
@@ -221,37 +247,45 @@ def bench_engine(
         runs: dict[str, list[dict[str, Any]]] = {c.label: [] for c in configs}
         for i, p in enumerate(prompts):
             pred = p.prediction if args.use_prediction else None
-            ref: list[int] = []
-            base = 0.0
+            recs: dict[str, list[dict[str, Any]]] = {c.label: [] for c in configs}
             line = []
+            for rep in range(repeats):  # the configurations alternate within each repeat
+                ref: list[int] = []
+                for c in configs:
+                    r = engines.get(c.label, engine).generate(
+                        p.prompt,
+                        max_new_tokens=args.max_new_tokens,
+                        temperature=temp,
+                        seed=args.seed,
+                        ignore_eos=True,
+                        draft=c.draft,
+                        draft_len=c.draft_len,
+                        prediction=pred if c.speculative else None,
+                    )
+                    rec = record(r.stats, p, pred is not None and c.speculative)
+                    if not c.speculative:
+                        ref = list(r.token_ids)
+                    elif temp == 0:
+                        rec["greedy_mismatch_at"] = first_mismatch(list(r.token_ids), ref)
+                    recs[c.label].append(rec)
+                    line.append(f"{c.label} {rec['decode_tok_s']:.1f}")
+                    done += 1
+                    last = c is configs[-1] and rep == repeats - 1
+                    out.step(
+                        name,
+                        done,
+                        total,
+                        _prompt_line(name, temp, i, prompts, line) if last else None,
+                        "run",
+                    )
+            merged = {c.label: merge_repeats(recs[c.label]) for c in configs}
+            base = next((merged[c.label] for c in configs if not c.speculative), None)
             for c in configs:
-                r = engines.get(c.label, engine).generate(
-                    p.prompt,
-                    max_new_tokens=args.max_new_tokens,
-                    temperature=temp,
-                    seed=args.seed,
-                    ignore_eos=True,
-                    draft=c.draft,
-                    draft_len=c.draft_len,
-                    prediction=pred if c.speculative else None,
+                rec = merged[c.label]
+                rec["ratio_vs_target"] = (
+                    div(rec["decode_tok_s"], base["decode_tok_s"]) if base else None
                 )
-                rec = record(r.stats, p, pred is not None and c.speculative)
-                if not c.speculative:
-                    ref, base = list(r.token_ids), rec["decode_tok_s"]
-                elif temp == 0:
-                    rec["greedy_mismatch_at"] = first_mismatch(list(r.token_ids), ref)
-                rec["ratio_vs_target"] = div(rec["decode_tok_s"], base)
                 runs[c.label].append(rec)
-                line.append(f"{c.label} {rec['decode_tok_s']:.1f}")
-                done += 1
-                last = c is configs[-1]
-                out.step(
-                    name,
-                    done,
-                    total,
-                    _prompt_line(name, temp, i, prompts, line) if last else None,
-                    "run",
-                )
         aggs = [aggregate(c, runs[c.label]) for c in configs]
         for a in aggs:
             if temp == 0 and a["draft"] != "none":
