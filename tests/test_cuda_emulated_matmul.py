@@ -2,7 +2,8 @@
 (tests/cpp/cuda_emu.h): every weight type x input transform x epilogue against numpy float64
 references, bitwise row independence (a row's bits whatever n and the other rows: the greedy
 exactness of speculative decoding), the RoPE + KV-cache epilogue for every cache type, split-K
-determinism and counter reset, and the fallback path.
+determinism and counter reset, staging in pieces with several row groups per block, and the
+fallback path.
 
 tests/cpp/emu_matmul.cpp calls plan_matmul / launch_matmul, the host code the backend runs.
 """
@@ -411,6 +412,22 @@ def test_split_k(lib, wtype: str, epi: str) -> None:
             np.testing.assert_array_equal(again, out)
             np.testing.assert_array_equal(again2, out)
             counters = None
+    for n in (1, 5):
+        np.testing.assert_array_equal(outs[n], outs[17][:n])
+
+
+@pytest.mark.parametrize("wtype", ["f16", "q4"])
+def test_staging_pieces_and_row_group_reps(lib, wtype: str) -> None:
+    """80 units per row: staged in 3 pieces for a 16-row tile and 2 for an 8-row one (1 for one
+    row), and 64 row pairs on 1 SM: 2 row groups per block (reps). A lane fetches each unit one
+    ahead, across pieces and reps: against the reference, rows bitwise independent of n."""
+    case = Case(lib, wtype, "rmsnorm", "store", 128, 80 * UNIT_COLS[wtype], seed=11)
+    outs = {}
+    for n in (1, 5, 17):
+        out, info, _ = case.run(case.x, n)
+        assert info["reps"] == 2 and info["splits"] == 1, info
+        case.check(out, case.x, n)
+        outs[n] = out
     for n in (1, 5):
         np.testing.assert_array_equal(outs[n], outs[17][:n])
 
