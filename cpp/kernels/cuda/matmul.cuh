@@ -459,9 +459,11 @@ __device__ __forceinline__ int64_t matmul_pair_row(const MatmulGeom& g, int64_t 
 
 // The vectorized path: W.cols % unit columns == 0, 16-byte aligned x (and norm_w).
 // grid (row blocks * tiles, splits), block kMatmulThreads; partial [splits, n, rows] and
-// counters [row blocks * tiles] (zero) when splits > 1.
+// counters [row blocks * tiles] (zero) when splits > 1. A one-row tile (decode) is held to 3
+// blocks per SM (at most 85 registers; ptxas, sm_90: 64-80 and no spills, against 64-99 and 2
+// blocks of the q4 kernel unbounded); larger tiles are left unbounded (bounded, they spill).
 template <WeightType T, int kTile>
-__global__ void __launch_bounds__(kMatmulThreads)
+__global__ void __launch_bounds__(kMatmulThreads, kTile == 1 ? 3 : 1)
     matmul_kernel(MatmulArgs a, MatmulGeom g, float* __restrict__ partial, int* counters) {
   using S = MatmulStage<T, kTile>;
   constexpr int kUC = matmul_unit_cols(T);
