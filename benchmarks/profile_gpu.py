@@ -50,11 +50,7 @@ NCU_METRICS = (
 
 def tool(name: str) -> str | None:
     """A CUDA tool on PATH or in the toolkit's bin folder."""
-    for d in ("", "/usr/local/cuda/bin/"):
-        p = shutil.which(d + name) if d else shutil.which(name)
-        if p:
-            return p
-    return None
+    return shutil.which(name) or shutil.which("/usr/local/cuda/bin/" + name)
 
 
 # ---- what the profilers launch -------------------------------------------------------------------

@@ -262,6 +262,7 @@ def test_bench_draft_model_without_draft_model(
         (["--peer-draft-lens", "0"], "--peer-draft-lens: draft lengths must be >= 1"),
         (["--max-new-tokens", "1"], "--max-new-tokens must be >= 2"),
         (["--n", "0"], "--n must be >= 1"),
+        (["--repeats", "0"], "--repeats must be >= 1"),
         (["--peers", "llama.cpp"], "build it with: bash benchmarks/peers/build_llama_cpp.sh"),
     ],
 )

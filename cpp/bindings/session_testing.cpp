@@ -179,10 +179,11 @@ void bind_session(nb::module_& m) {
           [](Session& s, bool on) {
 #ifdef TRT_SPEC_WITH_CUDA
             return cuda_set_pdl(s.rt->backend(), on);
-#endif
+#else
             (void)s;
             (void)on;
             return false;
+#endif
           },
           "on"_a,
           "CUDA: launch the matmuls as programmatic dependents from now on (sm_90+; "

@@ -181,12 +181,7 @@ CudaBackend::CudaBackend(int device) : device_(device) {
 }
 
 bool CudaBackend::set_pdl(bool on) {
-  static const std::string kSuffix = " +pdl";
   pdl_ = on && cc_major_ >= 9;
-  const bool named = name_.size() >= kSuffix.size() &&
-                     name_.compare(name_.size() - kSuffix.size(), kSuffix.size(), kSuffix) == 0;
-  if (pdl_ && !named) name_ += kSuffix;
-  if (!pdl_ && named) name_.resize(name_.size() - kSuffix.size());
   return pdl_;
 }
 

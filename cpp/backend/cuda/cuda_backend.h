@@ -45,7 +45,7 @@ class CudaBackend final : public Backend {
   const std::vector<std::string>& launches() const;
   void clear_launches();
 
-  std::string name() const override { return name_; }
+  std::string name() const override { return pdl_ ? name_ + " +pdl" : name_; }
   int threads() const override { return 1; }
   bool runs_on_host() const override { return false; }
 
@@ -90,7 +90,7 @@ class CudaBackend final : public Backend {
   int sm_count() const { return sm_count_; }
   // Whether the matmuls launch as programmatic dependents (common.cuh: TRT_SPEC_LAUNCH_PDL):
   // on sm_90+ where TRT_SPEC_CUDA_PDL=1 at construction (off by default until a GPU run has
-  // measured it; benchmarks/bench_gpu.py compares both).
+  // measured it; benchmarks/bench_gpu.py compares both). name() ends in " +pdl" while it is on.
   bool pdl() const { return pdl_; }
   // Turns it on (where the device is sm_90+) or off for the launches that follow; graphs
   // captured before keep their launches. Returns pdl().

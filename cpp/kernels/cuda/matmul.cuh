@@ -276,17 +276,12 @@ struct MatmulRaw {
   uint32_t d2, m2;
 };
 
-// Bytes of one weight row of `cols` columns (section 0).
-__host__ __device__ constexpr int64_t matmul_row_bytes(WeightType t, int64_t cols) {
-  return t == WeightType::F32
-             ? 4 * cols
-             : (t == WeightType::Q8 ? cols : (t == WeightType::Q4 ? cols / 2 : 2 * cols));
-}
-
 template <WeightType T>
 __device__ __forceinline__ MatmulRaw matmul_fetch(const DevWeight& W, int64_t r, int64_t u) {
   MatmulRaw w;
-  const uint4* p = reinterpret_cast<const uint4*>(W.q + r * matmul_row_bytes(T, W.cols)) + 2 * u;
+  // 32 bytes (two uint4) per unit, W.cols / unit columns units per row (the vectorized path)
+  const uint4* p =
+      reinterpret_cast<const uint4*>(W.q + r * (W.cols / matmul_unit_cols(T)) * 32) + 2 * u;
   w.x = __ldg(p);
   w.y = __ldg(p + 1);
   w.d2 = w.m2 = 0;
@@ -491,11 +486,14 @@ __global__ void __launch_bounds__(kMatmulThreads, kTile == 1 ? 3 : 1)
   // na / nb: the next unit of rows a and b; `have`: they hold this lane's first unit of the
   // (rep, piece) about to run. A lane fetches that unit while computing its last unit of the
   // previous (rep, piece), and rep 0's first here, before the prologue.
+  auto piece_units = [&](int pc, int64_t& pu0) {  // piece pc: units [pu0, pu0 + result)
+    pu0 = u0 + static_cast<int64_t>(pc) * S::kUnits;
+    return static_cast<int>(u1 - pu0 < S::kUnits ? u1 - pu0 : S::kUnits);
+  };
   MatmulRaw na{}, nb{};
   auto fetch_first = [&](int rep, int pc) {
-    int64_t ra, rb_load;
-    const int64_t pu0 = u0 + static_cast<int64_t>(pc) * S::kUnits;
-    const int np = static_cast<int>(u1 - pu0 < S::kUnits ? u1 - pu0 : S::kUnits);
+    int64_t ra, rb_load, pu0;
+    const int np = piece_units(pc, pu0);
     if (!pair_rows(rep, ra, rb_load) || lane >= np) return false;
     na = matmul_fetch<T>(a.W, ra, pu0 + lane);
     nb = matmul_fetch<T>(a.W, rb_load, pu0 + lane);
@@ -525,8 +523,8 @@ __global__ void __launch_bounds__(kMatmulThreads, kTile == 1 ? 3 : 1)
 #pragma unroll
     for (int i = 0; i < kTile; ++i) acc_a[i] = acc_b[i] = 0.0f;
     for (int pc = 0; pc < pieces; ++pc) {
-      const int64_t pu0 = u0 + static_cast<int64_t>(pc) * S::kUnits;
-      const int np = static_cast<int>(u1 - pu0 < S::kUnits ? u1 - pu0 : S::kUnits);
+      int64_t pu0;
+      const int np = piece_units(pc, pu0);
       if (pieces > 1) {
         __syncthreads();
         matmul_stage<T, kTile>(a, i0, nr, pu0 * kUC, np * kUC, rs, st);

@@ -99,7 +99,7 @@ def parse_options(args: argparse.Namespace, peer_names: tuple[str, ...]) -> Opti
     )
     if args.max_new_tokens < 2:
         raise ValueError("--max-new-tokens must be >= 2 (decode starts after the first token)")
-    for name in ("threads", "peer_n"):
+    for name in ("threads", "peer_n", "repeats"):
         value = getattr(args, name)
         if value is not None and value < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {value}")

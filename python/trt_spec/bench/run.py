@@ -114,13 +114,19 @@ def _sum_nested(dicts: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def _sum_hists(recs: list[dict[str, Any]]) -> list[int]:
+    """The records' accepted-length histograms added bin by bin (the longest's length)."""
+    hist = [0] * max(len(r["accepted_hist"]) for r in recs)
+    for r in recs:
+        for i, c in enumerate(r["accepted_hist"]):
+            hist[i] += c
+    return hist
+
+
 def aggregate(config: Config, runs: list[dict[str, Any]]) -> dict[str, Any]:
     """One configuration over all prompts, with the cost model's prediction."""
     tot = {key: sum(r.get(key, 0) for r in runs) for key in _SUMMED}
-    hist = [0] * max(len(r["accepted_hist"]) for r in runs)
-    for r in runs:
-        for i, c in enumerate(r["accepted_hist"]):
-            hist[i] += c
+    hist = _sum_hists(runs)
     iters = tot["iterations"]
     tpi = div(tot["emitted"], iters)
     draft_step = div(tot["draft_s"], tot["drafted"])
@@ -177,11 +183,7 @@ def merge_repeats(recs: list[dict[str, Any]]) -> dict[str, Any]:
     out = dict(recs[0])
     for key in _SUMMED + ("spec_iterations",):
         out[key] = sum(r.get(key, 0) for r in recs)
-    hist = [0] * max(len(r["accepted_hist"]) for r in recs)
-    for r in recs:
-        for i, c in enumerate(r["accepted_hist"]):
-            hist[i] += c
-    out["accepted_hist"] = hist
+    out["accepted_hist"] = _sum_hists(recs)
     out["source_counts"] = _sum_nested([r["source_counts"] for r in recs])
     out["by_source"] = _sum_nested([r["by_source"] for r in recs])
     out["ttft_s"] = statistics.fmean(r["ttft_s"] for r in recs)
@@ -218,7 +220,7 @@ def bench_engine(
     from trt_spec.engine import Engine
 
     out = out or Reporter()
-    repeats = max(1, getattr(args, "repeats", 1))
+    repeats = getattr(args, "repeats", 1)  # (>= 1: options.py)
     total = len(args.temperatures) * len(prompts) * len(configs) * repeats
     done = 0
 
