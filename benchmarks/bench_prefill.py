@@ -12,6 +12,8 @@ For each prompt length N (default 512, 2048, 4096), in one run on the same CPU a
 With ``--reps R`` each is measured R times: ours in R rounds over the lengths (each figure the
 median of its rounds), llama-bench with ``-r R`` (its mean). One pass each (the default) reads
 10-15% apart between runs on a shared host.
+With bf16 prompt attention (the backend name ends "+bf16-prompt"), the target alone is also timed
+with f32 prompts (TRT_SPEC_CPU_PROMPT_ATTENTION=f32) in the same rounds.
 It also reports the peak resident memory of this process (the engine's weights and KV cache
 included) after the longest prefill, and, where the test-only native module is importable
 (``TRT_SPEC_TESTING_DIR``), the target forward's cost for 1 to 16 rows at context 600 (what a
@@ -44,6 +46,7 @@ from trt_spec.bench.common import environment, testing_module
 from trt_spec.bench.peers.llama_spec_runner import find_binary
 
 RESULTS = Path(__file__).resolve().parent / "results"
+PROMPT_VAR = "TRT_SPEC_CPU_PROMPT_ATTENTION"
 
 
 def prompt_ids(eng: Engine, n: int) -> list[int]:
@@ -102,7 +105,8 @@ def render(rep: dict[str, Any]) -> str:
     lines = [
         f"# Prefill benchmark ({rep['tag']})",
         "",
-        f"{cpu}, {st['threads']} threads, commit {env.get('git_commit')}; engine {st['engine']} "
+        f"{cpu}, {st['threads']} threads, commit {env.get('git_commit')}, backend "
+        f"{st.get('backend', 'cpu')}; engine {st['engine']} "
         f"(max_seq_len {st['max_seq_len']}); prompts: HumanEval prompts joined, cut to N tokens; "
         f"llama.cpp `llama-bench -p N -n 0 -r {st.get('reps', 1)}`; each trt-spec figure the "
         f"median of {st.get('reps', 1)} round(s) over the lengths; load at start "
@@ -131,6 +135,13 @@ def render(rep: dict[str, Any]) -> str:
             f"- target rate at {last['n']} / at {first['n']}: "
             f"{last['target_tok_s'] / first['target_tok_s']:.2f} (goal >= 0.85)"
         )
+        if "f32_target_tok_s" in first:
+            cells = ", ".join(f"{r['n']}: {r['f32_target_tok_s']:.1f}" for r in runs)
+            lines.append(
+                f"- target alone with f32 prompt attention ({PROMPT_VAR}=f32), same rounds, "
+                f"tok/s: {cells}; rate at {last['n']} / at {first['n']}: "
+                f"{last['f32_target_tok_s'] / first['f32_target_tok_s']:.2f}"
+            )
     lines.append(
         "- pair: the draft reads each prompt chunk after the target's, but the last chunk after "
         "the first token (so the pair's TTFT holds all but that read); pair tok/s = N / (pair "
@@ -171,6 +182,14 @@ def main() -> int:
     }
     eng = Engine(args.engine, device="cpu", n_threads=args.threads)
     rep["settings"]["max_seq_len"] = eng.max_seq_len
+    rep["settings"]["backend"] = eng.backend
+    # With bf16 prompt attention (the default where the CPU has AVX512_BF16), the target alone
+    # with f32 prompts too, in the same rounds.
+    f32 = None
+    if eng.backend.endswith("+bf16-prompt"):
+        os.environ[PROMPT_VAR] = "f32"
+        f32 = Engine(args.engine, device="cpu", n_threads=args.threads)
+        del os.environ[PROMPT_VAR]
     if max(lengths) >= eng.max_seq_len:
         raise SystemExit(f"--lengths: the engine holds {eng.max_seq_len} positions")
     eng.generate(prompt_ids(eng, 64), max_new_tokens=2, draft="model", ignore_eos=True)  # warm-up
@@ -179,10 +198,14 @@ def main() -> int:
         for n in lengths:
             t0 = time.perf_counter()
             rounds[n].append(ours(eng, prompt_ids(eng, n)))
+            if f32 is not None:
+                ids = prompt_ids(eng, n)
+                t = f32.generate(ids, max_new_tokens=1, draft="none", ignore_eos=True).stats
+                rounds[n][-1]["f32_target_tok_s"] = n / t.ttft_s
             print(f"trt-spec N={n}: {rounds[n][-1]} ({time.perf_counter() - t0:.0f} s)", flush=True)
     rep["runs"] = [{"n": n, **median_of(rounds[n]), "rounds": rounds[n]} for n in lengths]
     rep["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    del eng
+    del eng, f32
     if not args.no_llama and args.target and args.draft:
         lt = llama_bench(args.target, lengths, args.threads, args.reps)
         ld = llama_bench(args.draft, lengths, args.threads, args.reps)

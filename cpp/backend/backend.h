@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstddef>
+#include <climits>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -61,6 +62,12 @@ struct Rows {
   // (t - tree_base[i]) of tree_bits[i] is set. Null: every index up to kv_idx (causal).
   const int32_t* tree_base = nullptr;
   const uint64_t* tree_bits = nullptr;
+  // Rows i >= prompt_from read a prompt (prefill chunks, prompt rows carried by a verify pass,
+  // the draft's prompt reads): a backend may attend them at reduced precision (the CPU's bf16
+  // prompt attention, kernels/cpu/attention.h) where a row's bits still depend on its own inputs
+  // only, so a prompt reads the same whichever pass carries it. Rows whose bits must equal a
+  // decode row's (decode, verify, draft steps and catch-up) stand before it. INT_MAX: none.
+  int prompt_from = INT_MAX;
 };
 
 struct AttentionShape {

@@ -271,7 +271,7 @@ void bind_session(nb::module_& m) {
       .def(
           "time_forward",
           [](Session& s, const std::string& role, int rows, int n_logits, int context, int iters,
-             bool graph) {
+             bool graph, bool prompt) {
             Model& mdl = s.model(role);
             Runtime& rt = *s.rt;
             if (rows < 1 || rows > mdl.limits().max_rows || n_logits < 0 || n_logits > rows ||
@@ -291,8 +291,9 @@ void bind_session(nb::module_& m) {
             be.upload(sb.as<void>(), slot.data(), rows * 4);
             be.upload(lb.as<void>(), lr.data(), rows * 4);
             auto issue = [&] {
-              mdl.forward(Rows{tb.as<int32_t>(), pb.as<int32_t>(), sb.as<int32_t>()}, rows,
-                          lb.as<int32_t>(), n_logits, logits.as<float>());
+              Rows r{tb.as<int32_t>(), pb.as<int32_t>(), sb.as<int32_t>()};
+              if (prompt) r.prompt_from = 0;
+              mdl.forward(r, rows, lb.as<int32_t>(), n_logits, logits.as<float>());
             };
             std::unique_ptr<BackendGraph> g = graph ? be.capture(issue) : nullptr;
             auto once = [&] { g ? g->launch() : issue(); };
@@ -304,7 +305,9 @@ void bind_session(nb::module_& m) {
             return (now_s() - t0) / iters;
           },
           "role"_a, "rows"_a, "n_logits"_a, "context"_a, "iters"_a, "graph"_a = true,
-          "Seconds per forward of `rows` rows at positions context.. of KV slot 0 (overwritten)")
+          "prompt"_a = false,
+          "Seconds per forward of `rows` rows at positions context.. of KV slot 0 (overwritten); "
+          "prompt: the rows read a prompt (Rows::prompt_from), as a prefill chunk's do")
       .def(
           "time_iterations",
           [](Session& s, const std::string& source, int k, int iters) {

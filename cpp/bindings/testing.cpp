@@ -192,7 +192,7 @@ NB_MODULE(_trt_spec_testing, m) {
       [](HostArray<float, 3> q, KvArray k, KvArray v, HostArray<int32_t, 1> slot,
          HostArray<int32_t, 1> len, float scale, std::optional<HostArray<int32_t, 1>> tree_base,
          std::optional<HostArray<uint64_t, 1>> tree_bits, int64_t task_chunk,
-         const std::string& kv_type, const std::string& isa) {
+         const std::string& kv_type, const std::string& isa, int bf16_from) {
         // q [n, heads, hd]; k, v [slots, kv_heads, max_seq, hd] (one layer of the cache):
         // float32 for kv_type f32, uint16 bits for f16 / bf16.
         KvType t;
@@ -200,6 +200,9 @@ NB_MODULE(_trt_spec_testing, m) {
         const cpu::AttentionRunFn run =
             isa.empty() ? &cpu::attention_run : cpu::attention_run_for(isa.c_str());
         if (run == nullptr) throw InvalidArgument("cpu_attention: ISA not supported here: " + isa);
+        if (bf16_from >= 0 && bf16_from < static_cast<int>(q.shape(0)) &&
+            !cpu::attention_bf16_supported(isa.empty() ? nullptr : isa.c_str()))
+          throw InvalidArgument("cpu_attention: bf16 rows need the avx512 build and AVX512_BF16");
         const int n = static_cast<int>(q.shape(0)), hd = static_cast<int>(q.shape(2));
         const int slots = static_cast<int>(k.shape(0)), max_seq = static_cast<int>(k.shape(2));
         const nb::dlpack::dtype want =
@@ -238,6 +241,7 @@ NB_MODULE(_trt_spec_testing, m) {
           a.tree_base = tree_base->data();
           a.tree_bits = tree_bits->data();
         }
+        if (bf16_from >= 0) a.bf16_from = bf16_from;
         std::vector<float> out(static_cast<size_t>(n) * a.n_heads * hd);
         a.out = out.data();
         a.out_stride = a.q_stride;
@@ -257,9 +261,17 @@ NB_MODULE(_trt_spec_testing, m) {
       },
       "q"_a, "k"_a, "v"_a, "slot"_a, "len"_a, "scale"_a, "tree_base"_a = nb::none(),
       "tree_bits"_a = nb::none(), "task_chunk"_a = 0, "kv_type"_a = "f32", "isa"_a = "",
+      "bf16_from"_a = -1,
       "The CPU attention kernel on host arrays: out [n, heads, hd]; task_chunk > 0 runs its tasks "
       "in chunks of that many, last chunk first; k, v float32 (kv_type f32) or uint16 bits (f16, "
-      "bf16); isa: one ISA's build (cpu_isas()), '' the one the process runs");
+      "bf16); isa: one ISA's build (cpu_isas()), '' the one the process runs; rows >= bf16_from "
+      "(>= 0) attend in bf16 (cpu_attention_bf16(isa))");
+  m.def(
+      "cpu_attention_bf16",
+      [](const std::string& isa) {
+        return cpu::attention_bf16_supported(isa.empty() ? nullptr : isa.c_str());
+      },
+      "isa"_a = "", "Whether that ISA's attention build runs bf16 (prompt) rows on this CPU");
 
   // ---- sampling ------------------------------------------------------------------------------
   m.def("philox_uniform", &philox_uniform, "seed"_a, "step"_a, "lane"_a, "stream"_a,

@@ -188,8 +188,9 @@ std::vector<float> Runtime::prompt_logits(const std::vector<int32_t>& tokens, in
     std::iota(p.begin(), p.begin() + m, start);
     be.upload(tok.as<void>(), tokens.data() + start, m * 4);
     be.upload(pos.as<void>(), p.data(), m * 4);
-    target_->forward(Rows{tok.as<int32_t>(), pos.as<int32_t>(), slot.as<int32_t>()}, m,
-                     rows.as<int32_t>(), m, logits.as<float>());
+    Rows prompt_rows{tok.as<int32_t>(), pos.as<int32_t>(), slot.as<int32_t>()};
+    prompt_rows.prompt_from = 0;  // as a prefill reads them
+    target_->forward(prompt_rows, m, rows.as<int32_t>(), m, logits.as<float>());
     be.download(out.data() + static_cast<size_t>(start) * V, logits.as<void>(),
                 static_cast<size_t>(m) * V * 4);
   }

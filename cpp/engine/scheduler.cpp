@@ -278,8 +278,9 @@ int Scheduler::prefill(std::vector<SchedulerEvent>& events, bool others_decoding
   be.upload(pos_.as<void>(), c.rows.pos.data(), n * 4);
   be.upload(row_slot_.as<void>(), c.rows.slot.data(), n * 4);
   if (!lrows.empty()) be.upload(logit_rows_.as<void>(), lrows.data(), lrows.size() * 4);
-  rt_.target().forward(Rows{tok_.as<int32_t>(), pos_.as<int32_t>(), row_slot_.as<int32_t>()}, n,
-                       logit_rows_.as<int32_t>(), static_cast<int>(lrows.size()),
+  Rows rows{tok_.as<int32_t>(), pos_.as<int32_t>(), row_slot_.as<int32_t>()};
+  rows.prompt_from = 0;  // every row reads a prompt
+  rt_.target().forward(rows, n, logit_rows_.as<int32_t>(), static_cast<int>(lrows.size()),
                        logits_.as<float>());
   chunk_done(c);
   prefill_timer_->stop();

@@ -26,7 +26,8 @@ void DraftModelProposer::begin(int slot, const std::vector<int32_t>& prompt) {
   s.est = controller_.prior();
 }
 
-void DraftModelProposer::forward_rows(const int32_t* tokens, int n, int first_pos, int slot) {
+void DraftModelProposer::forward_rows(const int32_t* tokens, int n, int first_pos, int slot,
+                                      bool prompt) {
   const int R = draft_.limits().max_rows;
   std::vector<int32_t> pos(R), slots(R, slot);
   be_.upload(row_slot_.as<void>(), slots.data(), R * 4);
@@ -36,6 +37,7 @@ void DraftModelProposer::forward_rows(const int32_t* tokens, int n, int first_po
     be_.upload(tok_.as<void>(), tokens + s, c * 4);
     be_.upload(pos_.as<void>(), pos.data(), c * 4);
     Rows rows{tok_.as<int32_t>(), pos_.as<int32_t>(), row_slot_.as<int32_t>()};
+    if (prompt) rows.prompt_from = 0;
     draft_.forward(rows, c, nullptr, 0, nullptr);
   }
 }
@@ -43,7 +45,7 @@ void DraftModelProposer::forward_rows(const int32_t* tokens, int n, int first_po
 void DraftModelProposer::read_prompt(int slot, const int32_t* tokens, int first_pos, int n) {
   SlotState& s = slots_[slot];
   if (n <= 0) return;
-  reads_.push_back(timed_forward(tokens, n, first_pos, slot));
+  reads_.push_back(timed_forward(tokens, n, first_pos, slot, true));
   prompt_rows_read_ += n;
   s.draft_valid = first_pos + n;  // (the scheduler feeds the chunks in order)
 }
@@ -67,7 +69,8 @@ void DraftModelProposer::prepare(int slot, const std::vector<int32_t>& tokens,
   const int n = lag(slot, seq.n_past);
   if (n == 0) return;
   // Device time: the rows are only queued here on an asynchronous backend.
-  catch_ups_.push_back(timed_forward(tokens.data() + s.draft_valid, n, s.draft_valid, slot));
+  catch_ups_.push_back(
+      timed_forward(tokens.data() + s.draft_valid, n, s.draft_valid, slot, false));
   s.draft_valid += n;
 }
 
@@ -84,10 +87,11 @@ double DraftModelProposer::take_prepare_seconds(int slot) {
 }
 
 DraftModelProposer::TimedRows DraftModelProposer::timed_forward(const int32_t* tokens, int n,
-                                                                int first_pos, int slot) {
+                                                                int first_pos, int slot,
+                                                                bool prompt) {
   TimedRows w{slot, n, take_timer()};
   w.timer->start();
-  forward_rows(tokens, n, first_pos, slot);
+  forward_rows(tokens, n, first_pos, slot, prompt);
   w.timer->stop();
   return w;
 }

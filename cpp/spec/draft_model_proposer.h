@@ -56,7 +56,8 @@ class DraftModelProposer final : public Proposer {
     int draft_valid = 0;  // positions [0, draft_valid) are in the draft's cache
     AcceptanceEstimate est;
   };
-  void forward_rows(const int32_t* tokens, int n, int first_pos, int slot);
+  // prompt: the rows read the prompt (Rows::prompt_from; a catch-up's rows do not).
+  void forward_rows(const int32_t* tokens, int n, int first_pos, int slot, bool prompt);
 
   Backend& be_;
   Model& draft_;
@@ -69,7 +70,7 @@ class DraftModelProposer final : public Proposer {
   };
   // Runs rows [first_pos, first_pos + n) of the slot through the draft between a timer's start
   // and stop (device time, read after a later synchronisation).
-  TimedRows timed_forward(const int32_t* tokens, int n, int first_pos, int slot);
+  TimedRows timed_forward(const int32_t* tokens, int n, int first_pos, int slot, bool prompt);
   std::unique_ptr<Backend::Timer> take_timer();
   void drop_catch_up(int slot);
 

@@ -246,7 +246,9 @@ void Iteration::issue_verify(DraftSource source, int k, int rows, int carried, i
   const int B = B_;
   const int n = B * (k + 1);  // [B, k + 1] verify rows (`rows` of them laid out), then carried
   float* logits = logits_.as<float>();
-  target_.forward(ctx.rows.rows(true), rows + carried,
+  Rows all = ctx.rows.rows(true);
+  all.prompt_from = rows;  // the carried rows read prompts
+  target_.forward(all, rows + carried,
                   carried > 0 ? carry_logit_rows_.as<int32_t>() : ctx.identity,
                   rows + carried_logits, logits);
   if (rows < n) {

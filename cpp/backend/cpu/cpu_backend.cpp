@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <numeric>
+#include <string>
 #include <thread>
 
 #include "common/errors.h"
@@ -60,17 +61,34 @@ inline float dot(const float* a, const float* b, int n) {
   return s;
 }
 
+// TRT_SPEC_CPU_PROMPT_ATTENTION: auto (unset; bf16 where the CPU runs it), bf16 or f32.
+bool default_prompt_bf16() {
+  const char* env = std::getenv("TRT_SPEC_CPU_PROMPT_ATTENTION");
+  const std::string mode = env != nullptr && env[0] != '\0' ? env : "auto";
+  if (mode == "f32") return false;
+  if (mode == "auto") return cpu::attention_bf16_supported();
+  if (mode == "bf16") {
+    if (!cpu::attention_bf16_supported())
+      throw Error("TRT_SPEC_CPU_PROMPT_ATTENTION=bf16: this CPU (or TRT_SPEC_CPU_ISA) has no "
+                  "AVX512_BF16 attention");
+    return true;
+  }
+  throw Error("TRT_SPEC_CPU_PROMPT_ATTENTION=" + mode + ": use auto, bf16 or f32");
+}
+
 }  // namespace
 
 CpuBackend::CpuBackend(int n_threads)
-    : pool_(n_threads > 0 ? n_threads : default_threads()), kernels_(checked_kernels()) {}
+    : pool_(n_threads > 0 ? n_threads : default_threads()),
+      kernels_(checked_kernels()),
+      prompt_bf16_(default_prompt_bf16()) {}
 
 CpuBackend::~CpuBackend() {
   release(qscratch_);
 }
 
 std::string CpuBackend::name() const {
-  return std::string("cpu-") + kernels_.isa;
+  return std::string("cpu-") + kernels_.isa + (prompt_bf16_ ? " +bf16-prompt" : "");
 }
 
 // Large buffers (KV caches, logits) come zeroed from the kernel page by page as they are first
@@ -285,6 +303,8 @@ void CpuBackend::attention(const float* qkv, const Rows& rows, int n, const Atte
   a.len = len.data();
   a.tree_base = rows.tree_bits ? rows.tree_base : nullptr;
   a.tree_bits = rows.tree_bits;
+  // (bf16 tiles need head_dim % 16 == 0: other models' prompts stay f32)
+  a.bf16_from = prompt_bf16_ && hd % 16 == 0 ? rows.prompt_from : INT_MAX;
   a.out = out;
   a.out_stride = static_cast<int64_t>(nh) * hd;
   pool_.parallel_for(cpu::attention_tasks(a), 1,

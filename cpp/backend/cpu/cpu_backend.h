@@ -16,7 +16,10 @@ namespace trt_spec {
 
 class CpuBackend : public Backend {  // (tests derive a scripted-clock backend)
  public:
-  // n_threads <= 0: one per available core.
+  // n_threads <= 0: one per available core. Prompt rows (Rows::prompt_from) attend in bf16
+  // where the CPU runs them (kernels/cpu/attention.h) unless TRT_SPEC_CPU_PROMPT_ATTENTION=f32;
+  // =bf16 requires it (an error where the CPU cannot). Models whose head_dim is not a multiple
+  // of 16 keep f32 prompts.
   explicit CpuBackend(int n_threads);
   ~CpuBackend() override;
 
@@ -57,6 +60,7 @@ class CpuBackend : public Backend {  // (tests derive a scripted-clock backend)
 
   ThreadPool pool_;
   const cpu::MatmulKernels& kernels_;
+  bool prompt_bf16_ = false;
   void* qscratch_ = nullptr;  // quantized activations, grown to the largest [n, cols] seen
   size_t qscratch_bytes_ = 0;
   std::mutex map_mu_;

@@ -22,6 +22,11 @@ AttentionRunFn attention_run_for(const char* isa) {
   return std::strcmp(isa, "avx512") == 0 ? &attention_run_avx512 : &run_tasks;
 }
 
+bool attention_bf16_supported(const char* isa) {
+  if (isa == nullptr) isa = matmul_kernels().isa;
+  return attention_run_for(isa) == &attention_run_avx512 && __builtin_cpu_supports("avx512bf16");
+}
+
 void attention_run(const AttentionArgs& a, int64_t task0, int64_t task1) {
   static const AttentionRunFn run = attention_run_for(matmul_kernels().isa);
   run(a, task0, task1);

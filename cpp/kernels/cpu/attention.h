@@ -28,11 +28,20 @@
 // identical bits for identical inputs (greedy speculation stays exact). Cache entries inside a
 // row's tiles that it does not attend must be finite (they are multiplied by 0).
 //
-// Limits: head_dim % 8 == 0 and <= 256; n_heads % n_kv_heads == 0. Needs AVX2 + FMA (the CPU
-// backend checks them); where the CPU has AVX-512 (the matmul table's choice, matmul.h) its
-// 512-bit build runs, with the same bits (attention_impl.h).
+// Prompt rows in bf16 (AttentionArgs::bf16_from): rows i >= bf16_from take the same walk with
+// bf16 products (q, k, the probabilities and v rounded to bf16, pairs of products added to f32
+// lanes by vdpbf16ps: attention_bf16.h), about twice the multiply rate of f32 FMAs. Their bits
+// differ from an f32 row's but obey the same rule (a row's own queries and entries decide them),
+// so a prompt row reads the same whichever pass, chunk or batch carries it. Only the AVX-512
+// build on a CPU with AVX512_BF16 runs them (attention_bf16_supported); callers mark prompt
+// rows only, never a row whose bits must equal a decode row's (model.h, backend.h Rows).
+//
+// Limits: head_dim % 8 == 0 and <= 256 (bf16 rows: % 16); n_heads % n_kv_heads == 0. Needs AVX2 +
+// FMA (the CPU backend checks them); where the CPU has AVX-512 (the matmul table's choice,
+// matmul.h) its 512-bit build runs, with the same bits (attention_impl.h).
 #pragma once
 
+#include <climits>
 #include <cstdint>
 
 #include "kernels/kv_format.h"
@@ -58,6 +67,8 @@ struct AttentionArgs {
   const int32_t* len = nullptr;        // row i attends entries [0, len[i]) ...
   const int32_t* tree_base = nullptr;  // ... with this mask (both nullptr: none)
   const uint64_t* tree_bits = nullptr;
+  // Rows i >= bf16_from attend in bf16 (see the top of this file; INT_MAX: none).
+  int bf16_from = INT_MAX;
   // Row i, head h: out + i * out_stride + h * head_dim.
   float* out = nullptr;
   int64_t out_stride = 0;
@@ -73,5 +84,8 @@ void attention_run(const AttentionArgs& a, int64_t task0, int64_t task1);
 // the name is unknown. attention_run uses the one of matmul_kernels().isa.
 using AttentionRunFn = void (*)(const AttentionArgs& a, int64_t task0, int64_t task1);
 AttentionRunFn attention_run_for(const char* isa);
+// Whether that build (isa nullptr: attention_run's) runs bf16 rows on this CPU: the AVX-512 one
+// where the CPU has AVX512_BF16.
+bool attention_bf16_supported(const char* isa = nullptr);
 
 }  // namespace trt_spec::cpu

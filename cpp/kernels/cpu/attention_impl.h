@@ -207,6 +207,13 @@ void pv_any(int nq, const float* const* p, const float* v, int kt, int hd, float
   }
 }
 
+#if defined(__AVX512BF16__)
+#include "kernels/cpu/attention_bf16.h"  // prompt rows' bf16 tiles
+constexpr bool kHaveBf16 = true;
+#else
+constexpr bool kHaveBf16 = false;
+#endif
+
 // Step 3 for one query: s [KT] (its scores, unscaled) -> p = exp(scale s - m') where its mask
 // bit is set (0 elsewhere), with m, l and its alpha updated. Lane-wise at any width, except the
 // max (exact in any order) and l's sum of p, which X::add8 keeps in 8-lane order
@@ -298,6 +305,8 @@ Shape shape_of(const AttentionArgs& a) {
     throw std::invalid_argument("attention: head_dim must be a multiple of 8, at most 256");
   if (a.n_kv_heads <= 0 || a.n_heads % a.n_kv_heads != 0)
     throw std::invalid_argument("attention: n_heads must be a multiple of n_kv_heads");
+  if (a.bf16_from < a.n_rows && a.head_dim % 16 != 0)
+    throw std::invalid_argument("attention: bf16 rows need head_dim a multiple of 16");
   Shape s;
   s.group = a.n_heads / a.n_kv_heads;
   s.head_chunk = s.group < kMaxQueries ? s.group : kMaxQueries;
@@ -307,7 +316,8 @@ Shape shape_of(const AttentionArgs& a) {
   return s;
 }
 
-// Rows [r0, r1) (one slice), query heads [h0, h1) of kv head g.
+// Rows [r0, r1) (one slice, all prompt rows when Bf16), query heads [h0, h1) of kv head g.
+template <bool Bf16>
 void run_slice(const AttentionArgs& a, int r0, int r1, int g, int h0, int h1) {
   const int hd = a.head_dim, nh = h1 - h0, nq = (r1 - r0) * nh;
   alignas(32) float kt_buf[kMaxHeadDim * KT];
@@ -318,6 +328,12 @@ void run_slice(const AttentionArgs& a, int r0, int r1, int g, int h0, int h1) {
   float m[kMaxQueries], l[kMaxQueries];
   int llog[kMaxQueries];
   const float* qp[kMaxQueries];
+  // Bf16 (attention_bf16.h): the queries', the tile's and the probabilities' bf16 pairs.
+  alignas(64) uint32_t q2_buf[Bf16 ? kMaxQueries * kMaxHeadDim / 2 : 1];
+  alignas(64) uint32_t kp_buf[Bf16 ? KT * kMaxHeadDim / 2 : 1];  // [KT, hd / 2] before kt2
+  alignas(64) uint32_t kt2_buf[Bf16 ? KT * kMaxHeadDim / 2 : 1];
+  alignas(64) uint32_t v2_buf[Bf16 ? KT * kMaxHeadDim / 2 : 1];
+  alignas(64) uint32_t p2_buf[Bf16 ? kMaxQueries * KT / 2 : 1];
   std::memset(o_buf, 0, sizeof(float) * nq * hd);
   int max_len = 0;
   for (int r = r0; r < r1; ++r) {
@@ -329,30 +345,53 @@ void run_slice(const AttentionArgs& a, int r0, int r1, int g, int h0, int h1) {
     m[j] = -FLT_MAX;
     l[j] = 0.0f;
   }
+  if constexpr (Bf16 && kHaveBf16)
+    for (int j = 0; j < nq; ++j) to_bf16_pairs(qp[j], hd, q2_buf + j * (hd / 2));
   const int64_t eb = kv_type_bytes(a.kv_type);
   const uint8_t* kb = static_cast<const uint8_t*>(a.k[r0]) + g * a.kv_head_stride * eb;
   const uint8_t* vb = static_cast<const uint8_t*>(a.v[r0]) + g * a.kv_head_stride * eb;
-  // One key tile (Kt transposed, vt [kt, hd]) for the active queries act[0, n_act).
-  auto tile = [&](const int* act, const uint32_t* mask, int n_act, const float* kt_tile,
+  // One key tile (K [kt, hd] and V [kt, hd], f32) for the active queries act[0, n_act).
+  auto tile = [&](const int* act, const uint32_t* mask, int n_act, const float* kf,
                   const float* vt, int kt) {
-    const float* qa[kMaxQueries];
     float* sa[kMaxQueries];
     float* oa[kMaxQueries];
     float aa[kMaxQueries];
     for (int x = 0; x < n_act; ++x) {
-      qa[x] = qp[act[x]];
       sa[x] = s_buf + act[x] * KT;
       oa[x] = o_buf + act[x] * hd;
     }
-    for (int x = 0; x < n_act; x += kScoreQueries)
-      scores_any(n_act - x < kScoreQueries ? n_act - x : kScoreQueries, qa + x, kt_tile, hd,
-                 sa + x);
-    for (int x = 0; x < n_act; ++x)  // scale, mask, online softmax update
-      softmax_tile<WideVec>(sa[x], mask[x], a.scale, m[act[x]], l[act[x]], aa[x]);
-    const float* pa[kMaxQueries];
-    for (int x = 0; x < n_act; ++x) pa[x] = sa[x];
-    for (int x = 0; x < n_act; x += 6)
-      pv_any(n_act - x < 6 ? n_act - x : 6, pa + x, vt, kt, hd, oa + x, aa + x);
+    if constexpr (Bf16 && kHaveBf16) {
+      const uint32_t* qa[kMaxQueries];
+      const uint32_t* pa[kMaxQueries];
+      for (int x = 0; x < n_act; ++x) {
+        qa[x] = q2_buf + act[x] * (hd / 2);
+        pa[x] = p2_buf + act[x] * (KT / 2);
+      }
+      k_pairs_tile(kf, kt, hd, kp_buf, kt2_buf);
+      v_pairs_tile(vt, kt, hd, v2_buf);
+      for (int x = 0; x < n_act; x += 6)
+        scores_any_bf16(n_act - x < 6 ? n_act - x : 6, qa + x, kt2_buf, hd, sa + x);
+      for (int x = 0; x < n_act; ++x) {  // scale, mask, online softmax update; p to bf16
+        softmax_tile<WideVec>(sa[x], mask[x], a.scale, m[act[x]], l[act[x]], aa[x]);
+        p_pairs(sa[x], p2_buf + act[x] * (KT / 2));
+      }
+      for (int x = 0; x < n_act; x += 6)
+        pv_any_bf16(n_act - x < 6 ? n_act - x : 6, pa + x, v2_buf, (kt + 1) / 2, hd, oa + x,
+                    aa + x);
+    } else {
+      const float* qa[kMaxQueries];
+      for (int x = 0; x < n_act; ++x) qa[x] = qp[act[x]];
+      transpose_tile(kf, kt, hd, kt_buf);
+      for (int x = 0; x < n_act; x += kScoreQueries)
+        scores_any(n_act - x < kScoreQueries ? n_act - x : kScoreQueries, qa + x, kt_buf, hd,
+                   sa + x);
+      for (int x = 0; x < n_act; ++x)  // scale, mask, online softmax update
+        softmax_tile<WideVec>(sa[x], mask[x], a.scale, m[act[x]], l[act[x]], aa[x]);
+      const float* pa[kMaxQueries];
+      for (int x = 0; x < n_act; ++x) pa[x] = sa[x];
+      for (int x = 0; x < n_act; x += 6)
+        pv_any(n_act - x < 6 ? n_act - x : 6, pa + x, vt, kt, hd, oa + x, aa + x);
+    }
   };
   for (int t0 = 0; t0 < max_len; t0 += KT) {
     const int kt = a.max_seq - t0 < KT ? a.max_seq - t0 : KT;
@@ -376,13 +415,12 @@ void run_slice(const AttentionArgs& a, int r0, int r1, int g, int h0, int h1) {
       const uint8_t* kp = kb + static_cast<int64_t>(t0) * hd * eb;
       const uint8_t* vp = vb + static_cast<int64_t>(t0) * hd * eb;
       if (a.kv_type == KvType::F32) {  // in place
-        transpose_tile(reinterpret_cast<const float*>(kp), kt, hd, kt_buf);
-        tile(act, mask, n_act, kt_buf, reinterpret_cast<const float*>(vp), kt);
+        tile(act, mask, n_act, reinterpret_cast<const float*>(kp),
+             reinterpret_cast<const float*>(vp), kt);
       } else {  // converted (through the gather buffers, free until the gathered rows below)
         to_f32(kp, a.kv_type, static_cast<int64_t>(kt) * hd, gk_buf);
         to_f32(vp, a.kv_type, static_cast<int64_t>(kt) * hd, gv_buf);
-        transpose_tile(gk_buf, kt, hd, kt_buf);
-        tile(act, mask, n_act, kt_buf, gv_buf, kt);
+        tile(act, mask, n_act, gk_buf, gv_buf, kt);
       }
     }
     for (int x = 0; x < n_gathered; ++x) {
@@ -390,7 +428,6 @@ void run_slice(const AttentionArgs& a, int r0, int r1, int g, int h0, int h1) {
       const int n = lr - t0 < kt ? lr - t0 : kt;
       gather_tile(a, r, kb, t0, n, kt, hd, gk_buf);
       gather_tile(a, r, vb, t0, n, kt, hd, gv_buf);
-      transpose_tile(gk_buf, kt, hd, kt_buf);
       int ract[kMaxQueries];
       uint32_t rmask[kMaxQueries];
       const uint32_t rm = prefix_mask(t0, kt, lr);
@@ -398,7 +435,7 @@ void run_slice(const AttentionArgs& a, int r0, int r1, int g, int h0, int h1) {
         ract[h] = (r - r0) * nh + h;
         rmask[h] = rm;
       }
-      tile(ract, rmask, nh, kt_buf, gv_buf, kt);
+      tile(ract, rmask, nh, gk_buf, gv_buf, kt);
     }
   }
   for (int j = 0; j < nq; ++j) {
@@ -420,10 +457,17 @@ void run_tasks(const AttentionArgs& a, int64_t task0, int64_t task1) {
     const int i1 = i0 + s.block_rows < a.n_rows ? i0 + s.block_rows : a.n_rows;
     const int h0 = g * s.group + c * s.head_chunk;
     const int h1 = h0 + s.head_chunk < (g + 1) * s.group ? h0 + s.head_chunk : (g + 1) * s.group;
-    for (int r0 = i0; r0 < i1;) {  // runs of rows sharing a slice
+    for (int r0 = i0; r0 < i1;) {  // runs of rows sharing a slice and a precision
+      const bool bf16 = r0 >= a.bf16_from;
       int r1 = r0 + 1;
-      while (r1 < i1 && a.k[r1] == a.k[r0] && a.v[r1] == a.v[r0]) ++r1;
-      run_slice(a, r0, r1, g, h0, h1);
+      while (r1 < i1 && a.k[r1] == a.k[r0] && a.v[r1] == a.v[r0] && (r1 >= a.bf16_from) == bf16)
+        ++r1;
+      if (bf16 && kHaveBf16) {
+        run_slice<true>(a, r0, r1, g, h0, h1);
+      } else {
+        if (bf16) throw std::logic_error("attention: bf16 rows in a build without AVX512_BF16");
+        run_slice<false>(a, r0, r1, g, h0, h1);
+      }
       r0 = r1;
     }
   }
