@@ -17,8 +17,8 @@
 // acceptance, prompt lookup) live in spec/ (spec_ops.h) and run on the same device.
 #pragma once
 
-#include <cstddef>
 #include <climits>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>

@@ -69,8 +69,7 @@ void DraftModelProposer::prepare(int slot, const std::vector<int32_t>& tokens,
   const int n = lag(slot, seq.n_past);
   if (n == 0) return;
   // Device time: the rows are only queued here on an asynchronous backend.
-  catch_ups_.push_back(
-      timed_forward(tokens.data() + s.draft_valid, n, s.draft_valid, slot, false));
+  catch_ups_.push_back(timed_forward(tokens.data() + s.draft_valid, n, s.draft_valid, slot, false));
   s.draft_valid += n;
 }
 

@@ -248,8 +248,7 @@ void Iteration::issue_verify(DraftSource source, int k, int rows, int carried, i
   float* logits = logits_.as<float>();
   Rows all = ctx.rows.rows(true);
   all.prompt_from = rows;  // the carried rows read prompts
-  target_.forward(all, rows + carried,
-                  carried > 0 ? carry_logit_rows_.as<int32_t>() : ctx.identity,
+  target_.forward(all, rows + carried, carried > 0 ? carry_logit_rows_.as<int32_t>() : ctx.identity,
                   rows + carried_logits, logits);
   if (rows < n) {
     // Compacted (host memory): the logits [rows + carried_logits, vocab] spread to the

@@ -69,8 +69,9 @@ bool default_prompt_bf16() {
   if (mode == "auto") return cpu::attention_bf16_supported();
   if (mode == "bf16") {
     if (!cpu::attention_bf16_supported())
-      throw Error("TRT_SPEC_CPU_PROMPT_ATTENTION=bf16: this CPU (or TRT_SPEC_CPU_ISA) has no "
-                  "AVX512_BF16 attention");
+      throw Error(
+          "TRT_SPEC_CPU_PROMPT_ATTENTION=bf16: this CPU (or TRT_SPEC_CPU_ISA) has no "
+          "AVX512_BF16 attention");
     return true;
   }
   throw Error("TRT_SPEC_CPU_PROMPT_ATTENTION=" + mode + ": use auto, bf16 or f32");

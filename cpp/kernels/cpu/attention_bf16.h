@@ -146,4 +146,3 @@ void pv_any_bf16(int nq, const uint32_t* const* p2, const uint32_t* v2, int n_pa
     default: return pv_tile_bf16<6>(p2, v2, n_pairs, hd, o, alpha);
   }
 }
-

@@ -351,8 +351,8 @@ void run_slice(const AttentionArgs& a, int r0, int r1, int g, int h0, int h1) {
   const uint8_t* kb = static_cast<const uint8_t*>(a.k[r0]) + g * a.kv_head_stride * eb;
   const uint8_t* vb = static_cast<const uint8_t*>(a.v[r0]) + g * a.kv_head_stride * eb;
   // One key tile (K [kt, hd] and V [kt, hd], f32) for the active queries act[0, n_act).
-  auto tile = [&](const int* act, const uint32_t* mask, int n_act, const float* kf,
-                  const float* vt, int kt) {
+  auto tile = [&](const int* act, const uint32_t* mask, int n_act, const float* kf, const float* vt,
+                  int kt) {
     float* sa[kMaxQueries];
     float* oa[kMaxQueries];
     float aa[kMaxQueries];
