@@ -29,10 +29,13 @@ inline __m128i bf16x8(const float* p) {
   return (__m128i)_mm256_cvtneps_pbh(_mm256_loadu_ps(p));
 }
 
-// dst [n / 2] dwords = the n floats at src (n % 8 == 0) as bf16 pairs.
+// dst [n / 2] dwords = the n floats at src (n % 16 == 0) as bf16 pairs.
 inline void to_bf16_pairs(const float* src, int n, uint32_t* dst) {
-  for (int i = 0; i < n; i += 8)
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i / 2), bf16x8(src + i));
+  int i = 0;
+  for (; i + 32 <= n; i += 32)  // 32 floats: [src[i, i + 16) | src[i + 16, i + 32)]
+    _mm512_storeu_si512(dst + i / 2, (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(src + i + 16),
+                                                                  _mm512_loadu_ps(src + i)));
+  for (; i < n; i += 8) _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i / 2), bf16x8(src + i));
 }
 
 // kt2 [hd / 2, KT] from K [kt, hd] f32 (keys kt.. zero); tmp [KT, hd / 2] dwords.
@@ -44,13 +47,17 @@ void k_pairs_tile(const float* k, int kt, int hd, uint32_t* tmp, uint32_t* kt2) 
 
 // v2 [(kt + 1) / 2, hd] from V [kt, hd] f32 (an odd kt's last pair has a zero high half).
 void v_pairs_tile(const float* v, int kt, int hd, uint32_t* v2) {
+  // 16 columns of two keys: [a0..a15 | b0..b15] converted, then interleaved to (a_i, b_i).
+  const __m512i mix = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8,
+                                       23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
   for (int t = 0; t < kt; t += 2) {
     uint32_t* dst = v2 + (t / 2) * hd;
-    for (int d = 0; d < hd; d += 8) {
-      const __m128i a = bf16x8(v + t * hd + d);
-      const __m128i b = t + 1 < kt ? bf16x8(v + (t + 1) * hd + d) : _mm_setzero_si128();
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + d), _mm_unpacklo_epi16(a, b));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + d + 4), _mm_unpackhi_epi16(a, b));
+    const float* a = v + t * hd;
+    const float* b = a + hd;
+    for (int d = 0; d < hd; d += 16) {
+      const __m512 bv = t + 1 < kt ? _mm512_loadu_ps(b + d) : _mm512_setzero_ps();
+      const __m512i ab = (__m512i)_mm512_cvtne2ps_pbh(bv, _mm512_loadu_ps(a + d));
+      _mm512_storeu_si512(dst + d, _mm512_permutexvar_epi16(mix, ab));
     }
   }
 }

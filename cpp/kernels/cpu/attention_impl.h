@@ -44,7 +44,9 @@ constexpr int KT = kAttentionTile;
 static_assert(KT == 32, "the register tiles and row masks below assume 32-entry tiles");
 constexpr int kMaxHeadDim = 256;
 constexpr int kBlockQueries = 96;  // queries a task aims at (rows of a block x group heads)
-constexpr int kMaxQueries = 128;   // queries a task holds at most
+// ... in a call with bf16 rows, whose tiles cost a conversion per task (attention_bf16.h)
+constexpr int kBlockQueriesBf16 = 192;
+constexpr int kMaxQueries = 256;  // queries a task holds at most
 
 inline float hmax8(__m256 v) {
   __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -311,7 +313,8 @@ Shape shape_of(const AttentionArgs& a) {
   s.group = a.n_heads / a.n_kv_heads;
   s.head_chunk = s.group < kMaxQueries ? s.group : kMaxQueries;
   s.n_chunks = (s.group + s.head_chunk - 1) / s.head_chunk;
-  s.block_rows = kBlockQueries / s.head_chunk > 1 ? kBlockQueries / s.head_chunk : 1;
+  const int aim = a.bf16_from < a.n_rows ? kBlockQueriesBf16 : kBlockQueries;
+  s.block_rows = aim / s.head_chunk > 1 ? aim / s.head_chunk : 1;
   s.n_blocks = (a.n_rows + s.block_rows - 1) / s.block_rows;
   return s;
 }
