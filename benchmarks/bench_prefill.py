@@ -147,7 +147,8 @@ def render(rep: dict[str, Any]) -> str:
         "the first token (so the pair's TTFT holds all but that read); pair tok/s = N / (pair "
         "TTFT + that last read), i.e. both models' whole prompt passes"
     )
-    lines.append(f"- peak resident memory after the prefills: {rep['peak_rss_mb']:.0f} MB")
+    both = " (two engines loaded: the f32-prompt one too)" if "f32_target_tok_s" in runs[0] else ""
+    lines.append(f"- peak resident memory after the prefills: {rep['peak_rss_mb']:.0f} MB{both}")
     rc = rep.get("row_costs_s")
     if rc:
         one = rc["1"]
