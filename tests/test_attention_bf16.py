@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from native import T
-from test_attention_cpu import entry_sets, make_case, to_bits
+from test_attention_cpu import entry_sets, make_case, rows_call, to_bits
 
 BF16 = T.cpu_attention_bf16("")
 needs_bf16 = pytest.mark.skipif(not BF16, reason="needs AVX-512 with AVX512_BF16")
@@ -103,17 +103,7 @@ def test_bf16_row_bits_do_not_depend_on_the_call(group, tree):
     assert np.array_equal(chunked.view(np.uint32), bits)
     for i in (0, 7, n - 2, n - 1):
         sel = slice(i, i + 1)
-        one = T.cpu_attention(
-            q[sel],
-            k,
-            v,
-            slot[sel],
-            lens[sel],
-            scale,
-            None if tb is None else tb[sel],
-            None if tbits is None else tbits[sel],
-            bf16_from=0,
-        )
+        one = rows_call(q, k, v, slot, lens, scale, tb, tbits, sel, bf16_from=0)
         assert np.array_equal(one.view(np.uint32), bits[sel]), f"row {i}"
 
 

@@ -82,6 +82,21 @@ def make_case(seed, group, hd, length, n_kv=2, tree=False, slots=3):
     )
 
 
+def rows_call(q, k, v, slot, lens, scale, tb, tbits, sel: slice, **kw) -> np.ndarray:
+    """The kernel on rows `sel` of a case only (their masks too)."""
+    return T.cpu_attention(
+        q[sel],
+        k,
+        v,
+        slot[sel],
+        lens[sel],
+        scale,
+        None if tb is None else tb[sel],
+        None if tbits is None else tbits[sel],
+        **kw,
+    )
+
+
 @pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize("tree", [False, True], ids=["causal", "tree"])
 @pytest.mark.parametrize("length", [1, 5, 31, 33, 100, 700])
@@ -154,31 +169,11 @@ def test_attention_rows_bit_identical(group, tree, isa):
         assert np.array_equal(split.view(np.uint32), full.view(np.uint32)), chunk
     for i in [0, 1, 7, 30, 59, 60, 61, 62, 63]:
         sl = slice(i, i + 1)
-        alone = T.cpu_attention(
-            q[sl],
-            k,
-            v,
-            slot[sl],
-            lens[sl],
-            scale,
-            None if tb is None else tb[sl],
-            None if tbits is None else tbits[sl],
-            isa=isa,
-        )
+        alone = rows_call(q, k, v, slot, lens, scale, tb, tbits, sl, isa=isa)
         assert np.array_equal(alone.view(np.uint32), full[sl].view(np.uint32)), i
     # Verify-like: the last 5 rows of the run as their own call.
     part = slice(55, 60)
-    sub = T.cpu_attention(
-        q[part],
-        k,
-        v,
-        slot[part],
-        lens[part],
-        scale,
-        None if tb is None else tb[part],
-        None if tbits is None else tbits[part],
-        isa=isa,
-    )
+    sub = rows_call(q, k, v, slot, lens, scale, tb, tbits, part, isa=isa)
     assert np.array_equal(sub.view(np.uint32), full[part].view(np.uint32))
     np.testing.assert_allclose(
         full, reference(q, k, v, slot, lens, scale, tb, tbits), rtol=1e-4, atol=2e-5

@@ -130,26 +130,15 @@ void pv_tile_bf16(const uint32_t* const* p2, const uint32_t* v2, int n_pairs, in
   for (; d0 < hd; d0 += 16) pv_chunk_bf16<NQ, 1>(p2, v2, n_pairs, hd, d0, o, alpha);
 }
 
-void scores_any_bf16(int nq, const uint32_t* const* q2, const uint32_t* kt2, int hd,
-                     float* const* s) {
-  switch (nq) {
-    case 1: return scores_tile_bf16<1>(q2, kt2, hd, s);
-    case 2: return scores_tile_bf16<2>(q2, kt2, hd, s);
-    case 3: return scores_tile_bf16<3>(q2, kt2, hd, s);
-    case 4: return scores_tile_bf16<4>(q2, kt2, hd, s);
-    case 5: return scores_tile_bf16<5>(q2, kt2, hd, s);
-    default: return scores_tile_bf16<6>(q2, kt2, hd, s);
-  }
+// The two tiles for n queries, in register tiles of up to 6 (register_tiles, attention_impl.h).
+void scores_bf16(int n, const uint32_t* const* q2, const uint32_t* kt2, int hd, float* const* s) {
+  register_tiles<6>(
+      n, [&](auto nq, int x) { scores_tile_bf16<decltype(nq)::value>(q2 + x, kt2, hd, s + x); });
 }
 
-void pv_any_bf16(int nq, const uint32_t* const* p2, const uint32_t* v2, int n_pairs, int hd,
-                 float* const* o, const float* alpha) {
-  switch (nq) {
-    case 1: return pv_tile_bf16<1>(p2, v2, n_pairs, hd, o, alpha);
-    case 2: return pv_tile_bf16<2>(p2, v2, n_pairs, hd, o, alpha);
-    case 3: return pv_tile_bf16<3>(p2, v2, n_pairs, hd, o, alpha);
-    case 4: return pv_tile_bf16<4>(p2, v2, n_pairs, hd, o, alpha);
-    case 5: return pv_tile_bf16<5>(p2, v2, n_pairs, hd, o, alpha);
-    default: return pv_tile_bf16<6>(p2, v2, n_pairs, hd, o, alpha);
-  }
+void pv_bf16(int n, const uint32_t* const* p2, const uint32_t* v2, int n_pairs, int hd,
+             float* const* o, const float* alpha) {
+  register_tiles<6>(n, [&](auto nq, int x) {
+    pv_tile_bf16<decltype(nq)::value>(p2 + x, v2, n_pairs, hd, o + x, alpha + x);
+  });
 }

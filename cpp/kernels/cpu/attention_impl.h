@@ -33,6 +33,7 @@
 #include <cmath>
 #include <cstring>
 #include <stdexcept>
+#include <type_traits>
 
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/vec_f32.h"
@@ -184,29 +185,24 @@ constexpr int kScoreQueries = 6;
 using WideVec = VecF32x8;
 constexpr int kScoreQueries = 3;
 #endif
-void scores_any(int nq, const float* const* q, const float* kt, int hd, float* const* s) {
-  switch (nq) {
-    case 1: return scores_tile<WideVec, 1>(q, kt, hd, s);
-    case 2: return scores_tile<WideVec, 2>(q, kt, hd, s);
-#if defined(__AVX512F__)
-    case 3: return scores_tile<WideVec, 3>(q, kt, hd, s);
-    case 4: return scores_tile<WideVec, 4>(q, kt, hd, s);
-    case 5: return scores_tile<WideVec, 5>(q, kt, hd, s);
-#endif
-    default: return scores_tile<WideVec, kScoreQueries>(q, kt, hd, s);
+
+// f(N, x) for each register tile [x, x + N) of queries [0, n): N = min(Max, n - x), passed as a
+// std::integral_constant so the tile functions get it as a template argument (scores_tile, pv_tile
+// and their bf16 twins each instantiate counts 1..Max).
+template <int N, int Max, class F>
+inline void with_count(int n, const F& f) {
+  if constexpr (N == Max) {
+    f(std::integral_constant<int, N>{});
+  } else {
+    if (n == N) return f(std::integral_constant<int, N>{});
+    with_count<N + 1, Max>(n, f);
   }
 }
 
-void pv_any(int nq, const float* const* p, const float* v, int kt, int hd, float* const* o,
-            const float* alpha) {
-  switch (nq) {
-    case 1: return pv_tile<1>(p, v, kt, hd, o, alpha);
-    case 2: return pv_tile<2>(p, v, kt, hd, o, alpha);
-    case 3: return pv_tile<3>(p, v, kt, hd, o, alpha);
-    case 4: return pv_tile<4>(p, v, kt, hd, o, alpha);
-    case 5: return pv_tile<5>(p, v, kt, hd, o, alpha);
-    default: return pv_tile<6>(p, v, kt, hd, o, alpha);
-  }
+template <int Max, class F>
+inline void register_tiles(int n, const F& f) {
+  for (int x = 0; x < n; x += Max)
+    with_count<1, Max>(n - x < Max ? n - x : Max, [&](auto nq) { f(nq, x); });
 }
 
 #if defined(__AVX512BF16__)
@@ -372,28 +368,26 @@ void run_slice(const AttentionArgs& a, int r0, int r1, int g, int h0, int h1) {
       }
       k_pairs_tile(kf, kt, hd, kp_buf, kt2_buf);
       v_pairs_tile(vt, kt, hd, v2_buf);
-      for (int x = 0; x < n_act; x += 6)
-        scores_any_bf16(n_act - x < 6 ? n_act - x : 6, qa + x, kt2_buf, hd, sa + x);
+      scores_bf16(n_act, qa, kt2_buf, hd, sa);
       for (int x = 0; x < n_act; ++x) {  // scale, mask, online softmax update; p to bf16
         softmax_tile<WideVec>(sa[x], mask[x], a.scale, m[act[x]], l[act[x]], aa[x]);
         p_pairs(sa[x], p2_buf + act[x] * (KT / 2));
       }
-      for (int x = 0; x < n_act; x += 6)
-        pv_any_bf16(n_act - x < 6 ? n_act - x : 6, pa + x, v2_buf, (kt + 1) / 2, hd, oa + x,
-                    aa + x);
+      pv_bf16(n_act, pa, v2_buf, (kt + 1) / 2, hd, oa, aa);
     } else {
       const float* qa[kMaxQueries];
       for (int x = 0; x < n_act; ++x) qa[x] = qp[act[x]];
       transpose_tile(kf, kt, hd, kt_buf);
-      for (int x = 0; x < n_act; x += kScoreQueries)
-        scores_any(n_act - x < kScoreQueries ? n_act - x : kScoreQueries, qa + x, kt_buf, hd,
-                   sa + x);
+      register_tiles<kScoreQueries>(n_act, [&](auto nq, int x) {
+        scores_tile<WideVec, decltype(nq)::value>(qa + x, kt_buf, hd, sa + x);
+      });
       for (int x = 0; x < n_act; ++x)  // scale, mask, online softmax update
         softmax_tile<WideVec>(sa[x], mask[x], a.scale, m[act[x]], l[act[x]], aa[x]);
       const float* pa[kMaxQueries];
       for (int x = 0; x < n_act; ++x) pa[x] = sa[x];
-      for (int x = 0; x < n_act; x += 6)
-        pv_any(n_act - x < 6 ? n_act - x : 6, pa + x, vt, kt, hd, oa + x, aa + x);
+      register_tiles<6>(n_act, [&](auto nq, int x) {
+        pv_tile<decltype(nq)::value>(pa + x, vt, kt, hd, oa + x, aa + x);
+      });
     }
   };
   for (int t0 = 0; t0 < max_len; t0 += KT) {
