@@ -188,9 +188,13 @@ def main() -> int:
     # with f32 prompts too, in the same rounds.
     f32 = None
     if eng.backend.endswith("+bf16-prompt"):
+        mode = os.environ.get(PROMPT_VAR)
         os.environ[PROMPT_VAR] = "f32"
         f32 = Engine(args.engine, device="cpu", n_threads=args.threads)
-        del os.environ[PROMPT_VAR]
+        if mode is None:
+            del os.environ[PROMPT_VAR]
+        else:  # (as the caller set it)
+            os.environ[PROMPT_VAR] = mode
     if max(lengths) >= eng.max_seq_len:
         raise SystemExit(f"--lengths: the engine holds {eng.max_seq_len} positions")
     eng.generate(prompt_ids(eng, 64), max_new_tokens=2, draft="model", ignore_eos=True)  # warm-up
