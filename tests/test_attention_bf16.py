@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from native import T
-from test_attention_cpu import entry_sets, make_case, rows_call, to_bits
+from test_attention_cpu import make_case, reference, rows_call, to_bits
 
 BF16 = T.cpu_attention_bf16("")
 needs_bf16 = pytest.mark.skipif(not BF16, reason="needs AVX-512 with AVX512_BF16")
@@ -32,17 +32,7 @@ def bf16_round(x: np.ndarray) -> np.ndarray:
 
 def reference_bf16(q, k, v, slot, lens, scale, tree_base=None, tree_bits=None):
     """float64 softmax(scale q.k) v with q, k and v rounded to bf16."""
-    n, nh, hd = q.shape
-    group = nh // k.shape[1]
-    out = np.zeros((n, nh, hd))
-    for i, ent in enumerate(entry_sets(lens, tree_base, tree_bits)):
-        for h in range(nh):
-            kk = bf16_round(k[slot[i], h // group][ent])
-            vv = bf16_round(v[slot[i], h // group][ent])
-            s = kk @ bf16_round(q[i, h]) * scale
-            p = np.exp(s - s.max())
-            out[i, h] = p @ vv / p.sum()
-    return out
+    return reference(q, k, v, slot, lens, scale, tree_base, tree_bits, cast=bf16_round)
 
 
 @needs_bf16

@@ -34,16 +34,18 @@ def entry_sets(lens, tree_base=None, tree_bits=None):
     return out
 
 
-def reference(q, k, v, slot, lens, scale, tree_base=None, tree_bits=None):
-    """float64 softmax(scale q.k) v over each row's entry set."""
+def reference(q, k, v, slot, lens, scale, tree_base=None, tree_bits=None, cast=None):
+    """float64 softmax(scale q.k) v over each row's entry set; cast(x) -> the float64 values
+    of q, k and v taken (default: x exactly)."""
+    cast = cast or (lambda x: x.astype(np.float64))
     n, nh, hd = q.shape
     group = nh // k.shape[1]
     out = np.zeros((n, nh, hd))
     for i, ent in enumerate(entry_sets(lens, tree_base, tree_bits)):
         for h in range(nh):
-            kk = k[slot[i], h // group][ent].astype(np.float64)
-            vv = v[slot[i], h // group][ent].astype(np.float64)
-            s = kk @ q[i, h].astype(np.float64) * scale
+            kk = cast(k[slot[i], h // group][ent])
+            vv = cast(v[slot[i], h // group][ent])
+            s = kk @ cast(q[i, h]) * scale
             p = np.exp(s - s.max())
             out[i, h] = p @ vv / p.sum()
     return out
