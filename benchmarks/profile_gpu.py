@@ -13,10 +13,16 @@
   [1536, 8960]) at 1 and 5 rows under Nsight Compute (``ncu``): duration, DRAM bytes read and
   DRAM throughput (percent of peak), caches flushed between replays (ncu's default).
 
-``python benchmarks/profile_gpu.py [--out DIR] [--engine PATH]`` runs both parts and writes
-``DIR/profile_gpu.{json,md}`` (default: benchmarks/results/gpu_logs); the parts' own runs
-(``--part run-iteration`` / ``run-matmul``) are what the profilers launch. Needs a CUDA build;
-``benchmarks/run_gpu_checks.sh profile`` runs it.
+* ``step``: one forward of the same engine, kernel by kernel under ncu (caches kept, clocks
+  left alone, launched op by op inside a cuProfilerStart / Stop window): the 1.5B target and the
+  0.5B draft at one row (decode) and the target at 5 rows (a K = 4 verify). Per kernel and grid:
+  launches, mean and total microseconds per forward, registers; against the forward's time as a
+  graph and op by op in the same process. Says where a decode step's time goes.
+
+``python benchmarks/profile_gpu.py [--out DIR] [--engine PATH] [--parts P,..]`` runs the parts,
+writes ``DIR/profile_gpu.{json,md}`` (default: benchmarks/results/gpu_logs); the parts' own runs
+(``--part run-iteration`` / ``run-matmul`` / ``run-step``) are what the profilers launch. Needs
+a CUDA build; ``benchmarks/run_gpu_checks.sh profile`` runs it.
 """
 
 from __future__ import annotations
@@ -94,6 +100,41 @@ def run_iteration(engine: Path, out: Path) -> dict[str, Any]:
         "draft_step_ms": s.time_forward("draft", 1, 1, CONTEXT, ITERS, True) * 1e3,
     }
     r["draft_over_target"] = r["draft_step_ms"] / r["target_step_ms"]
+    out.write_text(json.dumps(r))
+    return r
+
+
+STEP_CASES = (("target", 1), ("draft", 1), ("target", 5))  # (role, rows) of `step`
+STEP_METRICS = ("gpu__time_duration.sum", "dram__bytes_read.sum", "launch__registers_per_thread")
+
+
+def _cuda_profiler(on: bool) -> None:
+    """The driver's cuProfilerStart / Stop: the window of `ncu --profile-from-start off`."""
+    import ctypes
+
+    lib = ctypes.CDLL("libcuda.so.1")
+    rc = (lib.cuProfilerStart if on else lib.cuProfilerStop)()
+    if rc != 0:
+        raise RuntimeError(f"cuProfiler{'Start' if on else 'Stop'}: CUresult {rc}")
+
+
+def run_step(engine: Path, role: str, rows: int, out: Path) -> dict[str, Any]:
+    """The forward of `rows` rows at context CONTEXT timed as a graph and op by op, then two
+    forwards launched op by op inside the profiler window (time_forward: a warm-up and one)."""
+    from trt_spec.bench.common import testing_module
+
+    T = testing_module(REPO)  # noqa: N806
+    s = T.Session(str(engine), "cuda")
+    r = {
+        "role": role,
+        "rows": rows,
+        "graph_ms": s.time_forward(role, rows, rows, CONTEXT, ITERS, True) * 1e3,
+        "eager_ms": s.time_forward(role, rows, rows, CONTEXT, ITERS, False) * 1e3,
+        "forwards": 2,
+    }
+    _cuda_profiler(True)
+    s.time_forward(role, rows, rows, CONTEXT, 1, False)
+    _cuda_profiler(False)
     out.write_text(json.dumps(r))
     return r
 
@@ -190,9 +231,12 @@ def iteration_profile(groups: list[list[tuple[int, int, str]]]) -> dict[str, Any
     }
 
 
+# ncu's units as its versions print them ('nsecond' in older ones, 'ns' in 2025.x on the H200).
 _UNITS = {
     "nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "second": 1e6,  # -> microseconds
+    "ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6,
     "byte": 1.0, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9,  # -> bytes (ncu's units are SI)
+    "B": 1.0, "KB": 1e3, "MB": 1e6, "GB": 1e9,
     "%": 1.0,
 }  # fmt: skip
 _NAMES = {NCU_METRICS[0]: "time_us", NCU_METRICS[1]: "dram_read_bytes", NCU_METRICS[2]: "dram_pct"}
@@ -213,6 +257,99 @@ def ncu_metrics(text: str) -> list[dict[str, float]]:
         value = float(str(row["Metric Value"]).replace(",", "")) * _UNITS[unit]
         kernels.setdefault(int(row["ID"]), {})[name] = value
     return [kernels[i] for i in sorted(kernels)]
+
+
+def ncu_kernels(text: str) -> list[dict[str, Any]]:
+    """Per profiled kernel (launch order): name (no 'void ', no arguments), grid, block and
+    every metric's value in the units of _UNITS (time in us, bytes), from `ncu --csv`."""
+    lines = [ln for ln in text.splitlines() if ln.startswith('"')]
+    kernels: dict[int, dict[str, Any]] = {}
+    for row in csv.DictReader(io.StringIO("\n".join(lines))):
+        name = str(row.get("Kernel Name", "")).split("(")[0].removeprefix("void ").strip()
+        k = kernels.setdefault(
+            int(row["ID"]), {"name": name, "grid": row.get("Grid Size", ""),
+                             "block": row.get("Block Size", "")},
+        )  # fmt: skip
+        unit = row.get("Metric Unit", "")
+        value = float(str(row["Metric Value"]).replace(",", ""))
+        k[row["Metric Name"]] = value * _UNITS[unit] if unit in _UNITS else value
+    return [kernels[i] for i in sorted(kernels)]
+
+
+def step_table(kernels: list[dict[str, Any]], forwards: int) -> dict[str, Any]:
+    """Kernels grouped by (name, grid): launches, mean us and us per forward (of `forwards`
+    forwards in the window), registers; sorted by time, with the sum per forward."""
+    groups: dict[tuple[str, str], dict[str, Any]] = {}
+    for k in kernels:
+        g = groups.setdefault(
+            (k["name"], k["grid"]), {"kernel": k["name"], "grid": k["grid"], "launches": 0,
+                                     "us": 0.0, "regs": k.get(STEP_METRICS[2])},
+        )  # fmt: skip
+        g["launches"] += 1
+        g["us"] += float(k.get(STEP_METRICS[0], 0.0))
+    total = sum(g["us"] for g in groups.values()) / forwards
+    rows = []
+    for g in sorted(groups.values(), key=lambda g: -g["us"]):
+        per = g["us"] / forwards
+        mean = g["us"] / g["launches"]
+        share = per / total if total else 0.0
+        rows.append(g | {"per_forward": g["launches"] / forwards, "mean_us": mean,
+                         "us_per_forward": per, "share": share})  # fmt: skip
+    n = len(kernels) / forwards
+    return {"kernels_per_forward": n, "kernel_sum_us": total, "by_kernel": rows}
+
+
+def profile_step(engine: Path, out: Path) -> dict[str, Any]:
+    ncu = tool("ncu")
+    if not ncu:
+        return {"profiler": "none: ncu missing"}
+    cases = []
+    for role, rows in STEP_CASES:
+        timing = out / f"step_{role}_{rows}.json"
+        me = [sys.executable, str(Path(__file__).resolve()), "--part", "run-step"]
+        run = me + ["--engine", str(engine), "--role", role, "--rows", str(rows),
+                    "--timing", str(timing)]  # fmt: skip
+        res = subprocess.run(
+            [ncu, "--csv", "--profile-from-start", "off", "--cache-control", "none",
+             "--clock-control", "none", "--metrics", ",".join(STEP_METRICS)] + run,
+            capture_output=True, text=True, timeout=240,
+        )  # fmt: skip
+        (out / f"ncu_step_{role}_{rows}.log").write_text(res.stdout[-200000:] + res.stderr[-20000:])
+        if res.returncode != 0:
+            cases.append({"role": role, "rows": rows, "error": f"exit {res.returncode}: "
+                          f"{res.stderr[-600:]}"})  # fmt: skip
+            continue
+        r = json.loads(timing.read_text())
+        r.update(step_table(ncu_kernels(res.stdout), int(r["forwards"])))
+        cases.append(r)
+    return {"profiler": "ncu (op by op, caches kept)", "cases": cases}
+
+
+def step_markdown(st: dict[str, Any]) -> list[str]:
+    out = ["", "## One forward, kernel by kernel (ncu, op by op, caches kept, context "
+           f"{CONTEXT})", ""]  # fmt: skip
+    if "cases" not in st:
+        return out + [f"Not measured: {st.get('error') or st.get('profiler')}."]
+    for c in st["cases"]:
+        title = f"### {c['role']}, {c['rows']} row{'s' if c['rows'] > 1 else ''}"
+        if "error" in c:
+            out += [title, "", f"Not measured: {c['error']}", ""]
+            continue
+        out += [
+            title, "",
+            f"As a graph {c['graph_ms']:.3f} ms, op by op {c['eager_ms']:.3f} ms; the kernels' own "
+            f"durations sum to {c['kernel_sum_us'] / 1e3:.3f} ms ({c['kernels_per_forward']:.0f} "
+            "kernels per forward).", "",
+            "| kernel | grid | per forward | mean us | us per forward | share | registers |",
+            "|---|---|---:|---:|---:|---:|---:|",
+        ]  # fmt: skip
+        out += [
+            f"| {g['kernel']} | {g['grid']} | {g['per_forward']:.0f} | {g['mean_us']:.1f} | "
+            f"{g['us_per_forward']:.1f} | {g['share']:.1%} | {g['regs'] or '-'} |"
+            for g in c["by_kernel"][:16]
+        ]
+        out.append("")
+    return out
 
 
 # ---- the driver ----------------------------------------------------------------------------------
@@ -264,9 +401,20 @@ def profile_matmul(out: Path) -> dict[str, Any]:
 
 
 def markdown(r: dict[str, Any]) -> str:
-    it, mm = r["iteration"], r["matmul"]
+    out = [f"# GPU profile ({r['date']}, commit {r['commit']}, {r['device']})"]
+    if "iteration" in r:
+        out += iteration_markdown(r["iteration"])
+    if "matmul" in r:
+        out += matmul_markdown(r["matmul"])
+    if "step" in r:
+        out += step_markdown(r["step"])
+    return "\n".join(out) + "\n"
+
+
+def iteration_markdown(it: dict[str, Any]) -> list[str]:
+    if "iteration_ms" not in it:
+        return ["", "## Iteration", "", f"Not measured: {it.get('error')}."]
     out = [
-        f"# GPU profile ({r['date']}, commit {r['commit']}, {r['device']})",
         "",
         f"## One K = {K} iteration, real-shape q4 pair (1.5B target, 0.5B draft), batch 1",
         "",
@@ -292,7 +440,11 @@ def markdown(r: dict[str, Any]) -> str:
         ]
     else:
         out.append("GPU idle time between kernels: not measured (no nsys).")
-    out += ["", "## q4 / q8 matmul under ncu (caches flushed between replays)", ""]
+    return out
+
+
+def matmul_markdown(mm: dict[str, Any]) -> list[str]:
+    out = ["", "## q4 / q8 matmul under ncu (caches flushed between replays)", ""]
     if "cases" in mm:
         out += [
             "| weights | W shape | rows | us | DRAM read MB | DRAM throughput (% of peak) |",
@@ -306,12 +458,17 @@ def markdown(r: dict[str, Any]) -> str:
         ]
     else:
         out.append(f"Not measured: {mm.get('error') or mm.get('profiler')}.")
-    return "\n".join(out) + "\n"
+    return out
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--part", default="all", choices=["all", "run-iteration", "run-matmul"])
+    ap.add_argument(
+        "--part", default="all", choices=["all", "run-iteration", "run-matmul", "run-step"]
+    )
+    ap.add_argument("--parts", default="iteration,matmul,step", help="which parts (with all)")
+    ap.add_argument("--role", default="target", help="(run-step) target or draft")
+    ap.add_argument("--rows", type=int, default=1, help="(run-step) rows of the forward")
     ap.add_argument("--engine", default=str(ENGINE), help="the real-shape q4 pair (made if absent)")
     ap.add_argument(
         "--out", default=os.environ.get("OUT", str(REPO / "benchmarks/results/gpu_logs"))
@@ -324,6 +481,9 @@ def main() -> int:
     if args.part == "run-matmul":
         Path(args.timing).write_text(json.dumps(run_matmul()))
         return 0
+    if args.part == "run-step":
+        run_step(Path(args.engine), args.role, args.rows, Path(args.timing))
+        return 0
     from trt_spec.bench.common import git_commit, testing_module
 
     out = Path(args.out)
@@ -335,8 +495,13 @@ def main() -> int:
         "device": f"{dev['name']} (cc {dev['compute_capability']})",
     }
     engine = ensure_engine(Path(args.engine))
-    for part, fn in (("iteration", lambda: profile_iteration(engine, out)),
-                     ("matmul", lambda: profile_matmul(out))):  # fmt: skip
+    parts = {
+        "iteration": lambda: profile_iteration(engine, out),
+        "matmul": lambda: profile_matmul(out),
+        "step": lambda: profile_step(engine, out),
+    }
+    for part in args.parts.split(","):
+        fn = parts[part]
         try:
             r[part] = fn()
         except Exception as e:  # keep the other part's results

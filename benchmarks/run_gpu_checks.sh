@@ -13,6 +13,7 @@
 #   bash benchmarks/run_gpu_checks.sh sanitize_real  # all 4 sanitizers, real-shape q4 pair
 #   bash benchmarks/run_gpu_checks.sh recheck    # after fixes: build, pytest -m gpu, race/synccheck
 #   bash benchmarks/run_gpu_checks.sh profile    # profile_gpu.py: nsys iteration, ncu matmuls
+#   bash benchmarks/run_gpu_checks.sh diagnose   # ~3 minutes: where a decode step's time goes
 #
 # `lease` fits one call of the device tool (10 minutes at most, of a 15-minute lease that also
 # pays the machine's start): see its comment below. Each part has its own time limit, so a hang
@@ -111,6 +112,22 @@ fi
 if [[ "$step" == profile ]]; then
   python -c "import trt_spec._core as c; assert c.cuda_available()" 2>/dev/null || build_cuda 150
   run profile timeout 300 python benchmarks/profile_gpu.py --out "$OUT"
+fi
+# `diagnose`: a short first call (about 3 minutes with the machine's start) that says where a
+# decode step's time goes: the build; the GPU tests whose oracle is the CPU's f32 path (9 failed
+# in the first H200 run before the f32 prompt pin); profile_gpu.py's `step` (every kernel of one
+# forward under ncu: target and draft at 1 row, target at 5) and `matmul` parts; and ncu's
+# launch, occupancy, warp-stall and memory sections of the q4 gate/up matmul at 1 and 5 rows.
+if [[ "$step" == diagnose ]]; then
+  build_cuda 150
+  run pytest_cpu_oracle timeout 90 python -m pytest -m gpu -q -rs -p no:cacheprovider \
+    tests/test_cuda_engine.py -k "logits_tiny or prefill_chunks or match_cpu"
+  run profile_step timeout 180 python benchmarks/profile_gpu.py --parts step,matmul --out "$OUT"
+  ncu_bin="$(command -v ncu || echo /usr/local/cuda/bin/ncu)"
+  run ncu_matmul_detail timeout 90 "$ncu_bin" --clock-control none --section SpeedOfLight \
+    --section LaunchStats --section Occupancy --section WarpStateStats --section SchedulerStats \
+    --section MemoryWorkloadAnalysis -k regex:matmul_kernel --launch-count 2 \
+    python benchmarks/profile_gpu.py --part run-matmul --timing "$OUT/matmul_detail_cases.json"
 fi
 if [[ "$step" == build || "$step" == all ]]; then
   build_cuda 600

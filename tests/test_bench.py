@@ -709,5 +709,45 @@ def test_profile_gpu_reads_ncu_csv() -> None:
         {"dram_read_bytes": 2.36e6, "dram_pct": 61.5, "time_us": 3.2},
         {"time_us": 4.1, "dram_read_bytes": 512e3},
     ]
+    # ncu 2025.x (the H200's, 2026-11-26) prints "ns" and "byte": the first run stopped there.
+    h200 = f'"0",{k},"gpu__time_duration.sum","ns","18,080"\n'
+    h200 += f'"0",{k},"dram__bytes_read.sum","byte","17,261,824"'
+    assert pg.ncu_metrics(head + "\n" + h200) == [
+        {"time_us": pytest.approx(18.08), "dram_read_bytes": 17261824.0}
+    ]
     with pytest.raises(ValueError, match="unknown unit"):
         pg.ncu_metrics(head + '\n"0","k","s","gpu__time_duration.sum","cycle","3"')
+
+
+def test_profile_gpu_step_table_from_ncu_csv() -> None:
+    """profile_gpu's `step` part: ncu --csv rows (name, grid, metrics) grouped by kernel and grid,
+    per forward of the window's forwards, sorted by time; its markdown names each case."""
+    pg = _profile_gpu()
+    head = '"ID","Kernel Name","Block Size","Grid Size","Metric Name","Metric Unit","Metric Value"'
+    mm, at = "void matmul_kernel<4, 1>(MatmulArgs, MatmulGeom, float *, int *)", "void attn<128>(x)"
+    rows = []
+    for i, (name, grid, ns) in enumerate(
+        [(mm, "(560, 1, 1)", "9,000"), (at, "(1, 16, 1)", "5,000"), (mm, "(96, 3, 1)", "3,000")] * 2
+    ):
+        rows += [
+            f'"{i}","{name}","(256, 1, 1)","{grid}","gpu__time_duration.sum","ns","{ns}"',
+            f'"{i}","{name}","(256, 1, 1)","{grid}","launch__registers_per_thread",'
+            '"register/thread","80"',
+        ]
+    kernels = pg.ncu_kernels("==PROF== x\n" + "\n".join([head] + rows))
+    assert len(kernels) == 6 and kernels[0]["name"] == "matmul_kernel<4, 1>"
+    t = pg.step_table(kernels, forwards=2)
+    assert t["kernels_per_forward"] == 3 and t["kernel_sum_us"] == pytest.approx(17.0)
+    top = t["by_kernel"][0]
+    assert (top["kernel"], top["grid"], top["per_forward"]) == (
+        "matmul_kernel<4, 1>",
+        "(560, 1, 1)",
+        1,
+    )
+    assert top["mean_us"] == pytest.approx(9.0) and top["share"] == pytest.approx(9 / 17)
+    assert top["regs"] == 80
+    assert [g["grid"] for g in t["by_kernel"]] == ["(560, 1, 1)", "(1, 16, 1)", "(96, 3, 1)"]
+    case = {"role": "target", "rows": 1, "graph_ms": 2.4, "eager_ms": 2.6, "forwards": 2} | t
+    md = "\n".join(pg.step_markdown({"cases": [case, {"role": "draft", "rows": 1, "error": "x"}]}))
+    assert "### target, 1 row" in md and "0.017 ms" in md and "| attn<128> | (1, 16, 1) | 1 |" in md
+    assert "### draft, 1 row" in md and "Not measured: x" in md
