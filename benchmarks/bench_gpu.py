@@ -127,6 +127,7 @@ def decode_steps(engines: dict[str, Path], bw_gbps: float | None, args, save) ->
         meta = engine_metadata(engines[eng])["models"][role]
         cfg = meta["config"]
         ctx = args.context
+        pdl = s.set_cuda_pdl(False)  # on by default where the device has it (sm_90+)
         step = s.time_forward(role, 1, 1, ctx, args.iters, True)
         step_nograph = s.time_forward(role, 1, 1, ctx, args.iters, False)
         moved = meta["weight_bytes"] + kv_read_bytes(cfg, ctx)
@@ -146,7 +147,7 @@ def decode_steps(engines: dict[str, Path], bw_gbps: float | None, args, save) ->
         if s.set_cuda_pdl(True):  # the matmuls as programmatic dependents (sm_90+), same run
             row["step_pdl_ms"] = s.time_forward(role, 1, 1, ctx, args.iters, True) * 1e3
             row["of_roofline_pdl"] = roof / (row["step_pdl_ms"] / 1e3) if roof else None
-            s.set_cuda_pdl(False)
+        s.set_cuda_pdl(pdl)  # the engine's default for what follows
         if role == "target":  # the engine's own target-only iteration (sampling, read-back)
             row["engine_step_ms"] = engine_iteration(s, 0, args) * 1e3
         rows.append(row)

@@ -104,7 +104,7 @@ def run_iteration(engine: Path, out: Path) -> dict[str, Any]:
     return r
 
 
-STEP_CASES = (("target", 1), ("draft", 1), ("target", 5))  # (role, rows) of `step`
+STEP_CASES = "target:1,draft:1,target:5"  # role:rows of `step` (--step-cases)
 STEP_METRICS = ("gpu__time_duration.sum", "dram__bytes_read.sum", "launch__registers_per_thread")
 
 
@@ -299,12 +299,23 @@ def step_table(kernels: list[dict[str, Any]], forwards: int) -> dict[str, Any]:
     return {"kernels_per_forward": n, "kernel_sum_us": total, "by_kernel": rows}
 
 
-def profile_step(engine: Path, out: Path) -> dict[str, Any]:
+def step_cases(spec: str) -> list[tuple[str, int]]:
+    """'target:1,draft:1' -> [('target', 1), ('draft', 1)]."""
+    cases = []
+    for item in spec.split(","):
+        role, _, rows = item.partition(":")
+        if role not in ("target", "draft") or not rows.isdigit() or int(rows) < 1:
+            raise ValueError(f"step case {item!r}: role:rows, role target or draft")
+        cases.append((role, int(rows)))
+    return cases
+
+
+def profile_step(engine: Path, out: Path, spec: str = STEP_CASES) -> dict[str, Any]:
     ncu = tool("ncu")
     if not ncu:
         return {"profiler": "none: ncu missing"}
     cases = []
-    for role, rows in STEP_CASES:
+    for role, rows in step_cases(spec):
         timing = out / f"step_{role}_{rows}.json"
         me = [sys.executable, str(Path(__file__).resolve()), "--part", "run-step"]
         run = me + ["--engine", str(engine), "--role", role, "--rows", str(rows),
@@ -469,6 +480,7 @@ def main() -> int:
     ap.add_argument("--parts", default="iteration,matmul,step", help="which parts (with all)")
     ap.add_argument("--role", default="target", help="(run-step) target or draft")
     ap.add_argument("--rows", type=int, default=1, help="(run-step) rows of the forward")
+    ap.add_argument("--step-cases", default=STEP_CASES, help="role:rows of the step part")
     ap.add_argument("--engine", default=str(ENGINE), help="the real-shape q4 pair (made if absent)")
     ap.add_argument(
         "--out", default=os.environ.get("OUT", str(REPO / "benchmarks/results/gpu_logs"))
@@ -498,7 +510,7 @@ def main() -> int:
     parts = {
         "iteration": lambda: profile_iteration(engine, out),
         "matmul": lambda: profile_matmul(out),
-        "step": lambda: profile_step(engine, out),
+        "step": lambda: profile_step(engine, out, args.step_cases),
     }
     for part in args.parts.split(","):
         fn = parts[part]

@@ -14,6 +14,7 @@
 #   bash benchmarks/run_gpu_checks.sh recheck    # after fixes: build, pytest -m gpu, race/synccheck
 #   bash benchmarks/run_gpu_checks.sh profile    # profile_gpu.py: nsys iteration, ncu matmuls
 #   bash benchmarks/run_gpu_checks.sh diagnose   # ~3 minutes: where a decode step's time goes
+#   bash benchmarks/run_gpu_checks.sh quick      # ~4 minutes: after kernel changes (see below)
 #
 # `lease` fits one call of the device tool (10 minutes at most, of a 15-minute lease that also
 # pays the machine's start): see its comment below. Each part has its own time limit, so a hang
@@ -128,6 +129,25 @@ if [[ "$step" == diagnose ]]; then
     --section LaunchStats --section Occupancy --section WarpStateStats --section SchedulerStats \
     --section MemoryWorkloadAnalysis -k regex:matmul_kernel --launch-count 2 \
     python benchmarks/profile_gpu.py --part run-matmul --timing "$OUT/matmul_detail_cases.json"
+fi
+# `quick`: a short call after kernel changes (about 4 minutes with the machine's start), most
+# wanted first: the build; the q4 numbers of the 1.5B / 0.5B pair and of the 7B / 0.5B pair
+# (decode steps with and without PDL, the K sweeps, projections; pass --hist; --skip-7b saves
+# about 45 s); the GPU engine tests but the f16 real-shape ones (exactness of speculation in
+# real shapes, graph replay, the CPU oracle, PDL; -v: what passed shows in a cut-off log) and
+# the attention op tests; then profile_gpu.py's step part at 1 and 5 target rows.
+if [[ "$step" == quick ]]; then
+  build_cuda 150
+  run bench timeout 100 python benchmarks/bench_gpu.py --part trt --formats q4 --big-formats q4 \
+    --iters 20 --tag "$TAG" "$@"
+  cp benchmarks/results/gpu_"$TAG".* "$OUT/" 2>/dev/null || true
+  run pytest_engine timeout 100 python -m pytest -m gpu -v -rs -p no:cacheprovider \
+    -o faulthandler_timeout=95 tests/test_cuda_engine.py \
+    -k "not real_shape_logits and not real_shape_speculation_and_graphs"
+  run pytest_attention timeout 30 python -m pytest -m gpu -q -rs -p no:cacheprovider \
+    tests/test_cuda_ops.py -k attention
+  run profile_step timeout 120 python benchmarks/profile_gpu.py --parts step \
+    --step-cases target:1,target:5,draft:1 --out "$OUT"
 fi
 if [[ "$step" == build || "$step" == all ]]; then
   build_cuda 600

@@ -751,3 +751,7 @@ def test_profile_gpu_step_table_from_ncu_csv() -> None:
     md = "\n".join(pg.step_markdown({"cases": [case, {"role": "draft", "rows": 1, "error": "x"}]}))
     assert "### target, 1 row" in md and "0.017 ms" in md and "| attn<128> | (1, 16, 1) | 1 |" in md
     assert "### draft, 1 row" in md and "Not measured: x" in md
+    assert pg.step_cases("target:1,draft:5") == [("target", 1), ("draft", 5)]
+    for bad in ("target", "verify:1", "target:0", "draft:x"):
+        with pytest.raises(ValueError, match="step case"):
+            pg.step_cases(bad)

@@ -4,9 +4,10 @@ CUDA emulation (tests/cpp/cuda_emu.h), against the CPU backend, for every KV cac
 Compiles tests/cpp/emu_attention.cpp with g++ and calls the header's own plan and launch
 functions through ctypes. Checks: kv_write stores the CPU's bits; attention matches the CPU
 backend for decode rows of different slots, verify blocks, tree rows and prefill chunks (GQA
-groups 1, 2, 6; head_dim 64, 128, 256), with splits and their in-launch combine up to 16K
-positions; a row's output is bitwise the same alone and in any batch; a tree row equals the
-decode row of its accepted path bit for bit; the split counters are back to 0; kv_copy.
+groups 1, 2, 6; head_dim 64, 128, 256), with splits and their in-launch combine (up to 64
+splits: of 32 entries at max_seq 2,048 and below; up to 16K positions); a row's output is
+bitwise the same alone and in any batch; a tree row equals the decode row of its accepted path
+bit for bit; the split counters are back to 0; kv_copy.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from native import T as native
 REPO = Path(__file__).resolve().parents[1]
 KV_TYPES = {"f32": 0, "f16": 1, "bf16": 2}
 I32, F32 = ctypes.c_int, ctypes.c_float
-SM = 132  # an H100's SM count: up to 16 splits
+SM = 132  # an H100's SM count: up to 64 splits
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
 
@@ -170,8 +171,8 @@ def rel_err(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.max(np.abs(a.astype(np.float64) - b)) / max(np.max(np.abs(b)), 1e-30))
 
 
-# Mixed rows over 4 slots (max_seq 640: 3 splits of 256): a verify block of 5 rows of slot 0
-# across the first split boundary, decode rows of slots 1 (3 splits) and 2 (1 split), the 4 rows
+# Mixed rows over 4 slots (max_seq 640: 20 splits of 32): a verify block of 5 rows of slot 0
+# across a split boundary, decode rows of slots 1 (many splits) and 2 (1 split), the 4 rows
 # of a draft tree in slot 3 (root at 100; nodes 0, 1 children of the root, node 2 child of 1).
 POS = [300, 301, 302, 303, 304, 520, 10, 100, 101, 101, 102]
 SLOT = [0, 0, 0, 0, 0, 1, 2, 3, 3, 3, 3]
@@ -187,7 +188,7 @@ def test_attention_mixed_rows(emu, cpu, kv: str, group: int, hd: int, nkv: int) 
     qkv = c.qkv(len(POS))
     out_c, k_c, v_c = c.cpu(cpu, qkv, POS, SLOT, KV_IDX, BASE, BITS)
     out, k, v, pl = c.emu(emu, qkv, POS, SLOT, KV_IDX, BASE, BITS)
-    assert pl["splits"] == 3 and pl["chunk"] == 256
+    assert pl["splits"] == 20 and pl["chunk"] == 32
     np.testing.assert_array_equal(k, k_c)  # kv_write: the CPU's bits
     np.testing.assert_array_equal(v, v_c)
     assert np.isfinite(out).all()
@@ -250,21 +251,21 @@ def test_prefill_chunk(emu, cpu, kv: str) -> None:
     qkv = c.qkv(len(pos))
     out_c, _, _ = c.cpu(cpu, qkv, pos, slot)
     out, k, v, pl = c.emu(emu, qkv, pos, slot)
-    assert pl["tile_rows"] == 8 and pl["splits"] == 2
+    assert pl["tile_rows"] == 8 and pl["splits"] == 16
     assert rel_err(out, out_c) < 2e-5
     one, _, _, _ = c.emu(emu, qkv[37:38], pos[37:38], slot[37:38], k=k, v=v)
     np.testing.assert_array_equal(one[0], out[37])
 
 
 def test_long_context_16k(emu, cpu) -> None:
-    """16,384 positions: 16 splits of 1,024 merged in the launch; rows of 16,384 and 9,001
+    """16,384 positions: 64 splits of 256 merged in the launch; rows of 16,384 and 9,001
     entries and a short one in a third slot."""
     c = Case(13, "f16", 2, 1, 64, 16384, 3, layers=1, layer=0)
     pos, slot = [16383, 9000, 5], [0, 1, 2]
     qkv = c.qkv(3)
     out_c, _, _ = c.cpu(cpu, qkv, pos, slot)
     out, k, v, pl = c.emu(emu, qkv, pos, slot)
-    assert pl["splits"] == 16 and pl["chunk"] == 1024
+    assert pl["splits"] == 64 and pl["chunk"] == 256
     assert rel_err(out, out_c) < 2e-5
     one, _, _, _ = c.emu(emu, qkv[1:2], pos[1:2], slot[1:2], k=k, v=v)
     np.testing.assert_array_equal(one[0], out[1])
@@ -287,9 +288,15 @@ def test_plan_rules(emu) -> None:
     a, b = plan(emu, 1, 28, 4, 128, 32768), plan(emu, 200, 28, 4, 128, 32768)
     for key in ("hd_class", "tile_rows", "head_chunk", "chunk", "splits", "smem"):
         assert a[key] == b[key], key
-    assert a["tile_rows"] == 2 and a["head_chunk"] == 7 and a["splits"] == 16
+    assert a["tile_rows"] == 2 and a["head_chunk"] == 7 and a["splits"] == 64
+    assert a["chunk"] == 512
     assert a["smem"] <= 48 * 1024 and plan(emu, 1, 16, 1, 256, 4096)["smem"] <= 48 * 1024
-    assert plan(emu, 4, 8, 8, 64, 4096, sm=8)["splits"] == 1  # one split on a small GPU
+    assert plan(emu, 4, 8, 8, 64, 4096, sm=8)["splits"] == 4  # sm / 2 splits on a small GPU
+    # The benchmark's 1.5B shape at max_seq 2,048: one key tile per split, so a decode row of
+    # 128 entries is read by 4 blocks per kv head at once (was 1 block: 48 us on an H200).
+    q = plan(emu, 1, 12, 2, 128, 2048)
+    assert (q["chunk"], q["splits"]) == (32, 64)
+    assert plan(emu, 1, 12, 2, 128, 100)["chunk"] == 32  # never under one key tile
     info = np.zeros(10, np.int64)
     assert emu.emu_attention_plan(1, 8, 3, 64, 64, SM, P(info)) == -1  # 8 % 3
     assert emu.emu_attention_plan(1, 8, 8, 260, 64, SM, P(info)) == -1

@@ -419,13 +419,15 @@ def test_split_k(lib, wtype: str, epi: str) -> None:
 @pytest.mark.parametrize("wtype", ["f16", "q4"])
 def test_staging_pieces_and_row_group_reps(lib, wtype: str) -> None:
     """80 units per row: staged in 3 pieces for a 16-row tile and 2 for an 8-row one (1 for one
-    row), and 64 row pairs on 1 SM: 2 row groups per block (reps). A lane fetches each unit one
-    ahead, across pieces and reps: against the reference, rows bitwise independent of n."""
+    row), and 64 row pairs (8 row groups) on 1 SM: row groups per block (reps) 3 for one row
+    (one wave of 3 resident blocks), 4 for an 8-row tile (2 resident), 2 for two 16-row tiles
+    (groups / 4 SMs). A lane fetches each unit one ahead, across pieces and reps: against the
+    reference, rows bitwise independent of n."""
     case = Case(lib, wtype, "rmsnorm", "store", 128, 80 * UNIT_COLS[wtype], seed=11)
     outs = {}
-    for n in (1, 5, 17):
+    for n, reps, grid_x in ((1, 3, 3), (5, 4, 2), (17, 2, 8)):
         out, info, _ = case.run(case.x, n)
-        assert info["reps"] == 2 and info["splits"] == 1, info
+        assert (info["reps"], info["splits"], info["grid_x"]) == (reps, 1, grid_x), info
         case.check(out, case.x, n)
         outs[n] = out
     for n in (1, 5):

@@ -243,10 +243,21 @@ def test_real_shape_q4_sampled_with_graphs(real_pair_q4) -> None:
             assert r.stats.new_tokens == 1 + r.stats.iterations + r.stats.accepted
 
 
-# ---- programmatic dependent launches (TRT_SPEC_CUDA_PDL=1, sm_90+) -----------------------------
-def _engine_with_pdl(path, monkeypatch: pytest.MonkeyPatch, pdl: bool) -> Engine:
-    monkeypatch.setenv("TRT_SPEC_CUDA_PDL", "1" if pdl else "0")
+# ---- programmatic dependent launches (sm_90+ by default; TRT_SPEC_CUDA_PDL=0 off) ---------------
+def _engine_with_pdl(path, monkeypatch: pytest.MonkeyPatch, pdl: bool | None) -> Engine:
+    if pdl is None:
+        monkeypatch.delenv("TRT_SPEC_CUDA_PDL", raising=False)
+    else:
+        monkeypatch.setenv("TRT_SPEC_CUDA_PDL", "1" if pdl else "0")
     return Engine(path, device="cuda")  # the backend reads the variable when it is made
+
+
+def test_pdl_default(tiny, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On by default where the device has it (sm_90+), off with TRT_SPEC_CUDA_PDL=0."""
+    path, _ = tiny.engine("qwen2", weights="f16")
+    sm90 = int(T.cuda_device_info(0)["compute_capability"].split(".")[0]) >= 9
+    assert _engine_with_pdl(path, monkeypatch, None).backend.endswith("+pdl") == sm90
+    assert not _engine_with_pdl(path, monkeypatch, False).backend.endswith("+pdl")
 
 
 @pytest.mark.parametrize("weights", ["f16", "q4"])

@@ -89,8 +89,8 @@ class CudaBackend final : public Backend {
   int device() const { return device_; }
   int sm_count() const { return sm_count_; }
   // Whether the matmuls launch as programmatic dependents (common.cuh: TRT_SPEC_LAUNCH_PDL):
-  // on sm_90+ where TRT_SPEC_CUDA_PDL=1 at construction (off by default until a GPU run has
-  // measured it; benchmarks/bench_gpu.py compares both). name() ends in " +pdl" while it is on.
+  // on sm_90+ unless TRT_SPEC_CUDA_PDL=0 at construction (benchmarks/bench_gpu.py compares
+  // both in one run). name() ends in " +pdl" while it is on.
   bool pdl() const { return pdl_; }
   // Turns it on (where the device is sm_90+) or off for the launches that follow; graphs
   // captured before keep their launches. Returns pdl().

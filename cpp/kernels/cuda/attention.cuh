@@ -38,8 +38,8 @@ namespace trt_spec::cuda {
 
 constexpr int kAttnWarps = 4;
 constexpr int kAttnThreads = 32 * kAttnWarps;
-constexpr int kAttnMinChunk = 256;  // logical entries per split, at least
-constexpr int kAttnMaxSplits = 16;
+constexpr int kAttnMinChunk = 32;           // logical entries per split, at least (one key tile)
+constexpr int kAttnMaxSplits = 64;          // splits per row, at most
 constexpr size_t kAttnMaxSmem = 48 * 1024;  // static shared memory of one block
 constexpr int kKvThreads = 128;
 
@@ -102,45 +102,71 @@ static_assert(AttnTile<64>::smem <= kAttnMaxSmem && AttnTile<128>::smem <= kAttn
                   AttnTile<256>::smem <= kAttnMaxSmem,
               "attention tiles exceed static shared memory");
 
-// Loads cnt entries (entry t: phys[t] if phys, else t0 + t) of one kv head (k, v: its entry 0)
-// into sk [t * k_stride + d] and sv [t * HD + d] as f32, 16 bytes per load.
-template <int HD>
-__device__ __forceinline__ void load_kv_tile(const KvView& kv, int64_t head, const int* phys,
-                                             int t0, int cnt, float* sk, float* sv) {
+// load_kv_tile with kPer elements per 16 bytes (4: f32, 8: f16 / bf16). A thread issues up to
+// kBatch loads of k and of v before the first conversion (one memory round trip per batch, not
+// one per 16 bytes): kIters / kBatch batches (f16 / bf16: one batch per tile at head_dim 64 to
+// 256; f32: two).
+template <int HD, int kPer>
+__device__ __forceinline__ void load_kv_tile_typed(const KvView& kv, int64_t head, const int* phys,
+                                                   int t0, int cnt, float* sk, float* sv) {
   using S = AttnTile<HD>;
-  const int hd = kv.head_dim;
-  const int per = kv.type == KvType::F32 ? 4 : 8;  // elements per 16 bytes
-  const int vpr = hd / per, total = cnt * vpr;
-  for (int i = threadIdx.x; i < total; i += blockDim.x) {
-    const int t = i / vpr, c = (i % vpr) * per;
-    const int64_t e = head + static_cast<int64_t>(phys ? phys[t] : t0 + t) * hd + c;
-    float* dk = sk + t * S::k_stride + c;
-    float* dv = sv + t * HD + c;
-    if (kv.type == KvType::F32) {
-      const uint4 a = *reinterpret_cast<const uint4*>(static_cast<const float*>(kv.k) + e);
-      const uint4 b = *reinterpret_cast<const uint4*>(static_cast<const float*>(kv.v) + e);
-      const uint32_t wa[4] = {a.x, a.y, a.z, a.w}, wb[4] = {b.x, b.y, b.z, b.w};
+  constexpr int kIters = (S::kt * HD / kPer + kAttnThreads - 1) / kAttnThreads;
+  constexpr int kBatch = kIters < 4 ? kIters : 4;
+  constexpr int64_t kElem = kPer == 4 ? 4 : 2;  // bytes per element
+  const int hd = kv.head_dim, vpr = hd / kPer, total = cnt * vpr;
+  const char* kb = static_cast<const char*>(kv.k);
+  const char* vb = static_cast<const char*>(kv.v);
+  const bool f16 = kv.type == KvType::F16;
+#pragma unroll 1
+  for (int i0 = static_cast<int>(threadIdx.x); i0 < total; i0 += kBatch * kAttnThreads) {
+    uint4 a[kBatch], b[kBatch];
 #pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        dk[q] = __uint_as_float(wa[q]);
-        dv[q] = __uint_as_float(wb[q]);
+    for (int it = 0; it < kBatch; ++it) {
+      const int i = i0 + it * kAttnThreads;
+      if (i < total) {
+        const int t = i / vpr, c = (i % vpr) * kPer;
+        const int64_t e = head + static_cast<int64_t>(phys ? phys[t] : t0 + t) * hd + c;
+        a[it] = *reinterpret_cast<const uint4*>(kb + e * kElem);
+        b[it] = *reinterpret_cast<const uint4*>(vb + e * kElem);
       }
-    } else {
-      const uint4 a = *reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(kv.k) + e);
-      const uint4 b = *reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(kv.v) + e);
-      const uint32_t wa[4] = {a.x, a.y, a.z, a.w}, wb[4] = {b.x, b.y, b.z, b.w};
-      const bool f16 = kv.type == KvType::F16;
+    }
+#pragma unroll
+    for (int it = 0; it < kBatch; ++it) {
+      const int i = i0 + it * kAttnThreads;
+      if (i >= total) continue;
+      const int t = i / vpr, c = (i % vpr) * kPer;
+      float* dk = sk + t * S::k_stride + c;
+      float* dv = sv + t * HD + c;
+      const uint32_t wa[4] = {a[it].x, a[it].y, a[it].z, a[it].w};
+      const uint32_t wb[4] = {b[it].x, b[it].y, b[it].z, b[it].w};
 #pragma unroll
       for (int q = 0; q < 4; ++q) {
-        const uint16_t k0 = wa[q] & 0xffffu, k1 = wa[q] >> 16;
-        const uint16_t v0 = wb[q] & 0xffffu, v1 = wb[q] >> 16;
-        dk[2 * q] = f16 ? f16_bits_to_float(k0) : bf16_bits_to_float(k0);
-        dk[2 * q + 1] = f16 ? f16_bits_to_float(k1) : bf16_bits_to_float(k1);
-        dv[2 * q] = f16 ? f16_bits_to_float(v0) : bf16_bits_to_float(v0);
-        dv[2 * q + 1] = f16 ? f16_bits_to_float(v1) : bf16_bits_to_float(v1);
+        if constexpr (kPer == 4) {
+          dk[q] = __uint_as_float(wa[q]);
+          dv[q] = __uint_as_float(wb[q]);
+        } else {
+          const uint16_t k0 = wa[q] & 0xffffu, k1 = wa[q] >> 16;
+          const uint16_t v0 = wb[q] & 0xffffu, v1 = wb[q] >> 16;
+          dk[2 * q] = f16 ? f16_bits_to_float(k0) : bf16_bits_to_float(k0);
+          dk[2 * q + 1] = f16 ? f16_bits_to_float(k1) : bf16_bits_to_float(k1);
+          dv[2 * q] = f16 ? f16_bits_to_float(v0) : bf16_bits_to_float(v0);
+          dv[2 * q + 1] = f16 ? f16_bits_to_float(v1) : bf16_bits_to_float(v1);
+        }
       }
     }
   }
+}
+
+// Loads cnt entries (entry t: phys[t] if phys, else t0 + t) of one kv head (k, v: its entry 0)
+// into sk [t * k_stride + d] and sv [t * HD + d] as f32, 16 bytes per load. The whole block
+// (kAttnThreads threads) calls it.
+template <int HD>
+__device__ __forceinline__ void load_kv_tile(const KvView& kv, int64_t head, const int* phys,
+                                             int t0, int cnt, float* sk, float* sv) {
+  if (kv.type == KvType::F32)
+    load_kv_tile_typed<HD, 4>(kv, head, phys, t0, cnt, sk, sv);
+  else
+    load_kv_tile_typed<HD, 8>(kv, head, phys, t0, cnt, sk, sv);
 }
 
 // grid (n, kv_heads * head_chunks * splits), block kAttnThreads; see the file comment.
@@ -184,6 +210,7 @@ __global__ void __launch_bounds__(kAttnThreads)
   if (z >= tile_splits) return;  // no entries of this tile in split z
 
   const int64_t stride = static_cast<int64_t>(n_heads + 2 * nkv) * hd;
+#pragma unroll 4
   for (int e = threadIdx.x; e < nq * hd; e += blockDim.x) {
     const int j = e / hd, d = e % hd;
     sq[j * HD + d] = qkv[(x + j / nhb) * stride + static_cast<int64_t>(h0 + j % nhb) * hd + d];
@@ -221,7 +248,8 @@ __global__ void __launch_bounds__(kAttnThreads)
 #pragma unroll
     for (int jj = 0; jj < QW; ++jj) s[jj] = 0.0f;
     const float* kr = sk + t_lane * KS + part * dlen;
-    for (int d = 0; d < dlen; ++d) {
+#pragma unroll 8
+    for (int d = 0; d < dlen; ++d) {  // (unrolled: the loads ahead of the FMAs, same order)
       const float kd = kr[d];
 #pragma unroll
       for (int jj = 0; jj < QW; ++jj)
@@ -250,6 +278,7 @@ __global__ void __launch_bounds__(kAttnThreads)
     for (int jj = 0; jj < QW; ++jj)
 #pragma unroll
       for (int c = 0; c < ND; ++c) acc[jj][c] *= alpha[jj];
+#pragma unroll 4
     for (int t = 0; t < top; ++t) {  // acc += p_t v_t, entries in order
       float vv[ND];
 #pragma unroll
@@ -378,7 +407,11 @@ inline void plan_tiles(AttentionPlan& p, int group) {
 }
 
 // The split rule depends on max_seq and the SM count alone (never on n or on the rows): up to
-// min(16, sm_count / 8) splits of at least kAttnMinChunk entries. Throws std::invalid_argument
+// min(64, sm_count / 2) splits of at least kAttnMinChunk entries, a multiple of 32. A decode
+// row is latency-bound: its splits are the blocks that read its entries at once (a row of 128
+// entries in one block took 48 us per layer on an H200, 52% of a 1.5B decode step; with
+// max_seq 2,048 it now has 4 splits of 32). The cost: scratch of n_heads * splits * (hd + 2)
+// floats per row, and a merge of up to 64 partials. Throws std::invalid_argument
 // for shapes the kernel does not take (head_dim a multiple of 8 up to 256, n_heads a multiple
 // of n_kv_heads) or shared memory over 48 KiB.
 inline AttentionPlan plan_attention(int n, int n_heads, int n_kv_heads, int head_dim, int max_seq,
@@ -397,9 +430,9 @@ inline AttentionPlan plan_attention(int n, int n_heads, int n_kv_heads, int head
     plan_tiles<256>(p, group);
   if (p.smem_bytes > kAttnMaxSmem)
     throw std::invalid_argument("CUDA attention: shared memory over 48 KiB");
-  const int max_splits = std::max(1, std::min(kAttnMaxSplits, sm_count / 8));
+  const int max_splits = std::max(1, std::min(kAttnMaxSplits, sm_count / 2));
   const int per = (max_seq + max_splits - 1) / max_splits;
-  p.chunk = std::max(kAttnMinChunk, (per + 63) / 64 * 64);
+  p.chunk = std::max(kAttnMinChunk, (per + 31) / 32 * 32);
   p.splits = (max_seq + p.chunk - 1) / p.chunk;
   const int gy = n_kv_heads * p.head_chunks;
   const size_t rows = static_cast<size_t>(std::max(n, 1));

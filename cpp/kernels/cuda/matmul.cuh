@@ -95,6 +95,12 @@ struct MatmulGeom {
   int64_t split_units;  // units per split (the last one: the rest)
 };
 
+// Resident blocks per SM that matmul_kernel<T, tile> is compiled for (its __launch_bounds__;
+// see the kernel) and that plan_matmul sizes a one-tile grid's waves by.
+__host__ __device__ constexpr int matmul_blocks_per_sm(int tile) {
+  return tile == 1 ? 3 : (tile <= 8 ? 2 : 1);
+}
+
 // ---- units and staging layout --------------------------------------------------------------
 
 // Columns per unit (32 weight bytes).
@@ -456,9 +462,12 @@ __device__ __forceinline__ int64_t matmul_pair_row(const MatmulGeom& g, int64_t 
 // grid (row blocks * tiles, splits), block kMatmulThreads; partial [splits, n, rows] and
 // counters [row blocks * tiles] (zero) when splits > 1. A one-row tile (decode) is held to 3
 // blocks per SM (at most 85 registers; ptxas, sm_90: 64-80 and no spills, against 64-99 and 2
-// blocks of the q4 kernel unbounded); larger tiles are left unbounded (bounded, they spill).
+// blocks of the q4 kernel unbounded); tiles of 2 to 8 rows (verify) to 2 blocks (at most 128
+// registers: 91-126, no spills; the q4 8-row tile took 137 unbounded, one block of 8 warps per
+// SM, and 56 us for the 1.5B's gate / up at 5 rows on an H200, 3.6x its one-row time); 16-row
+// tiles (prefill) are left unbounded (bounded, they spill).
 template <WeightType T, int kTile>
-__global__ void __launch_bounds__(kMatmulThreads, kTile == 1 ? 3 : 1)
+__global__ void __launch_bounds__(kMatmulThreads, matmul_blocks_per_sm(kTile))
     matmul_kernel(MatmulArgs a, MatmulGeom g, float* __restrict__ partial, int* counters) {
   using S = MatmulStage<T, kTile>;
   constexpr int kUC = matmul_unit_cols(T);

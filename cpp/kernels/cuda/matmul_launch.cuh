@@ -8,7 +8,9 @@
 //   ceil(n / tile);
 //   splits: 1 when row groups >= 2 SMs; else ceil(2 SMs / row groups), at most units / 32 and
 //   64, the split length rounded up to whole lane rounds (32 units) - never a function of n;
-//   reps (row groups per block, staging shared): splits > 1 ? 1 : clamp(groups / (4 SMs), 1, 8);
+//   reps (row groups per block, staging shared): splits > 1 ? 1 : one tile (n <= 16: decode,
+//   verify) ? clamp(ceil(groups / (blocks per SM * SMs)), 1, 8), the grid in one wave of
+//   resident blocks (matmul_blocks_per_sm) where 8 reps allow : clamp(groups / (4 SMs), 1, 8);
 //   grid (ceil(groups / reps) * tiles, splits), block 256; static shared memory: the stage
 //   (<= 40 KiB) + 4 bytes per tile row for the RMSNorm factors and 32 for the warps' sums.
 // Scratch when splits > 1: partial f32 [splits, n, rows], counters int32 [grid.x] (zero before
@@ -95,10 +97,16 @@ inline MatmulPlan plan_matmul(const MatmulArgs& a, int sm_count) {
   su = (su + 31) / 32 * 32;
   g.split_units = su;
   g.splits = static_cast<int>((g.units + su - 1) / su);
-  int64_t reps = groups / (4 * static_cast<int64_t>(sm_count));
-  g.reps = g.splits > 1 ? 1 : static_cast<int>(reps < 1 ? 1 : (reps > 8 ? 8 : reps));
   p.tile_rows = matmul_tile_rows(a.n);
   g.tiles = (a.n + p.tile_rows - 1) / p.tile_rows;
+  // One tile: a block per row group would leave a second, partial wave (1.5B gate / up on an
+  // H200: 1,120 groups, 396 resident blocks); a block runs its reps back to back, each rep's
+  // first weights fetched during the last unit of the one before, so one wave of blocks with
+  // ceil(groups / resident) reps pays one prologue. More tiles (prefill): blocks enough.
+  const int64_t resident = static_cast<int64_t>(matmul_blocks_per_sm(p.tile_rows)) * sm_count;
+  int64_t reps = g.tiles == 1 ? (groups + resident - 1) / resident
+                              : groups / (4 * static_cast<int64_t>(sm_count));
+  g.reps = g.splits > 1 ? 1 : static_cast<int>(reps < 1 ? 1 : (reps > 8 ? 8 : reps));
   const int64_t blocks_x = (groups + g.reps - 1) / g.reps * g.tiles;
   if (blocks_x > 0x7fffffff) fail("too many rows");
   p.grid = dim3(static_cast<unsigned>(blocks_x), static_cast<unsigned>(g.splits));
