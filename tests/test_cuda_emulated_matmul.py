@@ -420,17 +420,17 @@ def test_split_k(lib, wtype: str, epi: str) -> None:
 def test_staging_pieces_and_row_group_reps(lib, wtype: str) -> None:
     """80 units per row: staged in 3 pieces for a 16-row tile and 2 for an 8-row one (1 for one
     row), and 64 row pairs (8 row groups) on 1 SM: row groups per block (reps) 3 for one row
-    (one wave of 3 resident blocks), 4 for an 8-row tile (2 resident), 2 for two 16-row tiles
-    (groups / 4 SMs). A lane fetches each unit one ahead, across pieces and reps: against the
-    reference, rows bitwise independent of n."""
+    (one wave of 3 resident blocks), 4 for an 8-row tile (2 resident), 8 for two 8-row tiles
+    (12 rows), 2 for two 16-row tiles (groups / 4 SMs). A lane fetches each unit one ahead,
+    across pieces and reps: against the reference, rows bitwise independent of n."""
     case = Case(lib, wtype, "rmsnorm", "store", 128, 80 * UNIT_COLS[wtype], seed=11)
     outs = {}
-    for n, reps, grid_x in ((1, 3, 3), (5, 4, 2), (17, 2, 8)):
+    for n, reps, grid_x in ((1, 3, 3), (5, 4, 2), (12, 8, 2), (17, 2, 8)):
         out, info, _ = case.run(case.x, n)
         assert (info["reps"], info["splits"], info["grid_x"]) == (reps, 1, grid_x), info
         case.check(out, case.x, n)
         outs[n] = out
-    for n in (1, 5):
+    for n in (1, 5, 12):
         np.testing.assert_array_equal(outs[n], outs[17][:n])
 
 
@@ -475,7 +475,7 @@ def test_plan(lib) -> None:
         for n in (1, 2, 5, 16, 17, 40)
     ]
     assert {p["splits"] for p in plans} == {3}
-    assert [p["tile"] for p in plans] == [1, 2, 8, 16, 16, 16]
+    assert [p["tile"] for p in plans] == [1, 2, 8, 8, 16, 16]  # 9 to 16 rows: two 8-row tiles
     assert (
         launch(lib, t, blob, 64, 96 * 64, x, 1, "plain", "store", out, sm_count=1, run=False)[
             "splits"
