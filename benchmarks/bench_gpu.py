@@ -16,6 +16,9 @@ decode step depends on shapes and weight format only.
   ``--iter-weights`` format (q4): the whole iteration as one graph and launched op by op,
   against verify (K+1 rows) + draft step 0 (2 rows) + (K-1) draft steps (1 row), each timed
   alone in a graph. Graph overhead = iteration / parts - 1.
+* The same pairs' targets: forwards of 1 to 16 rows (verify passes of one sequence; 9-16 rows
+  are batches' verify passes and K = 8) against one row, and one prefill chunk of 256 prompt
+  rows at contexts 0, 1,024 and 1,792 (prompt tokens/s).
 * transformers (torch, fp16, random init, static KV cache, torch.compile if it works): decode
   tokens/s of the same shapes, when torch with CUDA and transformers are installed.
 * Projected tokens/s per K = expected tokens per iteration / measured iteration time. The
@@ -211,6 +214,40 @@ def iterations(engine: Path, args, save) -> list[dict]:
         )
         save(rows)
     return rows
+
+
+ROW_COUNTS = (
+    1,
+    2,
+    3,
+    5,
+    8,
+    9,
+    12,
+    16,
+)  # target forwards of n rows (verify passes: K + 1, B (K + 1))
+PREFILL_ROWS, PREFILL_CONTEXTS = 256, (0, 1024, 1792)  # one prefill chunk at these contexts
+
+
+def forward_rows(engine: Path, target: str, args) -> dict:
+    """The target's forward of n rows (a verify pass of n rows of one sequence, in a graph) for
+    ROW_COUNTS, per row against one row; and one prefill chunk of PREFILL_ROWS prompt rows op by
+    op at PREFILL_CONTEXTS (its attention reads context + rows entries), in prompt tokens/s."""
+    T = testing_module(REPO)  # noqa: N806
+    s = T.Session(str(engine), args.device)
+    ctx = args.context
+    s.time_forward("target", 1, 1, ctx, 2, True)  # warm-up (first launches, allocations)
+    rows = []
+    for n in ROW_COUNTS:
+        ms = s.time_forward("target", n, n, ctx, args.iters, True) * 1e3
+        rows.append({"rows": n, "ms": ms, "vs_one_row": ms / rows[0]["ms"] if rows else 1.0})
+    prefill = []
+    for c in PREFILL_CONTEXTS:
+        if c + PREFILL_ROWS > s.max_seq_len:
+            continue
+        sec = s.time_forward("target", PREFILL_ROWS, 1, c, 3, False, True)
+        prefill.append({"context": c, "ms": sec * 1e3, "tok_s": PREFILL_ROWS / sec})
+    return {"model": target, "verify_rows": rows, "prefill": prefill}
 
 
 def bandwidth(T, args) -> float | None:  # noqa: N803
@@ -453,6 +490,23 @@ def markdown(r: dict) -> str:
                 f"{row['projected_tok_s']:.0f} | "
                 f"{row['projected_tok_s'] / p['target_only_tok_s']:.2f}x |"
             )
+    for name, fr in (r.get("forward_rows") or {}).items():
+        out += [
+            "",
+            f"## Target forward of n rows and a prefill chunk, {name}",
+            "",
+            "Verify-like forwards of n rows of one sequence in a graph (context "
+            f"{r['settings'].get('trt', {}).get('context', '?')}); the chunk: "
+            f"{PREFILL_ROWS} prompt rows op by op.",
+            "",
+            "| rows | ms | vs one row |",
+            "|---:|---:|---:|",
+        ]
+        out += [
+            f"| {x['rows']} | {fmt(x['ms'])} | {x['vs_one_row']:.2f}x |" for x in fr["verify_rows"]
+        ]
+        out += ["", "| chunk at context | ms | prompt tok/s |", "|---:|---:|---:|"]
+        out += [f"| {x['context']} | {fmt(x['ms'])} | {x['tok_s']:.0f} |" for x in fr["prefill"]]
     if r.get("transformers"):
         out += [
             "",
@@ -573,6 +627,12 @@ def main() -> int:
             if step:
                 ms = step.get("engine_step_ms", step["step_ms"])
                 r["projections"][name] = projection(rows, ms, args)
+            save()
+            try:
+                r.setdefault("forward_rows", {})[name] = forward_rows(engines[name], target, args)
+            except Exception:
+                r["errors"].append(f"forward_rows {name}: {traceback.format_exc()[-1500:]}")
+                log(r["errors"][-1])
             save()
         r["bandwidth_gbps_end"] = bandwidth(T, args)
     if args.part in ("all", "transformers") and not args.skip_transformers:

@@ -755,3 +755,34 @@ def test_profile_gpu_step_table_from_ncu_csv() -> None:
     for bad in ("target", "verify:1", "target:0", "draft:x"):
         with pytest.raises(ValueError, match="step case"):
             pg.step_cases(bad)
+
+
+def test_bench_gpu_forward_rows_on_the_cpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """bench_gpu's n-row forwards and prefill chunk (run here on the CPU backend, a tiny pair):
+    every row count of ROW_COUNTS timed, per row against one row, prefill chunks where they fit
+    max_seq_len, and the report's table."""
+    import importlib.util
+    import types
+
+    import spec_pairs
+    from native import T
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_gpu.py"
+    spec = importlib.util.spec_from_file_location("bench_gpu", path)
+    bg = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bg)
+    monkeypatch.setattr(bg, "testing_module", lambda repo: T)
+    monkeypatch.setattr(bg, "PREFILL_ROWS", 8)
+    monkeypatch.setattr(bg, "PREFILL_CONTEXTS", (0, 16, 10**6))  # the last one does not fit
+    pair = spec_pairs.make_pair(tmp_path, "noisy", draft_len=4, max_batch=4, weights="f32")
+    r = bg.forward_rows(
+        Path(pair), "tiny", types.SimpleNamespace(device="cpu", context=16, iters=2)
+    )
+    assert [x["rows"] for x in r["verify_rows"]] == list(bg.ROW_COUNTS)
+    assert all(x["ms"] > 0 for x in r["verify_rows"]) and r["verify_rows"][0]["vs_one_row"] == 1.0
+    assert [x["context"] for x in r["prefill"]] == [0, 16]
+    assert all(x["tok_s"] == pytest.approx(8 / (x["ms"] / 1e3)) for x in r["prefill"])
+    rep = {"date": "d", "commit": "c", "device": {}, "settings": {"trt": {"context": 16}}}
+    md = bg.markdown(rep | {"forward_rows": {"pair-q4": r}})
+    assert "## Target forward of n rows and a prefill chunk, pair-q4" in md
+    assert "| 16 |" in md and "| chunk at context | ms | prompt tok/s |" in md
