@@ -236,7 +236,9 @@ inline void softmax_tile(float* s, uint32_t mask, float scale, float& m, float& 
     X::store(s + X::W * c, p);
     sum = X::add8(sum, p);
   }
-  alpha = exp1(m - m_new);
+  // exp1(0) is 1 exactly: a tile that leaves the max where it was (most tiles of a long row)
+  // skips the scalar exp, same bits.
+  alpha = m_new == m ? 1.0f : exp1(m - m_new);
   l = __builtin_fmaf(l, alpha, hsum8(sum));
   m = m_new;
 }
