@@ -216,16 +216,8 @@ def iterations(engine: Path, args, save) -> list[dict]:
     return rows
 
 
-ROW_COUNTS = (
-    1,
-    2,
-    3,
-    5,
-    8,
-    9,
-    12,
-    16,
-)  # target forwards of n rows (verify passes: K + 1, B (K + 1))
+# Target forwards of n rows (verify passes: K + 1, B (K + 1)).
+ROW_COUNTS = (1, 2, 3, 5, 8, 9, 12, 16)
 PREFILL_ROWS, PREFILL_CONTEXTS = 256, (0, 1024, 1792)  # one prefill chunk at these contexts
 
 

@@ -38,6 +38,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -245,23 +246,15 @@ _NAMES = {NCU_METRICS[0]: "time_us", NCU_METRICS[1]: "dram_read_bytes", NCU_METR
 def ncu_metrics(text: str) -> list[dict[str, float]]:
     """Per profiled kernel (launch order): time_us, dram_read_bytes, dram_pct from `ncu --csv`
     output (its details page: one row per kernel and metric; other lines ignored)."""
-    lines = [ln for ln in text.splitlines() if ln.startswith('"')]
-    kernels: dict[int, dict[str, float]] = {}
-    for row in csv.DictReader(io.StringIO("\n".join(lines))):
-        name = _NAMES.get(row.get("Metric Name", ""))
-        if name is None:
-            continue
-        unit = row.get("Metric Unit", "")
-        if unit not in _UNITS:
-            raise ValueError(f"ncu: unknown unit {unit!r} of {row['Metric Name']}")
-        value = float(str(row["Metric Value"]).replace(",", "")) * _UNITS[unit]
-        kernels.setdefault(int(row["ID"]), {})[name] = value
-    return [kernels[i] for i in sorted(kernels)]
+    kernels = ncu_kernels(text, strict=_NAMES)
+    named = [{_NAMES[m]: v for m, v in k.items() if m in _NAMES} for k in kernels]
+    return [k for k in named if k]
 
 
-def ncu_kernels(text: str) -> list[dict[str, Any]]:
+def ncu_kernels(text: str, strict: Iterable[str] = ()) -> list[dict[str, Any]]:
     """Per profiled kernel (launch order): name (no 'void ', no arguments), grid, block and
-    every metric's value in the units of _UNITS (time in us, bytes), from `ncu --csv`."""
+    every metric's value in the units of _UNITS (time in us, bytes), from `ncu --csv`; a metric
+    in `strict` with a unit _UNITS lacks is refused (others keep ncu's value)."""
     lines = [ln for ln in text.splitlines() if ln.startswith('"')]
     kernels: dict[int, dict[str, Any]] = {}
     for row in csv.DictReader(io.StringIO("\n".join(lines))):
@@ -270,9 +263,11 @@ def ncu_kernels(text: str) -> list[dict[str, Any]]:
             int(row["ID"]), {"name": name, "grid": row.get("Grid Size", ""),
                              "block": row.get("Block Size", "")},
         )  # fmt: skip
-        unit = row.get("Metric Unit", "")
+        metric, unit = row.get("Metric Name", ""), row.get("Metric Unit", "")
+        if metric in strict and unit not in _UNITS:
+            raise ValueError(f"ncu: unknown unit {unit!r} of {metric}")
         value = float(str(row["Metric Value"]).replace(",", ""))
-        k[row["Metric Name"]] = value * _UNITS[unit] if unit in _UNITS else value
+        k[metric] = value * _UNITS[unit] if unit in _UNITS else value
     return [kernels[i] for i in sorted(kernels)]
 
 

@@ -135,7 +135,7 @@ fi
 # (decode steps with and without PDL, the K sweeps, projections; pass --hist; --skip-7b saves
 # about 45 s); the GPU engine tests but the f16 real-shape ones (exactness of speculation in
 # real shapes, graph replay, the CPU oracle, PDL; -v: what passed shows in a cut-off log) and
-# the attention op tests; then profile_gpu.py's step part at 1 and 5 target rows.
+# the attention op tests; then profile_gpu.py's step part: the target at 1 and 5 rows, the draft.
 if [[ "$step" == quick ]]; then
   build_cuda 150
   run bench timeout 100 python benchmarks/bench_gpu.py --part trt --formats q4 --big-formats q4 \

@@ -96,7 +96,7 @@ struct MatmulGeom {
 };
 
 // Resident blocks per SM that matmul_kernel<T, tile> is compiled for (its __launch_bounds__;
-// see the kernel) and that plan_matmul sizes a one-tile grid's waves by.
+// see the kernel) and that plan_matmul sizes the waves of a decode / verify grid by.
 __host__ __device__ constexpr int matmul_blocks_per_sm(int tile) {
   return tile == 1 ? 3 : (tile <= 8 ? 2 : 1);
 }

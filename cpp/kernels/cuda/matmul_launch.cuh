@@ -39,7 +39,7 @@ struct MatmulPlan {
 // units (2,048 columns), stages its activations again for every row group; on an H200 a 9-row
 // verify of the 7B shape took 34.5 ms against 12.4 for 8 rows in one 8-row tile.
 inline int matmul_tile_rows(int n) {
-  return n <= 1 ? 1 : (n <= 2 ? 2 : (n <= 4 ? 4 : (n <= 16 ? 8 : kMatmulMaxTile)));
+  return n <= 1 ? 1 : (n <= 2 ? 2 : (n <= 4 ? 4 : (n <= kMatmulMaxTile ? 8 : kMatmulMaxTile)));
 }
 
 // Static shared memory of matmul_kernel<t, tile>.
@@ -110,8 +110,8 @@ inline MatmulPlan plan_matmul(const MatmulArgs& a, int sm_count) {
   // wave of blocks with ceil(groups tiles / resident) reps pays one prologue. Prefill: blocks
   // enough.
   const int64_t resident = static_cast<int64_t>(matmul_blocks_per_sm(p.tile_rows)) * sm_count;
-  int64_t reps = a.n <= 16 ? (groups * g.tiles + resident - 1) / resident
-                           : groups / (4 * static_cast<int64_t>(sm_count));
+  int64_t reps = p.tile_rows < kMatmulMaxTile ? (groups * g.tiles + resident - 1) / resident
+                                              : groups / (4 * static_cast<int64_t>(sm_count));
   g.reps = g.splits > 1 ? 1 : static_cast<int>(reps < 1 ? 1 : (reps > 8 ? 8 : reps));
   const int64_t blocks_x = (groups + g.reps - 1) / g.reps * g.tiles;
   if (blocks_x > 0x7fffffff) fail("too many rows");
