@@ -252,11 +252,14 @@ def _engine_with_pdl(path, monkeypatch: pytest.MonkeyPatch, pdl: bool | None) ->
     return Engine(path, device="cuda")  # the backend reads the variable when it is made
 
 
+def _sm90() -> bool:
+    return int(T.cuda_device_info(0)["compute_capability"].split(".")[0]) >= 9
+
+
 def test_pdl_default(tiny, monkeypatch: pytest.MonkeyPatch) -> None:
     """On by default where the device has it (sm_90+), off with TRT_SPEC_CUDA_PDL=0."""
     path, _ = tiny.engine("qwen2", weights="f16")
-    sm90 = int(T.cuda_device_info(0)["compute_capability"].split(".")[0]) >= 9
-    assert _engine_with_pdl(path, monkeypatch, None).backend.endswith("+pdl") == sm90
+    assert _engine_with_pdl(path, monkeypatch, None).backend.endswith("+pdl") == _sm90()
     assert not _engine_with_pdl(path, monkeypatch, False).backend.endswith("+pdl")
 
 
@@ -265,7 +268,7 @@ def test_pdl_changes_no_bits(root, monkeypatch: pytest.MonkeyPatch, weights: str
     """Launched as programmatic dependents, the matmuls only start fetching weights early: the
     logits are bitwise those of ordinary launches, and speculation (graphs and op by op, greedy
     and sampled) gives the same tokens."""
-    if int(T.cuda_device_info(0)["compute_capability"].split(".")[0]) < 9:
+    if not _sm90():
         pytest.skip("programmatic dependent launch needs sm_90+")
     path = spec_pairs.make_pair(root, "noisy", draft_len=4, max_batch=4, weights=weights)
     off = _engine_with_pdl(path, monkeypatch, False)
