@@ -15,6 +15,7 @@
 #   bash benchmarks/run_gpu_checks.sh profile    # profile_gpu.py: nsys iteration, ncu matmuls
 #   bash benchmarks/run_gpu_checks.sh diagnose   # ~3 minutes: where a decode step's time goes
 #   bash benchmarks/run_gpu_checks.sh quick      # ~4 minutes: after kernel changes (see below)
+#   bash benchmarks/run_gpu_checks.sh followup   # ~8 minutes: what session 24 left (see below)
 #
 # `lease` fits one call of the device tool (10 minutes at most, of a 15-minute lease that also
 # pays the machine's start): see its comment below. Each part has its own time limit, so a hang
@@ -148,6 +149,26 @@ if [[ "$step" == quick ]]; then
     tests/test_cuda_ops.py -k attention
   run profile_step timeout 120 python benchmarks/profile_gpu.py --parts step \
     --step-cases target:1,target:5,draft:1 --out "$OUT"
+fi
+# `followup`: one call on a bare machine (about 8 minutes with its start) for what session 24's
+# runs left: the build; the q4 numbers of both pairs (pass --hist) with the n-row and prefill
+# tables; the GPU engine tests that run 3's limit cut (the batch-4 real-shape q4 sweep, the
+# sampled pair with graphs, PDL) and the 1..8-row exactness sweep at batch 1 (9-16-row tiles);
+# the matmul and attention op tests; racecheck / synccheck over the sampling and speculative ops.
+if [[ "$step" == followup ]]; then
+  build_cuda 120
+  run bench timeout 160 python benchmarks/bench_gpu.py --part trt --formats q4 --big-formats q4 \
+    --iters 20 --tag "$TAG" "$@"
+  cp benchmarks/results/gpu_"$TAG".* "$OUT/" 2>/dev/null || true
+  run pytest_engine timeout 100 python -m pytest -m gpu -v -rs -p no:cacheprovider \
+    -o faulthandler_timeout=95 tests/test_cuda_engine.py -k "real_shape_q4 or pdl"
+  run pytest_ops timeout 40 python -m pytest -m gpu -q -rs -p no:cacheprovider \
+    tests/test_cuda_ops.py -k "attention or linear"
+  for tool in racecheck synccheck; do
+    run "sanitizer_$tool" timeout 40 compute-sanitizer --tool "$tool" --error-exitcode 3 \
+      python -m pytest -m gpu -q -p no:cacheprovider tests/test_cuda_ops.py \
+      -k "($SYNC_TESTS) and not 151936"
+  done
 fi
 if [[ "$step" == build || "$step" == all ]]; then
   build_cuda 600
