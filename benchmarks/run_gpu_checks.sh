@@ -16,6 +16,7 @@
 #   bash benchmarks/run_gpu_checks.sh diagnose   # ~3 minutes: where a decode step's time goes
 #   bash benchmarks/run_gpu_checks.sh quick      # ~4 minutes: after kernel changes (see below)
 #   bash benchmarks/run_gpu_checks.sh followup   # ~8 minutes: what session 24 left (see below)
+#   bash benchmarks/run_gpu_checks.sh short      # ~5.5 minutes: a lease's last minutes (see below)
 #
 # `lease` fits one call of the device tool (10 minutes at most, of a 15-minute lease that also
 # pays the machine's start): see its comment below. Each part has its own time limit, so a hang
@@ -168,6 +169,28 @@ if [[ "$step" == followup ]]; then
     run "sanitizer_$tool" timeout 40 compute-sanitizer --tool "$tool" --error-exitcode 3 \
       python -m pytest -m gpu -q -p no:cacheprovider tests/test_cuda_ops.py \
       -k "($SYNC_TESTS) and not 151936"
+  done
+fi
+# `short`: the last few minutes of a lease (about 5.5 with the machine's start) after kernel
+# changes: the build; the q4 numbers of both pairs (pass --hist); the engine tests that go
+# through the changed kernels (the CPU oracle, greedy speculation equal to target-only on the
+# tiny pairs and the batch-1 real-shape q4 sweep, graph replay) and the attention op tests;
+# profile_gpu.py's step part for the target and the draft at one row; racecheck / synccheck over
+# the attention op tests.
+if [[ "$step" == short ]]; then
+  build_cuda 80
+  run bench timeout 100 python benchmarks/bench_gpu.py --part trt --formats q4 --big-formats q4 \
+    --iters 20 --tag "$TAG" "$@"
+  cp benchmarks/results/gpu_"$TAG".* "$OUT/" 2>/dev/null || true
+  run pytest_short timeout 75 python -m pytest -m gpu -v -rs -p no:cacheprovider \
+    -o faulthandler_timeout=70 tests/test_cuda_ops.py tests/test_cuda_engine.py -k \
+    "attention or logits_tiny or match_cpu or equals_target_only or graph_replay or q4_greedy_spec"
+  run profile_step timeout 45 python benchmarks/profile_gpu.py --parts step \
+    --step-cases target:1,draft:1 --out "$OUT"
+  for tool in racecheck synccheck; do
+    run "sanitizer_$tool" timeout 15 compute-sanitizer --tool "$tool" --error-exitcode 3 \
+      python -m pytest -m gpu -q -p no:cacheprovider tests/test_cuda_ops.py \
+      -k "attention_tree or (test_attention and pos1)"
   done
 fi
 if [[ "$step" == build || "$step" == all ]]; then

@@ -448,7 +448,7 @@ void CudaBackend::attention(const float* qkv, const Rows& rows, int n, const Att
   if (p.counter_bytes) counters = static_cast<unsigned*>(scratch(kAttnCounters, p.counter_bytes));
   if (sizing()) return;
   cuda::launch_attention(stream_, p, qkv, rows_view(rows), n, s.n_heads, s.scale, kv_view(cache),
-                         layer, out, partial, counters);
+                         layer, out, partial, counters, pdl_);
   check_launch("attention");
 }
 

@@ -88,9 +88,9 @@ class CudaBackend final : public Backend {
   std::unique_ptr<Timer> timer() override;  // cuda_timer.cu: a pair of events on the stream
   int device() const { return device_; }
   int sm_count() const { return sm_count_; }
-  // Whether the matmuls launch as programmatic dependents (common.cuh: TRT_SPEC_LAUNCH_PDL):
-  // on sm_90+ unless TRT_SPEC_CUDA_PDL=0 at construction (benchmarks/bench_gpu.py compares
-  // both in one run). name() ends in " +pdl" while it is on.
+  // Whether the matmuls and attention launch as programmatic dependents (common.cuh:
+  // TRT_SPEC_LAUNCH_PDL): on sm_90+ unless TRT_SPEC_CUDA_PDL=0 at construction
+  // (benchmarks/bench_gpu.py compares both in one run). name() ends in " +pdl" while it is on.
   bool pdl() const { return pdl_; }
   // Turns it on (where the device is sm_90+) or off for the launches that follow; graphs
   // captured before keep their launches. Returns pdl().

@@ -170,6 +170,67 @@ __device__ __forceinline__ void load_kv_tile(const KvView& kv, int64_t head, con
     load_kv_tile_typed<HD, 8>(kv, head, phys, t0, cnt, sk, sv);
 }
 
+// The merge of one (row, head) pair's rs >= 2 split partials pp [rs, hd + 2] (max, sum, acc) into
+// o [hd], by one warp, in split order: M = max_s m_s, w_s = exp(m_s - M), L = sum_s l_s w_s,
+// o[d] = (sum_s acc_s[d] w_s) / L (fmaf chains in s order: a fixed sequence of operations per
+// row, whatever the other rows). Latency: lane s % 32 loads split s's (max, sum) and the first
+// kBatch splits' acc values are loaded with them (all in flight at once), later batches after;
+// a loop that loaded one value per round trip took the most of a decode's attention (rs = 4:
+// about 24 dependent L2 reads per pair).
+template <int HD>
+__device__ __forceinline__ void attention_merge(const float* __restrict__ pp, int rs, int hd,
+                                                int lane, float* __restrict__ o) {
+  constexpr int ND = AttnTile<HD>::dims, kBatch = ND <= 2 ? 8 : (ND <= 4 ? 4 : 2);
+  const int64_t sstride = hd + 2;
+  float mv[2], lv[2];  // splits lane and lane + 32 (rs <= kAttnMaxSplits = 64)
+#pragma unroll
+  for (int k = 0; k < 2; ++k) {
+    const int s = lane + 32 * k;
+    mv[k] = s < rs ? __ldcg(pp + s * sstride) : -INFINITY;
+    lv[k] = s < rs ? __ldcg(pp + s * sstride + 1) : 0.0f;
+  }
+  float v[kBatch][ND];
+  auto load_batch = [&](int s0) {
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u)
+#pragma unroll
+      for (int c = 0; c < ND; ++c) {
+        const int s = s0 + u, d = lane + 32 * c;
+        v[u][c] = s < rs && d < hd ? __ldcg(pp + s * sstride + 2 + d) : 0.0f;
+      }
+  };
+  load_batch(0);
+  float M = fmaxf(mv[0], mv[1]);
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) M = fmaxf(M, __shfl_xor_sync(kFullMask, M, off));
+  float wv[2];
+#pragma unroll
+  for (int k = 0; k < 2; ++k) wv[k] = lane + 32 * k < rs ? expf(mv[k] - M) : 0.0f;
+  auto weight = [&](int s) {  // w_s on every lane (s uniform over the warp)
+    return __shfl_sync(kFullMask, s < 32 ? wv[0] : wv[1], s & 31);
+  };
+  float L = 0.0f;
+  for (int s = 0; s < rs; ++s)
+    L = fmaf(__shfl_sync(kFullMask, s < 32 ? lv[0] : lv[1], s & 31), weight(s), L);
+  float a[ND];
+#pragma unroll
+  for (int c = 0; c < ND; ++c) a[c] = 0.0f;
+  for (int s0 = 0; s0 < rs; s0 += kBatch) {
+    if (s0 > 0) load_batch(s0);
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      if (s0 + u >= rs) break;  // uniform over the warp
+      const float w = weight(s0 + u);
+#pragma unroll
+      for (int c = 0; c < ND; ++c) a[c] = fmaf(v[u][c], w, a[c]);
+    }
+  }
+  const float inv = 1.0f / L;
+#pragma unroll
+  for (int c = 0; c < ND; ++c)
+    if (lane + 32 * c < hd) o[lane + 32 * c] = a[c] * inv;
+}
+
 // grid (n, kv_heads * head_chunks * splits), block kAttnThreads; see the file comment.
 // out [n, n_heads hd]; partial [n, n_heads, splits, hd + 2]; counters [n, kv_heads head_chunks].
 template <int HD>
@@ -180,7 +241,8 @@ __global__ void __launch_bounds__(kAttnThreads)
                      unsigned* __restrict__ counters) {
   using S = AttnTile<HD>;
   constexpr int KT = S::kt, QW = S::per_warp, ND = S::dims, KS = S::k_stride;
-  __shared__ float sq[S::queries * HD];  // the pairs' q
+  __shared__ float4 sq4[S::queries * HD / 4];  // the pairs' q (16-byte aligned: float4 stores)
+  float* sq = reinterpret_cast<float*>(sq4);
   __shared__ float sk[KT * KS];
   __shared__ float sv[KT * HD];
   __shared__ float sp[S::queries * KT];  // probabilities of a tile, per pair
@@ -190,6 +252,7 @@ __global__ void __launch_bounds__(kAttnThreads)
   __shared__ int s_last;
 
   grid_dependency_launch();  // the next matmul may fetch its weights meanwhile (common.cuh)
+  grid_dependency_wait();    // as a programmatic dependent: nothing read before the qkv matmul ends
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int hd = kv.head_dim, nkv = kv.kv_heads, group = n_heads / nkv;
   const int n_chunks = (group + head_chunk - 1) / head_chunk;
@@ -203,19 +266,26 @@ __global__ void __launch_bounds__(kAttnThreads)
   int x_end = x + 1;
   while (x_end < lim && rows.slot[x_end] == slot) ++x_end;
   const int nr = x_end - x, nq = nr * nhb;
-  if (static_cast<int>(threadIdx.x) < nr) s_llog[threadIdx.x] = rows.logical_len(x + threadIdx.x);
+  // The rows' logical lengths and the pairs' q, their loads in flight together (one round trip,
+  // not two: the lengths go to shared memory after the q loads are issued). A split with no
+  // entries of this tile loads q for nothing and returns.
+  const int my_llog =
+      static_cast<int>(threadIdx.x) < nr ? rows.logical_len(x + static_cast<int>(threadIdx.x)) : 0;
+  const int64_t stride = static_cast<int64_t>(n_heads + 2 * nkv) * hd;
+  const int hd4 = hd / 4;  // 16-byte loads (head_dim % 8 == 0; qkv rows 16-byte aligned)
+#pragma unroll 4
+  for (int e = threadIdx.x; e < nq * hd4; e += blockDim.x) {
+    const int j = e / hd4, d = (e % hd4) * 4;
+    *reinterpret_cast<float4*>(sq + j * HD + d) = *reinterpret_cast<const float4*>(
+        qkv + (x + j / nhb) * stride + static_cast<int64_t>(h0 + j % nhb) * hd + d);
+  }
+  if (static_cast<int>(threadIdx.x) < nr) s_llog[threadIdx.x] = my_llog;
   __syncthreads();
   int max_len = 0;
   for (int r = 0; r < nr; ++r) max_len = max(max_len, s_llog[r]);
   const int tile_splits = (max_len + chunk - 1) / chunk;
   if (z >= tile_splits) return;  // no entries of this tile in split z
 
-  const int64_t stride = static_cast<int64_t>(n_heads + 2 * nkv) * hd;
-#pragma unroll 4
-  for (int e = threadIdx.x; e < nq * hd; e += blockDim.x) {
-    const int j = e / hd, d = e % hd;
-    sq[j * HD + d] = qkv[(x + j / nhb) * stride + static_cast<int64_t>(h0 + j % nhb) * hd + d];
-  }
   // This warp's pairs j = warp + 4 jj: state of the online softmax.
   float m[QW], l[QW], acc[QW][ND];
   int len[QW], row[QW];
@@ -367,18 +437,7 @@ __global__ void __launch_bounds__(kAttnThreads)
       for (int d = lane; d < hd; d += 32) o[d] = __ldcg(pp + 2 + d) * inv;
       continue;
     }
-    float M = -INFINITY;
-    for (int s2 = 0; s2 < rs; ++s2) M = fmaxf(M, __ldcg(pp + s2 * (hd + 2)));
-    float L = 0.0f;
-    for (int s2 = 0; s2 < rs; ++s2)
-      L += __ldcg(pp + s2 * (hd + 2) + 1) * expf(__ldcg(pp + s2 * (hd + 2)) - M);
-    const float inv = 1.0f / L;
-    for (int d = lane; d < hd; d += 32) {
-      float a = 0.0f;
-      for (int s2 = 0; s2 < rs; ++s2)
-        a += __ldcg(pp + s2 * (hd + 2) + 2 + d) * expf(__ldcg(pp + s2 * (hd + 2)) - M);
-      o[d] = a * inv;
-    }
+    attention_merge<HD>(pp, rs, hd, lane, o);
   }
   if (threadIdx.x == 0) *counter = 0;  // for the next launch (graphs replay)
 }
@@ -448,24 +507,26 @@ inline AttentionPlan plan_attention(int n, int n_heads, int n_kv_heads, int head
 
 // One kernel launch (n >= 1 rows; plan from plan_attention with this n). partial, counters:
 // scratch of the plan's sizes (null when those are 0), counters zero (they are left zero).
+// pdl: launched as a programmatic dependent (common.cuh), its launch and block scheduling
+// overlap the qkv matmul's tail; the kernel reads nothing before grid_dependency_wait.
 inline void launch_attention(cudaStream_t stream, const AttentionPlan& p, const float* qkv,
                              RowsView rows, int n, int n_heads, float scale, KvView kv, int layer,
-                             float* out, float* partial, unsigned* counters) {
+                             float* out, float* partial, unsigned* counters, bool pdl = false) {
   switch (p.hd_class) {
     case 64:
-      TRT_SPEC_LAUNCH(attention_kernel<64>, p.grid, p.block, stream, qkv, rows, n, n_heads, scale,
-                      kv, layer, p.tile_rows, p.head_chunk, p.chunk, p.splits, out, partial,
-                      counters);
+      TRT_SPEC_LAUNCH_PDL(pdl, attention_kernel<64>, p.grid, p.block, stream, qkv, rows, n, n_heads,
+                          scale, kv, layer, p.tile_rows, p.head_chunk, p.chunk, p.splits, out,
+                          partial, counters);
       break;
     case 128:
-      TRT_SPEC_LAUNCH(attention_kernel<128>, p.grid, p.block, stream, qkv, rows, n, n_heads, scale,
-                      kv, layer, p.tile_rows, p.head_chunk, p.chunk, p.splits, out, partial,
-                      counters);
+      TRT_SPEC_LAUNCH_PDL(pdl, attention_kernel<128>, p.grid, p.block, stream, qkv, rows, n,
+                          n_heads, scale, kv, layer, p.tile_rows, p.head_chunk, p.chunk, p.splits,
+                          out, partial, counters);
       break;
     default:
-      TRT_SPEC_LAUNCH(attention_kernel<256>, p.grid, p.block, stream, qkv, rows, n, n_heads, scale,
-                      kv, layer, p.tile_rows, p.head_chunk, p.chunk, p.splits, out, partial,
-                      counters);
+      TRT_SPEC_LAUNCH_PDL(pdl, attention_kernel<256>, p.grid, p.block, stream, qkv, rows, n,
+                          n_heads, scale, kv, layer, p.tile_rows, p.head_chunk, p.chunk, p.splits,
+                          out, partial, counters);
       break;
   }
 }

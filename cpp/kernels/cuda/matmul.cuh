@@ -602,11 +602,25 @@ __global__ void __launch_bounds__(kMatmulThreads, matmul_blocks_per_sm(kTile))
     if (p >= g.pairs || lane >= nr) continue;
     const int64_t ra = matmul_pair_row(g, p), rb = ra + g.half;
     const int gi = i0 + lane;
+    // Sums in split order; the loads of kBatch splits in flight at once (a loop of one load per
+    // round trip left the splits' reads serial).
+    constexpr int kBatch = 4;
+    const int64_t rb_load = rb < rows ? rb : ra;
     float va = 0.0f, vb = 0.0f;
-    for (int s = 0; s < g.splits; ++s) {
-      const float* pp = partial + (static_cast<int64_t>(s) * a.n + gi) * rows;
-      va = s == 0 ? __ldcg(pp + ra) : va + __ldcg(pp + ra);
-      if (rb < rows) vb = s == 0 ? __ldcg(pp + rb) : vb + __ldcg(pp + rb);
+    for (int s0 = 0; s0 < g.splits; s0 += kBatch) {
+      float xa[kBatch], xb[kBatch];
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) {
+        const float* pp = partial + (static_cast<int64_t>(s0 + u) * a.n + gi) * rows;  // [rows]
+        xa[u] = s0 + u < g.splits ? __ldcg(pp + ra) : 0.0f;
+        xb[u] = s0 + u < g.splits ? __ldcg(pp + rb_load) : 0.0f;
+      }
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) {
+        if (s0 + u >= g.splits) break;
+        va = s0 + u == 0 ? xa[u] : va + xa[u];
+        vb = s0 + u == 0 ? xb[u] : vb + xb[u];
+      }
     }
     matmul_epilogue(a, gi, ra, rb < rows ? rb : -1, va, vb);
   }
