@@ -321,7 +321,9 @@ def projection(iters: list[dict], target_step_ms: float, args) -> dict:
 
 
 # ---- transformers --------------------------------------------------------------------------------
-def transformers_rows(args) -> list[dict]:
+def transformers_rows(args, keep=None) -> list[dict]:
+    """transformers' decode step on each shape, eager and / or torch.compile (--hf-modes); keep:
+    called with the rows so far after each one (a time limit keeps what was measured)."""
     try:
         import torch
         import transformers
@@ -350,7 +352,7 @@ def transformers_rows(args) -> list[dict]:
     names = ["qwen2.5-1.5b", "qwen2.5-0.5b"] + ([] if args.skip_7b else ["qwen2.5-7b"])
     rows = []
     for name in names:
-        for compiled in (False, True):
+        for compiled in [m == "compile" for m in args.hf_modes.split(",")]:
             row = {
                 "model": name,
                 "weights": "fp16",
@@ -401,6 +403,8 @@ def transformers_rows(args) -> list[dict]:
             gc.collect()
             torch.cuda.empty_cache()
             log(f"transformers {name} compile={compiled}: {row.get('step_ms', row.get('error'))}")
+            if keep:
+                keep(rows)
     return rows
 
 
@@ -529,6 +533,9 @@ def main() -> int:
     ap.add_argument("--hist", default=None, help="JSON with accepted_hist entries (CPU bench)")
     ap.add_argument("--alpha", type=float, default=0.7, help="assumed acceptance without --hist")
     ap.add_argument("--hf-new-tokens", type=int, default=64)
+    ap.add_argument(
+        "--hf-modes", default="eager,compile", help="transformers rows: eager and / or compile"
+    )
     ap.add_argument("--formats", default="q4,q8,f16", help="weight formats of the 1.5B / 0.5B pair")
     ap.add_argument("--big-formats", default="q4,f16", help="weight formats of the 7B pair")
     ap.add_argument("--iter-weights", default="q4", help="the pairs' format for the K sweep")
@@ -580,22 +587,22 @@ def main() -> int:
         stem.with_suffix(".json").write_text(json.dumps(r, indent=1, default=str))
         stem.with_suffix(".md").write_text(markdown(r))
 
+    def keep(key: str, name: str | None = None):  # a setter of r[key] (or r[key][name]) that saves
+        def put(rows: list[dict]) -> None:
+            if name is None:
+                r[key] = rows
+            else:
+                r[key][name] = rows
+            save()
+
+        return put
+
     if args.part in ("all", "trt"):
         r["bandwidth_gbps"] = bandwidth(T, args)
         log(f"{r['device'].get('name')}: copy bandwidth {r['bandwidth_gbps']} GB/s")
         engines = make_engines(Path(args.workdir), args)
         r["decode_steps"], r["iterations"], r["projections"] = [], {}, {}
         r.pop("projection", None)
-
-        def keep(key: str, name: str | None = None):
-            def put(rows: list[dict]) -> None:
-                if name is None:
-                    r[key] = rows
-                else:
-                    r[key][name] = rows
-                save()
-
-            return put
 
         try:
             decode_steps(engines, r["bandwidth_gbps"], args, keep("decode_steps"))
@@ -628,7 +635,7 @@ def main() -> int:
             save()
         r["bandwidth_gbps_end"] = bandwidth(T, args)
     if args.part in ("all", "transformers") and not args.skip_transformers:
-        r["transformers"] = transformers_rows(args)
+        r["transformers"] = transformers_rows(args, keep("transformers"))
 
     save()
     md = markdown(r)
