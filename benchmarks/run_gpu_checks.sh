@@ -119,8 +119,9 @@ fi
 # `diagnose`: a short first call (about 3 minutes with the machine's start) that says where a
 # decode step's time goes: the build; the GPU tests whose oracle is the CPU's f32 path (9 failed
 # in the first H200 run before the f32 prompt pin); profile_gpu.py's `step` (every kernel of one
-# forward under ncu: target and draft at 1 row, target at 5) and `matmul` parts; and ncu's
-# launch, occupancy, warp-stall and memory sections of the q4 gate/up matmul at 1 and 5 rows.
+# forward under ncu: target and draft at 1 row, target at 5) and `matmul` parts; ncu's
+# launch, occupancy, warp-stall and memory sections of the q4 gate/up matmul at 1 and 5 rows,
+# and the same with the source counters for two attention calls of a target forward.
 if [[ "$step" == diagnose ]]; then
   build_cuda 150
   run pytest_cpu_oracle timeout 90 python -m pytest -m gpu -q -rs -p no:cacheprovider \
@@ -131,6 +132,13 @@ if [[ "$step" == diagnose ]]; then
     --section LaunchStats --section Occupancy --section WarpStateStats --section SchedulerStats \
     --section MemoryWorkloadAnalysis -k regex:matmul_kernel --launch-count 2 \
     python benchmarks/profile_gpu.py --part run-matmul --timing "$OUT/matmul_detail_cases.json"
+  # Where a decode's attention call spends its ~16-19 us (session 25, H100: 131 KB of KV at
+  # context 128): warp stalls and the hottest instructions of two launches in one target forward.
+  run ncu_attention_detail timeout 90 "$ncu_bin" --profile-from-start off --clock-control none \
+    --section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats \
+    --section SchedulerStats --section SourceCounters --section MemoryWorkloadAnalysis \
+    -k regex:attention_kernel --launch-count 2 python benchmarks/profile_gpu.py --part run-step \
+    --role target --rows 1 --timing "$OUT/attention_detail_step.json"
 fi
 # `quick`: a short call after kernel changes (about 4 minutes with the machine's start), most
 # wanted first: the build; the q4 numbers of the 1.5B / 0.5B pair and of the 7B / 0.5B pair

@@ -4,9 +4,9 @@ CUDA emulation (tests/cpp/cuda_emu.h), against the CPU backend, for every KV cac
 Compiles tests/cpp/emu_attention.cpp with g++ and calls the header's own plan and launch
 functions through ctypes. Checks: kv_write stores the CPU's bits; attention matches the CPU
 backend for decode rows of different slots, verify blocks, tree rows and prefill chunks (GQA
-groups 1, 2, 6; head_dim 64, 128, 256), with splits and their in-launch combine (up to 64
-splits: of 32 entries at max_seq 2,048 and below; up to 16K positions); a row's output is
-bitwise the same alone and in any batch; a tree row equals the decode row of its accepted path
+groups 1, 2, 6; head_dim 64, 128, 256), with splits and their in-launch combine (granules of
+32 entries dealt round up to 64 splits; up to 16K positions); a row's output is bitwise the
+same alone, in any batch and over caches of any max_seq; a tree row equals the decode row of its accepted path
 bit for bit; the split counters are back to 0; kv_copy.
 """
 
@@ -258,17 +258,38 @@ def test_prefill_chunk(emu, cpu, kv: str) -> None:
 
 
 def test_long_context_16k(emu, cpu) -> None:
-    """16,384 positions: 64 splits of 256 merged in the launch; rows of 16,384 and 9,001
-    entries and a short one in a third slot."""
+    """16,384 positions: granules of 32 dealt round 64 splits (8 granules per split for the
+    longest row), merged in the launch; rows of 16,384 and 9,001 entries and a short one in a
+    third slot."""
     c = Case(13, "f16", 2, 1, 64, 16384, 3, layers=1, layer=0)
     pos, slot = [16383, 9000, 5], [0, 1, 2]
     qkv = c.qkv(3)
     out_c, _, _ = c.cpu(cpu, qkv, pos, slot)
     out, k, v, pl = c.emu(emu, qkv, pos, slot)
-    assert pl["splits"] == 64 and pl["chunk"] == 256
+    assert pl["splits"] == 64 and pl["chunk"] == 32
     assert rel_err(out, out_c) < 2e-5
     one, _, _, _ = c.emu(emu, qkv[1:2], pos[1:2], slot[1:2], k=k, v=v)
     np.testing.assert_array_equal(one[0], out[1])
+
+
+@pytest.mark.parametrize("sm", [SM, 16])
+def test_rows_same_bits_whatever_max_seq(emu, cpu, sm: int) -> None:
+    """The same entries in caches of 4,096 and 16,384 positions: every row's output is the same
+    bits (a row's granules go to the same splits whatever max_seq; 64 splits on an H100, 8 on a
+    16-SM GPU, so the 3,001-entry row's splits read several granules each)."""
+    a = Case(21, "f16", 6, 1, 64, 4096, 2, layers=1, layer=0)
+    b = Case(21, "f16", 6, 1, 64, 16384, 2, layers=1, layer=0)
+    for name in ("k", "v"):  # b's cache holds a's entries at the same positions
+        big = getattr(b, name).reshape(2, 1, 1, 16384, 64)
+        big[:, :, :, :4096] = getattr(a, name).reshape(2, 1, 1, 4096, 64)
+    pos, slot = [3000, 127], [0, 1]
+    qkv = a.qkv(2)
+    out_a, _, _, pl_a = a.emu(emu, qkv, pos, slot, sm=sm)
+    out_b, _, _, pl_b = b.emu(emu, qkv, pos, slot, sm=sm)
+    assert pl_a["splits"] == pl_b["splits"] == min(64, sm // 2)
+    np.testing.assert_array_equal(out_a, out_b)
+    out_c, _, _ = a.cpu(cpu, qkv, pos, slot)
+    assert rel_err(out_a, out_c) < 2e-5
 
 
 def test_stale_entries_past_a_row_are_masked(emu) -> None:
@@ -289,7 +310,7 @@ def test_plan_rules(emu) -> None:
     for key in ("hd_class", "tile_rows", "head_chunk", "chunk", "splits", "smem"):
         assert a[key] == b[key], key
     assert a["tile_rows"] == 2 and a["head_chunk"] == 7 and a["splits"] == 64
-    assert a["chunk"] == 512
+    assert a["chunk"] == 32  # granules dealt round the splits, whatever max_seq
     assert a["smem"] <= 48 * 1024 and plan(emu, 1, 16, 1, 256, 4096)["smem"] <= 48 * 1024
     assert plan(emu, 4, 8, 8, 64, 4096, sm=8)["splits"] == 4  # sm / 2 splits on a small GPU
     # The benchmark's 1.5B shape at max_seq 2,048: one key tile per split, so a decode row of
@@ -297,6 +318,7 @@ def test_plan_rules(emu) -> None:
     q = plan(emu, 1, 12, 2, 128, 2048)
     assert (q["chunk"], q["splits"]) == (32, 64)
     assert plan(emu, 1, 12, 2, 128, 100)["chunk"] == 32  # never under one key tile
+    assert plan(emu, 1, 12, 2, 128, 100)["splits"] == 4  # no more splits than granules
     info = np.zeros(10, np.int64)
     assert emu.emu_attention_plan(1, 8, 3, 64, 64, SM, P(info)) == -1  # 8 % 3
     assert emu.emu_attention_plan(1, 8, 8, 260, 64, SM, P(info)) == -1

@@ -20,9 +20,12 @@
 // decode row it equals after acceptance) in tiles of kt entries at fixed logical offsets; its
 // operations (dot products in dim order, online softmax, p.v in entry order, the split merge)
 // never depend on the other rows of the tile, on n or on which warp or pass serves it, so its
-// result is bitwise that of the row alone. Splits: logical entries [z chunk, (z + 1) chunk) go to
-// split z, chunk fixed by the plan from max_seq and the SM count (never n); a row uses
-// ceil(len / chunk) splits; a one-split row's output is acc / l in either path.
+// result is bitwise that of the row alone. Splits: the logical entries in granules of chunk (32)
+// go round the splits (granule u to split u % splits, splits from the SM count and max_seq,
+// never n); a row uses min(splits, ceil(len / chunk)) of them, each reading its granules in
+// order; a one-split row's output is acc / l in either path. A row's split of its entries never
+// depends on max_seq: a decode row of up to splits * 32 entries is read by that many blocks at
+// once whatever the cache's length.
 // A tile's entries past a row's length are masked (never multiplied), so stale cache values
 // (even inf in f16) do not leak. Layout: [slots, layers, kv_heads, max_seq, head_dim].
 #pragma once
@@ -38,7 +41,7 @@ namespace trt_spec::cuda {
 
 constexpr int kAttnWarps = 4;
 constexpr int kAttnThreads = 32 * kAttnWarps;
-constexpr int kAttnMinChunk = 32;           // logical entries per split, at least (one key tile)
+constexpr int kAttnMinChunk = 32;           // logical entries per granule (whole key tiles)
 constexpr int kAttnMaxSplits = 64;          // splits per row, at most
 constexpr size_t kAttnMaxSmem = 48 * 1024;  // static shared memory of one block
 constexpr int kKvThreads = 128;
@@ -283,7 +286,7 @@ __global__ void __launch_bounds__(kAttnThreads)
   __syncthreads();
   int max_len = 0;
   for (int r = 0; r < nr; ++r) max_len = max(max_len, s_llog[r]);
-  const int tile_splits = (max_len + chunk - 1) / chunk;
+  const int tile_splits = min(splits, (max_len + chunk - 1) / chunk);
   if (z >= tile_splits) return;  // no entries of this tile in split z
 
   // This warp's pairs j = warp + 4 jj: state of the online softmax.
@@ -301,7 +304,7 @@ __global__ void __launch_bounds__(kAttnThreads)
   }
   const int64_t head = kv.head_offset(slot, layer, g);
   const int t_lane = lane % KT, part = lane / KT, dlen = hd / S::lanes_per_entry;
-  const int lo = z * chunk, hi = min(lo + chunk, max_len);
+  const int lo = z * chunk;  // this split's first granule; then every splits-th
 
   // One key tile [t0, t0 + KT) for this warp's pairs of rows in mode `want` (and row `only`
   // when >= 0), reading sk / sv.
@@ -365,7 +368,11 @@ __global__ void __launch_bounds__(kAttnThreads)
     __syncwarp();
   };
 
-  for (int t0 = lo; t0 < hi; t0 += KT) {
+  // Key tiles of KT entries through granules z, z + splits, z + 2 splits, .. (chunk entries each).
+  auto next_tile = [&](int t) {
+    return (t + KT) % chunk == 0 ? t + KT + (splits - 1) * chunk : t + KT;
+  };
+  for (int t0 = lo; t0 < max_len; t0 = next_tile(t0)) {
     __syncthreads();  // the previous tile's readers are done
     if (static_cast<int>(threadIdx.x) < nr) {
       const int r = threadIdx.x, lr = s_llog[r];
@@ -429,7 +436,7 @@ __global__ void __launch_bounds__(kAttnThreads)
   __threadfence();
   for (int j = warp; j < nq; j += kAttnWarps) {
     const int r = j / nhb, i = x + r, h = h0 + j % nhb;
-    const int rs = (s_llog[r] + chunk - 1) / chunk;  // the row's own splits
+    const int rs = min(splits, (s_llog[r] + chunk - 1) / chunk);  // the row's own splits
     const float* pp = partial + (static_cast<int64_t>(i) * n_heads + h) * splits * (hd + 2);
     float* o = out + i * out_stride + static_cast<int64_t>(h) * hd;
     if (rs == 1) {  // as the one-split path
@@ -448,7 +455,7 @@ struct AttentionPlan {
   int tile_rows = 1;    // rows of one slot per block, at most
   int head_chunk = 1;   // query heads of a kv group per block
   int head_chunks = 1;  // blocks per kv group (group > the block's pairs)
-  int chunk = 0;        // logical entries per split
+  int chunk = 0;        // logical entries per granule (granule u goes to split u % splits)
   int splits = 1;       // split blocks per tile (grid.y = kv_heads head_chunks splits)
   dim3 grid, block;
   size_t smem_bytes = 0;     // static shared memory per block
@@ -466,12 +473,16 @@ inline void plan_tiles(AttentionPlan& p, int group) {
   p.smem_bytes = S::smem;
 }
 
-// The split rule depends on max_seq and the SM count alone (never on n or on the rows): up to
-// min(64, sm_count / 2) splits of at least kAttnMinChunk entries, a multiple of 32. A decode
-// row is latency-bound: its splits are the blocks that read its entries at once (a row of 128
-// entries in one block took 48 us per layer on an H200, 52% of a 1.5B decode step; with
-// max_seq 2,048 it now has 4 splits of 32). The cost: scratch of n_heads * splits * (hd + 2)
-// floats per row, and a merge of up to 64 partials. Throws std::invalid_argument
+// The split rule depends on max_seq and the SM count alone (never on n or on the rows):
+// granules of kAttnMinChunk (32) entries dealt round min(64, sm_count / 2, granules of max_seq)
+// splits. A decode row is latency-bound: its splits are the blocks that read its entries at
+// once (a row of 128 entries in one block took 48 us per layer on an H200, 52% of a 1.5B decode
+// step). Contiguous chunks of max_seq / splits entries, as before, gave a short row fewer
+// blocks the longer the cache (at max_seq 4,096 two blocks of two tiles each for 128 entries,
+// at 32,768 one block of four); dealt granules give it ceil(len / 32) blocks up to the split
+// count, each a row's result the same whatever max_seq. A long row's split reads one granule
+// every splits. The cost: scratch of n_heads * splits * (hd + 2) floats per row, and a merge of
+// up to 64 partials. Throws std::invalid_argument
 // for shapes the kernel does not take (head_dim a multiple of 8 up to 256, n_heads a multiple
 // of n_kv_heads) or shared memory over 48 KiB.
 inline AttentionPlan plan_attention(int n, int n_heads, int n_kv_heads, int head_dim, int max_seq,
@@ -490,10 +501,9 @@ inline AttentionPlan plan_attention(int n, int n_heads, int n_kv_heads, int head
     plan_tiles<256>(p, group);
   if (p.smem_bytes > kAttnMaxSmem)
     throw std::invalid_argument("CUDA attention: shared memory over 48 KiB");
-  const int max_splits = std::max(1, std::min(kAttnMaxSplits, sm_count / 2));
-  const int per = (max_seq + max_splits - 1) / max_splits;
-  p.chunk = std::max(kAttnMinChunk, (per + 31) / 32 * 32);
-  p.splits = (max_seq + p.chunk - 1) / p.chunk;
+  p.chunk = kAttnMinChunk;
+  const int granules = (max_seq + p.chunk - 1) / p.chunk;
+  p.splits = std::max(1, std::min({kAttnMaxSplits, sm_count / 2, granules}));
   const int gy = n_kv_heads * p.head_chunks;
   const size_t rows = static_cast<size_t>(std::max(n, 1));
   p.grid = dim3(static_cast<unsigned>(rows), static_cast<unsigned>(gy * p.splits));
