@@ -6,8 +6,8 @@ functions through ctypes. Checks: kv_write stores the CPU's bits; attention matc
 backend for decode rows of different slots, verify blocks, tree rows and prefill chunks (GQA
 groups 1, 2, 6; head_dim 64, 128, 256), with splits and their in-launch combine (granules of
 32 entries dealt round up to 64 splits; up to 16K positions); a row's output is bitwise the
-same alone, in any batch and over caches of any max_seq; a tree row equals the decode row of its accepted path
-bit for bit; the split counters are back to 0; kv_copy.
+same alone, in any batch and over caches of any max_seq; a tree row equals the decode row of
+its accepted path bit for bit; the split counters are back to 0; kv_copy.
 """
 
 from __future__ import annotations
