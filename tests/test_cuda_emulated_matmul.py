@@ -240,16 +240,18 @@ def tol(wtype: str) -> float:
 class Case:
     """Inputs of one weight type / transform / epilogue, and its launches."""
 
-    def __init__(self, lib, wtype, in_mode, epi, rows, cols, seed, x_offset=0, sm_count=1):
+    def __init__(
+        self, lib, wtype, in_mode, epi, rows, cols, seed, x_offset=0, sm_count=1, n_max=17
+    ):
         rng = np.random.default_rng(seed)
         self.lib, self.wtype, self.in_mode, self.epi = lib, wtype, in_mode, epi
         self.rows, self.cols, self.sm_count = rows, cols, sm_count
         self.t, self.blob, self.exact = weight(rng, wtype, rows, cols)
         width = 2 * cols if in_mode == "swiglu" else cols
-        self.x = aligned((2 * rng.standard_normal((17, width))).astype(np.float32), x_offset)
+        self.x = aligned((2 * rng.standard_normal((n_max, width))).astype(np.float32), x_offset)
         self.g = aligned(rng.standard_normal(cols).astype(np.float32))
         self.bias = aligned(rng.standard_normal(rows).astype(np.float32))
-        self.out0 = rng.standard_normal((17, rows)).astype(np.float32)
+        self.out0 = rng.standard_normal((n_max, rows)).astype(np.float32)
         self.cos, self.sin = rope_tables()
         self.rng = rng
 
@@ -421,17 +423,48 @@ def test_staging_pieces_and_row_group_reps(lib, wtype: str) -> None:
     """80 units per row: staged in 3 pieces for a 16-row tile and 2 for an 8-row one (1 for one
     row), and 64 row pairs (8 row groups) on 1 SM: row groups per block (reps) 3 for one row
     (one wave of 3 resident blocks), 4 for an 8-row tile (2 resident), 8 for two 8-row tiles
-    (12 rows), 2 for two 16-row tiles (groups / 4 SMs). A lane fetches each unit one ahead,
+    (12 rows), 2 for two 16-row f16 tiles (groups / 4 SMs; q4's tensor-core kernel takes one
+    row group per block: 16 blocks). A lane fetches each unit one ahead,
     across pieces and reps: against the reference, rows bitwise independent of n."""
     case = Case(lib, wtype, "rmsnorm", "store", 128, 80 * UNIT_COLS[wtype], seed=11)
     outs = {}
-    for n, reps, grid_x in ((1, 3, 3), (5, 4, 2), (12, 8, 2), (17, 2, 8)):
+    imma = (1, 16) if wtype == "q4" else (2, 8)  # q4 prefill tiles: one row group per block
+    for n, reps, grid_x in ((1, 3, 3), (5, 4, 2), (12, 8, 2), (17, *imma)):
         out, info, _ = case.run(case.x, n)
         assert (info["reps"], info["splits"], info["grid_x"]) == (reps, 1, grid_x), info
         case.check(out, case.x, n)
         outs[n] = out
     for n in (1, 5, 12):
         np.testing.assert_array_equal(outs[n], outs[17][:n])
+
+
+IMMA = [
+    ("q4", "rmsnorm", "store", 1),
+    ("q8", "swiglu", "accumulate", 1),
+    ("q4", "plain", "rope_kv", 64),
+]
+
+
+@pytest.mark.parametrize("wtype,in_mode,epi,sm_count", IMMA)
+def test_imma_prefill_rows_bitwise(lib, wtype: str, in_mode: str, epi: str, sm_count: int) -> None:
+    """q8 / q4 prefill tiles (n > 16) on the tensor-core kernel (matmul_imma.cuh): 40 rows (three
+    16-row tiles, the last of 8), 70 units per row (9 pieces of 8 units: two rounds of the 32
+    virtual lanes and part of a third, the last piece of 6), an unpaired last output row or
+    rope pairs, one split or two (64 SMs): against the reference, and every row the bits of the
+    one-row decode kernel (rows 0 and 39 launched alone)."""
+    rows = (NH + 2 * NKV) * HD if epi == "rope_kv" else 71
+    cols = 70 * UNIT_COLS[wtype]
+    case = Case(lib, wtype, in_mode, epi, rows, cols, seed=13, sm_count=sm_count, n_max=40)
+    out, info, _ = case.run(case.x, 40)
+    assert info["tile"] == 16 and info["reps"] == 1, info
+    assert info["splits"] == (2 if sm_count == 64 else 1), info
+    case.check(out, case.x, 40)
+    one, _, _ = case.run(case.x, 1)
+    np.testing.assert_array_equal(one, out[:1])
+    if epi != "rope_kv":  # (rope: row 39's position differs from row 0's)
+        last = aligned(case.x[39:40].copy())
+        alone, _, _ = case.run(last, 1, start=case.out0[39:40])
+        np.testing.assert_array_equal(alone, out[39:])
 
 
 @pytest.mark.parametrize("wtype", TYPES)

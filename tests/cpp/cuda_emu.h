@@ -18,6 +18,7 @@
 #include <functional>
 #include <memory>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #define __global__
@@ -225,3 +226,62 @@ template <class T>
 T __ldcg(const T* p) {
   return *p;
 }
+
+// ---- WMMA (kernels/cuda/matmul_imma.cuh): the int8 16 x 16 x 16 tiles ----------------------
+// Every lane holds the whole tile (the layout across lanes is opaque to the kernels, which only
+// load, multiply and store fragments); mma_sync computes exact int32 sums. store_matrix_sync:
+// lane 0 writes the tile, then the warp's barrier (the kernels __syncwarp before reading it).
+namespace nvcuda::wmma {
+struct matrix_a {};
+struct matrix_b {};
+struct accumulator {};
+struct row_major {};
+struct col_major {};
+enum layout_t { mem_row_major, mem_col_major };
+
+template <class Use, int M, int N, int K, class T, class Layout = void>
+struct fragment {
+  static constexpr int kRows = std::is_same_v<Use, matrix_b> ? K : M;
+  static constexpr int kCols = std::is_same_v<Use, matrix_a> ? K : N;
+  T x[kRows][kCols];  // logical (row, column) of the tile: A (m, k), B (k, n), C (m, n)
+};
+
+template <class Use, int M, int N, int K, class T, class Layout>
+void fill_fragment(fragment<Use, M, N, K, T, Layout>& f, T v) {
+  for (auto& row : f.x)
+    for (auto& e : row) e = v;
+}
+
+template <class Use, int M, int N, int K, class T, class Layout>
+void load_matrix_sync(fragment<Use, M, N, K, T, Layout>& f, const T* p, unsigned ldm) {
+  using F = fragment<Use, M, N, K, T, Layout>;
+  for (int r = 0; r < F::kRows; ++r)
+    for (int c = 0; c < F::kCols; ++c)
+      f.x[r][c] = std::is_same_v<Layout, row_major> ? p[r * ldm + c] : p[c * ldm + r];
+}
+
+template <int M, int N, int K, class TA, class TB, class TC>
+void mma_sync(fragment<accumulator, M, N, K, TC>& d,
+              const fragment<matrix_a, M, N, K, TA, row_major>& a,
+              const fragment<matrix_b, M, N, K, TB, col_major>& b,
+              const fragment<accumulator, M, N, K, TC>& c) {
+  fragment<accumulator, M, N, K, TC> r;
+  for (int i = 0; i < M; ++i)
+    for (int j = 0; j < N; ++j) {
+      TC s = c.x[i][j];
+      for (int k = 0; k < K; ++k) s += static_cast<TC>(a.x[i][k]) * static_cast<TC>(b.x[k][j]);
+      r.x[i][j] = s;
+    }
+  d = r;
+}
+
+template <int M, int N, int K, class T>
+void store_matrix_sync(T* p, const fragment<accumulator, M, N, K, T>& f, unsigned ldm,
+                       layout_t layout) {
+  if (cuda_emu::lane() == 0)
+    for (int i = 0; i < M; ++i)
+      for (int j = 0; j < N; ++j)
+        (layout == mem_row_major ? p[i * ldm + j] : p[j * ldm + i]) = f.x[i][j];
+  __syncwarp();
+}
+}  // namespace nvcuda::wmma

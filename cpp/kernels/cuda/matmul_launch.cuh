@@ -12,6 +12,8 @@
 //   reps (row groups per block, staging shared): splits > 1 ? 1 : n <= 16 (decode, verify) ?
 //   clamp(ceil(groups tiles / (blocks per SM * SMs)), 1, 8), the grid in one wave of resident
 //   blocks (matmul_blocks_per_sm) where 8 reps allow : clamp(groups / (4 SMs), 1, 8);
+//   q8 / q4 prefill tiles (n > 16) run matmul_imma_kernel (the same bits on the tensor cores,
+//   matmul_imma.cuh), one row group per block (reps 1);
 //   grid (ceil(groups / reps) * tiles, splits), block 256; static shared memory: the stage
 //   (<= 40 KiB) + 4 bytes per tile row for the RMSNorm factors and 32 for the warps' sums.
 // Scratch when splits > 1: partial f32 [splits, n, rows], counters int32 [grid.x] (zero before
@@ -22,6 +24,7 @@
 #include <string>
 
 #include "kernels/cuda/matmul.cuh"
+#include "kernels/cuda/matmul_imma.cuh"
 
 namespace trt_spec::cuda {
 
@@ -29,6 +32,7 @@ struct MatmulPlan {
   dim3 grid, block;
   int splits = 1, tile_rows = 1;
   bool vectorized = true;  // false: matmul_fallback_kernel
+  bool imma = false;       // matmul_imma_kernel (q8 / q4, prefill tiles): matmul_imma.cuh
   size_t smem_bytes = 0, partial_bytes = 0, counter_bytes = 0;
   MatmulGeom geom{};
 };
@@ -112,12 +116,15 @@ inline MatmulPlan plan_matmul(const MatmulArgs& a, int sm_count) {
   const int64_t resident = static_cast<int64_t>(matmul_blocks_per_sm(p.tile_rows)) * sm_count;
   int64_t reps = p.tile_rows < kMatmulMaxTile ? (groups * g.tiles + resident - 1) / resident
                                               : groups / (4 * static_cast<int64_t>(sm_count));
+  p.imma = p.tile_rows == kMatmulMaxTile && matmul_quantized(a.W.type);
+  if (p.imma) reps = 1;  // matmul_imma_kernel: one row group per block
   g.reps = g.splits > 1 ? 1 : static_cast<int>(reps < 1 ? 1 : (reps > 8 ? 8 : reps));
   const int64_t blocks_x = (groups + g.reps - 1) / g.reps * g.tiles;
   if (blocks_x > 0x7fffffff) fail("too many rows");
   p.grid = dim3(static_cast<unsigned>(blocks_x), static_cast<unsigned>(g.splits));
   p.splits = g.splits;
-  p.smem_bytes = matmul_smem_bytes(a.W.type, p.tile_rows);
+  p.smem_bytes =
+      p.imma ? matmul_imma_smem_bytes(a.W.type) : matmul_smem_bytes(a.W.type, p.tile_rows);
   if (p.smem_bytes > kMatmulSmemLimit) fail("shared memory over 48 KiB");
   if (g.splits > 1) {
     p.partial_bytes = static_cast<size_t>(g.splits) * a.n * a.W.rows * sizeof(float);
@@ -142,7 +149,18 @@ inline void launch_matmul_typed(cudaStream_t stream, const MatmulArgs& a, const 
     case 2: launch_matmul_tile<T, 2>(stream, a, p, partial, counters, pdl); break;
     case 4: launch_matmul_tile<T, 4>(stream, a, p, partial, counters, pdl); break;
     case 8: launch_matmul_tile<T, 8>(stream, a, p, partial, counters, pdl); break;
-    default: launch_matmul_tile<T, kMatmulMaxTile>(stream, a, p, partial, counters, pdl); break;
+    default:
+      if constexpr (matmul_quantized(T)) {
+        if (p.imma) {
+          const auto matmul_imma_tile_kernel =
+              matmul_imma_kernel<T>;  // (no comma inside the macro)
+          TRT_SPEC_LAUNCH_PDL(pdl, matmul_imma_tile_kernel, p.grid, p.block, stream, a, p.geom,
+                              partial, counters);
+          break;
+        }
+      }
+      launch_matmul_tile<T, kMatmulMaxTile>(stream, a, p, partial, counters, pdl);
+      break;
   }
 }
 
