@@ -145,7 +145,8 @@ fi
 # (decode steps with and without PDL, the K sweeps, projections; pass --hist; --skip-7b saves
 # about 45 s); the GPU engine tests but the f16 real-shape ones (exactness of speculation in
 # real shapes, graph replay, the CPU oracle, PDL; -v: what passed shows in a cut-off log) and
-# the attention op tests; then profile_gpu.py's step part: the target at 1 and 5 rows, the draft.
+# the attention and linear op tests (1 to 40 rows: the tensor-core prefill tiles too); then
+# profile_gpu.py's step part: the target at 1 and 5 rows, the draft.
 if [[ "$step" == quick ]]; then
   build_cuda 150
   run bench timeout 100 python benchmarks/bench_gpu.py --part trt --formats q4 --big-formats q4 \
@@ -154,8 +155,8 @@ if [[ "$step" == quick ]]; then
   run pytest_engine timeout 100 python -m pytest -m gpu -v -rs -p no:cacheprovider \
     -o faulthandler_timeout=95 tests/test_cuda_engine.py \
     -k "not real_shape_logits and not real_shape_speculation_and_graphs"
-  run pytest_attention timeout 30 python -m pytest -m gpu -q -rs -p no:cacheprovider \
-    tests/test_cuda_ops.py -k attention
+  run pytest_ops timeout 40 python -m pytest -m gpu -q -rs -p no:cacheprovider \
+    tests/test_cuda_ops.py -k "attention or linear"
   run profile_step timeout 120 python benchmarks/profile_gpu.py --parts step \
     --step-cases target:1,target:5,draft:1 --out "$OUT"
 fi
