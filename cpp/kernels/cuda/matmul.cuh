@@ -225,6 +225,30 @@ __device__ __forceinline__ void matmul_rms_factors(const MatmulArgs& a, int i0, 
   }
 }
 
+// The int8 quantization of a group of 32 activations held by 8 consecutive lanes (4 each; all
+// 32 lanes of the warp call it): d = max|x| / 127, codes round-even(x / d) packed in a word (the
+// lane's 4 columns, low byte first), ds = d * (sum of the group's codes). The one definition
+// the dp4a staging (matmul_stage) and the tensor-core staging (matmul_imma.cuh) share.
+struct MatmulQuad {
+  uint32_t word;
+  float d, ds;
+};
+__device__ __forceinline__ MatmulQuad matmul_quantize_quad(float4 v) {
+  float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+#pragma unroll
+  for (int o = 1; o < 8; o <<= 1) amax = fmaxf(amax, __shfl_xor_sync(kFullMask, amax, o));
+  const float d = amax / 127.0f, id = d > 0.0f ? 1.0f / d : 0.0f;
+  const int q0 = __float2int_rn(v.x * id), q1 = __float2int_rn(v.y * id);
+  const int q2 = __float2int_rn(v.z * id), q3 = __float2int_rn(v.w * id);
+  int qs = q0 + q1 + q2 + q3;
+#pragma unroll
+  for (int o = 1; o < 8; o <<= 1) qs += __shfl_xor_sync(kFullMask, qs, o);
+  const uint32_t word =
+      (static_cast<uint32_t>(q0) & 0xffu) | ((static_cast<uint32_t>(q1) & 0xffu) << 8) |
+      ((static_cast<uint32_t>(q2) & 0xffu) << 16) | (static_cast<uint32_t>(q3) << 24);
+  return MatmulQuad{word, d, d * static_cast<float>(qs)};
+}
+
 // Stages columns [col0, col0 + ncols) of tile rows [0, nr) (activation rows i0 + i). All threads
 // of the block call it (the quantizer's shuffles need whole warps).
 template <WeightType T, int kTile>
@@ -245,27 +269,15 @@ __device__ __forceinline__ void matmul_stage(const MatmulArgs& a, int i0, int nr
       if (ok)
         reinterpret_cast<float4*>(st.x)[i * S::kRowSlots + (it * S::kSlots + off / 4) * 32 + l] = v;
     } else {
-      // 8 consecutive lanes hold one group of 32 columns: max, codes, code sum.
-      float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
-#pragma unroll
-      for (int o = 1; o < 8; o <<= 1) amax = fmaxf(amax, __shfl_xor_sync(kFullMask, amax, o));
-      const float d = amax / 127.0f, id = d > 0.0f ? 1.0f / d : 0.0f;
-      const int q0 = __float2int_rn(v.x * id), q1 = __float2int_rn(v.y * id);
-      const int q2 = __float2int_rn(v.z * id), q3 = __float2int_rn(v.w * id);
-      int qs = q0 + q1 + q2 + q3;
-#pragma unroll
-      for (int o = 1; o < 8; o <<= 1) qs += __shfl_xor_sync(kFullMask, qs, o);
+      const MatmulQuad q = matmul_quantize_quad(v);  // 8 lanes: one group of 32 columns
       if (ok) {
-        const uint32_t word =
-            (static_cast<uint32_t>(q0) & 0xffu) | ((static_cast<uint32_t>(q1) & 0xffu) << 8) |
-            ((static_cast<uint32_t>(q2) & 0xffu) << 16) | (static_cast<uint32_t>(q3) << 24);
         reinterpret_cast<uint32_t*>(
             st.x)[(i * S::kRowSlots + (it * S::kSlots + off / 16) * 32 + l) * 4 + (off % 16) / 4] =
-            word;
+            q.word;
         if ((threadIdx.x & 7) == 0) {
           const int gidx = i * S::kRowGroups + (it * S::kGroups + off / kQuantGroup) * 32 + l;
-          st.dx[gidx] = d;
-          if constexpr (T == WeightType::Q4) st.ds[gidx] = d * static_cast<float>(qs);
+          st.dx[gidx] = q.d;
+          if constexpr (T == WeightType::Q4) st.ds[gidx] = q.ds;
         }
       }
     }
@@ -453,6 +465,64 @@ __device__ __forceinline__ void matmul_epilogue(const MatmulArgs& a, int gi, int
   }
 }
 
+// Row gi's full sums of output rows ra and rb (rb < 0: none): the epilogue (one split) or this
+// split's partial [split, n, rows] (the last block to arrive sums them: matmul_split_sum).
+__device__ __forceinline__ void matmul_finish(const MatmulArgs& a, const MatmulGeom& g,
+                                              float* partial, int split, int gi, int64_t ra,
+                                              int64_t rb, float va, float vb) {
+  if (g.splits == 1) {
+    matmul_epilogue(a, gi, ra, rb, va, vb);
+  } else {
+    float* pp = partial + (static_cast<int64_t>(split) * a.n + gi) * a.W.rows;  // [rows]
+    pp[ra] = va;
+    if (rb >= 0) pp[rb] = vb;
+  }
+}
+
+// Split-K arrival: whether this block is the last of its blockIdx.x to finish (all threads call
+// it after writing their partials; the last block resets the counter for the next launch, as
+// graph replays need). last: a __shared__ int.
+__device__ __forceinline__ bool matmul_split_last(int* counters, int splits, int& last) {
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const int old = atomicAdd(counters + blockIdx.x, 1);
+    last = old == splits - 1;
+    if (last) counters[blockIdx.x] = 0;  // ready for the next launch (graph replays)
+  }
+  __syncthreads();
+  if (!last) return false;
+  __threadfence();
+  return true;
+}
+
+// The split partials of row gi, output rows ra and rb (rb < 0: none), summed in split order,
+// then the epilogue. The loads of 4 splits are in flight at once (one load per round trip left
+// the splits' reads serial); the adds are the same whatever the batching.
+__device__ __forceinline__ void matmul_split_sum(const MatmulArgs& a, const MatmulGeom& g,
+                                                 const float* partial, int gi, int64_t ra,
+                                                 int64_t rb) {
+  constexpr int kBatch = 4;
+  const int64_t rows = a.W.rows, rb_load = rb >= 0 ? rb : ra;
+  float va = 0.0f, vb = 0.0f;
+  for (int s0 = 0; s0 < g.splits; s0 += kBatch) {
+    float xa[kBatch], xb[kBatch];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const float* pp = partial + (static_cast<int64_t>(s0 + u) * a.n + gi) * rows;  // [rows]
+      xa[u] = s0 + u < g.splits ? __ldcg(pp + ra) : 0.0f;
+      xb[u] = s0 + u < g.splits ? __ldcg(pp + rb_load) : 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      if (s0 + u >= g.splits) break;
+      va = s0 + u == 0 ? xa[u] : va + xa[u];
+      vb = s0 + u == 0 ? xb[u] : vb + xb[u];
+    }
+  }
+  matmul_epilogue(a, gi, ra, rb, va, vb);
+}
+
 // Output rows of pair p.
 __device__ __forceinline__ int64_t matmul_pair_row(const MatmulGeom& g, int64_t p) {
   return (p / g.half) * 2 * g.half + p % g.half;
@@ -574,55 +644,15 @@ __global__ void __launch_bounds__(kMatmulThreads, matmul_blocks_per_sm(kTile))
         if (lane == i) va = sa, vb = sb;
       }
     }
-    if (lane < nr) {
-      if (g.splits == 1) {
-        matmul_epilogue(a, i0 + lane, ra, rb < rows ? rb : -1, va, vb);
-      } else {
-        float* pp = partial + (static_cast<int64_t>(split) * a.n + i0 + lane) * rows;  // [rows]
-        pp[ra] = va;
-        if (rb < rows) pp[rb] = vb;
-      }
-    }
+    if (lane < nr) matmul_finish(a, g, partial, split, i0 + lane, ra, rb < rows ? rb : -1, va, vb);
   }
-  if (g.splits == 1) return;
-
-  // Split-K: the last block of this (row block, tile) to arrive sums the splits in split order.
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    const int old = atomicAdd(counters + blockIdx.x, 1);
-    last = old == g.splits - 1;
-    if (last) counters[blockIdx.x] = 0;  // ready for the next launch (graph replays)
-  }
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
+  if (g.splits == 1 || !matmul_split_last(counters, g.splits, last)) return;
+  // The last block of this (row block, tile) to arrive: the sums in split order.
   for (int rep = 0; rep < g.reps; ++rep) {
     const int64_t p = (row_block * g.reps + rep) * kMatmulWarps + warp;
     if (p >= g.pairs || lane >= nr) continue;
     const int64_t ra = matmul_pair_row(g, p), rb = ra + g.half;
-    const int gi = i0 + lane;
-    // Sums in split order; the loads of kBatch splits in flight at once (a loop of one load per
-    // round trip left the splits' reads serial).
-    constexpr int kBatch = 4;
-    const int64_t rb_load = rb < rows ? rb : ra;
-    float va = 0.0f, vb = 0.0f;
-    for (int s0 = 0; s0 < g.splits; s0 += kBatch) {
-      float xa[kBatch], xb[kBatch];
-#pragma unroll
-      for (int u = 0; u < kBatch; ++u) {
-        const float* pp = partial + (static_cast<int64_t>(s0 + u) * a.n + gi) * rows;  // [rows]
-        xa[u] = s0 + u < g.splits ? __ldcg(pp + ra) : 0.0f;
-        xb[u] = s0 + u < g.splits ? __ldcg(pp + rb_load) : 0.0f;
-      }
-#pragma unroll
-      for (int u = 0; u < kBatch; ++u) {
-        if (s0 + u >= g.splits) break;
-        va = s0 + u == 0 ? xa[u] : va + xa[u];
-        vb = s0 + u == 0 ? xb[u] : vb + xb[u];
-      }
-    }
-    matmul_epilogue(a, gi, ra, rb < rows ? rb : -1, va, vb);
+    matmul_split_sum(a, g, partial, i0 + lane, ra, rb < rows ? rb : -1);
   }
 }
 

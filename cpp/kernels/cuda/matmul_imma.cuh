@@ -24,9 +24,10 @@
 // (or split-K partials; the last block sums those in split order, as matmul_kernel).
 //
 // Latency: a thread's weight unit of the next piece is fetched while the current one is
-// multiplied. The 32 accumulators per thread and the unrolled round of 4 pieces take 160-213
-// registers (ptxas, sm_80 / sm_90; bounded to 128 it spilled): one block of 8 warps per SM.
-// Not yet measured on a GPU; the emulated tests check the bits against the one-row kernel.
+// multiplied (the first before the grid dependency wait). The 32 accumulators per thread and
+// the unrolled round of 4 pieces take 158-213 registers (ptxas, sm_80 / sm_90; bounded to 128
+// they spilled): one block of 8 warps per SM. Not yet measured on a GPU; the emulated tests
+// check the bits against the one-row kernel.
 #pragma once
 
 #include "kernels/cuda/matmul.cuh"
@@ -37,17 +38,17 @@
 
 namespace trt_spec::cuda {
 
-constexpr int kImmaTile = 16;   // activation rows per block
-constexpr int kImmaOut = 16;    // output rows per block (8 pairs)
-constexpr int kImmaUnits = 8;   // units per staged piece (one per warp)
-constexpr int kImmaSlots = 4;   // virtual lanes per warp (32 / kMatmulWarps)
+constexpr int kImmaTile = 16;  // activation rows per block
+constexpr int kImmaOut = 16;   // output rows per block (8 pairs)
+constexpr int kImmaUnits = 8;  // units per staged piece (one per warp)
+constexpr int kImmaSlots = 4;  // virtual lanes per warp (32 / kMatmulWarps)
 static_assert(kMatmulWarps * kImmaSlots == 32 && kImmaUnits == kMatmulWarps, "one unit per warp");
 
 template <WeightType T>
 struct ImmaStage {
-  static constexpr int kGroups = matmul_stage_groups(T);                 // per unit: 2 q4, 1 q8
-  static constexpr int kSlices = kImmaUnits * kGroups * 2;               // 16 columns each
-  static constexpr int kPieceGroups = kImmaUnits * kGroups;              // groups per piece
+  static constexpr int kGroups = matmul_stage_groups(T);     // per unit: 2 q4, 1 q8
+  static constexpr int kSlices = kImmaUnits * kGroups * 2;   // 16 columns each
+  static constexpr int kPieceGroups = kImmaUnits * kGroups;  // groups per piece
   union {
     struct {
       alignas(32) int8_t a[kSlices][kImmaTile][16];  // activation codes [slice][r][16 columns]
@@ -74,16 +75,16 @@ __device__ __forceinline__ int64_t imma_out_row(const MatmulGeom& g, int64_t p0,
   return valid ? r : a;
 }
 
-// Stages piece units [pu0, pu0 + np) of the tile's activation rows [0, nr): quantized as
-// matmul_stage (8 lanes per group of 32 columns: max, codes, code sum; the same functions and
-// order), written as WMMA blocks; rows past nr and units past np are zero codes. All threads
+// Stages piece units [pu0, pu0 + np) of the tile's activation rows [0, nr): quantized by
+// matmul_quantize_quad as matmul_stage does (8 lanes per group of 32 columns), written as WMMA
+// blocks; rows past nr and units past np are zero codes. All threads
 // call it; a thread issues its loads in batches of 4 before using them.
 template <WeightType T>
 __device__ __forceinline__ void imma_stage_acts(const MatmulArgs& a, int i0, int nr, int64_t pu0,
                                                 int np, const float* rs, ImmaStage<T>& st) {
   constexpr int kUC = matmul_unit_cols(T);
-  constexpr int kQuads = kImmaUnits * kUC / 4;                      // per row
-  constexpr int kIters = kImmaTile * kQuads / kMatmulThreads;       // 8 q4, 4 q8
+  constexpr int kQuads = kImmaUnits * kUC / 4;                 // per row
+  constexpr int kIters = kImmaTile * kQuads / kMatmulThreads;  // 8 q4, 4 q8
   static_assert(kImmaTile * kQuads % kMatmulThreads == 0, "whole rounds of the block");
   constexpr int kBatch = kIters < 4 ? kIters : 4;  // loads in flight per thread (registers)
 #pragma unroll
@@ -94,30 +95,18 @@ __device__ __forceinline__ void imma_stage_acts(const MatmulArgs& a, int i0, int
       const int e = (b0 + j) * kMatmulThreads + static_cast<int>(threadIdx.x);
       const int i = e / kQuads, cc = (e % kQuads) * 4;  // 8-lane groups: 32 columns each
       const bool ok = i < nr && cc / kUC < np;          // uniform over each 8-lane group
-      v[j] = ok ? matmul_in4(a, matmul_src_row(a, i0 + i), pu0 * kUC + cc, rs[i])
-                : float4{0, 0, 0, 0};
+      v[j] =
+          ok ? matmul_in4(a, matmul_src_row(a, i0 + i), pu0 * kUC + cc, rs[i]) : float4{0, 0, 0, 0};
     }
 #pragma unroll
     for (int j = 0; j < kBatch; ++j) {
       const int e = (b0 + j) * kMatmulThreads + static_cast<int>(threadIdx.x);
       const int i = e / kQuads, cc = (e % kQuads) * 4;
-      const float4 x = v[j];
-      float amax = fmaxf(fmaxf(fabsf(x.x), fabsf(x.y)), fmaxf(fabsf(x.z), fabsf(x.w)));
-#pragma unroll
-      for (int o = 1; o < 8; o <<= 1) amax = fmaxf(amax, __shfl_xor_sync(kFullMask, amax, o));
-      const float d = amax / 127.0f, id = d > 0.0f ? 1.0f / d : 0.0f;
-      const int q0 = __float2int_rn(x.x * id), q1 = __float2int_rn(x.y * id);
-      const int q2 = __float2int_rn(x.z * id), q3 = __float2int_rn(x.w * id);
-      int qs = q0 + q1 + q2 + q3;
-#pragma unroll
-      for (int o = 1; o < 8; o <<= 1) qs += __shfl_xor_sync(kFullMask, qs, o);
-      const uint32_t word =
-          (static_cast<uint32_t>(q0) & 0xffu) | ((static_cast<uint32_t>(q1) & 0xffu) << 8) |
-          ((static_cast<uint32_t>(q2) & 0xffu) << 16) | (static_cast<uint32_t>(q3) << 24);
-      *reinterpret_cast<uint32_t*>(&st.mm.a[cc / 16][i][cc % 16]) = word;
+      const MatmulQuad q = matmul_quantize_quad(v[j]);
+      *reinterpret_cast<uint32_t*>(&st.mm.a[cc / 16][i][cc % 16]) = q.word;
       if ((threadIdx.x & 7) == 0) {
-        st.dx[i][cc / kQuantGroup] = d;
-        st.ds[i][cc / kQuantGroup] = d * static_cast<float>(qs);
+        st.dx[i][cc / kQuantGroup] = q.d;
+        st.ds[i][cc / kQuantGroup] = q.ds;
       }
     }
   }
@@ -211,6 +200,15 @@ __global__ void __launch_bounds__(kMatmulThreads, 1)
   const int64_t rows = a.W.rows;
   const int64_t u0 = split * g.split_units;
   const int64_t u1 = u0 + g.split_units < g.units ? u0 + g.split_units : g.units;
+  const int pieces = static_cast<int>((u1 - u0 + kImmaUnits - 1) / kImmaUnits);
+  auto piece_units = [&](int pc) {  // units of piece pc (0 past the last)
+    const int64_t pu0 = u0 + static_cast<int64_t>(pc) * kImmaUnits;
+    return pc < pieces ? static_cast<int>(u1 - pu0 < kImmaUnits ? u1 - pu0 : kImmaUnits) : 0;
+  };
+  // The next piece's weight unit of this thread, fetched a piece ahead; the first before the
+  // wait (weights depend on no earlier kernel: with PDL the fetch overlaps its tail).
+  MatmulRaw raw;
+  bool raw_ok = imma_fetch_weights<T>(a, g, p0, u0, piece_units(0), raw);
   grid_dependency_launch();
   grid_dependency_wait();
   if (a.in == MatmulIn::kRmsNorm) {
@@ -228,20 +226,13 @@ __global__ void __launch_bounds__(kMatmulThreads, 1)
   for (int k = 0; k < kImmaSlots; ++k)
 #pragma unroll
     for (int i = 0; i < 8; ++i) acc[k][i] = 0.0f;
-  const int pieces = static_cast<int>((u1 - u0 + kImmaUnits - 1) / kImmaUnits);
-  auto piece_units = [&](int pc) {  // units of piece pc (0 past the last)
-    const int64_t pu0 = u0 + static_cast<int64_t>(pc) * kImmaUnits;
-    return pc < pieces ? static_cast<int>(u1 - pu0 < kImmaUnits ? u1 - pu0 : kImmaUnits) : 0;
-  };
-  MatmulRaw raw;  // the next piece's weight unit of this thread (fetched a piece ahead)
-  bool raw_ok = imma_fetch_weights<T>(a, g, p0, u0, piece_units(0), raw);
   for (int pc0 = 0; pc0 < pieces; pc0 += kImmaSlots) {
 #pragma unroll
     for (int k = 0; k < kImmaSlots; ++k) {  // piece pc0 + k: virtual lanes 8 k + warp
-      const int pc = pc0 + k;  // (no break / continue: acc[k] stays in registers)
+      const int pc = pc0 + k;               // (no break / continue: acc[k] stays in registers)
       const int64_t pu0 = u0 + static_cast<int64_t>(pc) * kImmaUnits;
       const int np = piece_units(pc);
-      if (np > 0) {  // uniform over the block
+      if (np > 0) {       // uniform over the block
         __syncthreads();  // the previous piece's readers are done
         imma_stage_acts<T>(a, i0, nr, pu0, np, rs, st);
         imma_stage_weights<T>(raw, raw_ok, st);
@@ -292,8 +283,7 @@ __global__ void __launch_bounds__(kMatmulThreads, 1)
 #pragma unroll
     for (int l = 0; l < 2; ++l) v[l] = v[l] + v[l + 2];
     v[0] = v[0] + v[1];
-    __syncthreads();
-    st.lanes[r][oc][32] = v[0];  // the (r, oc) sum (the pad column)
+    st.lanes[r][oc][32] = v[0];  // the (r, oc) sum (the pad column: no other thread reads it)
   }
   __syncthreads();
   if (threadIdx.x < kImmaTile * 8) {
@@ -301,49 +291,19 @@ __global__ void __launch_bounds__(kMatmulThreads, 1)
     bool va_ok, vb_ok;
     const int64_t ra = imma_out_row(g, p0, pi, rows, va_ok);
     const int64_t rbw = imma_out_row(g, p0, pi + 8, rows, vb_ok);
-    if (va_ok && ri < nr) {
-      const float va = st.lanes[ri][pi][32], vb = st.lanes[ri][pi + 8][32];
-      if (g.splits == 1) {
-        matmul_epilogue(a, i0 + ri, ra, vb_ok ? rbw : -1, va, vb);
-      } else {
-        float* pp = partial + (static_cast<int64_t>(split) * a.n + i0 + ri) * rows;  // [rows]
-        pp[ra] = va;
-        if (vb_ok) pp[rbw] = vb;
-      }
-    }
+    if (va_ok && ri < nr)
+      matmul_finish(a, g, partial, split, i0 + ri, ra, vb_ok ? rbw : -1, st.lanes[ri][pi][32],
+                    st.lanes[ri][pi + 8][32]);
   }
-  if (g.splits == 1) return;
-
-  // Split-K: the last block of this (row group, tile) sums the splits in split order.
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    const int old = atomicAdd(counters + blockIdx.x, 1);
-    last = old == g.splits - 1;
-    if (last) counters[blockIdx.x] = 0;  // ready for the next launch (graph replays)
-  }
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
+  if (g.splits == 1 || !matmul_split_last(counters, g.splits, last)) return;
+  // The last block of this (row group, tile) to arrive: the sums in split order.
   if (threadIdx.x >= kImmaTile * 8) return;
   const int ri = threadIdx.x / 8, pi = threadIdx.x % 8;
   bool va_ok, vb_ok;
   const int64_t ra = imma_out_row(g, p0, pi, rows, va_ok);
   const int64_t rbw = imma_out_row(g, p0, pi + 8, rows, vb_ok);
-  if (!va_ok || ri >= nr) return;
-  const int gi = i0 + ri;
-  float va = 0.0f, vb = 0.0f;
-  for (int s = 0; s < g.splits; ++s) {
-    const float* pp = partial + (static_cast<int64_t>(s) * a.n + gi) * rows;
-    va = s == 0 ? __ldcg(pp + ra) : va + __ldcg(pp + ra);
-    if (vb_ok) vb = s == 0 ? __ldcg(pp + rbw) : vb + __ldcg(pp + rbw);
-  }
-  matmul_epilogue(a, gi, ra, vb_ok ? rbw : -1, va, vb);
+  if (va_ok && ri < nr) matmul_split_sum(a, g, partial, i0 + ri, ra, vb_ok ? rbw : -1);
 }
-
-}  // namespace trt_spec::cuda
-
-namespace trt_spec::cuda {
 
 // Static shared memory of matmul_imma_kernel<t> (t: q8 or q4).
 inline size_t matmul_imma_smem_bytes(WeightType t) {
