@@ -72,6 +72,21 @@ SYNC_TESTS+=" or attention_tree or (test_attention and pos1)"
 # The real-shape q4 pair sampling at T = 0.7 with graphs, batch 1 and 4.
 REAL_SAN="real_shape_q4_sampled"
 
+bench_q4() {  # time limit, bench_gpu.py arguments: the q4 numbers of both pairs, saved to $OUT
+  local limit="$1"
+  shift
+  run bench timeout "$limit" python benchmarks/bench_gpu.py --part trt --formats q4 \
+    --big-formats q4 --iters 20 --tag "$TAG" "$@"
+  cp benchmarks/results/gpu_"$TAG".* "$OUT/" 2>/dev/null || true
+}
+
+sanitize_ops() {  # time limit, pytest -k filter: racecheck and synccheck over test_cuda_ops.py
+  for tool in racecheck synccheck; do
+    run "sanitizer_$tool" timeout "$1" compute-sanitizer --tool "$tool" --error-exitcode 3 \
+      python -m pytest -m gpu -q -p no:cacheprovider tests/test_cuda_ops.py -k "$2"
+  done
+}
+
 # `lease`: the most of one 15-minute lease in one call of at most 10 minutes (the limits sum to
 # 560 s): the build, pytest -m gpu (the q4 real-shape pair's exactness sweep included), the
 # engines (every format of the 1.5B / 0.5B pair and the 7B / 0.5B pair, written on every core)
@@ -101,11 +116,7 @@ if [[ "$step" == recheck ]]; then
   build_cuda 150
   run pytest_gpu timeout 110 python -m pytest -m gpu -q -rs -p no:cacheprovider \
     -o faulthandler_timeout=100 "${GPU_TEST_FILES[@]}"
-  for tool in racecheck synccheck; do
-    run "sanitizer_$tool" timeout 45 compute-sanitizer --tool "$tool" --error-exitcode 3 \
-      python -m pytest -m gpu -q -p no:cacheprovider tests/test_cuda_ops.py \
-      -k "($SYNC_TESTS) and not 151936"
-  done
+  sanitize_ops 45 "($SYNC_TESTS) and not 151936"
 fi
 # `profile`: issue 9's profile (benchmarks/profile_gpu.py): nsys over the K = 4 iteration of the
 # real-shape q4 pair (kernels per iteration, idle time, time by kernel; CUDA-event timing where
@@ -149,9 +160,7 @@ fi
 # profile_gpu.py's step part: the target at 1 and 5 rows, the draft.
 if [[ "$step" == quick ]]; then
   build_cuda 150
-  run bench timeout 100 python benchmarks/bench_gpu.py --part trt --formats q4 --big-formats q4 \
-    --iters 20 --tag "$TAG" "$@"
-  cp benchmarks/results/gpu_"$TAG".* "$OUT/" 2>/dev/null || true
+  bench_q4 100 "$@"
   run pytest_engine timeout 100 python -m pytest -m gpu -v -rs -p no:cacheprovider \
     -o faulthandler_timeout=95 tests/test_cuda_engine.py \
     -k "not real_shape_logits and not real_shape_speculation_and_graphs"
@@ -167,18 +176,12 @@ fi
 # the matmul and attention op tests; racecheck / synccheck over the sampling and speculative ops.
 if [[ "$step" == followup ]]; then
   build_cuda 120
-  run bench timeout 160 python benchmarks/bench_gpu.py --part trt --formats q4 --big-formats q4 \
-    --iters 20 --tag "$TAG" "$@"
-  cp benchmarks/results/gpu_"$TAG".* "$OUT/" 2>/dev/null || true
+  bench_q4 160 "$@"
   run pytest_engine timeout 100 python -m pytest -m gpu -v -rs -p no:cacheprovider \
     -o faulthandler_timeout=95 tests/test_cuda_engine.py -k "real_shape_q4 or pdl"
   run pytest_ops timeout 40 python -m pytest -m gpu -q -rs -p no:cacheprovider \
     tests/test_cuda_ops.py -k "attention or linear"
-  for tool in racecheck synccheck; do
-    run "sanitizer_$tool" timeout 40 compute-sanitizer --tool "$tool" --error-exitcode 3 \
-      python -m pytest -m gpu -q -p no:cacheprovider tests/test_cuda_ops.py \
-      -k "($SYNC_TESTS) and not 151936"
-  done
+  sanitize_ops 40 "($SYNC_TESTS) and not 151936"
 fi
 # `short`: the last few minutes of a lease (about 5.5 with the machine's start) after kernel
 # changes: the build; the q4 numbers of both pairs (pass --hist); the engine tests that go
@@ -188,19 +191,13 @@ fi
 # the attention op tests.
 if [[ "$step" == short ]]; then
   build_cuda 80
-  run bench timeout 100 python benchmarks/bench_gpu.py --part trt --formats q4 --big-formats q4 \
-    --iters 20 --tag "$TAG" "$@"
-  cp benchmarks/results/gpu_"$TAG".* "$OUT/" 2>/dev/null || true
+  bench_q4 100 "$@"
   run pytest_short timeout 75 python -m pytest -m gpu -v -rs -p no:cacheprovider \
     -o faulthandler_timeout=70 tests/test_cuda_ops.py tests/test_cuda_engine.py -k \
     "attention or logits_tiny or match_cpu or equals_target_only or graph_replay or q4_greedy_spec"
   run profile_step timeout 45 python benchmarks/profile_gpu.py --parts step \
     --step-cases target:1,draft:1 --out "$OUT"
-  for tool in racecheck synccheck; do
-    run "sanitizer_$tool" timeout 15 compute-sanitizer --tool "$tool" --error-exitcode 3 \
-      python -m pytest -m gpu -q -p no:cacheprovider tests/test_cuda_ops.py \
-      -k "attention_tree or (test_attention and pos1)"
-  done
+  sanitize_ops 15 "attention_tree or (test_attention and pos1)"
 fi
 if [[ "$step" == build || "$step" == all ]]; then
   build_cuda 600
