@@ -15,7 +15,7 @@
 // Work layout. A block (8 warps) serves 16 activation rows (a tile) x 16 output rows (8 pairs of
 // the row group, as matmul_kernel: pair p = rows a and a + half) for one split, in pieces of 8
 // units: warp w takes unit w of each piece, so it serves the virtual lanes w, w + 8, w + 16,
-// w + 24 (piece k of a round of 4 pieces: lane 8k + w). Per piece the block stages the tile's
+// w + 24 (piece pc: lane 8 (pc % 4) + w). Per piece the block stages the tile's
 // activation codes and the 16 rows' weight codes as int8 in WMMA blocks of 16 x 16 ([kslice]
 // [row][16]: 256 bytes, aligned), the scales as floats; a warp multiplies its unit's groups into
 // int32 16 x 16 tiles in shared memory; lane t then updates the accumulators of output row
@@ -24,10 +24,10 @@
 // (or split-K partials; the last block sums those in split order, as matmul_kernel).
 //
 // Latency: a thread's weight unit of the next piece is fetched while the current one is
-// multiplied (the first before the grid dependency wait). The 32 accumulators per thread and
-// the unrolled round of 4 pieces take 158-213 registers (ptxas, sm_80 / sm_90; bounded to 128
-// they spilled): one block of 8 warps per SM. Not yet measured on a GPU; the emulated tests
-// check the bits against the one-row kernel.
+// multiplied (the first before the grid dependency wait). With its 32 accumulators a thread
+// takes 125-128 registers for q8 (two blocks of 8 warps per SM) and 190-192 for q4 (one; bounded
+// to 128 it spilled) (ptxas, sm_80 / sm_90). Not yet measured on a GPU; the emulated tests check
+// the bits against the one-row kernel.
 #pragma once
 
 #include "kernels/cuda/matmul.cuh"
@@ -219,56 +219,61 @@ __global__ void __launch_bounds__(kMatmulThreads, 1)
   __syncthreads();
 
   // Lane t: output row o = t % 16 of the block, activation rows rb .. rb + 7; acc[k][i]: virtual
-  // lane 8 k + warp of (rb + i, o).
+  // lane 8 ((pc + k) % 4) + warp of (rb + i, o) while piece pc runs (piece pc serves virtual
+  // lanes 8 (pc % 4) + warp): acc[0] is always the current piece's, and the slots rotate after
+  // each piece (register moves; no unrolled round of 4 pieces, no indexing by a variable).
   const int o = lane % 16, rb = (lane / 16) * 8;
   float acc[kImmaSlots][8];
 #pragma unroll
   for (int k = 0; k < kImmaSlots; ++k)
 #pragma unroll
     for (int i = 0; i < 8; ++i) acc[k][i] = 0.0f;
-  for (int pc0 = 0; pc0 < pieces; pc0 += kImmaSlots) {
+  for (int pc = 0; pc < pieces; ++pc) {
+    const int64_t pu0 = u0 + static_cast<int64_t>(pc) * kImmaUnits;
+    const int np = piece_units(pc);
+    __syncthreads();  // the previous piece's readers are done
+    imma_stage_acts<T>(a, i0, nr, pu0, np, rs, st);
+    imma_stage_weights<T>(raw, raw_ok, st);
+    __syncthreads();
+    raw_ok = imma_fetch_weights<T>(a, g, p0, pu0 + kImmaUnits, piece_units(pc + 1), raw);
+    if (warp < np) {  // this warp's unit of the piece (uniform over the warp)
+      imma_unit_sums<T>(st, warp);
+      __syncwarp();
 #pragma unroll
-    for (int k = 0; k < kImmaSlots; ++k) {  // piece pc0 + k: virtual lanes 8 k + warp
-      const int pc = pc0 + k;               // (no break / continue: acc[k] stays in registers)
-      const int64_t pu0 = u0 + static_cast<int64_t>(pc) * kImmaUnits;
-      const int np = piece_units(pc);
-      if (np > 0) {       // uniform over the block
-        __syncthreads();  // the previous piece's readers are done
-        imma_stage_acts<T>(a, i0, nr, pu0, np, rs, st);
-        imma_stage_weights<T>(raw, raw_ok, st);
-        __syncthreads();
-        raw_ok = imma_fetch_weights<T>(a, g, p0, pu0 + kImmaUnits, piece_units(pc + 1), raw);
-      }
-      if (warp < np) {  // this warp's unit of the piece (uniform over the warp)
-        imma_unit_sums<T>(st, warp);
-        __syncwarp();
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {  // matmul_dot's arithmetic, in its order
-          const int r = rb + i;
-          if constexpr (T == WeightType::Q8) {
-            const float is = static_cast<float>(st.mm.c[warp][0][r][o]);
-            acc[k][i] = fmaf(st.dw[o][warp] * st.dx[r][warp], is, acc[k][i]);
-          } else {
-            const int gA = 2 * warp, gB = gA + 1;
-            const float iA = static_cast<float>(st.mm.c[warp][0][r][o]);
-            const float iB = static_cast<float>(st.mm.c[warp][1][r][o]);
-            acc[k][i] = fmaf(st.dw[o][gA] * st.dx[r][gA], iA, acc[k][i]);
-            acc[k][i] = fmaf(st.mw[o][gA], st.ds[r][gA], acc[k][i]);
-            acc[k][i] = fmaf(st.dw[o][gB] * st.dx[r][gB], iB, acc[k][i]);
-            acc[k][i] = fmaf(st.mw[o][gB], st.ds[r][gB], acc[k][i]);
-          }
+      for (int i = 0; i < 8; ++i) {  // matmul_dot's arithmetic, in its order
+        const int r = rb + i;
+        if constexpr (T == WeightType::Q8) {
+          const float is = static_cast<float>(st.mm.c[warp][0][r][o]);
+          acc[0][i] = fmaf(st.dw[o][warp] * st.dx[r][warp], is, acc[0][i]);
+        } else {
+          const int gA = 2 * warp, gB = gA + 1;
+          const float iA = static_cast<float>(st.mm.c[warp][0][r][o]);
+          const float iB = static_cast<float>(st.mm.c[warp][1][r][o]);
+          acc[0][i] = fmaf(st.dw[o][gA] * st.dx[r][gA], iA, acc[0][i]);
+          acc[0][i] = fmaf(st.mw[o][gA], st.ds[r][gA], acc[0][i]);
+          acc[0][i] = fmaf(st.dw[o][gB] * st.dx[r][gB], iB, acc[0][i]);
+          acc[0][i] = fmaf(st.mw[o][gB], st.ds[r][gB], acc[0][i]);
         }
       }
     }
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {  // rotate: the next piece's slot to acc[0]
+      const float first = acc[0][i];
+#pragma unroll
+      for (int k = 0; k + 1 < kImmaSlots; ++k) acc[k][i] = acc[k + 1][i];
+      acc[kImmaSlots - 1][i] = first;
+    }
   }
 
-  // The 32 virtual lanes of each (r, o) to shared memory, then warp_sum's butterfly: after the
-  // steps xor 16, 8, 4, 2, 1 every lane holds (((v0 + v16) + (v8 + v24)) + ..), the same tree.
+  // The 32 virtual lanes of each (r, o) to shared memory (acc[k]: lane 8 ((pieces + k) % 4) +
+  // warp), then warp_sum's butterfly: after the steps xor 16, 8, 4, 2, 1 every lane holds
+  // (((v0 + v16) + (v8 + v24)) + ..), the same tree.
   __syncthreads();
 #pragma unroll
   for (int k = 0; k < kImmaSlots; ++k)
 #pragma unroll
-    for (int i = 0; i < 8; ++i) st.lanes[rb + i][o][8 * k + warp] = acc[k][i];
+    for (int i = 0; i < 8; ++i)
+      st.lanes[rb + i][o][8 * ((pieces + k) % kImmaSlots) + warp] = acc[k][i];
   __syncthreads();
   const int r = threadIdx.x / 16, oc = threadIdx.x % 16;  // (r, oc): one sum per thread
   {
