@@ -286,7 +286,9 @@ __global__ void __launch_bounds__(kAttnThreads)
   __syncthreads();
   int max_len = 0;
   for (int r = 0; r < nr; ++r) max_len = max(max_len, s_llog[r]);
-  const int tile_splits = min(splits, (max_len + chunk - 1) / chunk);
+  // The splits a row of len logical entries uses (granules of chunk dealt round the splits).
+  auto splits_of = [&](int len) { return min(splits, (len + chunk - 1) / chunk); };
+  const int tile_splits = splits_of(max_len);
   if (z >= tile_splits) return;  // no entries of this tile in split z
 
   // This warp's pairs j = warp + 4 jj: state of the online softmax.
@@ -436,7 +438,7 @@ __global__ void __launch_bounds__(kAttnThreads)
   __threadfence();
   for (int j = warp; j < nq; j += kAttnWarps) {
     const int r = j / nhb, i = x + r, h = h0 + j % nhb;
-    const int rs = min(splits, (s_llog[r] + chunk - 1) / chunk);  // the row's own splits
+    const int rs = splits_of(s_llog[r]);  // the row's own splits
     const float* pp = partial + (static_cast<int64_t>(i) * n_heads + h) * splits * (hd + 2);
     float* o = out + i * out_stride + static_cast<int64_t>(h) * hd;
     if (rs == 1) {  // as the one-split path

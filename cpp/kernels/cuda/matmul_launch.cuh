@@ -149,17 +149,14 @@ inline void launch_matmul_typed(cudaStream_t stream, const MatmulArgs& a, const 
     case 2: launch_matmul_tile<T, 2>(stream, a, p, partial, counters, pdl); break;
     case 4: launch_matmul_tile<T, 4>(stream, a, p, partial, counters, pdl); break;
     case 8: launch_matmul_tile<T, 8>(stream, a, p, partial, counters, pdl); break;
-    default:
+    default:  // prefill tiles: q8 / q4 on the tensor cores (p.imma), float types 16 rows
       if constexpr (matmul_quantized(T)) {
-        if (p.imma) {
-          const auto matmul_imma_tile_kernel =
-              matmul_imma_kernel<T>;  // (no comma inside the macro)
-          TRT_SPEC_LAUNCH_PDL(pdl, matmul_imma_tile_kernel, p.grid, p.block, stream, a, p.geom,
-                              partial, counters);
-          break;
-        }
+        const auto matmul_imma_tile_kernel = matmul_imma_kernel<T>;  // (no comma in the macro)
+        TRT_SPEC_LAUNCH_PDL(pdl, matmul_imma_tile_kernel, p.grid, p.block, stream, a, p.geom,
+                            partial, counters);
+      } else {
+        launch_matmul_tile<T, kMatmulMaxTile>(stream, a, p, partial, counters, pdl);
       }
-      launch_matmul_tile<T, kMatmulMaxTile>(stream, a, p, partial, counters, pdl);
       break;
   }
 }
