@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from native import T
-from test_attention_cpu import make_case, reference, rows_call, to_bits
+from test_attention_cpu import block_tasks, make_case, prompt_case, reference, rows_call, to_bits
 
 BF16 = T.cpu_attention_bf16("")
 needs_bf16 = pytest.mark.skipif(not BF16, reason="needs AVX-512 with AVX512_BF16")
@@ -95,6 +95,21 @@ def test_bf16_row_bits_do_not_depend_on_the_call(group, tree):
         sel = slice(i, i + 1)
         one = rows_call(q, k, v, slot, lens, scale, tb, tbits, sel, bf16_from=0)
         assert np.array_equal(one.view(np.uint32), bits[sel]), f"row {i}"
+
+
+@needs_bf16
+def test_bf16_blocks_follow_the_workers_not_the_bits():
+    """Larger blocks for fewer workers (attention_impl.h: 192 to 768 queries in a call with bf16
+    rows): a bf16 row's bits stay those of any other blocking, and the f32 rows' too."""
+    q, k, v, slot, lens, scale = prompt_case(5, 6)
+    tasks = block_tasks(q, bf16_from=2)
+    assert tasks[1] < tasks[0] and tasks[1] <= tasks[4] <= tasks[0] == tasks[64], tasks
+    base = T.cpu_attention(q, k, v, slot, lens, scale, bf16_from=2).view(np.uint32)
+    for w in tasks:
+        got = T.cpu_attention(q, k, v, slot, lens, scale, bf16_from=2, workers=w)
+        assert np.array_equal(got.view(np.uint32), base), w
+    f32 = T.cpu_attention(q, k, v, slot, lens, scale, workers=1)
+    assert np.array_equal(f32[:2].view(np.uint32), base[:2])
 
 
 @pytest.mark.skipif("avx2" not in T.cpu_isas(), reason="needs the AVX2 build")

@@ -182,6 +182,48 @@ def test_attention_rows_bit_identical(group, tree, isa):
     )
 
 
+def prompt_case(seed: int, group: int, hd: int = 128, n_kv: int = 2):
+    """A 300-row prompt chunk of slot 0 (lens 401..700) plus two rows of slots 1 and 2."""
+    rng = np.random.default_rng(seed)
+    k = rng.standard_normal((3, n_kv, MAX_SEQ, hd)).astype(np.float32)
+    v = rng.standard_normal((3, n_kv, MAX_SEQ, hd)).astype(np.float32)
+    lens = np.array(list(range(401, 701)) + [57, 1], np.int32)
+    slot = np.array([0] * 300 + [1, 2], np.int32)
+    q = (2 * rng.standard_normal((len(lens), n_kv * group, hd))).astype(np.float32)
+    return q, k, v, slot, lens, np.float32(1 / np.sqrt(hd))
+
+
+def block_tasks(q: np.ndarray, bf16_from: int = -1) -> dict[int, int]:
+    """Tasks of a call on q for several AttentionArgs::workers."""
+    n, nh, hd = q.shape
+    return {w: T.cpu_attention_tasks(n, nh, 2, hd, bf16_from, w) for w in (0, 1, 2, 4, 64)}
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("group", [1, 6])
+def test_attention_blocks_follow_the_workers_not_the_bits(group, isa):
+    """AttentionArgs::workers grows the row blocks of a prompt chunk (fewer tasks, so each K / V
+    tile is read by fewer of them) while every worker keeps two tasks: no row's bits change."""
+    q, k, v, slot, lens, scale = prompt_case(group, group)
+    tasks = block_tasks(q)
+    assert tasks[1] < tasks[0] and tasks[1] <= tasks[4] <= tasks[0] == tasks[64], tasks
+    assert all(t >= 2 * w for w, t in tasks.items() if 0 < w and t < tasks[0]), tasks
+    base = T.cpu_attention(q, k, v, slot, lens, scale, isa=isa).view(np.uint32)
+    for w in tasks:
+        got = T.cpu_attention(q, k, v, slot, lens, scale, isa=isa, workers=w)
+        assert np.array_equal(got.view(np.uint32), base), w
+    split = T.cpu_attention(q, k, v, slot, lens, scale, task_chunk=1, isa=isa, workers=1)
+    assert np.array_equal(split.view(np.uint32), base)
+    one = rows_call(q, k, v, slot, lens, scale, None, None, slice(299, 300), isa=isa, workers=1)
+    assert np.array_equal(one.view(np.uint32), base[299:300])
+
+
+def test_attention_rejects_negative_workers():
+    q, k, v, slot, lens, scale, _, _ = make_case(1, 1, 64, 5)
+    with pytest.raises(Exception, match="workers"):
+        T.cpu_attention(q, k, v, slot, lens, scale, workers=-1)
+
+
 @pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize("n_past", [20, 29, 60, 64])
 def test_tree_row_bits_equal_the_decode_row_after_the_moves(n_past, isa):

@@ -192,7 +192,7 @@ NB_MODULE(_trt_spec_testing, m) {
       [](HostArray<float, 3> q, KvArray k, KvArray v, HostArray<int32_t, 1> slot,
          HostArray<int32_t, 1> len, float scale, std::optional<HostArray<int32_t, 1>> tree_base,
          std::optional<HostArray<uint64_t, 1>> tree_bits, int64_t task_chunk,
-         const std::string& kv_type, const std::string& isa, int bf16_from) {
+         const std::string& kv_type, const std::string& isa, int bf16_from, int workers) {
         // q [n, heads, hd]; k, v [slots, kv_heads, max_seq, hd] (one layer of the cache):
         // float32 for kv_type f32, uint16 bits for f16 / bf16.
         KvType t;
@@ -242,6 +242,8 @@ NB_MODULE(_trt_spec_testing, m) {
           a.tree_bits = tree_bits->data();
         }
         if (bf16_from >= 0) a.bf16_from = bf16_from;
+        if (workers < 0) throw InvalidArgument("cpu_attention: workers must be >= 0");
+        a.workers = workers;
         std::vector<float> out(static_cast<size_t>(n) * a.n_heads * hd);
         a.out = out.data();
         a.out_stride = a.q_stride;
@@ -261,11 +263,26 @@ NB_MODULE(_trt_spec_testing, m) {
       },
       "q"_a, "k"_a, "v"_a, "slot"_a, "len"_a, "scale"_a, "tree_base"_a = nb::none(),
       "tree_bits"_a = nb::none(), "task_chunk"_a = 0, "kv_type"_a = "f32", "isa"_a = "",
-      "bf16_from"_a = -1,
+      "bf16_from"_a = -1, "workers"_a = 0,
       "The CPU attention kernel on host arrays: out [n, heads, hd]; task_chunk > 0 runs its tasks "
       "in chunks of that many, last chunk first; k, v float32 (kv_type f32) or uint16 bits (f16, "
       "bf16); isa: one ISA's build (cpu_isas()), '' the one the process runs; rows >= bf16_from "
-      "(>= 0) attend in bf16 (cpu_attention_bf16(isa))");
+      "(>= 0) attend in bf16 (cpu_attention_bf16(isa)); workers: AttentionArgs::workers (the "
+      "block size)");
+  m.def(
+      "cpu_attention_tasks",
+      [](int n_rows, int n_heads, int n_kv_heads, int head_dim, int bf16_from, int workers) {
+        cpu::AttentionArgs a;
+        a.n_rows = n_rows;
+        a.n_heads = n_heads;
+        a.n_kv_heads = n_kv_heads;
+        a.head_dim = head_dim;
+        if (bf16_from >= 0) a.bf16_from = bf16_from;
+        a.workers = workers;
+        return cpu::attention_tasks(a);  // (std::invalid_argument: ValueError)
+      },
+      "n_rows"_a, "n_heads"_a, "n_kv_heads"_a, "head_dim"_a, "bf16_from"_a = -1, "workers"_a = 0,
+      "The number of tasks cpu_attention splits such a call into");
   m.def(
       "cpu_attention_bf16",
       [](const std::string& isa) {

@@ -308,6 +308,7 @@ void CpuBackend::attention(const float* qkv, const Rows& rows, int n, const Atte
   a.bf16_from = prompt_bf16_ && hd % 16 == 0 ? rows.prompt_from : INT_MAX;
   a.out = out;
   a.out_stride = static_cast<int64_t>(nh) * hd;
+  a.workers = pool_.size();
   pool_.parallel_for(cpu::attention_tasks(a), 1,
                      [&](int64_t b, int64_t e) { cpu::attention_run(a, b, e); });
 }

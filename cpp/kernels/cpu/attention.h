@@ -11,7 +11,8 @@
 // softmax(scale * q . k_t over the entry set) . v_t. The entry set is never empty (callers
 // always include the row's own entry).
 //
-// Work: the rows are cut into blocks of consecutive rows (tasks = blocks x kv heads). A task
+// Work: the rows are cut into blocks of consecutive rows (tasks = blocks x kv heads; the blocks
+// as large as AttentionArgs::workers allows, up to 768 queries: attention_impl.h). A task
 // walks key tiles of kAttentionTile entries aligned to absolute positions (tile j covers entries
 // [j * tile, (j + 1) * tile) of the slice, clipped at max_seq) in ascending order; the rows of the
 // block that share a slice, and all the query heads of the kv group, use each K / V tile it loads
@@ -69,6 +70,9 @@ struct AttentionArgs {
   const uint64_t* tree_bits = nullptr;
   // Rows i >= bf16_from attend in bf16 (see the top of this file; INT_MAX: none).
   int bf16_from = INT_MAX;
+  // Threads the caller spreads the tasks over (0: unknown). Blocks grow while every worker still
+  // gets two tasks, so a prompt chunk's K / V tiles are read by fewer tasks; bits never change.
+  int workers = 0;
   // Row i, head h: out + i * out_stride + h * head_dim.
   float* out = nullptr;
   int64_t out_stride = 0;
