@@ -16,8 +16,9 @@ With bf16 prompt attention (the backend name ends "+bf16-prompt"), the target al
 with f32 prompts (TRT_SPEC_CPU_PROMPT_ATTENTION=f32) in the same rounds.
 It also reports the peak resident memory of this process (the engine's weights and KV cache
 included) after the longest prefill, and, where the test-only native module is importable
-(``TRT_SPEC_TESTING_DIR``), the target forward's cost for 1 to 16 rows at context 600 (what a
-verify pass of k + 1 rows costs against one step).
+(``TRT_SPEC_TESTING_DIR``), the target's cost for 1 to 16 rows at context 600 against one row:
+with one logit row (the forward) and with logits for every row (what a verify pass of k + 1 rows
+computes, the output head's rows included).
 
 The prompt is real text: HumanEval prompts joined and tokenized, cut to N tokens.
 
@@ -90,13 +91,24 @@ def llama_bench(gguf: str, lengths: list[int], threads: int, reps: int) -> dict[
     return {int(r["n_prompt"]): float(r["avg_ts"]) for r in rows if r["n_prompt"] > 0}
 
 
-def row_costs(path: str, threads: int) -> dict[int, float] | None:
-    """The target forward's seconds for 1..16 rows (one logit row) at context 600."""
+ROW_COUNTS = (1, 2, 3, 5, 9, 12, 16)
+
+
+def row_costs(path: str, threads: int, rounds: int = 3) -> dict[str, dict[str, float]] | None:
+    """The target forward's seconds for 1..16 rows at context 600: with one logit row ("forward")
+    and with logits for every row ("verify": what a verify pass of k + 1 rows computes, the
+    head's rows included); each the median of `rounds` alternating rounds."""
     if not os.environ.get("TRT_SPEC_TESTING_DIR"):
         return None
     T = testing_module(Path(__file__).resolve().parents[1])  # noqa: N806
     s = T.Session(path, "cpu", threads)
-    return {n: s.time_forward("target", n, 1, 600, 4, False) for n in (1, 2, 3, 5, 9, 12, 16)}
+    got: dict[str, dict[int, list[float]]] = {"forward": {}, "verify": {}}
+    for _ in range(rounds):
+        for n in ROW_COUNTS:
+            for kind, logits in (("forward", 1), ("verify", n)):
+                t = s.time_forward("target", n, logits, 600, 2, False)
+                got[kind].setdefault(n, []).append(t)
+    return {k: {str(n): statistics.median(v) for n, v in d.items()} for k, d in got.items()}
 
 
 def render(rep: dict[str, Any]) -> str:
@@ -151,9 +163,16 @@ def render(rep: dict[str, Any]) -> str:
     lines.append(f"- peak resident memory after the prefills: {rep['peak_rss_mb']:.0f} MB{both}")
     rc = rep.get("row_costs_s")
     if rc:
-        one = rc["1"]
-        cells = ", ".join(f"{n}: {t * 1e3:.0f} ms ({t / one:.2f})" for n, t in rc.items())
-        lines.append(f"- target forward of n rows at context 600 (x one row): {cells}")
+        if "1" in rc:  # (files before s26: one logit row only)
+            rc = {"forward": rc}
+        what = {
+            "forward": "target forward of n rows at context 600, one logit row (x one row)",
+            "verify": "a verify pass of n rows at context 600, logits for every row (x one row)",
+        }
+        for kind, costs in rc.items():
+            one = costs["1"]
+            cells = ", ".join(f"{n}: {t * 1e3:.0f} ms ({t / one:.2f})" for n, t in costs.items())
+            lines.append(f"- {what[kind]}: {cells}")
     return "\n".join(lines) + "\n"
 
 
@@ -220,9 +239,9 @@ def main() -> int:
             r["llama_target_tok_s"] = lt[n]
             r["llama_draft_tok_s"] = ld[n]
             r["llama_pair_tok_s"] = n / (n / lt[n] + n / ld[n])
-    rc = row_costs(args.engine, args.threads)
+    rc = row_costs(args.engine, args.threads, max(3, args.reps))
     if rc:
-        rep["row_costs_s"] = {str(k): v for k, v in rc.items()}
+        rep["row_costs_s"] = rc
     RESULTS.mkdir(exist_ok=True)
     out = RESULTS / f"prefill_{args.tag}"
     out.with_suffix(".json").write_text(json.dumps(rep, indent=2) + "\n")

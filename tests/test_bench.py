@@ -475,7 +475,11 @@ def test_prefill_report_ratios() -> None:
     assert "| 512 | 10.00 | 51.2 | 25.6 | 2.00x | 42.7 (10.00) | 20.0 | 2.13x |" in md
     assert "| 4096 | 10.00 | 41.0 | - | - |" in md
     assert "at 4096 / at 512: 0.80 (goal >= 0.85)" in md
-    assert "5: 100 ms (2.00)" in md and "3000 MB" in md
+    assert "one logit row (x one row): 1: 50 ms (1.00), 5: 100 ms (2.00)" in md and "3000 MB" in md
+    rep["row_costs_s"] = {"forward": {"1": 0.05, "5": 0.1}, "verify": {"1": 0.05, "5": 0.125}}
+    md = mod.render(rep)
+    assert "one logit row (x one row): 1: 50 ms (1.00), 5: 100 ms (2.00)" in md
+    assert "logits for every row (x one row): 1: 50 ms (1.00), 5: 125 ms (2.50)" in md
     assert "`llama-bench -p N -n 0 -r 3`" in md and "median of 3 round(s)" in md
     rounds = [{"a": 3.0, "b": 1.0}, {"a": 1.0, "b": 5.0}, {"a": 2.0, "b": 4.0}]
     assert mod.median_of(rounds) == {"a": 2.0, "b": 4.0}
