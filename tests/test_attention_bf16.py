@@ -102,7 +102,7 @@ def test_bf16_blocks_follow_the_workers_not_the_bits():
     """Larger blocks for fewer workers (attention_impl.h: 192 to 768 queries in a call with bf16
     rows): a bf16 row's bits stay those of any other blocking, and the f32 rows' too."""
     q, k, v, slot, lens, scale = prompt_case(5, 6)
-    tasks = block_tasks(q, bf16_from=2)
+    tasks = block_tasks(q, lens, bf16_from=2)
     assert tasks[1] < tasks[0] and tasks[1] <= tasks[4] <= tasks[0] == tasks[64], tasks
     base = T.cpu_attention(q, k, v, slot, lens, scale, bf16_from=2).view(np.uint32)
     for w in tasks:

@@ -193,10 +193,10 @@ def prompt_case(seed: int, group: int, hd: int = 128, n_kv: int = 2):
     return q, k, v, slot, lens, np.float32(1 / np.sqrt(hd))
 
 
-def block_tasks(q: np.ndarray, bf16_from: int = -1) -> dict[int, int]:
+def block_tasks(q: np.ndarray, lens: np.ndarray, bf16_from: int = -1) -> dict[int, int]:
     """Tasks of a call on q for several AttentionArgs::workers."""
-    n, nh, hd = q.shape
-    return {w: T.cpu_attention_tasks(n, nh, 2, hd, bf16_from, w) for w in (0, 1, 2, 4, 64)}
+    _, nh, hd = q.shape
+    return {w: T.cpu_attention_tasks(lens, nh, 2, hd, bf16_from, w) for w in (0, 1, 2, 4, 64)}
 
 
 @pytest.mark.parametrize("isa", ISAS)
@@ -205,8 +205,11 @@ def test_attention_blocks_follow_the_workers_not_the_bits(group, isa):
     """AttentionArgs::workers grows the row blocks of a prompt chunk (fewer tasks, so each K / V
     tile is read by fewer of them) while every worker keeps two tasks: no row's bits change."""
     q, k, v, slot, lens, scale = prompt_case(group, group)
-    tasks = block_tasks(q)
+    tasks = block_tasks(q, lens)
     assert tasks[1] < tasks[0] and tasks[1] <= tasks[4] <= tasks[0] == tasks[64], tasks
+    # A first chunk (rows reading fewer entries on average than there are rows) keeps them.
+    first = np.arange(1, len(lens) + 1, dtype=np.int32)
+    assert len(set(block_tasks(q, first).values())) == 1
     assert all(t >= 2 * w for w, t in tasks.items() if 0 < w and t < tasks[0]), tasks
     base = T.cpu_attention(q, k, v, slot, lens, scale, isa=isa).view(np.uint32)
     for w in tasks:

@@ -271,9 +271,12 @@ NB_MODULE(_trt_spec_testing, m) {
       "block size)");
   m.def(
       "cpu_attention_tasks",
-      [](int n_rows, int n_heads, int n_kv_heads, int head_dim, int bf16_from, int workers) {
+      [](HostArray<int32_t, 1> len, int n_heads, int n_kv_heads, int head_dim, int bf16_from,
+         int workers) {
         cpu::AttentionArgs a;
+        const int n_rows = static_cast<int>(len.shape(0));
         a.n_rows = n_rows;
+        a.len = len.data();
         a.n_heads = n_heads;
         a.n_kv_heads = n_kv_heads;
         a.head_dim = head_dim;
@@ -281,8 +284,8 @@ NB_MODULE(_trt_spec_testing, m) {
         a.workers = workers;
         return cpu::attention_tasks(a);  // (std::invalid_argument: ValueError)
       },
-      "n_rows"_a, "n_heads"_a, "n_kv_heads"_a, "head_dim"_a, "bf16_from"_a = -1, "workers"_a = 0,
-      "The number of tasks cpu_attention splits such a call into");
+      "len"_a, "n_heads"_a, "n_kv_heads"_a, "head_dim"_a, "bf16_from"_a = -1, "workers"_a = 0,
+      "The number of tasks cpu_attention splits a call of rows with these lengths into");
   m.def(
       "cpu_attention_bf16",
       [](const std::string& isa) {

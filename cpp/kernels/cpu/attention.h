@@ -71,7 +71,8 @@ struct AttentionArgs {
   // Rows i >= bf16_from attend in bf16 (see the top of this file; INT_MAX: none).
   int bf16_from = INT_MAX;
   // Threads the caller spreads the tasks over (0: unknown). Blocks grow while every worker still
-  // gets two tasks, so a prompt chunk's K / V tiles are read by fewer tasks; bits never change.
+  // gets two tasks, where the rows read on average at least n_rows entries, so a prompt chunk's
+  // K / V tiles are read by fewer tasks; bits never change.
   int workers = 0;
   // Row i, head h: out + i * out_stride + h * head_dim.
   float* out = nullptr;
