@@ -159,9 +159,10 @@ int main(int argc, char** argv) {
     return 2;
   }
   const bool bf16_ok = attention_bf16_supported();
-  std::printf("attention build: %s; %d rows, %d query / %d kv heads, head_dim %d, f32 cache; "
-              "medians of %d alternating rounds\n",
-              matmul_kernels().isa, rows, kHeads, kKvHeads, kHeadDim, rounds);
+  std::printf(
+      "attention build: %s; %d rows, %d query / %d kv heads, head_dim %d, f32 cache; "
+      "medians of %d alternating rounds\n",
+      matmul_kernels().isa, rows, kHeads, kKvHeads, kHeadDim, rounds);
   std::printf("%-5s %6s %3s %8s %14s %14s %8s\n", "rows", "ctx", "th", "tasks", "workers=0 ms",
               "workers=th ms", "ratio");
   for (const bool bf16 : {false, true}) {
@@ -191,8 +192,8 @@ int main(int argc, char** argv) {
         a0.workers = 0;
         a1.workers = threads;
         const double mb = median(base) * 1e3, ms = median(sized) * 1e3;
-        const std::string tasks = std::to_string(attention_tasks(a0)) + "/" +
-                                  std::to_string(attention_tasks(a1));
+        const std::string tasks =
+            std::to_string(attention_tasks(a0)) + "/" + std::to_string(attention_tasks(a1));
         std::printf("%-5s %6d %3d %8s %14.2f %14.2f %8.3f\n", bf16 ? "bf16" : "f32", ctx, threads,
                     tasks.c_str(), mb, ms, ms / mb);
       }
