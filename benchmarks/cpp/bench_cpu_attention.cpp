@@ -5,12 +5,13 @@
 // where attention_bf16_supported) and thread count, prints the time of one call over a chunk
 // of --rows rows (a layer's attention in a prefill chunk), twice in the same rounds: with the
 // smallest row blocks (AttentionArgs::workers = 0) and with the blocks sized for the threads
-// (workers = threads, what the CPU backend passes); rounds alternate the two, and the figure is
-// the median (the host may be shared). The two give the same bits; the run checks it.
+// (workers = threads, what the CPU backend passes), on the backend's ThreadPool; rounds alternate
+// the two, and the figure is the median (the host may be shared). The two give the same bits;
+// the run checks it.
 //
 // Build (from the repo root; the ISA files need their flags, see cpp/kernels/cpu/CMakeLists.txt):
 //   g++ -std=c++17 -O3 -Icpp -c cpp/kernels/cpu/quantize.cpp cpp/kernels/cpu/matmul_dispatch.cpp
-//       cpp/kernels/cpu/repack_lanes.cpp
+//       cpp/kernels/cpu/repack_lanes.cpp cpp/backend/cpu/thread_pool.cpp
 //   g++ -std=c++17 -O3 -Icpp -mavx2 -mfma -mf16c -c cpp/kernels/cpu/matmul_avx2.cpp
 //       cpp/kernels/cpu/attention.cpp
 //   g++ -std=c++17 -O3 -Icpp -mavx512f -mavx512bw -mavx512vl -mavx512vnni -mavx512bf16 -mavx2
@@ -20,19 +21,17 @@
 // Run: ./bench_cpu_attention [--rows N] [--ctx LIST] [--rounds R]   (defaults 256, 0,1024,3840, 7)
 // TRT_SPEC_CPU_ISA=avx2 runs the AVX2 build (f32 rows only).
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <climits>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <functional>
 #include <random>
 #include <string>
-#include <thread>
 #include <vector>
 
+#include "backend/cpu/thread_pool.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/matmul.h"
 
@@ -85,52 +84,11 @@ void make_case(Case& c, int rows, int ctx, bool bf16) {
   a.out_stride = a.q_stride;
 }
 
-// Threads kept across calls (as the backend's pool): call(fn) runs fn on each of them and on the
-// caller, and returns when all are done.
-class Pool {
- public:
-  explicit Pool(int threads) {
-    for (int t = 1; t < threads; ++t) workers_.emplace_back([this] { loop(); });
-  }
-  ~Pool() {
-    stop_ = true;
-    gen_.fetch_add(1);
-    for (auto& w : workers_) w.join();
-  }
-  template <class F>
-  void call(const F& fn) {
-    fn_ = fn;
-    done_.store(0);
-    gen_.fetch_add(1);
-    fn_();
-    while (done_.load() < static_cast<int>(workers_.size())) std::this_thread::yield();
-  }
-
- private:
-  void loop() {
-    for (int seen = 0;;) {
-      while (gen_.load() == seen) std::this_thread::yield();
-      seen = gen_.load();
-      if (stop_) return;
-      fn_();
-      done_.fetch_add(1);
-    }
-  }
-  std::vector<std::thread> workers_;
-  std::function<void()> fn_;
-  std::atomic<int> gen_{0}, done_{0};
-  std::atomic<bool> stop_{false};
-};
-
-// One call, its tasks taken in order by the pool's threads (as the backend's parallel_for).
-double run(Pool& pool, AttentionArgs a, int workers) {
+// One call, its tasks spread over the pool as the CPU backend does (parallel_for, grain 1).
+double run(ThreadPool& pool, AttentionArgs a, int workers) {
   a.workers = workers;
-  const int64_t n = attention_tasks(a);
-  std::atomic<int64_t> next{0};
   const auto t0 = Clock::now();
-  pool.call([&] {
-    for (int64_t t; (t = next.fetch_add(1)) < n;) attention_run(a, t, t + 1);
-  });
+  pool.parallel_for(attention_tasks(a), 1, [&](int64_t b, int64_t e) { attention_run(a, b, e); });
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
@@ -171,7 +129,7 @@ int main(int argc, char** argv) {
       Case c;
       make_case(c, rows, ctx, bf16);
       for (const int threads : {1, 2}) {
-        Pool pool(threads);
+        ThreadPool pool(threads);
         std::vector<double> base, sized;
         run(pool, c.a, threads);  // warm-up (scratch, caches)
         std::vector<float> ref;

@@ -52,10 +52,10 @@ constexpr int kMaxHeadDim = 256;
 // to kMaxQueries while every worker still gets two tasks (shape_of). Each task loads (and
 // transposes or converts) every K / V tile of its rows, so fewer, larger blocks read the cache
 // fewer times: for 256 prompt rows at context 3,840 (12 query and 2 kv heads, head_dim 128, one
-// thread, Zen 4) blocks of 768 queries instead of 192 took the bf16 call from 45-50 to 39-41 ms,
-// and 384 instead of 96 the f32 call from 78-80 to 69-70 ms. A task's per-query state lives in
-// per-thread scratch (SliceScratch); at 768 queries of head_dim 128 its outputs (384 KB) stay in
-// L2.
+// thread, Zen 4; benchmarks/cpp/bench_cpu_attention.cpp) blocks of 768 queries took the bf16
+// call from 43 to 39 ms (192 before) and the f32 call from 77 to 67 ms (96 before). A task's
+// per-query state lives in per-thread scratch (SliceScratch); at 768 queries of head_dim 128 its
+// outputs (384 KB) stay in L2.
 constexpr int kBlockQueries = 96;
 constexpr int kBlockQueriesBf16 = 192;
 constexpr int kMaxQueries = 768;  // queries a task holds at most
