@@ -12,8 +12,8 @@ For each prompt length N (default 512, 2048, 4096), in one run on the same CPU a
 With ``--reps R`` each is measured R times: ours in R rounds over the lengths (each figure the
 median of its rounds), llama-bench with ``-r R`` (its mean). One pass each (the default) reads
 10-15% apart between runs on a shared host.
-With bf16 prompt attention (the backend name ends "+bf16-prompt"), the target alone is also timed
-with f32 prompts (TRT_SPEC_CPU_PROMPT_ATTENTION=f32) in the same rounds.
+With low-precision prompt attention (the backend name ends "+bf16-prompt" or "+int16-prompt"), the
+target alone is also timed with f32 prompts (TRT_SPEC_CPU_PROMPT_ATTENTION=f32) in the same rounds.
 It also reports the peak resident memory of this process (the engine's weights and KV cache
 included) after the longest prefill, and, where the test-only native module is importable
 (``TRT_SPEC_TESTING_DIR``), the target's cost for 1 to 16 rows at context 600 against one row:
@@ -203,10 +203,10 @@ def main() -> int:
     eng = Engine(args.engine, device="cpu", n_threads=args.threads)
     rep["settings"]["max_seq_len"] = eng.max_seq_len
     rep["settings"]["backend"] = eng.backend
-    # With bf16 prompt attention (the default where the CPU has AVX512_BF16), the target alone
-    # with f32 prompts too, in the same rounds.
+    # With bf16 / int16 prompt attention (the default: bf16 where the CPU has AVX512_BF16, else
+    # int16), the target alone with f32 prompts too, in the same rounds.
     f32 = None
-    if eng.backend.endswith("+bf16-prompt"):
+    if eng.backend.endswith("-prompt"):
         mode = os.environ.get(PROMPT_VAR)
         os.environ[PROMPT_VAR] = "f32"
         f32 = Engine(args.engine, device="cpu", n_threads=args.threads)

@@ -6,8 +6,8 @@ the real shapes of the default pair (Qwen2.5 1.5B target, 0.5B draft, random wei
 logits at full size (`real_shape` tests, also marked slow).
 
 The CPU engines are the oracle of the f32 path: the GPU attends prompt rows in f32, so the CPU
-must too where it has AVX512_BF16 (conftest.f32_prompt_attention; without the pin 9 of these
-tests failed on the first H200 run, whose host CPU has it).
+must too (conftest.f32_prompt_attention; by default it attends them in bf16 or int16: without the
+pin 9 of these tests failed on the first H200 run).
 """
 
 from __future__ import annotations

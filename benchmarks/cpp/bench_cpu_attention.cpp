@@ -1,8 +1,8 @@
 // bench_cpu_attention.cpp: the CPU attention kernel on a prompt chunk at the default target's
-// shape (12 query heads, 2 kv heads, head_dim 128), f32 and bf16 prompt rows.
+// shape (12 query heads, 2 kv heads, head_dim 128), f32, bf16 and int16 prompt rows.
 //
 // For each context (entries already in the cache before the chunk), row precision (f32; bf16
-// where attention_bf16_supported) and thread count, prints the time of one call over a chunk
+// where attention_bf16_supported; int16) and thread count, prints the time of one call over a chunk
 // of --rows rows (a layer's attention in a prefill chunk), twice in the same rounds: with the
 // smallest row blocks (AttentionArgs::workers = 0) and with the blocks sized for the threads
 // (workers = threads, what the CPU backend passes), on the backend's ThreadPool; rounds alternate
@@ -19,7 +19,7 @@
 //   g++ -std=c++17 -O3 -Icpp benchmarks/cpp/bench_cpu_attention.cpp *.o -lpthread
 //       -o bench_cpu_attention
 // Run: ./bench_cpu_attention [--rows N] [--ctx LIST] [--rounds R]   (defaults 256, 0,1024,3840, 7)
-// TRT_SPEC_CPU_ISA=avx2 runs the AVX2 build (f32 rows only).
+// TRT_SPEC_CPU_ISA=avx2 runs the AVX2 build (f32 and int16 rows).
 #include <algorithm>
 #include <chrono>
 #include <climits>
@@ -27,6 +27,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -51,7 +52,8 @@ struct Case {
 };
 
 // rows prompt rows of one sequence at positions ctx .. ctx + rows - 1 (causal), f32 cache.
-void make_case(Case& c, int rows, int ctx, bool bf16) {
+// prompt: none (f32 rows), or the prompt rows' precision.
+void make_case(Case& c, int rows, int ctx, std::optional<PromptMath> prompt) {
   const int max_seq = ctx + rows;
   std::mt19937 rng(1);
   std::normal_distribution<float> nd(0.0f, 1.0f);
@@ -79,7 +81,8 @@ void make_case(Case& c, int rows, int ctx, bool bf16) {
   a.kv_head_stride = int64_t{max_seq} * kHeadDim;
   a.max_seq = max_seq;
   a.len = c.len.data();
-  a.bf16_from = bf16 ? 0 : INT_MAX;
+  a.prompt_from = prompt ? 0 : INT_MAX;
+  if (prompt) a.prompt_math = *prompt;
   a.out = c.out.data();
   a.out_stride = a.q_stride;
 }
@@ -123,11 +126,12 @@ int main(int argc, char** argv) {
       matmul_kernels().isa, rows, kHeads, kKvHeads, kHeadDim, rounds);
   std::printf("%-5s %6s %3s %8s %14s %14s %8s\n", "rows", "ctx", "th", "tasks", "workers=0 ms",
               "workers=th ms", "ratio");
-  for (const bool bf16 : {false, true}) {
-    if (bf16 && !bf16_ok) continue;
+  const std::optional<PromptMath> modes[] = {std::nullopt, PromptMath::Bf16, PromptMath::Int16};
+  for (const std::optional<PromptMath> mode : modes) {
+    if (mode == PromptMath::Bf16 && !bf16_ok) continue;
     for (const int ctx : ctxs) {
       Case c;
-      make_case(c, rows, ctx, bf16);
+      make_case(c, rows, ctx, mode);
       for (const int threads : {1, 2}) {
         ThreadPool pool(threads);
         std::vector<double> base, sized;
@@ -152,8 +156,9 @@ int main(int argc, char** argv) {
         const double mb = median(base) * 1e3, ms = median(sized) * 1e3;
         const std::string tasks =
             std::to_string(attention_tasks(a0)) + "/" + std::to_string(attention_tasks(a1));
-        std::printf("%-5s %6d %3d %8s %14.2f %14.2f %8.3f\n", bf16 ? "bf16" : "f32", ctx, threads,
-                    tasks.c_str(), mb, ms, ms / mb);
+        std::printf("%-5s %6d %3d %8s %14.2f %14.2f %8.3f\n",
+                    mode ? prompt_math_name(*mode) : "f32", ctx, threads, tasks.c_str(), mb, ms,
+                    ms / mb);
       }
     }
   }

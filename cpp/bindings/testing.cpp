@@ -192,7 +192,8 @@ NB_MODULE(_trt_spec_testing, m) {
       [](HostArray<float, 3> q, KvArray k, KvArray v, HostArray<int32_t, 1> slot,
          HostArray<int32_t, 1> len, float scale, std::optional<HostArray<int32_t, 1>> tree_base,
          std::optional<HostArray<uint64_t, 1>> tree_bits, int64_t task_chunk,
-         const std::string& kv_type, const std::string& isa, int bf16_from, int workers) {
+         const std::string& kv_type, const std::string& isa, int bf16_from, int workers,
+         int int16_from) {
         // q [n, heads, hd]; k, v [slots, kv_heads, max_seq, hd] (one layer of the cache):
         // float32 for kv_type f32, uint16 bits for f16 / bf16.
         KvType t;
@@ -200,6 +201,8 @@ NB_MODULE(_trt_spec_testing, m) {
         const cpu::AttentionRunFn run =
             isa.empty() ? &cpu::attention_run : cpu::attention_run_for(isa.c_str());
         if (run == nullptr) throw InvalidArgument("cpu_attention: ISA not supported here: " + isa);
+        if (bf16_from >= 0 && int16_from >= 0)
+          throw InvalidArgument("cpu_attention: bf16_from or int16_from, not both");
         if (bf16_from >= 0 && bf16_from < static_cast<int>(q.shape(0)) &&
             !cpu::attention_bf16_supported(isa.empty() ? nullptr : isa.c_str()))
           throw InvalidArgument("cpu_attention: bf16 rows need the avx512 build and AVX512_BF16");
@@ -241,7 +244,11 @@ NB_MODULE(_trt_spec_testing, m) {
           a.tree_base = tree_base->data();
           a.tree_bits = tree_bits->data();
         }
-        if (bf16_from >= 0) a.bf16_from = bf16_from;
+        if (bf16_from >= 0) a.prompt_from = bf16_from;
+        if (int16_from >= 0) {
+          a.prompt_from = int16_from;
+          a.prompt_math = cpu::PromptMath::Int16;
+        }
         if (workers < 0) throw InvalidArgument("cpu_attention: workers must be >= 0");
         a.workers = workers;
         std::vector<float> out(static_cast<size_t>(n) * a.n_heads * hd);
@@ -263,12 +270,12 @@ NB_MODULE(_trt_spec_testing, m) {
       },
       "q"_a, "k"_a, "v"_a, "slot"_a, "len"_a, "scale"_a, "tree_base"_a = nb::none(),
       "tree_bits"_a = nb::none(), "task_chunk"_a = 0, "kv_type"_a = "f32", "isa"_a = "",
-      "bf16_from"_a = -1, "workers"_a = 0,
+      "bf16_from"_a = -1, "workers"_a = 0, "int16_from"_a = -1,
       "The CPU attention kernel on host arrays: out [n, heads, hd]; task_chunk > 0 runs its tasks "
       "in chunks of that many, last chunk first; k, v float32 (kv_type f32) or uint16 bits (f16, "
       "bf16); isa: one ISA's build (cpu_isas()), '' the one the process runs; rows >= bf16_from "
-      "(>= 0) attend in bf16 (cpu_attention_bf16(isa)); workers: AttentionArgs::workers (the "
-      "block size)");
+      "(>= 0) attend in bf16 (cpu_attention_bf16(isa)), rows >= int16_from in int16 (any build); "
+      "workers: AttentionArgs::workers (the block size)");
   m.def(
       "cpu_attention_tasks",
       [](HostArray<int32_t, 1> len, int n_heads, int n_kv_heads, int head_dim, int bf16_from,
@@ -280,7 +287,7 @@ NB_MODULE(_trt_spec_testing, m) {
         a.n_heads = n_heads;
         a.n_kv_heads = n_kv_heads;
         a.head_dim = head_dim;
-        if (bf16_from >= 0) a.bf16_from = bf16_from;
+        if (bf16_from >= 0) a.prompt_from = bf16_from;  // (bf16 or int16: the same blocks)
         a.workers = workers;
         return cpu::attention_tasks(a);  // (std::invalid_argument: ValueError)
       },

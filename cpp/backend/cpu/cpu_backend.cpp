@@ -61,20 +61,26 @@ inline float dot(const float* a, const float* b, int n) {
   return s;
 }
 
-// TRT_SPEC_CPU_PROMPT_ATTENTION: auto (unset; bf16 where the CPU runs it), bf16 or f32.
-bool default_prompt_bf16() {
+// TRT_SPEC_CPU_PROMPT_ATTENTION: auto (unset; bf16 where the CPU runs it, else int16), bf16,
+// int16 or f32 (none).
+std::optional<cpu::PromptMath> default_prompt_math() {
+  using cpu::PromptMath;
   const char* env = std::getenv("TRT_SPEC_CPU_PROMPT_ATTENTION");
   const std::string mode = env != nullptr && env[0] != '\0' ? env : "auto";
-  if (mode == "f32") return false;
-  if (mode == "auto") return cpu::attention_bf16_supported();
-  if (mode == "bf16") {
+  const std::string bf16 = cpu::prompt_math_name(PromptMath::Bf16);
+  const std::string int16 = cpu::prompt_math_name(PromptMath::Int16);
+  if (mode == "f32") return std::nullopt;
+  if (mode == int16) return PromptMath::Int16;
+  if (mode == "auto") return cpu::attention_bf16_supported() ? PromptMath::Bf16 : PromptMath::Int16;
+  if (mode == bf16) {
     if (!cpu::attention_bf16_supported())
       throw Error(
           "TRT_SPEC_CPU_PROMPT_ATTENTION=bf16: this CPU (or TRT_SPEC_CPU_ISA) has no "
           "AVX512_BF16 attention");
-    return true;
+    return PromptMath::Bf16;
   }
-  throw Error("TRT_SPEC_CPU_PROMPT_ATTENTION=" + mode + ": use auto, bf16 or f32");
+  throw Error("TRT_SPEC_CPU_PROMPT_ATTENTION=" + mode + ": use auto, " + bf16 + ", " + int16 +
+              " or f32");
 }
 
 }  // namespace
@@ -82,14 +88,16 @@ bool default_prompt_bf16() {
 CpuBackend::CpuBackend(int n_threads)
     : pool_(n_threads > 0 ? n_threads : default_threads()),
       kernels_(checked_kernels()),
-      prompt_bf16_(default_prompt_bf16()) {}
+      prompt_math_(default_prompt_math()) {}
 
 CpuBackend::~CpuBackend() {
   release(qscratch_);
 }
 
 std::string CpuBackend::name() const {
-  return std::string("cpu-") + kernels_.isa + (prompt_bf16_ ? " +bf16-prompt" : "");
+  std::string name = std::string("cpu-") + kernels_.isa;
+  if (prompt_math_) name += std::string(" +") + cpu::prompt_math_name(*prompt_math_) + "-prompt";
+  return name;
 }
 
 // Large buffers (KV caches, logits) come zeroed from the kernel page by page as they are first
@@ -304,8 +312,11 @@ void CpuBackend::attention(const float* qkv, const Rows& rows, int n, const Atte
   a.len = len.data();
   a.tree_base = rows.tree_bits ? rows.tree_base : nullptr;
   a.tree_bits = rows.tree_bits;
-  // (bf16 tiles need head_dim % 16 == 0: other models' prompts stay f32)
-  a.bf16_from = prompt_bf16_ && hd % 16 == 0 ? rows.prompt_from : INT_MAX;
+  // (bf16 / int16 tiles need head_dim % 16 == 0: other models' prompts stay f32)
+  if (prompt_math_ && hd % 16 == 0) {
+    a.prompt_from = rows.prompt_from;
+    a.prompt_math = *prompt_math_;
+  }
   a.out = out;
   a.out_stride = static_cast<int64_t>(nh) * hd;
   a.workers = pool_.size();

@@ -5,11 +5,13 @@
 
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <unordered_map>
 #include <vector>
 
 #include "backend/backend.h"
 #include "backend/cpu/thread_pool.h"
+#include "kernels/cpu/attention.h"
 #include "kernels/cpu/matmul.h"
 
 namespace trt_spec {
@@ -17,9 +19,9 @@ namespace trt_spec {
 class CpuBackend : public Backend {  // (tests derive a scripted-clock backend)
  public:
   // n_threads <= 0: one per available core. Prompt rows (Rows::prompt_from) attend in bf16
-  // where the CPU runs them (kernels/cpu/attention.h) unless TRT_SPEC_CPU_PROMPT_ATTENTION=f32;
-  // =bf16 requires it (an error where the CPU cannot). Models whose head_dim is not a multiple
-  // of 16 keep f32 prompts.
+  // where the CPU runs it, else in int16 (kernels/cpu/attention.h: PromptMath), unless
+  // TRT_SPEC_CPU_PROMPT_ATTENTION says bf16 (an error where the CPU cannot), int16 or f32.
+  // Models whose head_dim is not a multiple of 16 keep f32 prompts.
   explicit CpuBackend(int n_threads);
   ~CpuBackend() override;
 
@@ -60,7 +62,7 @@ class CpuBackend : public Backend {  // (tests derive a scripted-clock backend)
 
   ThreadPool pool_;
   const cpu::MatmulKernels& kernels_;
-  bool prompt_bf16_ = false;
+  std::optional<cpu::PromptMath> prompt_math_;  // none: f32 prompt rows
   void* qscratch_ = nullptr;  // quantized activations, grown to the largest [n, cols] seen
   size_t qscratch_bytes_ = 0;
   std::mutex map_mu_;

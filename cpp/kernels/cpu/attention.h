@@ -29,15 +29,19 @@
 // identical bits for identical inputs (greedy speculation stays exact). Cache entries inside a
 // row's tiles that it does not attend must be finite (they are multiplied by 0).
 //
-// Prompt rows in bf16 (AttentionArgs::bf16_from): rows i >= bf16_from take the same walk with
-// bf16 products (q, k, the probabilities and v rounded to bf16, pairs of products added to f32
-// lanes by vdpbf16ps: attention_bf16.h), about twice the multiply rate of f32 FMAs. Their bits
-// differ from an f32 row's but obey the same rule (a row's own queries and entries decide them),
-// so a prompt row reads the same whichever pass, chunk or batch carries it. Only the AVX-512
-// build on a CPU with AVX512_BF16 runs them (attention_bf16_supported); callers mark prompt
-// rows only, never a row whose bits must equal a decode row's (model.h, backend.h Rows).
+// Prompt rows in low precision (AttentionArgs::prompt_from, prompt_math): rows i >= prompt_from
+// take the same walk with cheaper products, about twice the multiply rate of f32 FMAs:
+//   bf16   q, k, the probabilities and v rounded to bf16, pairs of products added to f32 lanes
+//          by vdpbf16ps (attention_bf16.h); only the AVX-512 build on a CPU with AVX512_BF16;
+//   int16  q and k scaled per row to 13-bit integers, v per entry and the probabilities per tile
+//          to 14-bit ones, pairs of products added to int32 lanes by pmaddwd, exactly
+//          (attention_int16.h); any build (AVX2 is the floor).
+// Their bits differ from an f32 row's but obey the same rule (a row's own queries and entries
+// decide them), so a prompt row reads the same whichever pass, chunk or batch carries it.
+// Callers mark prompt rows only, never a row whose bits must equal a decode row's (model.h,
+// backend.h Rows).
 //
-// Limits: head_dim % 8 == 0 and <= 256 (bf16 rows: % 16); n_heads % n_kv_heads == 0. Needs AVX2 +
+// Limits: head_dim % 8 == 0 and <= 256 (prompt rows: % 16); n_heads % n_kv_heads == 0. Needs AVX2 +
 // FMA (the CPU backend checks them); where the CPU has AVX-512 (the matmul table's choice,
 // matmul.h) its 512-bit build runs, with the same bits (attention_impl.h).
 #pragma once
@@ -50,6 +54,13 @@
 namespace trt_spec::cpu {
 
 constexpr int kAttentionTile = 32;  // key entries per tile
+
+// The products of prompt rows (see above), and their names (TRT_SPEC_CPU_PROMPT_ATTENTION, the
+// CPU backend's name, the test bindings).
+enum class PromptMath : uint8_t { Bf16 = 0, Int16 = 1 };
+inline const char* prompt_math_name(PromptMath m) {
+  return m == PromptMath::Bf16 ? "bf16" : "int16";
+}
 
 struct AttentionArgs {
   int n_rows = 0;
@@ -68,8 +79,10 @@ struct AttentionArgs {
   const int32_t* len = nullptr;        // row i attends entries [0, len[i]) ...
   const int32_t* tree_base = nullptr;  // ... with this mask (both nullptr: none)
   const uint64_t* tree_bits = nullptr;
-  // Rows i >= bf16_from attend in bf16 (see the top of this file; INT_MAX: none).
-  int bf16_from = INT_MAX;
+  // Rows i >= prompt_from attend with prompt_math's products (see the top of this file; INT_MAX:
+  // none).
+  int prompt_from = INT_MAX;
+  PromptMath prompt_math = PromptMath::Bf16;
   // Threads the caller spreads the tasks over (0: unknown). Blocks grow while every worker still
   // gets two tasks, where the rows read on average at least n_rows entries, so a prompt chunk's
   // K / V tiles are read by fewer tasks; bits never change.
@@ -90,7 +103,7 @@ void attention_run(const AttentionArgs& a, int64_t task0, int64_t task1);
 using AttentionRunFn = void (*)(const AttentionArgs& a, int64_t task0, int64_t task1);
 AttentionRunFn attention_run_for(const char* isa);
 // Whether that build (isa nullptr: attention_run's) runs bf16 rows on this CPU: the AVX-512 one
-// where the CPU has AVX512_BF16.
+// where the CPU has AVX512_BF16. (Every build runs int16 rows.)
 bool attention_bf16_supported(const char* isa = nullptr);
 
 }  // namespace trt_spec::cpu

@@ -24,7 +24,8 @@
 // tile without entries of the row (possible with a tree mask) leaves m, l and o as they are:
 // alpha = exp(0) = 1 and p = exp(-inf) = 0 exactly.
 // An f16 / bf16 cache's tiles are converted to f32 (exactly) as they are loaded; an f32 cache's
-// are read in place.
+// are read in place. Prompt rows (AttentionArgs::prompt_from) run steps 2 and 4 on bf16 or int16
+// tiles instead (attention_bf16.h, attention_int16.h), made from those f32 ones once per task.
 #pragma once
 
 #include <immintrin.h>
@@ -47,8 +48,9 @@ namespace {
 constexpr int KT = kAttentionTile;
 static_assert(KT == 32, "the register tiles and row masks below assume 32-entry tiles");
 constexpr int kMaxHeadDim = 256;
-// Queries a task aims at (rows of a block x group heads): at least kBlockQueries (kBlockQueriesBf16
-// in a call with bf16 rows, whose tiles cost a conversion per task: attention_bf16.h), doubled up
+// Queries a task aims at (rows of a block x group heads): at least kBlockQueries
+// (kBlockQueriesPrompt in a call with prompt rows, whose bf16 / int16 tiles cost a conversion per
+// task: attention_bf16.h, attention_int16.h), doubled up
 // to kMaxQueries while every worker still gets two tasks (shape_of). Each task loads (and
 // transposes or converts) every K / V tile of its rows, so fewer, larger blocks read the cache
 // fewer times: for 256 prompt rows at context 3,840 (12 query and 2 kv heads, head_dim 128, one
@@ -57,7 +59,7 @@ constexpr int kMaxHeadDim = 256;
 // per-query state lives in per-thread scratch (SliceScratch); at 768 queries of head_dim 128 its
 // outputs (384 KB) stay in L2.
 constexpr int kBlockQueries = 96;
-constexpr int kBlockQueriesBf16 = 192;
+constexpr int kBlockQueriesPrompt = 192;
 constexpr int kMaxQueries = 768;  // queries a task holds at most
 
 inline float hmax8(__m256 v) {
@@ -222,6 +224,10 @@ constexpr bool kHaveBf16 = true;
 #else
 constexpr bool kHaveBf16 = false;
 #endif
+#include "kernels/cpu/attention_int16.h"  // prompt rows' int16 tiles (every build)
+
+// How a run of rows multiplies: f32 FMAs, or one of the prompt precisions (attention.h).
+enum class RowMath { F32, Bf16, Int16 };
 
 // Step 3 for one query: s [KT] (its scores, unscaled) -> p = exp(scale s - m') where its mask
 // bit is set (0 elsewhere), with m, l and its alpha updated. Lane-wise at any width, except the
@@ -316,8 +322,8 @@ Shape shape_of(const AttentionArgs& a) {
     throw std::invalid_argument("attention: head_dim must be a multiple of 8, at most 256");
   if (a.n_kv_heads <= 0 || a.n_heads % a.n_kv_heads != 0)
     throw std::invalid_argument("attention: n_heads must be a multiple of n_kv_heads");
-  if (a.bf16_from < a.n_rows && a.head_dim % 16 != 0)
-    throw std::invalid_argument("attention: bf16 rows need head_dim a multiple of 16");
+  if (a.prompt_from < a.n_rows && a.head_dim % 16 != 0)
+    throw std::invalid_argument("attention: prompt rows need head_dim a multiple of 16");
   Shape s;
   s.group = a.n_heads / a.n_kv_heads;
   s.head_chunk = s.group < kMaxQueries ? s.group : kMaxQueries;
@@ -332,7 +338,7 @@ Shape shape_of(const AttentionArgs& a) {
     const int64_t br = block_rows(aim);
     return (a.n_rows + br - 1) / br * a.n_kv_heads * s.n_chunks;
   };
-  int aim = a.bf16_from < a.n_rows ? kBlockQueriesBf16 : kBlockQueries;
+  int aim = a.prompt_from < a.n_rows ? kBlockQueriesPrompt : kBlockQueries;
   int64_t entries = 0;  // the rows' lengths, summed (an upper bound on what a tree row reads)
   for (int i = 0; a.workers > 0 && a.len != nullptr && i < a.n_rows; ++i) entries += a.len[i];
   if (entries >= int64_t{a.n_rows} * a.n_rows)
@@ -347,9 +353,10 @@ Shape shape_of(const AttentionArgs& a) {
 struct SliceScratch {
   float* o;          // [nq, hd] unnormalised outputs
   float* s;          // [nq, KT] a tile's scores, then probabilities
-  uint32_t* q2;      // [nq, hd / 2] the queries' bf16 pairs (Bf16)
-  uint32_t* p2;      // [nq, KT / 2] the probabilities' bf16 pairs (Bf16)
+  uint32_t* q2;      // [nq, hd / 2] the queries' bf16 / int16 pairs (prompt rows)
+  uint32_t* p2;      // [nq, KT / 2] the probabilities' bf16 / int16 pairs (prompt rows)
   float *m, *l;      // [nq] running max and sum
+  float* qs;         // [nq] the queries' int16 scales
   int* llog;         // [rows] logical lengths
   const float** qp;  // [nq] the queries
 };
@@ -357,7 +364,7 @@ struct SliceScratch {
 SliceScratch slice_scratch() {
   constexpr size_t Q = kMaxQueries;
   constexpr size_t kBytes = Q * sizeof(const float*)                         // qp
-                            + Q * (kMaxHeadDim + KT + 2) * sizeof(float)     // o, s, m, l
+                            + Q * (kMaxHeadDim + KT + 3) * sizeof(float)     // o, s, m, l, qs
                             + Q * (kMaxHeadDim + KT) / 2 * sizeof(uint32_t)  // q2, p2
                             + Q * sizeof(int);                               // llog
   struct Free {
@@ -372,14 +379,16 @@ SliceScratch slice_scratch() {
   sc.s = sc.o + Q * kMaxHeadDim;
   sc.m = sc.s + Q * KT;
   sc.l = sc.m + Q;
-  sc.q2 = reinterpret_cast<uint32_t*>(sc.l + Q);
+  sc.qs = sc.l + Q;
+  sc.q2 = reinterpret_cast<uint32_t*>(sc.qs + Q);
   sc.p2 = sc.q2 + Q * kMaxHeadDim / 2;
   sc.llog = reinterpret_cast<int*>(sc.p2 + Q * KT / 2);
   return sc;
 }
 
-// Rows [r0, r1) (one slice, all prompt rows when Bf16), query heads [h0, h1) of kv head g.
-template <bool Bf16>
+// Rows [r0, r1) (one slice, all of them prompt rows unless M is F32), query heads [h0, h1) of kv
+// head g.
+template <RowMath M>
 void run_slice(const AttentionArgs& a, int r0, int r1, int g, int h0, int h1) {
   const int hd = a.head_dim, nh = h1 - h0, nq = (r1 - r0) * nh;
   alignas(32) float kt_buf[kMaxHeadDim * KT];
@@ -389,13 +398,17 @@ void run_slice(const AttentionArgs& a, int r0, int r1, int g, int h0, int h1) {
   float *o_buf = sc.o, *s_buf = sc.s, *m = sc.m, *l = sc.l;
   int* llog = sc.llog;
   const float** qp = sc.qp;
-  // Bf16 (attention_bf16.h): the queries', the tile's and the probabilities' bf16 pairs (a
-  // dependent type: the AVX2 build, which never runs them, has no attention_bf16.h).
-  using U32 = std::conditional_t<Bf16, uint32_t, uint32_t>;
+  // Prompt rows (attention_bf16.h, attention_int16.h): the queries', the tile's and the
+  // probabilities' bf16 / int16 pairs (a dependent type: the AVX2 build, which never runs bf16
+  // rows, has no attention_bf16.h).
+  constexpr bool kPairs = M != RowMath::F32;
+  using U32 = std::conditional_t<kPairs, uint32_t, uint32_t>;
   U32 *q2_buf = sc.q2, *p2_buf = sc.p2;
-  alignas(64) uint32_t kp_buf[Bf16 ? KT * kMaxHeadDim / 2 : 1];  // [KT, hd / 2] before kt2
-  alignas(64) uint32_t kt2_buf[Bf16 ? KT * kMaxHeadDim / 2 : 1];
-  alignas(64) uint32_t v2_buf[Bf16 ? KT * kMaxHeadDim / 2 : 1];
+  float* qs = sc.qs;
+  alignas(64) uint32_t kp_buf[kPairs ? KT * kMaxHeadDim / 2 : 1];  // [KT, hd / 2] before kt2
+  alignas(64) uint32_t kt2_buf[kPairs ? KT * kMaxHeadDim / 2 : 1];
+  alignas(64) uint32_t v2_buf[kPairs ? KT * kMaxHeadDim / 2 : 1];
+  const float qk_r = qk_range(hd);  // int16 codes of q and k in [-qk_r, qk_r]
   std::memset(o_buf, 0, sizeof(float) * nq * hd);
   int max_len = 0;
   for (int r = r0; r < r1; ++r) {
@@ -407,8 +420,10 @@ void run_slice(const AttentionArgs& a, int r0, int r1, int g, int h0, int h1) {
     m[j] = -FLT_MAX;
     l[j] = 0.0f;
   }
-  if constexpr (Bf16 && kHaveBf16)
+  if constexpr (M == RowMath::Bf16 && kHaveBf16)
     for (int j = 0; j < nq; ++j) to_bf16_pairs(qp[j], hd, q2_buf + j * (hd / 2));
+  if constexpr (M == RowMath::Int16)
+    for (int j = 0; j < nq; ++j) qs[j] = to_i16_pairs(qp[j], hd, qk_r, q2_buf + j * (hd / 2));
   const int64_t eb = kv_type_bytes(a.kv_type);
   const uint8_t* kb = static_cast<const uint8_t*>(a.k[r0]) + g * a.kv_head_stride * eb;
   const uint8_t* vb = static_cast<const uint8_t*>(a.v[r0]) + g * a.kv_head_stride * eb;
@@ -422,7 +437,25 @@ void run_slice(const AttentionArgs& a, int r0, int r1, int g, int h0, int h1) {
       sa[x] = s_buf + act[x] * KT;
       oa[x] = o_buf + act[x] * hd;
     }
-    if constexpr (Bf16 && kHaveBf16) {
+    if constexpr (M == RowMath::Int16) {
+      const uint32_t* qa[kMaxQueries];
+      const uint32_t* pa[kMaxQueries];
+      float sqa[kMaxQueries], spa[kMaxQueries];
+      alignas(32) float sk[KT], sv[KT];
+      for (int x = 0; x < n_act; ++x) {
+        qa[x] = q2_buf + act[x] * (hd / 2);
+        pa[x] = p2_buf + act[x] * (KT / 2);
+        sqa[x] = qs[act[x]];
+      }
+      k_i16_tile(kf, kt, hd, qk_r, kp_buf, kt2_buf, sk);
+      v_i16_tile(vt, kt, hd, kp_buf, v2_buf, sv);
+      scores_i16(n_act, qa, sqa, kt2_buf, sk, hd, sa);
+      for (int x = 0; x < n_act; ++x) {  // scale, mask, online softmax update; p to int16
+        softmax_tile<WideVec>(sa[x], mask[x], a.scale, m[act[x]], l[act[x]], aa[x]);
+        spa[x] = p_i16_pairs(sa[x], sv, p2_buf + act[x] * (KT / 2));
+      }
+      pv_i16(n_act, pa, spa, v2_buf, (kt + 1) / 2, hd, oa, aa);
+    } else if constexpr (M == RowMath::Bf16 && kHaveBf16) {
       const uint32_t* qa[kMaxQueries];
       const uint32_t* pa[kMaxQueries];
       for (int x = 0; x < n_act; ++x) {
@@ -518,15 +551,18 @@ void run_tasks(const AttentionArgs& a, int64_t task0, int64_t task1) {
     const int h0 = g * s.group + c * s.head_chunk;
     const int h1 = h0 + s.head_chunk < (g + 1) * s.group ? h0 + s.head_chunk : (g + 1) * s.group;
     for (int r0 = i0; r0 < i1;) {  // runs of rows sharing a slice and a precision
-      const bool bf16 = r0 >= a.bf16_from;
+      const bool prompt = r0 >= a.prompt_from;
       int r1 = r0 + 1;
-      while (r1 < i1 && a.k[r1] == a.k[r0] && a.v[r1] == a.v[r0] && (r1 >= a.bf16_from) == bf16)
+      while (r1 < i1 && a.k[r1] == a.k[r0] && a.v[r1] == a.v[r0] && (r1 >= a.prompt_from) == prompt)
         ++r1;
-      if (bf16 && kHaveBf16) {
-        run_slice<true>(a, r0, r1, g, h0, h1);
+      if (!prompt) {
+        run_slice<RowMath::F32>(a, r0, r1, g, h0, h1);
+      } else if (a.prompt_math == PromptMath::Int16) {
+        run_slice<RowMath::Int16>(a, r0, r1, g, h0, h1);
+      } else if (kHaveBf16) {
+        run_slice<RowMath::Bf16>(a, r0, r1, g, h0, h1);
       } else {
-        if (bf16) throw std::logic_error("attention: bf16 rows in a build without AVX512_BF16");
-        run_slice<false>(a, r0, r1, g, h0, h1);
+        throw std::logic_error("attention: bf16 rows in a build without AVX512_BF16");
       }
       r0 = r1;
     }
