@@ -17,7 +17,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from native import T
-from test_attention_cpu import block_tasks, make_case, prompt_case, reference, rows_call, to_bits
+from test_attention_cpu import (
+    assert_prompt_row_bits_do_not_depend_on_the_call,
+    block_tasks,
+    make_case,
+    prompt_case,
+    reference,
+    to_bits,
+)
 
 BF16 = T.cpu_attention_bf16("")
 needs_bf16 = pytest.mark.skipif(not BF16, reason="needs AVX-512 with AVX512_BF16")
@@ -80,21 +87,8 @@ def test_bf16_rows_on_a_typed_cache(kv):
 def test_bf16_row_bits_do_not_depend_on_the_call(group, tree):
     """Each row alone (bf16), inside the whole call, with bf16_from anywhere before it, and under
     another task split: the same bits. Rows before bf16_from: the f32 bits."""
-    q, k, v, slot, lens, scale, tb, tbits = make_case(11 + group, group, 128, 200, tree=tree)
-    n = q.shape[0]
-    all_bf16 = T.cpu_attention(q, k, v, slot, lens, scale, tb, tbits, bf16_from=0)
-    f32 = T.cpu_attention(q, k, v, slot, lens, scale, tb, tbits)
-    split = n // 2 + 1
-    mixed = T.cpu_attention(q, k, v, slot, lens, scale, tb, tbits, bf16_from=split)
-    chunked = T.cpu_attention(q, k, v, slot, lens, scale, tb, tbits, task_chunk=3, bf16_from=0)
-    bits = all_bf16.view(np.uint32)
-    assert np.array_equal(mixed[:split].view(np.uint32), f32[:split].view(np.uint32))
-    assert np.array_equal(mixed[split:].view(np.uint32), bits[split:])
-    assert np.array_equal(chunked.view(np.uint32), bits)
-    for i in (0, 7, n - 2, n - 1):
-        sel = slice(i, i + 1)
-        one = rows_call(q, k, v, slot, lens, scale, tb, tbits, sel, bf16_from=0)
-        assert np.array_equal(one.view(np.uint32), bits[sel]), f"row {i}"
+    case = make_case(11 + group, group, 128, 200, tree=tree)
+    assert_prompt_row_bits_do_not_depend_on_the_call(case, "bf16_from")
 
 
 @needs_bf16

@@ -99,6 +99,28 @@ def rows_call(q, k, v, slot, lens, scale, tb, tbits, sel: slice, **kw) -> np.nda
     )
 
 
+def assert_prompt_row_bits_do_not_depend_on_the_call(case, flag: str, **kw) -> None:
+    """For prompt rows (flag: "bf16_from" or "int16_from"): each row alone, inside the whole call,
+    with the flag anywhere before it, and under another task split: the same bits. Rows before
+    the flag: the f32 bits."""
+    q, k, v, slot, lens, scale, tb, tbits = case
+    n = q.shape[0]
+    args = (q, k, v, slot, lens, scale, tb, tbits)
+    all_low = T.cpu_attention(*args, **{flag: 0}, **kw)
+    f32 = T.cpu_attention(*args, **kw)
+    split = n // 2 + 1
+    mixed = T.cpu_attention(*args, **{flag: split}, **kw)
+    chunked = T.cpu_attention(*args, task_chunk=3, **{flag: 0}, **kw)
+    bits = all_low.view(np.uint32)
+    assert np.array_equal(mixed[:split].view(np.uint32), f32[:split].view(np.uint32))
+    assert np.array_equal(mixed[split:].view(np.uint32), bits[split:])
+    assert np.array_equal(chunked.view(np.uint32), bits)
+    for i in (0, 7, n - 2, n - 1):
+        sel = slice(i, i + 1)
+        one = rows_call(q, k, v, slot, lens, scale, tb, tbits, sel, **{flag: 0}, **kw)
+        assert np.array_equal(one.view(np.uint32), bits[sel]), f"row {i}"
+
+
 @pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize("tree", [False, True], ids=["causal", "tree"])
 @pytest.mark.parametrize("length", [1, 5, 31, 33, 100, 700])

@@ -20,12 +20,12 @@ import pytest
 from native import T
 from test_attention_cpu import (
     ISAS,
+    assert_prompt_row_bits_do_not_depend_on_the_call,
     block_tasks,
     entry_sets,
     from_bits,
     make_case,
     prompt_case,
-    rows_call,
     to_bits,
 )
 
@@ -106,24 +106,8 @@ def test_int16_rows_on_a_typed_cache(kv):
 def test_int16_row_bits_do_not_depend_on_the_call(group, tree, isa):
     """Each row alone (int16), inside the whole call, with int16_from anywhere before it, and
     under another task split: the same bits. Rows before int16_from: the f32 bits."""
-    q, k, v, slot, lens, scale, tb, tbits = make_case(11 + group, group, 128, 200, tree=tree)
-    n = q.shape[0]
-    kw = {"isa": isa}
-    all_int16 = T.cpu_attention(q, k, v, slot, lens, scale, tb, tbits, int16_from=0, **kw)
-    f32 = T.cpu_attention(q, k, v, slot, lens, scale, tb, tbits, **kw)
-    split = n // 2 + 1
-    mixed = T.cpu_attention(q, k, v, slot, lens, scale, tb, tbits, int16_from=split, **kw)
-    chunked = T.cpu_attention(
-        q, k, v, slot, lens, scale, tb, tbits, task_chunk=3, int16_from=0, **kw
-    )
-    bits = all_int16.view(np.uint32)
-    assert np.array_equal(mixed[:split].view(np.uint32), f32[:split].view(np.uint32))
-    assert np.array_equal(mixed[split:].view(np.uint32), bits[split:])
-    assert np.array_equal(chunked.view(np.uint32), bits)
-    for i in (0, 7, n - 2, n - 1):
-        sel = slice(i, i + 1)
-        one = rows_call(q, k, v, slot, lens, scale, tb, tbits, sel, int16_from=0, **kw)
-        assert np.array_equal(one.view(np.uint32), bits[sel]), f"row {i}"
+    case = make_case(11 + group, group, 128, 200, tree=tree)
+    assert_prompt_row_bits_do_not_depend_on_the_call(case, "int16_from", isa=isa)
 
 
 @pytest.mark.skipif(len(ISAS) < 2, reason="needs both builds (a CPU with AVX-512)")

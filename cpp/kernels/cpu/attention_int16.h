@@ -49,6 +49,17 @@ inline __m256i in_reg(__m256i v) {
   return v;
 }
 
+// The float steps after a tile's exact sums, per vector of X::W lanes (both widths: the same
+// bits). Scores: s = float(acc) * (sq * sk); output: o = o * alpha + float(acc) * sp.
+template <class X>
+inline void scores_finish(float* s, typename X::I acc, typename X::V sq, const float* sk) {
+  X::store(s, X::mul(X::cvt(acc), X::mul(sq, X::load(sk))));
+}
+template <class X>
+inline void pv_finish(float* o, typename X::I acc, typename X::V sp, typename X::V alpha) {
+  X::store(o, X::fma(X::cvt(acc), sp, X::mul(X::load(o), alpha)));
+}
+
 // 16 int32 codes (a, b: 8 each, in order) -> 16 int16 in order.
 inline __m256i pack16(__m256i a, __m256i b) {
   return _mm256_permute4x64_epi64(_mm256_packs_epi32(a, b), 0xd8);
@@ -136,12 +147,9 @@ void scores_tile_i16(const uint32_t* const* q2, const float* sq, const uint32_t*
     }
   }
 #pragma GCC unroll 2
-  for (int j = 0; j < NQ; ++j) {
-    const __m256 q = _mm256_set1_ps(sq[j]);
+  for (int j = 0; j < NQ; ++j)
     for (int c = 0; c < 4; ++c)
-      _mm256_storeu_ps(s[j] + 8 * c, _mm256_mul_ps(_mm256_cvtepi32_ps((__m256i)acc[j][c]),
-                                                   _mm256_mul_ps(q, _mm256_loadu_ps(sk + 8 * c))));
-  }
+      scores_finish<VecF32x8>(s[j] + 8 * c, (__m256i)acc[j][c], _mm256_set1_ps(sq[j]), sk + 8 * c);
 }
 
 // o_j[d0, d0 + 8 ND) = o_j alpha_j + sp_j sum_u p2_j[u] . v2[u] for NQ (<= 2) queries, u < n_pairs.
@@ -163,15 +171,11 @@ void pv_chunk_i16(const uint32_t* const* p2, const float* sp, const uint32_t* v2
     }
   }
 #pragma GCC unroll 2
-  for (int j = 0; j < NQ; ++j) {
-    const __m256 a = _mm256_set1_ps(alpha[j]), s = _mm256_set1_ps(sp[j]);
+  for (int j = 0; j < NQ; ++j)
 #pragma GCC unroll 4
-    for (int c = 0; c < ND; ++c) {
-      float* dst = o[j] + d0 + 8 * c;
-      _mm256_storeu_ps(dst, _mm256_fmadd_ps(_mm256_cvtepi32_ps((__m256i)acc[j][c]), s,
-                                            _mm256_mul_ps(_mm256_loadu_ps(dst), a)));
-    }
-  }
+    for (int c = 0; c < ND; ++c)
+      pv_finish<VecF32x8>(o[j] + d0 + 8 * c, (__m256i)acc[j][c], _mm256_set1_ps(sp[j]),
+                          _mm256_set1_ps(alpha[j]));
 }
 
 template <int NQ>
@@ -210,13 +214,9 @@ void scores_tile_i16x16(const uint32_t* const* q2, const float* sq, const uint32
     }
   }
 #pragma GCC unroll 8
-  for (int j = 0; j < NQ; ++j) {
-    const __m512 q = _mm512_set1_ps(sq[j]);
+  for (int j = 0; j < NQ; ++j)
     for (int c = 0; c < 2; ++c)
-      _mm512_storeu_ps(s[j] + 16 * c,
-                       _mm512_mul_ps(_mm512_cvtepi32_ps(acc[j][c]),
-                                     _mm512_mul_ps(q, _mm512_loadu_ps(sk + 16 * c))));
-  }
+      scores_finish<VecF32x16>(s[j] + 16 * c, acc[j][c], _mm512_set1_ps(sq[j]), sk + 16 * c);
 }
 
 // o_j[d0, d0 + 16 ND) as pv_chunk_i16, for NQ (<= 6) queries.
@@ -240,15 +240,11 @@ void pv_chunk_i16x16(const uint32_t* const* p2, const float* sp, const uint32_t*
     }
   }
 #pragma GCC unroll 8
-  for (int j = 0; j < NQ; ++j) {
-    const __m512 a = _mm512_set1_ps(alpha[j]), s = _mm512_set1_ps(sp[j]);
+  for (int j = 0; j < NQ; ++j)
 #pragma GCC unroll 4
-    for (int c = 0; c < ND; ++c) {
-      float* dst = o[j] + d0 + 16 * c;
-      _mm512_storeu_ps(dst, _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[j][c]), s,
-                                            _mm512_mul_ps(_mm512_loadu_ps(dst), a)));
-    }
-  }
+    for (int c = 0; c < ND; ++c)
+      pv_finish<VecF32x16>(o[j] + d0 + 16 * c, acc[j][c], _mm512_set1_ps(sp[j]),
+                           _mm512_set1_ps(alpha[j]));
 }
 #endif
 

@@ -30,6 +30,7 @@ struct VecF32x8 {
   static V max(V a, V b) { return _mm256_max_ps(a, b); }
   static V fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
   static V fnma(V a, V b, V c) { return _mm256_fnmadd_ps(a, b, c); }  // c - a b
+  static V cvt(I i) { return _mm256_cvtepi32_ps(i); }                 // int32 lanes
   // Lane i: v where bit i of bits is set, else other.
   static V select(uint32_t bits, V v, V other) {
     const __m256i lane_bit = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
@@ -70,6 +71,7 @@ struct VecF32x16 {
   static V max(V a, V b) { return _mm512_max_ps(a, b); }
   static V fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
   static V fnma(V a, V b, V c) { return _mm512_fnmadd_ps(a, b, c); }
+  static V cvt(I i) { return _mm512_cvtepi32_ps(i); }
   static V select(uint32_t bits, V v, V other) {
     return _mm512_mask_blend_ps(static_cast<__mmask16>(bits & 0xffffu), other, v);
   }
