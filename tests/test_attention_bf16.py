@@ -18,10 +18,9 @@ import numpy as np
 import pytest
 from native import T
 from test_attention_cpu import (
+    assert_prompt_blocks_keep_the_bits,
     assert_prompt_row_bits_do_not_depend_on_the_call,
-    block_tasks,
     make_case,
-    prompt_case,
     reference,
     to_bits,
 )
@@ -93,17 +92,7 @@ def test_bf16_row_bits_do_not_depend_on_the_call(group, tree):
 
 @needs_bf16
 def test_bf16_blocks_follow_the_workers_not_the_bits():
-    """Larger blocks for fewer workers (attention_impl.h: 192 to 768 queries in a call with bf16
-    rows): a bf16 row's bits stay those of any other blocking, and the f32 rows' too."""
-    q, k, v, slot, lens, scale = prompt_case(5, 6)
-    tasks = block_tasks(q, lens, bf16_from=2)
-    assert tasks[1] < tasks[0] and tasks[1] <= tasks[4] <= tasks[0] == tasks[64], tasks
-    base = T.cpu_attention(q, k, v, slot, lens, scale, bf16_from=2).view(np.uint32)
-    for w in tasks:
-        got = T.cpu_attention(q, k, v, slot, lens, scale, bf16_from=2, workers=w)
-        assert np.array_equal(got.view(np.uint32), base), w
-    f32 = T.cpu_attention(q, k, v, slot, lens, scale, workers=1)
-    assert np.array_equal(f32[:2].view(np.uint32), base[:2])
+    assert_prompt_blocks_keep_the_bits("bf16_from")
 
 
 @pytest.mark.skipif("avx2" not in T.cpu_isas(), reason="needs the AVX2 build")

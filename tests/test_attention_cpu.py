@@ -243,6 +243,21 @@ def test_attention_blocks_follow_the_workers_not_the_bits(group, isa):
     assert np.array_equal(one.view(np.uint32), base[299:300])
 
 
+def assert_prompt_blocks_keep_the_bits(flag: str, **kw) -> None:
+    """For a call with prompt rows from row 2 (flag: "bf16_from" or "int16_from"): larger blocks
+    for fewer workers (attention_impl.h: 192 to 768 queries), and a prompt row's bits stay those
+    of any other blocking, and the f32 rows' too."""
+    q, k, v, slot, lens, scale = prompt_case(5, 6)
+    tasks = block_tasks(q, lens, bf16_from=2)  # (the prompt rows' blocks: bf16 or int16 alike)
+    assert tasks[1] < tasks[0] and tasks[1] <= tasks[4] <= tasks[0] == tasks[64], tasks
+    base = T.cpu_attention(q, k, v, slot, lens, scale, **{flag: 2}, **kw).view(np.uint32)
+    for w in tasks:
+        got = T.cpu_attention(q, k, v, slot, lens, scale, **{flag: 2}, workers=w, **kw)
+        assert np.array_equal(got.view(np.uint32), base), w
+    f32 = T.cpu_attention(q, k, v, slot, lens, scale, workers=1, **kw)
+    assert np.array_equal(f32[:2].view(np.uint32), base[:2])
+
+
 def test_attention_rejects_negative_workers():
     q, k, v, slot, lens, scale, _, _ = make_case(1, 1, 64, 5)
     with pytest.raises(Exception, match="workers"):

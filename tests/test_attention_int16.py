@@ -20,12 +20,11 @@ import pytest
 from native import T
 from test_attention_cpu import (
     ISAS,
+    assert_prompt_blocks_keep_the_bits,
     assert_prompt_row_bits_do_not_depend_on_the_call,
-    block_tasks,
     entry_sets,
     from_bits,
     make_case,
-    prompt_case,
     to_bits,
 )
 
@@ -123,15 +122,7 @@ def test_int16_builds_give_the_same_bits(tree):
 
 @pytest.mark.parametrize("isa", ISAS)
 def test_int16_blocks_follow_the_workers_not_the_bits(isa):
-    q, k, v, slot, lens, scale = prompt_case(5, 6)
-    tasks = block_tasks(q, lens, bf16_from=2)  # (the prompt rows' blocks: bf16 or int16 alike)
-    assert tasks[1] < tasks[0] and tasks[1] <= tasks[4] <= tasks[0] == tasks[64], tasks
-    base = T.cpu_attention(q, k, v, slot, lens, scale, isa=isa, int16_from=2).view(np.uint32)
-    for w in tasks:
-        got = T.cpu_attention(q, k, v, slot, lens, scale, isa=isa, int16_from=2, workers=w)
-        assert np.array_equal(got.view(np.uint32), base), w
-    f32 = T.cpu_attention(q, k, v, slot, lens, scale, isa=isa, workers=1)
-    assert np.array_equal(f32[:2].view(np.uint32), base[:2])
+    assert_prompt_blocks_keep_the_bits("int16_from", isa=isa)
 
 
 @pytest.mark.parametrize("hd", [128, 256])
