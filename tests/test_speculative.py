@@ -373,10 +373,17 @@ def test_statistics_are_consistent(root) -> None:
         draft_len=4,
         ignore_eos=True,
     ).stats
-    assert s.new_tokens == 50 and s.spec_iterations == s.iterations
+    assert s.new_tokens == 50
+    # Drafts stop one short of the tokens left (Scheduler::choose): the last iteration may draft
+    # fewer than 4, or none with a single token left. Whether it does depends on the sampled
+    # trajectory; every earlier iteration drafts 4.
+    plain = s.iterations - s.spec_iterations
+    assert plain in (0, 1) and s.sources == "m" * s.spec_iterations + "n" * plain
+    assert s.new_tokens == 1 + s.iterations + s.accepted
     assert sum(s.accepted_hist) == s.spec_iterations
     assert sum(i * h for i, h in enumerate(s.accepted_hist)) == s.accepted
-    assert s.drafted == 4 * s.spec_iterations
+    full = s.spec_iterations - (1 - plain)  # the iterations before the last one
+    assert 4 * full + (1 - plain) <= s.drafted <= 4 * s.spec_iterations
     assert s.acceptance_rate == pytest.approx(s.accepted / s.drafted)
     # Tokens after the prefill's first one, per iteration (the last block may be cut).
     assert s.tokens_per_iteration == pytest.approx(49 / s.iterations)

@@ -2,7 +2,10 @@
 // rows (decode, verify, prefill chunks): out [n, W.rows] = f(x) [n, W.cols] @ W^T for every
 // weight type (kernels/weight_format.h), with a fused input transform (plain, RMSNorm, SwiGLU,
 // optional row gather) and a fused epilogue (store + bias, residual accumulate, QKV bias + RoPE +
-// KV-cache write). Host side (plan and launch): matmul_launch.cuh.
+// KV-cache write). This header holds the arguments, the activations' staging (input transform and
+// quantization), the weight units (a lane's fetch, decode and dot product), the epilogues and the
+// split-K sum; the kernels that walk them are in matmul_kernel.cuh; host side (plan and launch):
+// matmul_launch.cuh.
 //
 // Work layout. A block of 8 warps stages the activations of one tile of up to kTile rows (its
 // split's column range, in pieces that fit 40 KiB of static shared memory) and then computes
@@ -423,7 +426,7 @@ __device__ __forceinline__ float matmul_dot(const MatmulUnit<T>& w, const Matmul
   }
 }
 
-// ---- epilogue and kernels -----------------------------------------------------------------
+// ---- epilogue and split-K sum -------------------------------------------------------------
 
 // The epilogue of activation row gi for output rows ra and rb (rb < 0: none), full sums va, vb.
 __device__ __forceinline__ void matmul_epilogue(const MatmulArgs& a, int gi, int64_t ra, int64_t rb,
@@ -526,158 +529,6 @@ __device__ __forceinline__ void matmul_split_sum(const MatmulArgs& a, const Matm
 // Output rows of pair p.
 __device__ __forceinline__ int64_t matmul_pair_row(const MatmulGeom& g, int64_t p) {
   return (p / g.half) * 2 * g.half + p % g.half;
-}
-
-// The vectorized path: W.cols % unit columns == 0, 16-byte aligned x (and norm_w).
-// grid (row blocks * tiles, splits), block kMatmulThreads; partial [splits, n, rows] and
-// counters [row blocks * tiles] (zero) when splits > 1. A one-row tile (decode) is held to 3
-// blocks per SM (at most 85 registers; ptxas, sm_90: 64-80 and no spills, against 64-99 and 2
-// blocks of the q4 kernel unbounded); tiles of 2 to 8 rows (verify) to 2 blocks (at most 128
-// registers: 91-126, no spills; the q4 8-row tile took 137 unbounded, one block of 8 warps per
-// SM, and 56 us for the 1.5B's gate / up at 5 rows on an H200, 3.6x its one-row time); 16-row
-// tiles (prefill of float weights; q8 / q4 prefill runs matmul_imma.cuh) are left unbounded
-// (bounded, they spill).
-template <WeightType T, int kTile>
-__global__ void __launch_bounds__(kMatmulThreads, matmul_blocks_per_sm(kTile))
-    matmul_kernel(MatmulArgs a, MatmulGeom g, float* __restrict__ partial, int* counters) {
-  using S = MatmulStage<T, kTile>;
-  constexpr int kUC = matmul_unit_cols(T);
-  __shared__ S st;
-  __shared__ float rs[kTile];  // RMSNorm factors of the tile's rows
-  __shared__ float red[kMatmulWarps][kTile];
-  __shared__ int last;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int64_t row_block = blockIdx.x / g.tiles;
-  const int tile = static_cast<int>(blockIdx.x % g.tiles), split = static_cast<int>(blockIdx.y);
-  const int i0 = tile * kTile, nr = min(kTile, a.n - i0);
-  const int64_t rows = a.W.rows;
-  const int64_t u0 = split * g.split_units;
-  const int64_t u1 = u0 + g.split_units < g.units ? u0 + g.split_units : g.units;
-
-  // The weights depend on no earlier kernel: each warp fetches its first unit of both rows
-  // before anything else, so that the loads are in flight during the prologue (and, launched as
-  // a programmatic dependent, during the previous kernel's tail: grid_dependency_wait).
-  auto pair_rows = [&](int rep, int64_t& ra, int64_t& rb_load) {
-    const int64_t p = (row_block * g.reps + rep) * kMatmulWarps + warp;
-    ra = p < g.pairs ? matmul_pair_row(g, p) : 0;
-    rb_load = ra + g.half < rows ? ra + g.half : ra;
-    return p < g.pairs;  // uniform over the warp
-  };
-  // na / nb: the next unit of rows a and b; `have`: they hold this lane's first unit of the
-  // (rep, piece) about to run. A lane fetches that unit while computing its last unit of the
-  // previous (rep, piece), and rep 0's first here, before the prologue.
-  auto piece_units = [&](int pc, int64_t& pu0) {  // piece pc: units [pu0, pu0 + result)
-    pu0 = u0 + static_cast<int64_t>(pc) * S::kUnits;
-    return static_cast<int>(u1 - pu0 < S::kUnits ? u1 - pu0 : S::kUnits);
-  };
-  MatmulRaw na{}, nb{};
-  auto fetch_first = [&](int rep, int pc) {
-    int64_t ra, rb_load, pu0;
-    const int np = piece_units(pc, pu0);
-    if (!pair_rows(rep, ra, rb_load) || lane >= np) return false;
-    na = matmul_fetch<T>(a.W, ra, pu0 + lane);
-    nb = matmul_fetch<T>(a.W, rb_load, pu0 + lane);
-    return true;
-  };
-  bool have = fetch_first(0, 0);
-  grid_dependency_launch();  // the next kernel may start its own weight fetches
-  grid_dependency_wait();    // x, the output and the scratch: after the previous kernel
-
-  if (a.in == MatmulIn::kRmsNorm) {
-    matmul_rms_factors<kTile>(a, i0, nr, red, rs);
-  } else if (threadIdx.x < kTile) {
-    rs[threadIdx.x] = 1.0f;
-  }
-  __syncthreads();
-  const int pieces = static_cast<int>((u1 - u0 + S::kUnits - 1) / S::kUnits);
-  if (pieces == 1) {  // staged once for all row groups of the block
-    matmul_stage<T, kTile>(a, i0, nr, u0 * kUC, static_cast<int>(u1 - u0) * kUC, rs, st);
-    __syncthreads();
-  }
-
-  for (int rep = 0; rep < g.reps; ++rep) {
-    int64_t ra, rb_load;
-    const bool active = pair_rows(rep, ra, rb_load);
-    const int64_t rb = ra + g.half;
-    float acc_a[kTile], acc_b[kTile];
-#pragma unroll
-    for (int i = 0; i < kTile; ++i) acc_a[i] = acc_b[i] = 0.0f;
-    for (int pc = 0; pc < pieces; ++pc) {
-      int64_t pu0;
-      const int np = piece_units(pc, pu0);
-      if (pieces > 1) {
-        __syncthreads();
-        matmul_stage<T, kTile>(a, i0, nr, pu0 * kUC, np * kUC, rs, st);
-        __syncthreads();
-      }
-      if (!active) continue;
-      if (!have) have = fetch_first(rep, pc);
-      for (int it = 0; it * 32 < np; ++it) {
-        const int uu = it * 32 + lane;
-        if (uu >= np) continue;
-        const MatmulRaw ca = na, cb = nb;
-        if (uu + 32 < np) {  // one unit ahead
-          na = matmul_fetch<T>(a.W, ra, pu0 + uu + 32);
-          nb = matmul_fetch<T>(a.W, rb_load, pu0 + uu + 32);
-        } else {  // this lane's last unit here: the next piece's first, or the next rep's
-          have = pc + 1 < pieces ? fetch_first(rep, pc + 1)
-                                 : rep + 1 < g.reps && fetch_first(rep + 1, 0);
-        }
-        const MatmulUnit<T> wa(ca), wb(cb);
-        const int xs = it * S::kSlots * 32 + lane, gs = it * S::kGroups * 32 + lane;
-#pragma unroll
-        for (int i = 0; i < kTile; ++i) {
-          if (i < nr) {
-            acc_a[i] = matmul_dot<T, kTile>(wa, st, i * S::kRowSlots + xs, i * S::kRowGroups + gs,
-                                            acc_a[i]);
-            acc_b[i] = matmul_dot<T, kTile>(wb, st, i * S::kRowSlots + xs, i * S::kRowGroups + gs,
-                                            acc_b[i]);
-          }
-        }
-      }
-    }
-    if (!active) continue;
-    float va = 0.0f, vb = 0.0f;  // lane i: the sums of tile row i
-#pragma unroll
-    for (int i = 0; i < kTile; ++i) {
-      if (i < nr) {
-        const float sa = warp_sum(acc_a[i]), sb = warp_sum(acc_b[i]);
-        if (lane == i) va = sa, vb = sb;
-      }
-    }
-    if (lane < nr) matmul_finish(a, g, partial, split, i0 + lane, ra, rb < rows ? rb : -1, va, vb);
-  }
-  if (g.splits == 1 || !matmul_split_last(counters, g.splits, last)) return;
-  // The last block of this (row block, tile) to arrive: the sums in split order.
-  for (int rep = 0; rep < g.reps; ++rep) {
-    const int64_t p = (row_block * g.reps + rep) * kMatmulWarps + warp;
-    if (p >= g.pairs || lane >= nr) continue;
-    const int64_t ra = matmul_pair_row(g, p), rb = ra + g.half;
-    matmul_split_sum(a, g, partial, i0 + lane, ra, rb < rows ? rb : -1);
-  }
-}
-
-// Any shape and alignment (float arithmetic on the dequantized weights, no split):
-// grid (row groups, n), block kMatmulThreads; one warp per output row pair and activation row.
-__global__ void __launch_bounds__(kMatmulThreads)
-    matmul_fallback_kernel(MatmulArgs a, MatmulGeom g) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int gi = static_cast<int>(blockIdx.y);
-  const int64_t src = matmul_src_row(a, gi), rows = a.W.rows;
-  const float r = a.in == MatmulIn::kRmsNorm ? matmul_rms_factor(a, src) : 1.0f;
-  const int64_t p = static_cast<int64_t>(blockIdx.x) * kMatmulWarps + warp;
-  if (p >= g.pairs) return;
-  const int64_t ra = matmul_pair_row(g, p), rb = ra + g.half;
-  const int64_t rb_load = rb < rows ? rb : ra;
-  float sa = 0.0f, sb = 0.0f;
-  for (int64_t c = lane; c < a.W.cols; c += 32) {
-    const float v = matmul_in1(a, src, c, r);
-    sa = fmaf(weight_at(a.W, ra, c), v, sa);
-    sb = fmaf(weight_at(a.W, rb_load, c), v, sb);
-  }
-  sa = warp_sum(sa);
-  sb = warp_sum(sb);
-  if (lane == 0) matmul_epilogue(a, gi, ra, rb < rows ? rb : -1, sa, sb);
 }
 
 }  // namespace trt_spec::cuda

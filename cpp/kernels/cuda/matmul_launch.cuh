@@ -23,8 +23,8 @@
 #include <stdexcept>
 #include <string>
 
-#include "kernels/cuda/matmul.cuh"
 #include "kernels/cuda/matmul_imma.cuh"
+#include "kernels/cuda/matmul_kernel.cuh"
 
 namespace trt_spec::cuda {
 

@@ -1,0 +1,275 @@
+"""The scripts under ``benchmarks/``: that they start, and their reports, goal lines and profile
+readings from synthetic inputs (no GPU, server, peer or real model); bench_gpu's n-row forwards
+run on the CPU backend with a tiny pair. ``trt-spec bench`` itself is tests/test_bench.py.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+SCRIPTS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def script(name: str) -> ModuleType:
+    """benchmarks/<name>.py, imported as a module (the scripts are not a package)."""
+    spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_benchmark_scripts_import_the_shared_helpers() -> None:
+    """The benchmark scripts take the environment helpers from trt_spec.bench.common and still
+    start (--help needs no GPU, model, server or peer)."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    scripts = ("bench_decode.py", "bench_gpu.py", "bench_server.py", "bench_prefill.py")
+    for name in scripts + ("profile_gpu.py",):
+        path = SCRIPTS / name
+        assert "from trt_spec.bench.common import" in path.read_text()
+        out = subprocess.run(  # (profile_gpu imports its helpers late: --help works anywhere)
+            [sys.executable, str(path), "--help"], env=env, capture_output=True, text=True
+        )
+        assert out.returncode == 0 and out.stdout.startswith("usage:"), out.stderr
+
+
+def test_prefill_report_ratios() -> None:
+    """bench_prefill's table: our rates against llama-bench's (the pair: both prompt passes),
+    the rate at the longest prompt against the shortest, and the per-row costs."""
+    mod = script("bench_prefill")
+    run = {"target_ttft_s": 10.0, "draft_read_s": 2.0, "pair_ttft_s": 10.0}
+    rep = {
+        "tag": "t",
+        "environment": {"cpu": "X", "git_commit": "abc", "loadavg_start": 0.5},
+        "settings": {"threads": 2, "engine": "e", "max_seq_len": 8192, "reps": 3},
+        "runs": [
+            {
+                "n": 512,
+                **run,
+                "target_tok_s": 51.2,
+                "pair_tok_s": 512 / 12.0,
+                "llama_target_tok_s": 25.6,
+                "llama_pair_tok_s": 20.0,
+            },
+            {"n": 4096, **run, "target_tok_s": 40.96, "pair_tok_s": 30.0},
+        ],
+        "peak_rss_mb": 3000.0,
+        "row_costs_s": {"1": 0.05, "5": 0.1},
+    }
+    md = mod.render(rep)
+    assert "| 512 | 10.00 | 51.2 | 25.6 | 2.00x | 42.7 (10.00) | 20.0 | 2.13x |" in md
+    assert "| 4096 | 10.00 | 41.0 | - | - |" in md
+    assert "at 4096 / at 512: 0.80 (goal >= 0.85)" in md
+    assert "one logit row (x one row): 1: 50 ms (1.00), 5: 100 ms (2.00)" in md and "3000 MB" in md
+    rep["row_costs_s"] = {"forward": {"1": 0.05, "5": 0.1}, "verify": {"1": 0.05, "5": 0.125}}
+    md = mod.render(rep)
+    assert "one logit row (x one row): 1: 50 ms (1.00), 5: 100 ms (2.00)" in md
+    assert "logits for every row (x one row): 1: 50 ms (1.00), 5: 125 ms (2.50)" in md
+    assert "`llama-bench -p N -n 0 -r 3`" in md and "median of 3 round(s)" in md
+    rounds = [{"a": 3.0, "b": 1.0}, {"a": 1.0, "b": 5.0}, {"a": 2.0, "b": 4.0}]
+    assert mod.median_of(rounds) == {"a": 2.0, "b": 4.0}
+
+
+def test_server_benchmark_goals_from_a_report(tmp_path: Path) -> None:
+    """bench_server's goal lines and files from a synthetic report (no server)."""
+    bench_server = script("bench_server")
+
+    def run(c: int, tps: float, texts: list[str]) -> dict:
+        ms = {f"{k}_p{q}_ms": 1.0 for k in ("ttft", "itl") for q in (50, 95, 99)}
+        return {"concurrency": c, "tokens_per_s": tps, "tpot_p50_ms": 1.0, "errors": [],
+                "texts": texts, **ms}  # fmt: skip
+
+    report = {
+        "tag": "t",
+        "environment": {"cpu": "x", "git_commit": "abc", "loadavg_start": 0.0},
+        "settings": {"threads": 2, "n_prompts": 1, "prompts": "p", "max_tokens": 4},
+        "notes": [],
+        "runs": {
+            "trt-spec spec": [run(1, 2.0, ["a"]), run(4, 4.0, ["a"])],
+            "trt-spec target": [run(1, 1.0, ["a"]), run(4, 3.0, ["b"])],
+            "llama-server spec": [run(1, 4.0, ["z"])],
+            "llama-server target": [run(1, 2.0, ["z"])],
+        },
+    }
+    md = bench_server.render(report, tmp_path / "server_t")
+    assert "C=1 tok/s 2.00 vs llama-server 4.00 (0.50x)" in md
+    assert "C=4 / C=1 total tok/s: 2.00x" in md
+    assert "target-only C=1: trt-spec 0.50x" in md
+    assert "equal to trt-spec target's at 1 of 2 concurrencies" in md
+    assert (tmp_path / "server_t.json").exists() and (tmp_path / "server_t.md").exists()
+    assert "by round" not in md
+
+
+def test_server_benchmark_rounds_take_medians() -> None:
+    """bench_server --rounds: each figure the median of its rounds, texts checked per round."""
+    bench_server = script("bench_server")
+
+    def run(c: int, tps: float, ttft: float, texts: list[str]) -> dict:
+        return {"concurrency": c, "tokens_per_s": tps, "ttft_p50_ms": ttft, "errors": [],
+                "texts": texts}  # fmt: skip
+
+    rounds = [
+        [run(1, 10.0, 100.0, ["a"]), run(4, 20.0, 300.0, ["a"])],
+        [run(1, 14.0, 90.0, ["a"]), run(4, 30.0, 200.0, ["a"])],
+        [run(1, 11.0, 500.0, ["a"]), run(4, 25.0, 250.0, ["b"])],
+    ]
+    rounds[1][0]["errors"] = ["boom"]
+    c1, c4 = bench_server.combine(rounds)
+    assert c1["concurrency"] == 1 and c1["tokens_per_s"] == 11.0 and c1["ttft_p50_ms"] == 100.0
+    assert c1["rounds_tokens_per_s"] == [10.0, 14.0, 11.0] and c1["errors"] == ["boom"]
+    assert c1["texts_stable"] and not c4["texts_stable"] and c4["tokens_per_s"] == 25.0
+    report = {"runs": {"trt-spec spec": [c1, c4]}}
+    assert any("DIFFER BETWEEN ROUNDS at C=[4]" in g for g in bench_server.goals(report))
+
+
+def test_profile_gpu_reads_an_nsys_trace(tmp_path: Path) -> None:
+    """profile_gpu's reading of an nsys SQLite export (a synthetic one, in the tables and columns
+    nsys writes): the kernels of each cudaGraphLaunch, the iteration taken as the most frequent
+    kernel count, the idle time between its kernels and the time by kernel name."""
+    import sqlite3
+
+    pg = script("profile_gpu")
+    db = tmp_path / "t.sqlite"
+    con = sqlite3.connect(db)
+    con.execute("CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT NOT NULL)")
+    con.execute(
+        "CREATE TABLE CUPTI_ACTIVITY_KIND_RUNTIME "
+        "(start INT, end INT, correlationId INT, nameId INT)"
+    )
+    con.execute(
+        "CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INT, end INT, correlationId INT, "
+        "shortName INT, demangledName INT, graphNodeId INT)"
+    )
+    names = {
+        1: "cudaGraphLaunch_v10000",
+        2: "cudaLaunchKernel_v7000",
+        3: "matmul_kernel",
+        4: "attention_kernel",
+    }
+    con.executemany("INSERT INTO StringIds VALUES (?, ?)", names.items())
+    launches = [(10, 1), (20, 1), (30, 1), (40, 2), (50, 1)]  # correlation id, API name
+    con.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (0, 1, ?, ?)", launches)
+    kernels = []
+    for i, cid in enumerate((10, 20, 30)):  # three replays: m 10 us, gap 2, a 5 us, gap 1, m 10
+        t = 1000_000 * (i + 1)
+        kernels += [(t, t + 10_000, cid, 3), (t + 12_000, t + 17_000, cid, 4),
+                    (t + 18_000, t + 28_000, cid, 3)]  # fmt: skip
+    kernels += [(5_000_000, 5_001_000, 40, 3)]  # an ordinary launch: not an iteration
+    kernels += [(6_000_000, 6_004_000, 50, 3)]  # another graph (one kernel): not the iteration
+    con.executemany(
+        "INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (?, ?, ?, ?, ?, 1)",
+        [(s, e, c, n, n) for s, e, c, n in kernels],
+    )
+    con.commit()
+    con.close()
+    groups = pg.graph_iterations(db)
+    assert [len(g) for g in groups] == [3, 3, 3, 1]
+    r = pg.iteration_profile(groups)
+    assert r["launches"] == 3 and r["kernels_per_iteration"] == 3
+    assert r["iteration_span_us"] == 28.0 and r["kernel_busy_us"] == 25.0
+    assert r["idle_us"] == 3.0 and r["gap_us_median"] == 1.5 and r["gap_us_max"] == 2.0
+    top = {k["kernel"]: k for k in r["time_by_kernel"]}
+    assert top["matmul_kernel"]["us_per_iteration"] == 20.0
+    assert abs(top["attention_kernel"]["share"] - 0.2) < 1e-12
+    with pytest.raises(ValueError):
+        pg.iteration_profile([])
+
+
+def test_profile_gpu_reads_ncu_csv() -> None:
+    """ncu --csv's details page: one row per kernel and metric, units converted (us, bytes, %);
+    the tool's own lines ignored; an unknown unit refused."""
+    pg = script("profile_gpu")
+    head = '"ID","Kernel Name","Section Name","Metric Name","Metric Unit","Metric Value"'
+    k = '"matmul_kernel","Command line profiler metrics"'
+    rows = [
+        f'"0",{k},"dram__bytes_read.sum","Mbyte","2.36"',
+        f'"0",{k},"dram__throughput.avg.pct_of_peak_sustained_elapsed","%","61.5"',
+        f'"0",{k},"gpu__time_duration.sum","usecond","3.2"',
+        f'"1",{k},"gpu__time_duration.sum","nsecond","4,100"',
+        f'"1",{k},"dram__bytes_read.sum","Kbyte","512"',
+    ]
+    text = "==PROF== Connected to process 1\n" + "\n".join([head] + rows) + "\n==PROF== done\n"
+    got = pg.ncu_metrics(text)
+    assert got == [
+        {"dram_read_bytes": 2.36e6, "dram_pct": 61.5, "time_us": 3.2},
+        {"time_us": 4.1, "dram_read_bytes": 512e3},
+    ]
+    # ncu 2025.x (the H200's, 2026-11-26) prints "ns" and "byte": the first run stopped there.
+    h200 = f'"0",{k},"gpu__time_duration.sum","ns","18,080"\n'
+    h200 += f'"0",{k},"dram__bytes_read.sum","byte","17,261,824"'
+    assert pg.ncu_metrics(head + "\n" + h200) == [
+        {"time_us": pytest.approx(18.08), "dram_read_bytes": 17261824.0}
+    ]
+    with pytest.raises(ValueError, match="unknown unit"):
+        pg.ncu_metrics(head + '\n"0","k","s","gpu__time_duration.sum","cycle","3"')
+
+
+def test_profile_gpu_step_table_from_ncu_csv() -> None:
+    """profile_gpu's `step` part: ncu --csv rows (name, grid, metrics) grouped by kernel and grid,
+    per forward of the window's forwards, sorted by time; its markdown names each case."""
+    pg = script("profile_gpu")
+    head = '"ID","Kernel Name","Block Size","Grid Size","Metric Name","Metric Unit","Metric Value"'
+    mm, at = "void matmul_kernel<4, 1>(MatmulArgs, MatmulGeom, float *, int *)", "void attn<128>(x)"
+    rows = []
+    for i, (name, grid, ns) in enumerate(
+        [(mm, "(560, 1, 1)", "9,000"), (at, "(1, 16, 1)", "5,000"), (mm, "(96, 3, 1)", "3,000")] * 2
+    ):
+        rows += [
+            f'"{i}","{name}","(256, 1, 1)","{grid}","gpu__time_duration.sum","ns","{ns}"',
+            f'"{i}","{name}","(256, 1, 1)","{grid}","launch__registers_per_thread",'
+            '"register/thread","80"',
+        ]
+    kernels = pg.ncu_kernels("==PROF== x\n" + "\n".join([head] + rows))
+    assert len(kernels) == 6 and kernels[0]["name"] == "matmul_kernel<4, 1>"
+    t = pg.step_table(kernels, forwards=2)
+    assert t["kernels_per_forward"] == 3 and t["kernel_sum_us"] == pytest.approx(17.0)
+    top = t["by_kernel"][0]
+    assert (top["kernel"], top["grid"], top["per_forward"]) == (
+        "matmul_kernel<4, 1>",
+        "(560, 1, 1)",
+        1,
+    )
+    assert top["mean_us"] == pytest.approx(9.0) and top["share"] == pytest.approx(9 / 17)
+    assert top["regs"] == 80
+    assert [g["grid"] for g in t["by_kernel"]] == ["(560, 1, 1)", "(1, 16, 1)", "(96, 3, 1)"]
+    case = {"role": "target", "rows": 1, "graph_ms": 2.4, "eager_ms": 2.6, "forwards": 2} | t
+    md = "\n".join(pg.step_markdown({"cases": [case, {"role": "draft", "rows": 1, "error": "x"}]}))
+    assert "### target, 1 row" in md and "0.017 ms" in md and "| attn<128> | (1, 16, 1) | 1 |" in md
+    assert "### draft, 1 row" in md and "Not measured: x" in md
+    assert pg.step_cases("target:1,draft:5") == [("target", 1), ("draft", 5)]
+    for bad in ("target", "verify:1", "target:0", "draft:x"):
+        with pytest.raises(ValueError, match="step case"):
+            pg.step_cases(bad)
+
+
+def test_bench_gpu_forward_rows_on_the_cpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """bench_gpu's n-row forwards and prefill chunk (run here on the CPU backend, a tiny pair):
+    every row count of ROW_COUNTS timed, per row against one row, prefill chunks where they fit
+    max_seq_len, and the report's table."""
+    import types
+
+    import spec_pairs
+    from native import T
+
+    bg = script("bench_gpu")
+    monkeypatch.setattr(bg, "testing_module", lambda repo: T)
+    monkeypatch.setattr(bg, "PREFILL_ROWS", 8)
+    monkeypatch.setattr(bg, "PREFILL_CONTEXTS", (0, 16, 10**6))  # the last one does not fit
+    pair = spec_pairs.make_pair(tmp_path, "noisy", draft_len=4, max_batch=4, weights="f32")
+    r = bg.forward_rows(
+        Path(pair), "tiny", types.SimpleNamespace(device="cpu", context=16, iters=2)
+    )
+    assert [x["rows"] for x in r["verify_rows"]] == list(bg.ROW_COUNTS)
+    assert all(x["ms"] > 0 for x in r["verify_rows"]) and r["verify_rows"][0]["vs_one_row"] == 1.0
+    assert [x["context"] for x in r["prefill"]] == [0, 16]
+    assert all(x["tok_s"] == pytest.approx(8 / (x["ms"] / 1e3)) for x in r["prefill"])
+    rep = {"date": "d", "commit": "c", "device": {}, "settings": {"trt": {"context": 16}}}
+    md = bg.markdown(rep | {"forward_rows": {"pair-q4": r}})
+    assert "## Target forward of n rows and a prefill chunk, pair-q4" in md
+    assert "| 16 |" in md and "| chunk at context | ms | prompt tok/s |" in md
