@@ -6,9 +6,11 @@ run on the CPU backend with a tiny pair. ``trt-spec bench`` itself is tests/test
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import subprocess
 import sys
+import types
 from pathlib import Path
 from types import ModuleType
 
@@ -18,7 +20,10 @@ SCRIPTS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
 def script(name: str) -> ModuleType:
-    """benchmarks/<name>.py, imported as a module (the scripts are not a package)."""
+    """benchmarks/<name>.py, imported as a module (the scripts are not a package; they import
+    their sibling modules as they do when run, from their own folder)."""
+    if str(SCRIPTS) not in sys.path:
+        sys.path.insert(0, str(SCRIPTS))
     spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
@@ -252,8 +257,6 @@ def test_bench_gpu_forward_rows_on_the_cpu(tmp_path: Path, monkeypatch: pytest.M
     """bench_gpu's n-row forwards and prefill chunk (run here on the CPU backend, a tiny pair):
     every row count of ROW_COUNTS timed, per row against one row, prefill chunks where they fit
     max_seq_len, and the report's table."""
-    import types
-
     import spec_pairs
     from native import T
 
@@ -273,3 +276,43 @@ def test_bench_gpu_forward_rows_on_the_cpu(tmp_path: Path, monkeypatch: pytest.M
     md = bg.markdown(rep | {"forward_rows": {"pair-q4": r}})
     assert "## Target forward of n rows and a prefill chunk, pair-q4" in md
     assert "| 16 |" in md and "| chunk at context | ms | prompt tok/s |" in md
+    assert "the chunk: 8 prompt rows op by op" in md
+
+
+def test_gpu_report_projection_from_histograms(tmp_path: Path) -> None:
+    """gpu_report's projection: histograms found anywhere in the CPU bench's JSON (cut to K + 1
+    entries), a K with its own histogram projected from it, other K from the geometric model
+    fitted to all of them, and the report's projection table."""
+    gr = script("gpu_report")
+    bench = {
+        "runs": [
+            {"label": "model K=2", "draft_len": 2, "accepted_hist": [1, 1, 2, 0, 0]},
+            {"nested": {"k": 1, "accepted_hist": [3, 1]}},
+            {"draft_len": "auto", "accepted_hist": [5, 5]},  # no K: left out
+            {"draft_len": 3, "accepted_hist": [0, 0, 0, 0]},  # empty: left out
+        ]
+    }
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps(bench))
+    hists = gr.load_histograms(path)
+    assert sorted(hists) == [(1, [3, 1]), (2, [1, 1, 2])]
+    # accepted: 1 + 1 * 1 + 2 * 2 = 6 draft tokens; rejections: iterations short of K: 3 + 2 = 5
+    assert gr.fit_alpha(hists) == pytest.approx(6 / 11)
+    assert gr.expected_tokens(0.5, 2) == pytest.approx(1.75) and gr.expected_tokens(1.0, 3) == 4
+    args = types.SimpleNamespace(hist=str(path), alpha=0.9)
+    iters = [{"k": 2, "iteration_ms": 10.0}, {"k": 4, "iteration_ms": 20.0}]
+    p = gr.projection(iters, 5.0, args)
+    assert p["alpha"] == pytest.approx(6 / 11) and p["target_only_tok_s"] == pytest.approx(200.0)
+    k2, k4 = p["rows"]
+    assert k2["from"] == "histogram at this K" and k2["tokens_per_iteration"] == pytest.approx(
+        (1 * 1 + 2 * 1 + 3 * 2) / 4
+    )
+    assert k2["projected_tok_s"] == pytest.approx(k2["tokens_per_iteration"] / 0.010)
+    assert k4["from"] == "geometric model"
+    assert k4["tokens_per_iteration"] == pytest.approx(gr.expected_tokens(6 / 11, 4))
+    assumed = gr.projection(iters, 5.0, types.SimpleNamespace(hist=None, alpha=0.9))
+    assert "ASSUMED" in assumed["source"] and assumed["alpha"] == 0.9
+    rep = {"date": "d", "commit": "c", "device": {}, "settings": {}}
+    md = gr.markdown(rep | {"iterations": {"pair-q4": []}, "projections": {"pair-q4": p}})
+    assert "a PROJECTION, not a measurement" in md and "Target-only: 200 tok/s." in md
+    assert f"| 2 | 2.25 | histogram at this K | {2.25 / 0.010:.0f} | 1.12x |" in md

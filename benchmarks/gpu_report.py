@@ -1,0 +1,203 @@
+"""The GPU benchmark's projection and report (``bench_gpu.py`` measures, this file renders).
+
+* Projected tokens/s per K: expected tokens per iteration from the CPU bench's accepted-length
+  histograms (``--hist``; a truncated geometric model fitted to them where a K has none) or an
+  ASSUMED per-token acceptance (``--alpha``), divided by the measured iteration time. A
+  projection, not a measurement of real-model generation.
+* ``markdown``: the report's tables (decode steps against the roofline, iterations against their
+  parts, projections, n-row forwards and prefill chunks, transformers' rows, errors).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+PAIR_TITLES = {"pair": "1.5B target + 0.5B draft", "pair7b": "7B target + 0.5B draft"}
+
+
+# ---- projection ----------------------------------------------------------------------------------
+def load_histograms(path: Path) -> list[tuple[int | None, list[int]]]:
+    """(K or None, accepted-length histogram) of every entry holding an 'accepted_hist'."""
+    found: list[tuple[int | None, list[int]]] = []
+
+    def walk(x):
+        if isinstance(x, dict):
+            h = x.get("accepted_hist")
+            if isinstance(h, list) and sum(h) > 0:
+                k = x.get("draft_len", x.get("k"))
+                if isinstance(k, int) and not isinstance(k, bool):
+                    found.append((k, [int(c) for c in h[: k + 1]]))
+                elif k is None:
+                    found.append((None, [int(c) for c in h]))
+            for v in x.values():
+                walk(v)
+        elif isinstance(x, list):
+            for v in x:
+                walk(v)
+
+    walk(json.loads(path.read_text()))
+    return found
+
+
+def fit_alpha(hists: list[tuple[int | None, list[int]]]) -> float:
+    """Per-token acceptance of a truncated geometric model: accepted / (accepted + rejections)."""
+    acc = rej = 0
+    for k, h in hists:
+        top = k if k is not None else len(h) - 1
+        acc += sum(a * c for a, c in enumerate(h))
+        rej += sum(c for a, c in enumerate(h) if a < top)
+    return acc / (acc + rej) if acc + rej else 0.0
+
+
+def expected_tokens(alpha: float, k: int) -> float:
+    return float(k + 1) if alpha >= 1.0 else (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
+
+
+def projection(iters: list[dict], target_step_ms: float, args) -> dict:
+    hists = load_histograms(Path(args.hist)) if args.hist else []
+    if hists:
+        alpha = fit_alpha(hists)
+        source = f"measured histograms from {args.hist} (alpha fitted {alpha:.3f})"
+    else:
+        alpha = args.alpha
+        source = f"ASSUMED per-token acceptance alpha = {alpha} (no --hist given)"
+    rows = []
+    for it in iters:
+        k = it["k"]
+        exact = [h for kk, h in hists if kk == k]
+        if exact:
+            tot = [sum(c for c in col) for col in zip(*exact, strict=False)]
+            tokens = sum((a + 1) * c for a, c in enumerate(tot)) / sum(tot)
+            how = "histogram at this K"
+        else:
+            tokens = expected_tokens(alpha, k)
+            how = "geometric model"
+        rows.append(
+            {
+                "k": k,
+                "tokens_per_iteration": tokens,
+                "from": how,
+                "projected_tok_s": tokens / (it["iteration_ms"] / 1e3),
+            }
+        )
+    return {
+        "source": source,
+        "alpha": alpha,
+        "target_only_tok_s": 1e3 / target_step_ms,
+        "rows": rows,
+    }
+
+
+# ---- report --------------------------------------------------------------------------------------
+def fmt(x, spec: str = ".3f") -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def markdown(r: dict) -> str:
+    d = r["device"]
+    r.setdefault("bandwidth_gbps", None)
+    out = [
+        f"# GPU benchmark, {r['date']}",
+        "",
+        f"Device: {d.get('name')} (cc {d.get('compute_capability')}, {d.get('sm_count')} SMs, "
+        f"{d.get('total_bytes', 0) / 2**30:.0f} GiB). Commit {r['commit']}. "
+        f"Copy bandwidth measured in this run: {fmt(r['bandwidth_gbps'], '.0f')} GB/s "
+        f"(spec sheet peak {fmt(d.get('peak_bandwidth_gbps'), '.0f')} GB/s).",
+        f"Settings: {json.dumps(r['settings'])}. Random weights in the real shapes.",
+        "",
+        "## Decode step, one row (batch 1)",
+        "",
+        "| model | weights | step ms (graph) | no graph | with PDL | engine step ms | "
+        "roofline ms | of roofline | with PDL | achieved GB/s |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for s in r.get("decode_steps", []):
+        out.append(
+            f"| {s['model']} | {s['weights']} | {fmt(s['step_ms'])} | "
+            f"{fmt(s['step_no_graph_ms'])} | {fmt(s.get('step_pdl_ms'))} | "
+            f"{fmt(s.get('engine_step_ms'))} | "
+            f"{fmt(s['roofline_ms'])} | {fmt(s['of_roofline'], '.0%')} | "
+            f"{fmt(s.get('of_roofline_pdl'), '.0%')} | {fmt(s['achieved_gbps'], '.0f')} |"
+        )
+    out += [
+        "",
+        "Roofline: (weight bytes + KV bytes read) / measured copy bandwidth. Engine step: "
+        "the decoder's k=0 iteration (forward, sampling, SeqState read back). With PDL: the same "
+        "graph with the matmuls launched as programmatic dependents (TRT_SPEC_CUDA_PDL; sm_90+; "
+        "'-' where the device lacks it).",
+    ]
+    iters = r.get("iterations") or {}
+    if isinstance(iters, list):  # (reports before 2026-11-26: the f16 pair's table)
+        iters = {"pair-f16": iters}
+    for name, rows in iters.items():
+        out += [
+            "",
+            f"## Speculative iteration, {PAIR_TITLES.get(name.split('-')[0], name)}, "
+            f"{name.split('-')[-1]}, batch 1",
+            "",
+            "| K | iteration ms (graph) | no graph | verify | draft step 0 | draft step | "
+            "verify + K drafts | graph overhead | graph speedup |",
+            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        ]
+        for it in rows:
+            out.append(
+                f"| {it['k']} | {fmt(it['iteration_ms'])} | {fmt(it['iteration_no_graph_ms'])} "
+                f"| {fmt(it['verify_ms'])} | {fmt(it['draft_step0_ms'])} | "
+                f"{fmt(it['draft_step_ms'])} | {fmt(it['parts_ms'])} | "
+                f"{fmt(it['graph_overhead'], '+.1%')} | {fmt(it['graph_speedup'], '.2f')}x |"
+            )
+        p = (r.get("projections") or {}).get(name)
+        if name == "pair-f16" and r.get("projection"):
+            p = r["projection"]
+        if not p:
+            continue
+        out += [
+            "",
+            f"Projected tokens/s of {name} (a PROJECTION, not a measurement): expected tokens "
+            f"per iteration from {p['source']}, divided by the measured iteration time. "
+            f"Target-only: {p['target_only_tok_s']:.0f} tok/s.",
+            "",
+            "| K | tokens / iteration | from | projected tok/s | vs target-only |",
+            "|---:|---:|---|---:|---:|",
+        ]
+        for row in p["rows"]:
+            out.append(
+                f"| {row['k']} | {row['tokens_per_iteration']:.2f} | {row['from']} | "
+                f"{row['projected_tok_s']:.0f} | "
+                f"{row['projected_tok_s'] / p['target_only_tok_s']:.2f}x |"
+            )
+    for name, fr in (r.get("forward_rows") or {}).items():
+        out += [
+            "",
+            f"## Target forward of n rows and a prefill chunk, {name}",
+            "",
+            "Verify-like forwards of n rows of one sequence in a graph (context "
+            f"{r['settings'].get('trt', {}).get('context', '?')}); the chunk: "
+            f"{fr.get('prefill_rows', 256)} prompt rows op by op.",
+            "",
+            "| rows | ms | vs one row |",
+            "|---:|---:|---:|",
+        ]
+        out += [
+            f"| {x['rows']} | {fmt(x['ms'])} | {x['vs_one_row']:.2f}x |" for x in fr["verify_rows"]
+        ]
+        out += ["", "| chunk at context | ms | prompt tok/s |", "|---:|---:|---:|"]
+        out += [f"| {x['context']} | {fmt(x['ms'])} | {x['tok_s']:.0f} |" for x in fr["prefill"]]
+    if r.get("transformers"):
+        out += [
+            "",
+            "## transformers on the same shapes (fp16, static KV cache)",
+            "",
+            "| model | torch.compile | step ms | decode tok/s | note |",
+            "|---|---|---:|---:|---|",
+        ]
+        for t in r["transformers"]:
+            out.append(
+                f"| {t.get('model', '-')} | {t.get('torch_compile', '-')} | "
+                f"{fmt(t.get('step_ms'))} | {fmt(t.get('decode_tok_s'), '.0f')} | "
+                f"{t.get('error', '')} |"
+            )
+    if r.get("errors"):
+        out += ["", "## Errors", ""] + [f"- {e}" for e in r["errors"]]
+    return "\n".join(out) + "\n"
