@@ -168,13 +168,14 @@ def markdown(r: dict) -> str:
                 f"{row['projected_tok_s'] / p['target_only_tok_s']:.2f}x |"
             )
     for name, fr in (r.get("forward_rows") or {}).items():
+        chunk_rows = fr.get("prefill_rows", 256)  # (reports before 2026-11-27 s28: always 256)
         out += [
             "",
             f"## Target forward of n rows and a prefill chunk, {name}",
             "",
             "Verify-like forwards of n rows of one sequence in a graph (context "
             f"{r['settings'].get('trt', {}).get('context', '?')}); the chunk: "
-            f"{fr.get('prefill_rows', 256)} prompt rows op by op.",
+            f"{chunk_rows} prompt rows op by op.",
             "",
             "| rows | ms | vs one row |",
             "|---:|---:|---:|",
