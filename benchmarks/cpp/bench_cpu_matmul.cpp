@@ -6,7 +6,8 @@
 // time) next to the streaming-read and memcpy GB/s measured in the same run. Weights rotate over
 // enough copies (>= 256 MiB) to miss the caches, as in a real forward pass (--hot: one copy, to see
 // the kernels' in-cache speed); activations are quantized outside the timed loop (Q8/Q4), and Q8/Q4
-// codes are repacked to each ISA's lane layout as the CPU backend does at load (repack_lanes.h).
+// weights are repacked to each ISA's row-block layout as the CPU backend does at load
+// (repack_lanes.h).
 // GB/s is from the median time, "best" from the fastest run (the machine may be shared), "%read"
 // compares the median with the streaming read.
 //
@@ -190,7 +191,7 @@ int main(int argc, char** argv) {
       for (const std::string& isa : supported_isas()) {
         const MatmulKernels& k = *matmul_kernels_for(isa.c_str());
         const WeightView nat{t, s.rows, s.cols, natural.p};
-        const bool packed = lanes_apply(nat);  // what the CPU backend runs: this ISA's layout
+        const bool packed = lanes_apply(nat, k.lanes);  // what the CPU backend runs
         if (packed) repack_lanes(nat, w.p, k.lanes);
         if (!packed) std::memcpy(w.p, natural.p, bytes);
         for (int c = 1; c < copies; ++c) std::memcpy(w.p + c * bytes, w.p, bytes);

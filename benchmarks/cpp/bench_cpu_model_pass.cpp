@@ -8,7 +8,8 @@
 // plus the q8 output head 151936x1536. Every layer has its own copy of the weights (1.3 GB in
 // all), so a pass streams them from DRAM as a forward does. Per matrix the pass quantizes the M
 // activation rows and runs the matmul over a pool of threads in dynamic row chunks, as
-// CpuBackend::linear does. Only the kernels are timed (no attention, norms or activations).
+// CpuBackend::linear does, on weights repacked into the ISA's layout as the CPU backend loads them
+// (repack_lanes.h). Only the kernels are timed (no attention, norms or activations).
 //
 // Prints per M: the median ms per pass (layers, head, total), ms per activation row, GFLOP/s
 // (2 x multiply-adds / time), the total relative to M = 1, and the fastest pass ("best", with its
@@ -18,6 +19,7 @@
 //
 // Build (from the repo root; the ISA files need their flags, see cpp/kernels/cpu/CMakeLists.txt):
 //   g++ -std=c++17 -O3 -Icpp -c cpp/kernels/cpu/quantize.cpp cpp/kernels/cpu/matmul_dispatch.cpp
+//       cpp/kernels/cpu/repack_lanes.cpp
 //   g++ -std=c++17 -O3 -Icpp -mavx2 -mfma -mf16c -c cpp/kernels/cpu/matmul_avx2.cpp
 //   g++ -std=c++17 -O3 -Icpp -mavx512f -mavx512bw -mavx512vl -mavx512vnni -mavx512bf16 -mavx2
 //       -mfma -mf16c -c cpp/kernels/cpu/matmul_avx512.cpp
@@ -40,6 +42,7 @@
 
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/quantize.h"
+#include "kernels/cpu/repack_lanes.h"
 
 using namespace trt_spec;
 using namespace trt_spec::cpu;
@@ -109,7 +112,7 @@ struct Matrix {
 // The model's matrices, each in its own memory.
 class Model {
  public:
-  Model(int layers, bool head) {
+  Model(int layers, bool head, const MatmulKernels& kernels) {
     struct Kind {
       int64_t rows, cols;
       WeightType t;
@@ -132,10 +135,20 @@ class Model {
       uint8_t* p = bufs_.back()->p;
       std::vector<float> wf(static_cast<size_t>(k.rows) * k.cols);
       for (auto& v : wf) v = nd(rng);
-      quantize_weight(wf.data(), k.rows, k.cols, k.t, p);
+      std::vector<uint8_t> natural(bytes + 64);
+      uint8_t* nat = natural.data() + (64 - reinterpret_cast<uintptr_t>(natural.data()) % 64) % 64;
+      quantize_weight(wf.data(), k.rows, k.cols, k.t, nat);
+      const WeightView nv{k.t, k.rows, k.cols, nat};
+      const bool packed = lanes_apply(nv, kernels.lanes);  // as the CPU backend loads it
+      if (packed)
+        repack_lanes(nv, p, kernels.lanes);
+      else
+        std::memcpy(p, nat, bytes);
       for (int c = 0; c < k.count; ++c) {
         if (c > 0) std::memcpy(p + c * bytes, p, bytes);
-        mats_.push_back({WeightView{k.t, k.rows, k.cols, p + c * bytes}, k.rows == 151936});
+        WeightView v{k.t, k.rows, k.cols, p + c * bytes};
+        if (packed) v.layout = kernels.lanes;
+        mats_.push_back({v, k.rows == 151936});
         macs_per_row_[mats_.back().head] += static_cast<double>(k.rows) * k.cols;
       }
     }
@@ -229,7 +242,7 @@ int main(int argc, char** argv) {
   const MatmulKernels& k = isa.empty() ? matmul_kernels() : *matmul_kernels_for(isa.c_str());
   std::printf("isa %s, %d threads, %d layers%s, %d rounds (median)\n", k.isa, threads, layers,
               head ? " + q8 head" : "", rounds);
-  const Model model(layers, head);
+  const Model model(layers, head, k);
   Acts acts(max_m, 8960, head ? 151936 : 17920);
   Pool pool(threads);
   std::vector<std::vector<double>> layer_s(ms.size()), head_s(ms.size());

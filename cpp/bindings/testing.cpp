@@ -158,8 +158,11 @@ NB_MODULE(_trt_spec_testing, m) {
         const int M = static_cast<int>(x.shape(0));
         auto aligned = aligned_copy(blob);
         WeightView w{t, rows, cols, aligned.get()};
-        if (lanes) {  // the CPU backend's repacked copy, in this ISA's layout (repack_lanes.h)
-          if (!cpu::lanes_apply(w)) throw InvalidArgument("lanes: a Q8 / Q4 weight only");
+        // lanes: the CPU backend's copy, repacked into this ISA's layout where that applies
+        // (repack_lanes.h; e.g. Rows16 needs rows % 16 == 0), else natural as the backend keeps it.
+        if (lanes && !weight_type_needs_groups(t))
+          throw InvalidArgument("lanes: a Q8 / Q4 weight only");
+        if (lanes && cpu::lanes_apply(w, k->lanes)) {
           auto packed = aligned_copy(blob);
           cpu::repack_lanes(w, packed.get(), k->lanes);
           aligned = std::move(packed);

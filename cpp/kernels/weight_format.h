@@ -83,10 +83,10 @@ inline size_t weight_blob_bytes(WeightType t, int64_t rows, int64_t cols) {
   return weight_section_offset(t, rows, cols, weight_section_count(t));
 }
 
-// How a Q8 / Q4 weight's codes (section 0) are ordered: as in the file, or in the lane layout of
-// one CPU matmul tile (kernels/cpu/repack_lanes.h): 128-column chunks (the AVX2 tile) or
-// 512-column chunks (the AVX-512 tile).
-enum class CodeLayout : uint8_t { Natural = 0, Lanes128 = 1, Lanes512 = 2 };
+// How a Q8 / Q4 weight's codes (section 0) are ordered: as in the file, or in the layout of one
+// CPU matmul tile (kernels/cpu/row_blocks.h): blocks of 8 rows (the AVX2 tile) or 16 (the AVX-512
+// one), scales and offsets included.
+enum class CodeLayout : uint8_t { Natural = 0, Rows8 = 1, Rows16 = 2 };
 
 // A view of one weight matrix in memory (engine mmap or backend buffer). The runtime fills
 // it from the engine file; kernels take it by value.

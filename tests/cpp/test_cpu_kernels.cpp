@@ -221,26 +221,9 @@ void test_quantize(WeightType t, int64_t rows, int64_t cols) {
   }
 }
 
-// Where column c of a row of quantized activations is stored, in a table's lane layout (word k
-// of a group is its columns 4k..4k+3):
-//   Lanes128 (kernels/cpu/matmul_quant_impl.h): 128-column chunks of 4 vectors
-//     [A_k B_k C_k D_k | A_k+4 ..], a 64-column tail of 2 vectors [A_k B_k A_k+1 B_k+1 | ..];
-//   Lanes512 (kernels/cpu/matmul_quant512_impl.h): 512-column chunks of 8 vectors
-//     [g0_k g1_k .. g15_k], the last chunk's vectors holding only its ng groups.
-size_t lane_pos(CodeLayout layout, int cols, int c) {
-  if (layout == CodeLayout::Lanes512) {
-    const int chunk = c / 512 * 512, ng = std::min(16, (cols - chunk) / 32);
-    return chunk + (c % 32 / 4) * 4 * ng + (c - chunk) / 32 * 4 + c % 4;
-  }
-  const int chunk = c / 128 * 128, g = (c - chunk) / 32, k = c % 32 / 4, half = k / 4;
-  if (chunk + 128 <= cols) return chunk + k % 4 * 32 + half * 16 + g * 4 + c % 4;
-  const int kk = k % 4;
-  return chunk + kk / 2 * 32 + half * 16 + (kk % 2 * 2 + g) * 4 + c % 4;
-}
-
-// Scalar reference of quantize_acts (q in the lane layout).
-void ref_quant_acts(CodeLayout layout, const float* x, int M, int cols, std::vector<int8_t>& q,
-                    std::vector<float>& d, std::vector<float>& ds) {
+// Scalar reference of quantize_acts (q in column order).
+void ref_quant_acts(const float* x, int M, int cols, std::vector<int8_t>& q, std::vector<float>& d,
+                    std::vector<float>& ds) {
   const int groups = cols / 32;
   q.assign(static_cast<size_t>(M) * cols, 0);
   d.assign(static_cast<size_t>(M) * groups, 0);
@@ -254,8 +237,7 @@ void ref_quant_acts(CodeLayout layout, const float* x, int M, int cols, std::vec
       int sum = 0;
       for (int i = 0; i < 32; ++i) {
         const int v = static_cast<int>(std::nearbyint(p[i] * id));
-        q[static_cast<size_t>(m) * cols + lane_pos(layout, cols, g * 32 + i)] =
-            static_cast<int8_t>(v);
+        q[static_cast<size_t>(m) * cols + g * 32 + i] = static_cast<int8_t>(v);
         sum += v;
       }
       d[m * groups + g] = dd;
@@ -295,21 +277,20 @@ void test_matmul(const MatmulKernels& k, WeightType t, int64_t rows, int64_t col
     const QuantActs qa = quant_acts_view(qb.p, M, static_cast<int>(cols));
     std::vector<int8_t> rq;
     std::vector<float> rd, rds;
-    ref_quant_acts(k.lanes, x.data(), M, static_cast<int>(cols), rq, rd, rds);
+    ref_quant_acts(x.data(), M, static_cast<int>(cols), rq, rd, rds);
     k.quantize_acts(x.data(), 0, M, qa);
     const size_t ng = static_cast<size_t>(M) * cols / 32;
     check(std::memcmp(qa.q, rq.data(), rq.size()) == 0 &&
               std::memcmp(qa.d, rd.data(), ng * 4) == 0 &&
               std::memcmp(qa.ds, rds.data(), ng * 4) == 0,
           std::string("quantize_acts exact ") + name);
-    for (size_t i = 0; i < xr.size(); ++i)
-      xr[i] =
-          rd[i / 32] * rq[i / cols * cols + lane_pos(k.lanes, static_cast<int>(cols), i % cols)];
+    for (size_t i = 0; i < xr.size(); ++i) xr[i] = rd[i / 32] * rq[i];
     dx = rd;
     k.matmul_quant(v, qa, M, y.data(), rows, r0, r1);
-    if (lanes_apply(v)) {  // the CPU backend's repacked copy: the same bits; another ISA's: refused
-      Aligned pb(blob.size());
-      for (CodeLayout layout : {CodeLayout::Lanes128, CodeLayout::Lanes512}) {
+    // The CPU backend's repacked copy: the same bits; another ISA's: refused.
+    for (CodeLayout layout : {CodeLayout::Rows8, CodeLayout::Rows16}) {
+      if (lanes_apply(v, layout)) {
+        Aligned pb(blob.size());
         repack_lanes(v, static_cast<uint8_t*>(pb.p), layout);
         WeightView pv = v;
         pv.data = static_cast<const uint8_t*>(pb.p);
@@ -487,9 +468,11 @@ int main() {
   struct Shape {
     int64_t rows, cols;
   };
-  // cols: 64-column tails (64, 192, 320, 448), whole 128-column chunks, column blocks (4864)
-  const Shape shapes[] = {{1, 64},  {7, 64},   {3, 192},    {9, 320},  {6, 384},
-                          {5, 448}, {33, 896}, {130, 1536}, {17, 4864}};
+  // cols: 64-column tails (64, 192, 320, 448), whole 128-column chunks, column blocks (4864);
+  // rows: partial and whole blocks of 16 (the AVX-512 tile's Rows16 layout needs whole ones)
+  const Shape shapes[] = {{1, 64},   {7, 64},    {3, 192},    {9, 320},   {6, 384},
+                          {5, 448},  {33, 896},  {130, 1536}, {17, 4864}, {16, 64},
+                          {32, 896}, {48, 1536}, {32, 4864}};
   const Shape float_only[] = {{5, 100}, {3, 7}, {9, 33}};
   const int Ms[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 33};
   for (const std::string& isa : supported_isas()) {
@@ -504,6 +487,7 @@ int main() {
       test_matmul(*k, t, 5, 4864, 100, 0, 5);  // M > 9 with several column blocks
       test_matmul(*k, t, 6, 1536, 77, 1, 6);
       test_matmul(*k, t, 40, 8960, 70, 3, 37);  // column blocks, activation-row blocks
+      test_matmul(*k, t, 48, 8960, 30, 5, 43);  // the same over whole blocks of 16 rows
       test_rows_bit_identical(*k, t);
       if (!weight_type_needs_groups(t))
         for (const Shape& s : float_only)

@@ -151,14 +151,14 @@ cpu::QuantActs CpuBackend::quant_scratch(int n, int cols) {
 }
 
 WeightView CpuBackend::import_matmul_weight(const WeightView& host) {
-  // Into the lane layout of the kernel table in use (MatmulKernels::lanes). TRT_SPEC_CPU_LANES=0
-  // keeps the file's layout (the matmul then reorders each chunk as it goes): for comparing the
-  // two in one run; the results are the same bits.
+  // Into the row-block layout of the kernel table in use (MatmulKernels::lanes; rows a multiple
+  // of its block). TRT_SPEC_CPU_LANES=0 keeps the file's layout (the matmul then packs each group
+  // as it goes, slowly): for comparing the two in one run; the results are the same bits.
   static const bool lanes = [] {
     const char* env = std::getenv("TRT_SPEC_CPU_LANES");
     return !(env && std::string(env) == "0");
   }();
-  if (!lanes || !cpu::lanes_apply(host)) return host;
+  if (!lanes || !cpu::lanes_apply(host, kernels_.lanes)) return host;
   const size_t bytes = weight_blob_bytes(host.type, host.rows, host.cols);
   std::unique_ptr<uint8_t, void (*)(void*)> blob(
       static_cast<uint8_t*>(std::aligned_alloc(kSectionAlign, align_up(bytes, kSectionAlign))),

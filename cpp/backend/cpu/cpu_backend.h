@@ -35,7 +35,7 @@ class CpuBackend : public Backend {  // (tests derive a scripted-clock backend)
   void download(void* dst, const void* src, size_t bytes) override;
   void synchronize() override {}
   WeightView import_weight(const WeightView& host) override { return host; }
-  // Q8 / Q4: a repacked copy in the matmul's lane layout (owned by the backend); else host.
+  // Q8 / Q4: a repacked copy in the matmul's row-block layout (owned by the backend); else host.
   WeightView import_matmul_weight(const WeightView& host) override;
 
   void embed(WeightView table, const int32_t* tokens, int n, float* out) override;

@@ -8,8 +8,8 @@
 // Q8/Q4 weights multiply activations pre-quantized by quantize_acts() (int8, one f32 scale per
 // group of 32 columns) with integer dot products.
 //
-// Work layout (matmul_tiling.h): tiles of R weight rows x up to 8-9 activation rows keep their
-// accumulators in registers; weight panels, column blocks and activation-row blocks keep the
+// Work layout (matmul_tiling.h): tiles of R weight rows x up to 8-12 activation rows keep their
+// accumulators in registers (Q8 / Q4: blocks of 8 or 16 rows, one per vector lane); weight panels, column blocks and activation-row blocks keep the
 // activations in cache. A row's output is bit-identical whatever M and whatever other rows share
 // the call (for every M): a verify pass, a batch, a prefill chunk and a decode step agree.
 #pragma once
@@ -25,8 +25,7 @@ namespace trt_spec::cpu {
 
 // Activations quantized for Q8/Q4 weights: row m, group g of 32 columns.
 struct QuantActs {
-  int8_t* q = nullptr;  // [M, cols]       q = round(x / d), in [-127, 127], each row's chunks in
-                        //                 its table's lane order (MatmulKernels::lanes)
+  int8_t* q = nullptr;  // [M, cols]       q = round(x / d), in [-127, 127]
   float* d = nullptr;   // [M, cols / 32]  scale: x ~= d * q, d = max|x| / 127
   float* ds = nullptr;  // [M, cols / 32]  d * sum(q in group)
   int M = 0;
@@ -41,8 +40,8 @@ QuantActs quant_acts_view(void* buf, int M, int cols);
 
 struct MatmulKernels {
   const char* isa;  // "avx2" or "avx512"
-  // The lane layout of this table's quantized activations and of the Q8 / Q4 weights its
-  // matmul_quant reads fastest (repack_lanes.h): Lanes128 (AVX2) or Lanes512 (AVX-512).
+  // The layout of the Q8 / Q4 weights this table's matmul_quant reads fastest (repack_lanes.h):
+  // blocks of 8 rows (Rows8, AVX2) or 16 (Rows16, AVX-512).
   CodeLayout lanes;
   // Quantize rows [m0, m1) of x [M, cols] (f32) into out (symmetric int8 per group of 32).
   void (*quantize_acts)(const float* x, int m0, int m1, QuantActs out);

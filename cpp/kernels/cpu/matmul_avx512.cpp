@@ -3,10 +3,10 @@
 //
 // Same structure as matmul_avx2.cpp (primitives listed there, body in matmul_impl.h) with:
 //   - float weights: 512-bit vectors, 16 columns per step;
-//   - Q4 / Q8: vpdpbusd (u8 x s8 -> int32, no saturation) replaces maddubs + int16 sums + madd,
-//     and Q8 multiplies its unsigned codes q = w + 128 directly; the kernel removes the bias with
-//     -128 * d_w * ds per group (kQ8Bias). The tiles are QuantTile512 (matmul_quant512_impl.h:
-//     512-bit vectors, up to 12 activation rows), so this Isa has no dot<T, N>.
+//   - Q4 / Q8: blocks of 16 weight rows (Rows16); vpdpbusd (u8 x s8 -> int32, no saturation)
+//     replaces maddubs + int16 sums + madd, its activation word a {1to16} broadcast from memory,
+//     and Q8 multiplies its unsigned codes q = w + 128 directly (the tile removes the bias with
+//     -128 * d_w * ds per group, kQ8Bias); up to 12 activation rows per tile.
 // Only called when __builtin_cpu_supports reports AVX512 F, BW, VL and VNNI (matmul_dispatch.cpp;
 // no BF16 instruction is used, so AVX512_BF16 is not required). Not runnable on AVX2-only
 // machines: tests/cpp/test_cpu_kernels.cpp and tests/test_kernels_cpu.py cover it wherever the
@@ -18,6 +18,8 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 #include <immintrin.h>
+
+#include <cstring>
 
 #include "kernels/cpu/matmul.h"
 
@@ -55,15 +57,53 @@ struct Isa {
   }
 
   static void storeu(float* p, VF v) { _mm512_storeu_ps(p, v); }
+  static VF mul(VF a, VF b) { return _mm512_mul_ps(a, b); }
+  static VF set1(float v) { return _mm512_set1_ps(v); }
 
-  // Q4 codes and Q8 unsigned codes both go to vpdpbusd as they are.
-  template <WeightType T>
-  using WVec = __m256i;
+  using VI = __m512i;
+  static constexpr CodeLayout kRowLayout = CodeLayout::Rows16;
+  static VF to_float(VI v) { return _mm512_cvtepi32_ps(v); }
+  static VF load_f16(const uint16_t* p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
+  static void store_rows(float* p, int lo, int hi, VF v) {
+    _mm512_mask_storeu_ps(p, static_cast<__mmask16>(((1u << hi) - 1) & ~((1u << lo) - 1)), v);
+  }
+
   static constexpr float kQ8Bias = -128.0f;
-
   template <WeightType T>
-  static __m256i wvec(__m256i v) {
-    return v;
+  static constexpr int kQuantMt = 12;  // 12 int + 12 float accumulators of the 32 registers
+
+  template <WeightType T, int MT>
+  static void group_dots(const uint8_t* w, const int8_t* x, int64_t ld, VI* s) {
+    auto word = [&](int m, int k) {  // x word k of activation row m in every lane
+      int32_t v;
+      std::memcpy(&v, x + m * ld + 4 * k, 4);
+      return _mm512_set1_epi32(v);
+    };
+#pragma GCC unroll 16
+    for (int m = 0; m < MT; ++m) s[m] = _mm512_setzero_si512();
+    if constexpr (T == WeightType::Q4) {
+      const __m512i nib = _mm512_set1_epi8(0x0f);
+#pragma GCC unroll 4
+      for (int j = 0; j < 4; ++j) {  // vector j: V_2j low, V_2j+1 high
+        const __m512i v = _mm512_loadu_si512(w + 64 * j);
+        const __m512i lo = _mm512_and_si512(v, nib);
+        const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
+#pragma GCC unroll 16
+        for (int m = 0; m < MT; ++m) {
+          s[m] = _mm512_dpbusd_epi32(s[m], lo, word(m, 2 * j));
+          s[m] = _mm512_dpbusd_epi32(s[m], hi, word(m, 2 * j + 1));
+        }
+      }
+    } else {
+#pragma GCC unroll 8
+      for (int k = 0; k < 8; ++k) {  // V_k
+        const __m512i v = _mm512_loadu_si512(w + 64 * k);
+#pragma GCC unroll 16
+        for (int m = 0; m < MT; ++m) s[m] = _mm512_dpbusd_epi32(s[m], v, word(m, k));
+      }
+    }
   }
 };
 
@@ -74,7 +114,7 @@ struct Isa {
 
 namespace trt_spec::cpu {
 
-const MatmulKernels kMatmulKernelsAvx512 = {"avx512", CodeLayout::Lanes512, &quantize_acts,
+const MatmulKernels kMatmulKernelsAvx512 = {"avx512", CodeLayout::Rows16, &quantize_acts,
                                             &matmul_float, &matmul_quant};
 
 }  // namespace trt_spec::cpu

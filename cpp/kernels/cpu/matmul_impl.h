@@ -11,8 +11,8 @@
 //   matmul_tiling.h       tile shapes and the walk over rows, activation rows and columns; why a
 //                         row's result does not depend on M (exactness)
 //   matmul_float_impl.h   F32 / F16 / BF16 weights times f32 activations
-//   matmul_quant_impl.h   activation quantization and Q8 / Q4 weights times int8 activations
-//                         (its tiles in the AVX-512 unit: matmul_quant512_impl.h)
+//   matmul_quant_impl.h   activation quantization and Q8 / Q4 weights times int8 activations,
+//                         in blocks of Isa::W weight rows (row_blocks.h)
 #pragma once
 
 #include <immintrin.h>

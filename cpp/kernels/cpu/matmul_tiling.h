@@ -11,7 +11,7 @@
 //         for each m tile of the block: tile(...) over the panel's rows
 //
 // A kernel family walks the panel's rows itself: the float kernels in row tiles of R rows
-// (for_row_tiles), the quantized ones one row after another inside one call (a call per row
+// (for_row_tiles), the quantized ones block of rows after block inside one call (a call per row
 // cost 5% of a prefill: the call, its Spill argument and the accumulators' set-up).
 //
 // Exactness. Every tile computes a (row, activation row) output with the same sequence of float

@@ -251,7 +251,7 @@ void quantize_weight(const float* w, int64_t rows, int64_t cols, WeightType t, u
 
 void dequantize_rows(WeightView w, int64_t r0, int64_t r1, float* out) {
   if (w.layout != CodeLayout::Natural)  // (the CPU matmul's private layouts: never handed out)
-    throw std::invalid_argument("dequantize_rows: a weight in the matmul lane layout");
+    throw std::invalid_argument("dequantize_rows: a weight in the matmul's row-block layout");
   const int64_t cols = w.cols, groups = cols / kQuantGroup;
   for (int64_t r = r0; r < r1; ++r, out += cols) {
     switch (w.type) {
