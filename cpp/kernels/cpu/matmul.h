@@ -9,9 +9,10 @@
 // group of 32 columns) with integer dot products.
 //
 // Work layout (matmul_tiling.h): tiles of R weight rows x up to 8-12 activation rows keep their
-// accumulators in registers (Q8 / Q4: blocks of 8 or 16 rows, one per vector lane); weight panels, column blocks and activation-row blocks keep the
-// activations in cache. A row's output is bit-identical whatever M and whatever other rows share
-// the call (for every M): a verify pass, a batch, a prefill chunk and a decode step agree.
+// accumulators in registers (Q8 / Q4: blocks of 8 or 16 rows, one per vector lane); weight panels,
+// column blocks and activation-row blocks keep the activations in cache. A row's output is
+// bit-identical whatever M and whatever other rows share the call (for every M): a verify pass, a
+// batch, a prefill chunk and a decode step agree.
 #pragma once
 
 #include <cstddef>
