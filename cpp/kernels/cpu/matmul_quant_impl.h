@@ -19,7 +19,8 @@
 //
 // Measured on a Zen 4 EPYC (3.6 GHz, 1 thread, weights hot in L2, 256 x 1536, 5 activation rows),
 // cycles per 512 products, the 128- / 512-column lane tiles this replaced -> this one: AVX-512 q4
-// 15.6 -> 11.3 (the multiply pipes' bound is 11), q8 22.4 -> 12.0; see HISTORY.md (session 29).
+// 15.6 -> 11.3 (the multiply pipes' bound is 11), q8 22.4 -> 12.0; AVX2 q4 21.5 -> 18.4, q8 33.8
+// -> 27.7 (bounds near 12 and 21); benchmarks/results/HISTORY.md, session 29.
 //
 // Rows outside a tile's range [r0, r1) are computed with their block and not stored (masked
 // stores), so any row range works; the CPU backend hands out multiples of 16. Codes in the
