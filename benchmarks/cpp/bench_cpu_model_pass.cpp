@@ -135,8 +135,8 @@ class Model {
       uint8_t* p = bufs_.back()->p;
       std::vector<float> wf(static_cast<size_t>(k.rows) * k.cols);
       for (auto& v : wf) v = nd(rng);
-      std::vector<uint8_t> natural(bytes + 64);
-      uint8_t* nat = natural.data() + (64 - reinterpret_cast<uintptr_t>(natural.data()) % 64) % 64;
+      const AlignedBuf natural(bytes);
+      uint8_t* nat = natural.p;
       quantize_weight(wf.data(), k.rows, k.cols, k.t, nat);
       const WeightView nv{k.t, k.rows, k.cols, nat};
       const bool packed = lanes_apply(nv, kernels.lanes);  // as the CPU backend loads it

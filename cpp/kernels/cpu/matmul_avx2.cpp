@@ -11,7 +11,6 @@
 //   store_rows(p, lo, hi, v)  lanes [lo, hi) of v to p + lo .. p + hi
 //   group_dots<T, MT>(w, x, ld, s)  s[m] = the W rows' int32 dots of one group (the block's
 //                         codes at w, row_blocks.h) with activation row m's 32 codes at x + m * ld
-//   kQ8Bias               -128: Q8 codes are q = w + 128, and the tile adds -128 * d_w * ds
 //   kQuantMt<T>           activation rows per quantized tile
 //
 // Q4: maddubs(code, bcast(x word)) (u8 x s8 pairs; each pair sum <= 2 * 15 * 127), the 8 words'
@@ -71,7 +70,6 @@ struct Isa {
     _mm256_maskstore_ps(p, keep, v);
   }
 
-  static constexpr float kQ8Bias = -128.0f;
   // Q8 keeps two int16 sums per activation row: at most 6 rows fit the 16 registers.
   template <WeightType T>
   static constexpr int kQuantMt = T == WeightType::Q4 ? 8 : 6;

@@ -6,7 +6,7 @@
 //   - Q4 / Q8: blocks of 16 weight rows (Rows16); vpdpbusd (u8 x s8 -> int32, no saturation)
 //     replaces maddubs + int16 sums + madd, its activation word a {1to16} broadcast from memory,
 //     and Q8 multiplies its unsigned codes q = w + 128 directly (the tile removes the bias with
-//     -128 * d_w * ds per group, kQ8Bias); up to 12 activation rows per tile.
+//     -128 * d_w * ds per group, as on AVX2); up to 12 activation rows per tile.
 // Only called when __builtin_cpu_supports reports AVX512 F, BW, VL and VNNI (matmul_dispatch.cpp;
 // no BF16 instruction is used, so AVX512_BF16 is not required). Not runnable on AVX2-only
 // machines: tests/cpp/test_cpu_kernels.cpp and tests/test_kernels_cpu.py cover it wherever the
@@ -70,7 +70,6 @@ struct Isa {
     _mm512_mask_storeu_ps(p, static_cast<__mmask16>(((1u << hi) - 1) & ~((1u << lo) - 1)), v);
   }
 
-  static constexpr float kQ8Bias = -128.0f;
   template <WeightType T>
   static constexpr int kQuantMt = 12;  // 12 int + 12 float accumulators of the 32 registers
 

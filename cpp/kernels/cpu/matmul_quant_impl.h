@@ -45,9 +45,9 @@ constexpr int kQuantMaxMt = 12;                // activation rows per tile, at m
 // at 2 KB.
 constexpr int64_t kQuantPrefetch = 8192;
 
-// Whether a tile adds the per-group offset term o_w * ds (see the top of this file).
-template <WeightType T>
-constexpr bool kQuantOffsets = T == WeightType::Q4 || Isa::kQ8Bias != 0.0f;
+// Q8 codes are q = w + 128 (weight_format.h): the tile multiplies q and removes the bias through
+// the offset term, o_w = kQ8Bias * d_w.
+constexpr float kQ8Bias = -128.0f;
 
 // ------------------------------------------------------------------------------------------
 // Activation quantization: per group of 32, d = max|x| / 127, q = round_even(x / d).
@@ -110,9 +110,7 @@ struct QuantTile {
   using VF = typename Isa::VF;
   using VI = typename Isa::VI;
   static constexpr int R = Isa::W;  // rows per block
-  static constexpr bool kOffsets = kQuantOffsets<T>;
-  static constexpr int64_t kGroupBytes = T == WeightType::Q4 ? 16 * R : 32 * R;
-  static constexpr int64_t kRowBytesPer2Cols = T == WeightType::Q4 ? 1 : 2;
+  static constexpr int64_t kGroupBytes = row_block_group_bytes(T, R);
 
   // A block's codes, scales and offsets of one group, in the row-block layout.
   struct Group {
@@ -128,7 +126,7 @@ struct QuantTile {
     alignas(64) uint8_t codes[kGroupBytes];
     alignas(64) uint16_t d[R], m[R];
     Packer(const QuantArgs& a, int64_t block) : b(block) {
-      const int64_t row_bytes = a.cols * kRowBytesPer2Cols / 2;
+      const int64_t row_bytes = natural_row_bytes(T, a.cols);
       for (int i = 0; i < R; ++i) {
         const int64_t r = b * R + i;
         row[i] = r < a.rows ? a.codes + r * row_bytes : nullptr;
@@ -180,16 +178,11 @@ struct QuantTile {
         VI s[MT];
         Isa::template group_dots<T, MT>(gr.codes, a.x->q + m0 * cols + g * kQuantGroup, cols, s);
         const VF dw = Isa::load_f16(gr.d);
-        VF ow = Isa::zero();
-        if constexpr (T == WeightType::Q4) {
-          ow = Isa::load_f16(gr.m);
-        } else if constexpr (kOffsets) {
-          ow = Isa::mul(dw, Isa::set1(Isa::kQ8Bias));
-        }
+        const VF ow = T == WeightType::Q4 ? Isa::load_f16(gr.m) : Isa::mul(dw, Isa::set1(kQ8Bias));
 #pragma GCC unroll 16
         for (int m = 0; m < MT; ++m) {
           const int64_t xg = int64_t{m0 + m} * groups + g;
-          if constexpr (kOffsets) acc[m] = Isa::fma(ow, Isa::set1(a.x->ds[xg]), acc[m]);
+          acc[m] = Isa::fma(ow, Isa::set1(a.x->ds[xg]), acc[m]);
           const VF sc = Isa::mul(dw, Isa::set1(a.x->d[xg]));
           acc[m] = Isa::fma(Isa::to_float(s[m]), sc, acc[m]);
         }

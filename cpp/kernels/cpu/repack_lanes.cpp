@@ -18,7 +18,7 @@ namespace {
 // Block b (of R rows) of w (natural) -> out (row-block layout), codes, scales and offsets; out is
 // a blob of w's type and shape.
 void repack_block(const WeightView& w, int R, uint8_t* out, int64_t b) {
-  const int64_t groups = w.cols / 32, row_bytes = w.type == WeightType::Q4 ? w.cols / 2 : w.cols;
+  const int64_t groups = w.cols / 32, row_bytes = natural_row_bytes(w.type, w.cols);
   const size_t codes_off = weight_section_offset(w.type, w.rows, w.cols, 0);
   std::vector<const uint8_t*> row(R);
   for (int i = 0; i < R; ++i) row[i] = w.data + codes_off + (b * R + i) * row_bytes;
@@ -54,7 +54,7 @@ void repack_lanes(const WeightView& w, uint8_t* out, CodeLayout layout) {
   const int R = row_block_rows(layout);
   // Padding bytes as they are; then every block's codes, scales and offsets.
   std::memcpy(out, w.data, weight_blob_bytes(w.type, w.rows, w.cols));
-  const int64_t blocks = w.rows / R, row_bytes = w.type == WeightType::Q4 ? w.cols / 2 : w.cols;
+  const int64_t blocks = w.rows / R, row_bytes = natural_row_bytes(w.type, w.cols);
   int threads = static_cast<int>(std::min<unsigned>(std::thread::hardware_concurrency(), 8));
   threads = static_cast<int>(
       std::max<int64_t>(1, std::min<int64_t>(threads, w.rows * row_bytes / (1 << 20) + 1)));

@@ -34,8 +34,13 @@ static inline uint8_t natural_code(WeightType t, const uint8_t* row, int64_t c) 
   return g % 2 == 0 ? (b & 0x0f) : (b >> 4);
 }
 
+// Bytes of one row's codes in the natural layout.
+static constexpr int64_t natural_row_bytes(WeightType t, int64_t cols) {
+  return t == WeightType::Q4 ? cols / 2 : cols;
+}
+
 // Bytes of one block's codes of one group, for blocks of R rows.
-static inline int row_block_group_bytes(WeightType t, int R) {
+static constexpr int row_block_group_bytes(WeightType t, int R) {
   return t == WeightType::Q4 ? 16 * R : 32 * R;
 }
 
