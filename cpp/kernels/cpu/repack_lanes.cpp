@@ -52,8 +52,17 @@ void repack_lanes(const WeightView& w, uint8_t* out, CodeLayout layout) {
         "repack_lanes: needs a Q8 / Q4 weight in the natural layout with cols % 64 == 0 and rows "
         "a multiple of the layout's block");
   const int R = row_block_rows(layout);
-  // Padding bytes as they are; then every block's codes, scales and offsets.
-  std::memcpy(out, w.data, weight_blob_bytes(w.type, w.rows, w.cols));
+  // Each section's padding as it is; the threads then write every block's codes, scales and
+  // offsets (so the blob's pages are first touched, and faulted in, by two threads or more).
+  const size_t blob = weight_blob_bytes(w.type, w.rows, w.cols);
+  const int sections = weight_section_count(w.type);
+  for (int s = 0; s < sections; ++s) {
+    const size_t end = weight_section_offset(w.type, w.rows, w.cols, s) +
+                       weight_section_bytes(w.type, w.rows, w.cols, s);
+    const size_t next =
+        s + 1 < sections ? weight_section_offset(w.type, w.rows, w.cols, s + 1) : blob;
+    std::memcpy(out + end, w.data + end, next - end);
+  }
   const int64_t blocks = w.rows / R, row_bytes = natural_row_bytes(w.type, w.cols);
   int threads = static_cast<int>(std::min<unsigned>(std::thread::hardware_concurrency(), 8));
   threads = static_cast<int>(
