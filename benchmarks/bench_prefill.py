@@ -3,10 +3,12 @@
 For each prompt length N (default 512, 2048, 4096), in one run on the same CPU and threads:
   - trt-spec, target alone: ``generate(prompt, max_new_tokens=1, draft="none")``; TTFT is the
     target's prefill of N rows (chunks of the engine's ``prefill_chunk``) and the first token;
-  - trt-spec, the pair: ``draft="model"``, 2 new tokens; the draft reads each prompt chunk after
-    the target's, the last one after the first token (which does not wait for it): that last
-    read is the next step's time less its iteration (stats: total - ttft - draft - verify -
-    catch-up), and the pair's rate is N / (its TTFT + that read);
+  - trt-spec, the pair: ``draft="model"``, 2 new tokens, the draft reading the whole prompt
+    (``draft_window=0``, the default; a window reads only its end: bench_draft_window.py); the
+    draft reads each prompt chunk after the target's, the last one after the first token (which
+    does not wait for it): that last read is the next step's time less its iteration (stats:
+    total - ttft - draft - verify - catch-up), and the pair's rate is N / (its TTFT + that
+    read);
   - llama.cpp: ``llama-bench -p N -n 0`` on the target GGUF and on the draft GGUF (the pair:
     both prompt passes added).
 With ``--reps R`` each is measured R times: ours in R rounds over the lengths (each figure the
@@ -200,7 +202,9 @@ def main() -> int:
         },
         "runs": [],
     }
-    eng = Engine(args.engine, device="cpu", n_threads=args.threads)
+    # The pair's draft reads the whole prompt (draft_window=0), as llama-bench's draft pass does:
+    # both models' whole prompt passes.
+    eng = Engine(args.engine, device="cpu", n_threads=args.threads, draft_window=0)
     rep["settings"]["max_seq_len"] = eng.max_seq_len
     rep["settings"]["backend"] = eng.backend
     # With bf16 / int16 prompt attention (the default: bf16 where the CPU has AVX512_BF16, else

@@ -244,6 +244,12 @@ def test_generate_json_in_process(capsys, engine_path, reference):
     assert json.loads(out)["token_ids"] == reference.token_ids
 
 
+def test_generate_with_a_draft_window(capsys, engine_path, reference):
+    args = ["generate", str(engine_path), PROMPT, "--max-new-tokens", "8", "--json"]
+    assert cli.main([*args, "--draft-window", "2"]) == 0
+    assert json.loads(capsys.readouterr().out)["token_ids"] == reference.token_ids
+
+
 def test_generate_sampling_options(engine_path):
     args = ["--max-new-tokens", "6", "--temperature", "0.8", "--top-k", "20", "--top-p", "0.9"]
     a = run_cli("generate", engine_path, PROMPT, *args, "--seed", 3, "--json")
@@ -303,6 +309,7 @@ def _error_cases(engine_path, corrupt_engine, workdir, checkpoint):
         "max-new": (["generate", e, "hi", "--max-new-tokens", "-1"], r"max_new_tokens must be"),
         "seed": (["generate", e, "hi", "--seed", "-1"], r"seed must be"),
         "threads": (["generate", e, "hi", "--threads", "0"], r"n_threads must be >= 1"),
+        "draft-window": (["generate", e, "hi", "--draft-window", "-1"], r"draft_window must be"),
         "empty-prompt": (["generate", e, ""], r"the prompt is empty"),
         "long-prompt": (["generate", e, "x " * 200], r"max_seq_len of 64"),
         "build-missing": (
@@ -349,6 +356,7 @@ ERROR_CASES = [
     "max-new",
     "seed",
     "threads",
+    "draft-window",
     "empty-prompt",
     "long-prompt",
     "build-missing",

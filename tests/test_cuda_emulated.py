@@ -299,8 +299,14 @@ def test_sample_qwen_vocab(emu, cpu, rule) -> None:
 
 
 def test_spec_draft_rows(emu, cpu) -> None:
+    """Draft step j's rows on the emulated kernel and the CPU op: positions are the draft's
+    (the target's less draft_off, the start of its prompt window)."""
     seqs = seq_states(
-        3, n_past=np.array([4, 9, 30]), last=np.array([1, 2, 3]), prev=np.array([7, 8, 9])
+        3,
+        n_past=np.array([4, 9, 30]),
+        last=np.array([1, 2, 3]),
+        prev=np.array([7, 8, 9]),
+        draft_off=np.array([0, 5, 21]),
     )
     f = fields(seqs)
     f["tree_token"][:, :6] = np.arange(18).reshape(3, 6)
@@ -309,15 +315,17 @@ def test_spec_draft_rows(emu, cpu) -> None:
         rows = 2 * (2 if j == 0 else 1)
         tok, pos, rs = (np.zeros(rows, np.int32) for _ in range(3))
         emu.emu_spec_draft_rows(P(seqs), P(slots), I32(2), I32(j), P(tok), P(pos), P(rs))
-        want = [2 * [0]] if False else None
+        ctok, cpos, crs = cpu.spec_draft_rows(seqs, list(slots), j)
+        assert (list(ctok), list(cpos), list(crs)) == (list(tok), list(pos), list(rs))
         for b, sl in enumerate(slots):
             s = f[sl]
+            base = s["n_past"] - s["draft_off"]
             if j == 0:
                 assert list(tok[2 * b : 2 * b + 2]) == [s["prev"], s["last"]]
-                assert list(pos[2 * b : 2 * b + 2]) == [s["n_past"] - 1, s["n_past"]]
+                assert list(pos[2 * b : 2 * b + 2]) == [base - 1, base]
+                assert list(rs[2 * b : 2 * b + 2]) == [sl, sl]
             else:
-                assert tok[b] == s["tree_token"][j - 1] and pos[b] == s["n_past"] + j
-        assert want is None and set(rs) == set(slots)
+                assert tok[b] == s["tree_token"][j - 1] and pos[b] == base + j and rs[b] == sl
 
 
 @pytest.mark.parametrize("vocab,common", [(500, 500), (520, 500)])
@@ -325,7 +333,7 @@ def test_spec_draft_sample(emu, cpu, vocab: int, common: int) -> None:
     rng = np.random.default_rng(vocab)
     B = 4
     ps = [params(RULES[i], seed=i) for i in (0, 1, 4, 5)]
-    seqs = seq_states(B, n_gen=np.array([0, 3, 8, 1]))
+    seqs = seq_states(B, n_gen=np.array([0, 3, 8, 1]), draft_off=np.array([0, 2, 0, 7]))
     slots = np.arange(B, dtype=np.int32)
     for j in range(3):
         logits = random_logits(rng, (B, vocab))
@@ -354,7 +362,7 @@ def test_spec_draft_sample(emu, cpu, vocab: int, common: int) -> None:
         np.testing.assert_array_equal(sg, sc)
         rec = fields(sc)[np.asarray(slots)]
         np.testing.assert_array_equal(nxt[0], rec["tree_token"][:, j])
-        np.testing.assert_array_equal(nxt[1], rec["n_past"] + j + 1)
+        np.testing.assert_array_equal(nxt[1], rec["n_past"] - rec["draft_off"] + j + 1)
         np.testing.assert_array_equal(nxt[2], slots)
         np.testing.assert_allclose(qg, qc, rtol=1e-5, atol=1e-7)
         seqs = sc

@@ -409,6 +409,22 @@ void bind_op_runner(nb::module_& m) {
           "logits"_a, "vocab_common"_a, "j"_a, "seqs"_a, "slots"_a, "params"_a,
           "(logits turned into q rows where sampling, seqs with chain node j set)")
       .def(
+          "spec_draft_rows",
+          [](OpRunner& r, I2 seqs, const std::vector<int32_t>& slots, int j) {
+            std::vector<SeqState> s = seqs_from(seqs);
+            check_slots(slots, s.size());
+            if (j < 0 || j >= kMaxDraftLen) throw InvalidArgument("spec_draft_rows arguments");
+            const int B = static_cast<int>(slots.size()), rows = B * (j == 0 ? 2 : 1);
+            SpecArgs a = spec_args(r, s, {}, {}, {}, 1);
+            BackendBuffer slb = r.put(slots), tok(r.be(), rows * 4), pos(r.be(), rows * 4),
+                          rs(r.be(), rows * 4);
+            RowBuffers out{tok.as<int32_t>(), pos.as<int32_t>(), rs.as<int32_t>()};
+            r.spec(B, j + 1, 1).draft_rows(a.st, slb.as<int32_t>(), B, j, out);
+            return std::make_tuple(r.get<int32_t>(tok, rows), r.get<int32_t>(pos, rows),
+                                   r.get<int32_t>(rs, rows));
+          },
+          "seqs"_a, "slots"_a, "j"_a, "(tokens, positions, slots) of draft step j's rows")
+      .def(
           "spec_verify_rows",
           [](OpRunner& r, I2 seqs, const std::vector<int32_t>& slots, int k, int source) {
             std::vector<SeqState> s = seqs_from(seqs);

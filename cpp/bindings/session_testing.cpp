@@ -66,7 +66,7 @@ void bind_session(nb::module_& m) {
           "__init__",
           [](Session* self, const std::string& path, const std::string& device, int n_threads,
              int prefill_chunk, int interleave_chunk, const std::vector<nb::bytes>& token_bytes,
-             const std::string& clock, bool carry_prefill) {
+             const std::string& clock, bool carry_prefill, int draft_window) {
             RuntimeOptions o;
             o.device = device;
             o.n_threads = n_threads;
@@ -75,6 +75,7 @@ void bind_session(nb::module_& m) {
             so.prefill_chunk = prefill_chunk;
             so.interleave_chunk = interleave_chunk;
             so.carry_prefill = carry_prefill;
+            so.draft_window = draft_window;
             for (const nb::bytes& b : token_bytes) so.token_bytes.emplace_back(b.c_str(), b.size());
             if (!clock.empty() && (device != "cpu" || (clock != "host" && clock != "graphs")))
               throw InvalidArgument("clock: 'host' or 'graphs', on the cpu device");
@@ -94,10 +95,10 @@ void bind_session(nb::module_& m) {
           },
           "path"_a, "device"_a = "cpu", "n_threads"_a = 0, "prefill_chunk"_a = 256,
           "interleave_chunk"_a = 64, "token_bytes"_a = std::vector<nb::bytes>{}, "clock"_a = "",
-          "carry_prefill"_a = true,
+          "carry_prefill"_a = true, "draft_window"_a = kDefaultDraftWindow,
           "clock: '' (the device's own), or a CPU backend with a scripted clock, 'host' "
           "(synchronous, like the CPU) or 'graphs' (asynchronous with graphs, like a GPU); "
-          "carry_prefill: SchedulerOptions::carry_prefill")
+          "carry_prefill, draft_window: SchedulerOptions'")
       .def(
           "script_costs",
           [](Session& s, double target_fixed, double target_row, double draft_fixed,
@@ -118,6 +119,31 @@ void bind_session(nb::module_& m) {
           "verify_time",
           [](Session& s, int B, int rows) { return s.model_controller().verify_time(B, rows); },
           "batch"_a, "rows"_a, "The draft model controller's verify pass of rows per sequence")
+      .def(
+          "draft_kv",
+          [](Session& s, int slot, int layer, int n) {
+            // K then V rows [0, n) of every kv head of one slot and layer of the draft's cache.
+            Model* d = s.rt->draft();
+            if (!d) throw InvalidArgument("the engine has no draft model");
+            const KvCache& kv = d->kv();
+            if (slot < 0 || slot >= kv.slots || layer < 0 || layer >= kv.layers || n < 0 ||
+                n > kv.max_seq)
+              throw InvalidArgument("draft_kv: bad slot, layer or length");
+            const size_t row = static_cast<size_t>(kv.head_dim) * kv.elem_bytes();
+            std::string out(2 * kv.kv_heads * n * row, '\0');
+            char* o = out.data();
+            for (const void* base : {kv.k, kv.v})
+              for (int h = 0; h < kv.kv_heads; ++h, o += n * row) {
+                const size_t el = kv.slot_layer_offset(slot, layer) +
+                                  static_cast<size_t>(h) * kv.max_seq * kv.head_dim;
+                s.rt->backend().download(o, static_cast<const char*>(base) + el * kv.elem_bytes(),
+                                         n * row);
+              }
+            return nb::bytes(out.data(), out.size());
+          },
+          "slot"_a, "layer"_a, "n"_a,
+          "The draft's cache entries [0, n) of a slot and layer (K then V, per kv head; raw "
+          "elements of its kv type)")
       .def_prop_ro("draft_prompt_rows",
                    [](Session& s) {
                      const DraftModelProposer* p = s.sch->model_proposer();

@@ -111,6 +111,7 @@ NB_MODULE(_trt_spec_testing, m) {
     SEQ_FIELD(sources);
     SEQ_FIELD(max_nodes);
     SEQ_FIELD(pred_len);
+    SEQ_FIELD(draft_off);
     SEQ_FIELD(n_past);
     SEQ_FIELD(last);
     SEQ_FIELD(prev);

@@ -30,9 +30,10 @@ void Scheduler::admit_draft(Request& r) {
   const int N = std::min(r.req.max_new_tokens, rt_.max_seq_len() - P);
   using Read = DraftController::PromptRead;
   DraftController& mc = proposers_.model->controller();
-  const Read read = mc.reads_prompt(B, P - 1, N);
+  const int rows = proposers_.model->prompt_rows_for(P);  // the rows the draft reads
+  const Read read = mc.reads_prompt(B, rows, N);
   if (read == Read::kPays && proposers_.lookup && (r.sources & kLookupBit) &&
-      mc.defers(B, P - 1, kDeferTokens))
+      mc.defers(B, rows, kDeferTokens))
     r.draft_deferred = true;
   else if (read != Read::kSkip)
     return;
@@ -50,14 +51,16 @@ void Scheduler::join_if_pays(Request& r, int B, double seconds) {
   DraftController& mc = proposers_.model->controller();
   const double per_token = mc.join_saving(B, r.deferred_s[0], r.deferred_tokens[0], r.deferred_s[1],
                                           r.deferred_tokens[1]);
-  const int rows = r.seq.n_past - 1;  // then the first draft step reads [prev, last] as usual
+  // Positions [0, n_past - 1) (those of its prompt window): then the first draft step reads
+  // [prev, last] as usual.
+  const int upto = r.seq.n_past - 1;
   const int left =
       std::min(r.req.max_new_tokens - r.generated, rt_.max_seq_len() - 1 - r.seq.n_past);
-  if (left <= 0 || rows > static_cast<int>(r.tokens.size()) ||
-      !mc.catch_up_pays(B, rows, left * per_token))
+  if (left <= 0 || upto > static_cast<int>(r.tokens.size()) ||
+      !mc.catch_up_pays(B, proposers_.model->rows_up_to(r.slot, upto), left * per_token))
     return;
   mc.observe_deferral(true);
-  proposers_.model->read_prompt(r.slot, r.tokens.data(), 0, rows);
+  proposers_.model->read_prompt(r.slot, r.tokens.data(), 0, upto);
   r.sources |= draft_source_bit(DraftSource::kModel);
   iter_.set_sources(r.slot, r.sources);
   r.draft_deferred = false;

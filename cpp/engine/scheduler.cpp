@@ -35,6 +35,8 @@ Scheduler::Scheduler(Runtime& rt, SchedulerOptions opts)
   limits_ = RequestLimits{rt.vocab_size(), rt.max_seq_len(), rt.draft_len(), rt.draft() != nullptr};
   const int B = rt.max_batch(), K = rt.draft_len();
   proposers_ = attach_proposers(iter_, rt.backend(), rt.draft(), B, K, rt.vocab_size());
+  if (opts_.draft_window < 0) throw InvalidArgument("draft_window must be >= 0 rows");
+  if (proposers_.model) proposers_.model->set_prompt_window(opts_.draft_window);
   slots_.assign(B, nullptr);
   Backend& be = rt.backend();
   const int R = rt.target().limits().max_rows;
@@ -221,21 +223,28 @@ Scheduler::Chunk Scheduler::plan_chunk(int budget) {
   return c;
 }
 
-void Scheduler::chunk_done(const Chunk& c) {
-  // The draft model reads the same rows (positions up to P - 2: the first iteration feeds
-  // P - 1 itself); a prompt's last chunk after its first token (read_pending_prompts).
+void Scheduler::chunk_done(const Chunk& c, bool others_decoding) {
+  // The draft model reads the same rows, those of its prompt window (positions up to P - 2:
+  // the first iteration feeds P - 1 itself; read_prompt skips the rest); a prompt's last chunk
+  // after its first token
+  // (read_pending_prompts). With a window and nothing else decoding, the whole window waits for
+  // the first token too (a window is short: nobody waits for its read but this request); while
+  // others decode, its rows are read as the chunks pass, so that no step of theirs takes it all.
+  const bool defer = !others_decoding && proposers_.model && proposers_.model->prompt_window() > 0;
   for (const Chunk::Piece& p : c.pieces) {
     Request& r = *p.r;
     r.prefilled += p.n;
     if (!proposers_.model || !(r.sources & draft_source_bit(DraftSource::kModel))) continue;
     const int P = static_cast<int>(r.req.prompt.size());
     const int upto = std::min(p.first + p.n, P - 1);
-    if (upto <= p.first) continue;
     if (r.prefilled == P) {
-      r.draft_read_first = p.first;
-      r.draft_read_n = upto - p.first;
-    } else {
-      proposers_.model->read_prompt(r.slot, r.req.prompt.data() + p.first, p.first, upto - p.first);
+      r.draft_read_first = r.draft_next;
+      r.draft_read_n = std::max(0, upto - r.draft_next);
+      r.draft_next = std::max(r.draft_next, upto);
+    } else if (!defer && upto > r.draft_next) {
+      proposers_.model->read_prompt(r.slot, r.req.prompt.data() + r.draft_next, r.draft_next,
+                                    upto - r.draft_next);
+      r.draft_next = upto;
     }
   }
 }
@@ -282,7 +291,7 @@ int Scheduler::prefill(std::vector<SchedulerEvent>& events, bool others_decoding
   rows.prompt_from = 0;  // every row reads a prompt
   rt_.target().forward(rows, n, logit_rows_.as<int32_t>(), static_cast<int>(lrows.size()),
                        logits_.as<float>());
-  chunk_done(c);
+  chunk_done(c, others_decoding);
   prefill_timer_->stop();
   prefill_timed_rows_ = n;
   if (c.completing.empty()) return 0;
@@ -312,6 +321,7 @@ void Scheduler::start_decoding(Request& r, int32_t first, std::vector<SchedulerE
   s.sources = r.sources;
   s.max_nodes = r.max_nodes;
   s.pred_len = static_cast<int32_t>(r.req.prediction.size());
+  s.draft_off = proposers_.model ? proposers_.model->draft_off(r.slot) : 0;
   s.n_past = P;
   s.last = first;
   s.prev = r.req.prompt.back();
@@ -390,7 +400,7 @@ void Scheduler::decode(std::vector<SchedulerEvent>& events, bool carry) {
   double own_s = -1.0;  // the iteration's own time, where a carried chunk's rows are not
   bool learn = !iter_.warm_up();
   if (!chunk.pieces.empty()) {
-    chunk_done(chunk);
+    chunk_done(chunk, true);
     const double own = predicted_time(c.source, B, c.k, /*prior=*/false);
     const double d = own > 0.0 ? own : predicted_time(c.source, B, c.k);
     if (learn && d > 0.0) {

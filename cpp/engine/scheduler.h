@@ -38,6 +38,9 @@
 
 namespace trt_spec {
 
+// The default prompt window of the draft model (SchedulerOptions::draft_window).
+constexpr int kDefaultDraftWindow = 0;
+
 struct SchedulerOptions {
   int prefill_chunk = 256;    // prompt rows per step while no other sequence decodes
   int interleave_chunk = 64;  // prompt rows per step while others decode, at most (PrefillPacer:
@@ -45,6 +48,11 @@ struct SchedulerOptions {
   // While others decode, their iteration's verify pass carries the chunk (one pass over the
   // target's weights for both; Iteration::carry), where the backend allows (host backends).
   bool carry_prefill = true;
+  // The draft model reads at most this many rows of a prompt, its end (0: all;
+  // DraftModelProposer::set_prompt_window). With a window and nothing else decoding it reads them
+  // after the first token, so that the draft does not add to the time to first token; while
+  // others decode, as the prompt's chunks pass (chunk_done).
+  int draft_window = kDefaultDraftWindow;
   // The text of each token id (UTF-8 bytes; empty for special tokens); stop strings need it.
   std::vector<std::string> token_bytes;
 };
@@ -138,7 +146,7 @@ class Scheduler {
   static constexpr int kDeferTokens = 12;
   Chunk plan_chunk(int budget);
   // After the chunk's target rows ran: the prompt rows counted, the draft model's reads.
-  void chunk_done(const Chunk& c);
+  void chunk_done(const Chunk& c, bool others_decoding);
   // The first tokens of the requests the chunk completed, sampled from their logits
   // [completing, vocab] (backend memory); they start decoding.
   void first_tokens(const Chunk& c, const float* logits, std::vector<SchedulerEvent>& events);

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <numeric>
 
+#include "common/errors.h"
+
 namespace trt_spec {
 
 DraftModelProposer::DraftModelProposer(Backend& be, Model& draft, int max_batch, int max_k,
@@ -22,8 +24,20 @@ DraftModelProposer::DraftModelProposer(Backend& be, Model& draft, int max_batch,
 
 void DraftModelProposer::begin(int slot, const std::vector<int32_t>& prompt) {
   SlotState& s = slots_[slot];
-  s.draft_valid = 0;  // read_prompt() counts what the prefill reads
+  const int rows = static_cast<int>(prompt.size()) - 1;  // (the first iteration feeds P - 1)
+  s.off = window_ > 0 ? std::max(0, rows - window_) : 0;
+  s.draft_valid = s.off;  // read_prompt() counts what the prefill reads
   s.est = controller_.prior();
+}
+
+void DraftModelProposer::set_prompt_window(int rows) {
+  if (rows < 0) throw InvalidArgument("the draft's prompt window must be >= 0 rows");
+  window_ = rows;
+}
+
+int DraftModelProposer::prompt_rows_for(int prompt_len) const {
+  const int rows = std::max(0, prompt_len - 1);
+  return window_ > 0 ? std::min(rows, window_) : rows;
 }
 
 void DraftModelProposer::forward_rows(const int32_t* tokens, int n, int first_pos, int slot,
@@ -33,7 +47,7 @@ void DraftModelProposer::forward_rows(const int32_t* tokens, int n, int first_po
   be_.upload(row_slot_.as<void>(), slots.data(), R * 4);
   for (int s = 0; s < n; s += R) {
     const int c = std::min(R, n - s);
-    std::iota(pos.begin(), pos.begin() + c, first_pos + s);
+    std::iota(pos.begin(), pos.begin() + c, first_pos + s - slots_[slot].off);  // draft positions
     be_.upload(tok_.as<void>(), tokens + s, c * 4);
     be_.upload(pos_.as<void>(), pos.data(), c * 4);
     Rows rows{tok_.as<int32_t>(), pos_.as<int32_t>(), row_slot_.as<int32_t>()};
@@ -45,9 +59,12 @@ void DraftModelProposer::forward_rows(const int32_t* tokens, int n, int first_po
 void DraftModelProposer::read_prompt(int slot, const int32_t* tokens, int first_pos, int n) {
   SlotState& s = slots_[slot];
   if (n <= 0) return;
-  reads_.push_back(timed_forward(tokens, n, first_pos, slot, true));
-  prompt_rows_read_ += n;
-  s.draft_valid = first_pos + n;  // (the scheduler feeds the chunks in order)
+  const int end = first_pos + n, from = std::max(first_pos, s.off);  // (rows in the window)
+  if (end > from) {
+    reads_.push_back(timed_forward(tokens + (from - first_pos), end - from, from, slot, true));
+    prompt_rows_read_ += end - from;
+  }
+  s.draft_valid = std::max(end, s.off);  // (the scheduler feeds the chunks in order)
 }
 
 void DraftModelProposer::take_read_times() {

@@ -12,8 +12,16 @@
 // (take_prepare_seconds): the controller learns its seconds per token without a synchronisation of
 // its own. Per slot it keeps draft_valid (positions [0, draft_valid) are in the draft's cache) and
 // the sequence's acceptance estimate.
+//
+// A prompt window (set_prompt_window(w), w > 0) has the draft read only the last w prompt rows it
+// would read (positions [off, P - 1), off = max(0, P - 1 - w)): a long prompt costs the draft w
+// rows, not P - 1. Its cache holds the sequence from position off on at draft positions 0, 1, ..
+// (SeqState::draft_off = off, spec_draft_pos): the draft attends to the window as to a whole
+// sequence. (Keeping the prompt's first rows too, StreamingLLM's "attention sinks", did not raise
+// the acceptance: benchmarks/results/HISTORY.md.)
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -37,9 +45,21 @@ class DraftModelProposer final : public Proposer {
   int lag(int slot, int n_past) const override;
   double take_prepare_seconds(int slot) override;
 
-  // Runs prompt rows [first_pos, first_pos + n) of the slot through the draft (prefill chunks;
-  // positions past P - 1 are left to the first iteration).
+  // Runs prompt rows [first_pos, first_pos + n) of the slot through the draft (prefill chunks,
+  // in order; positions past P - 1 are left to the first iteration); with a prompt window, only
+  // those in it.
   void read_prompt(int slot, const int32_t* tokens, int first_pos, int n);
+
+  // The prompt window: the draft reads at most this many prompt rows (0: all of them). Requests
+  // begun after the call use it.
+  void set_prompt_window(int rows);
+  int prompt_window() const { return window_; }
+  // The prompt rows the draft reads of a prompt of prompt_len tokens.
+  int prompt_rows_for(int prompt_len) const;
+  // The slot's SeqState::draft_off: the window's start (0: none), its draft position 0.
+  int draft_off(int slot) const { return slots_[slot].off; }
+  // The rows read_prompt(slot, .., 0, upto) reads.
+  int rows_up_to(int slot, int upto) const { return std::max(0, upto - slots_[slot].off); }
   // The device time of the prompt reads issued so far, to the controller (after a
   // synchronisation: every read issued before it has run).
   void take_read_times();
@@ -53,7 +73,8 @@ class DraftModelProposer final : public Proposer {
 
  private:
   struct SlotState {
-    int draft_valid = 0;  // positions [0, draft_valid) are in the draft's cache
+    int draft_valid = 0;  // positions [off, draft_valid) are in the draft's cache
+    int off = 0;          // the prompt window's start (0: none)
     AcceptanceEstimate est;
   };
   // prompt: the rows read the prompt (Rows::prompt_from; a catch-up's rows do not).
@@ -62,6 +83,7 @@ class DraftModelProposer final : public Proposer {
   Backend& be_;
   Model& draft_;
   int vocab_common_;
+  int window_ = 0;  // prompt rows the draft reads at most (0: all)
   DraftController controller_;
   std::vector<SlotState> slots_;
   struct TimedRows {  // draft rows issued (a catch-up or a prompt read), their time not read yet

@@ -43,6 +43,8 @@ struct SeqState {
   int32_t sources = 0;    // allowed draft sources: bits draft_source_bit(DraftSource)
   int32_t max_nodes = 0;  // the request's cap on draft nodes per iteration
   int32_t pred_len = 0;   // tokens of the caller's predicted output (prompt lookup reads them)
+  int32_t draft_off = 0;  // the draft model reads the sequence from this position on (its prompt
+                          // window): its positions are the target's less draft_off
   // Advanced by every iteration.
   int32_t n_past = 0;  // positions [0, n_past) hold this sequence in the target's KV cache
   int32_t last = 0;    // newest token, not in the caches yet (history[n_past])
@@ -72,6 +74,12 @@ TRT_SPEC_HD float spec_uniform(uint64_t seed, int64_t m, RngStream stream, uint3
 // The generation index of the token drawn at verify row `row` of s's tree (the root's: n_gen).
 TRT_SPEC_HD int64_t spec_row_gen_index(const SeqState& s, int row) {
   return s.n_gen + (row == 0 ? 0 : s.tree.depth[row - 1]);
+}
+
+// The draft model's position of target position `pos` (RoPE sees relative positions only, so a
+// draft that read a window of the prompt attends to it as if the window began the sequence).
+TRT_SPEC_HD int32_t spec_draft_pos(const SeqState& s, int32_t pos) {
+  return pos - s.draft_off;
 }
 
 // Rolls a sequence forward after acceptance: out[0 .. accepted] emitted, of which the first

@@ -33,10 +33,10 @@ __global__ void draft_rows_kernel(const SeqState* __restrict__ seqs,
     const SeqState& s = seqs[slots[b]];
     if (j == 0) {
       tokens[row] = r == 0 ? s.prev : s.last;
-      pos[row] = s.n_past - 1 + r;
+      pos[row] = spec_draft_pos(s, s.n_past - 1 + r);
     } else {
       tokens[row] = s.tree.token[j - 1];
-      pos[row] = s.n_past + j;
+      pos[row] = spec_draft_pos(s, s.n_past + j);
     }
     row_slots[row] = slots[b];
   }
@@ -65,7 +65,7 @@ __global__ void __launch_bounds__(kSpecThreads)
   auto write_next = [&](int32_t node) {
     if (!next.tokens) return;
     next.tokens[b] = node;
-    next.pos[b] = s->n_past + j + 1;
+    next.pos[b] = spec_draft_pos(*s, s->n_past + j + 1);
     next.slot[b] = slots[b];
   };
   if (phase == 0) {

@@ -43,13 +43,13 @@ class CpuSpecOps final : public SpecOps {
       const SeqState& s = st.seqs[slots[b]];
       if (j == 0) {
         out.tokens[2 * b] = s.prev;
-        out.pos[2 * b] = s.n_past - 1;
+        out.pos[2 * b] = spec_draft_pos(s, s.n_past - 1);
         out.tokens[2 * b + 1] = s.last;
-        out.pos[2 * b + 1] = s.n_past;
+        out.pos[2 * b + 1] = spec_draft_pos(s, s.n_past);
         out.slot[2 * b] = out.slot[2 * b + 1] = slots[b];
       } else {
         out.tokens[b] = s.tree.token[j - 1];
-        out.pos[b] = s.n_past + j;
+        out.pos[b] = spec_draft_pos(s, s.n_past + j);
         out.slot[b] = slots[b];
       }
     }
@@ -76,7 +76,7 @@ class CpuSpecOps final : public SpecOps {
         tree_set_chain_node(s.tree, j, d, kNodeDense);
         if (next) {  // draft step j + 1's row: node j
           next->tokens[b] = d;
-          next->pos[b] = s.n_past + j + 1;
+          next->pos[b] = spec_draft_pos(s, s.n_past + j + 1);
           next->slot[b] = slots[b];
         }
       }

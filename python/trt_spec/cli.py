@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from trt_spec import bench, models
-from trt_spec._core import DRAFT_MODES, KV_CACHE_DTYPES
+from trt_spec._core import DEFAULT_DRAFT_WINDOW, DRAFT_MODES, KV_CACHE_DTYPES
 from trt_spec.build.builder import DEFAULT_DRAFT_LEN, DEFAULT_MAX_BATCH, WEIGHT_FORMATS
 from trt_spec.progress import Reporter, add_output_flags, mode_from_flags
 
@@ -71,7 +71,12 @@ def cmd_build(args: argparse.Namespace) -> int:
 def cmd_generate(args: argparse.Namespace) -> int:
     from trt_spec.engine import Engine
 
-    engine = Engine(args.engine, n_threads=args.threads, kv_cache_dtype=args.kv_cache_dtype)
+    engine = Engine(
+        args.engine,
+        n_threads=args.threads,
+        kv_cache_dtype=args.kv_cache_dtype,
+        draft_window=args.draft_window,
+    )
     prompt = [{"role": "user", "content": args.prompt}] if args.chat else args.prompt
     kwargs = dict(
         max_new_tokens=args.max_new_tokens,
@@ -159,6 +164,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         device=args.device,
         n_threads=args.threads,
         kv_cache_dtype=args.kv_cache_dtype,
+        draft_window=args.draft_window,
         drain_timeout=args.drain_timeout,
         log_level=args.log_level,
     )
@@ -189,6 +195,18 @@ def add_kv_cache_flag(p: argparse.ArgumentParser) -> None:
         default="auto",
         choices=list(KV_CACHE_DTYPES),
         help="KV cache element type (default auto: f16 on a GPU, f32 on the CPU)",
+    )
+
+
+def add_draft_window_flag(p: argparse.ArgumentParser) -> None:
+    """--draft-window of the commands that generate."""
+    p.add_argument(
+        "--draft-window",
+        type=int,
+        default=DEFAULT_DRAFT_WINDOW,
+        help="the draft model reads at most this many tokens of a prompt, its end (default "
+        f"{DEFAULT_DRAFT_WINDOW}: all); a window keeps the draft out of a long prompt's time to "
+        "first token, at some acceptance",
     )
 
 
@@ -272,6 +290,7 @@ def make_parser() -> argparse.ArgumentParser:
     g.add_argument("--prediction-file", default=None, help="--prediction read from a file")
     g.add_argument("--no-speculate", action="store_true", help="decode with the target only")
     add_kv_cache_flag(g)
+    add_draft_window_flag(g)
     g.set_defaults(func=cmd_generate)
 
     i = sub.add_parser("info", help="describe an engine file")
@@ -312,6 +331,7 @@ def make_parser() -> argparse.ArgumentParser:
     )
     s.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info"])
     add_kv_cache_flag(s)
+    add_draft_window_flag(s)
     s.set_defaults(func=cmd_serve)
     bench.add_parser(sub)
     return p

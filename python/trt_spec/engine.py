@@ -40,6 +40,7 @@ __all__ = ["Engine", "GenerationResult", "GenerationStats", "GenerationStream"]
 
 DRAFT_MODES: tuple[str, ...] = tuple(_core.DRAFT_MODES)
 KV_CACHE_DTYPES: tuple[str, ...] = tuple(_core.KV_CACHE_DTYPES)
+DEFAULT_DRAFT_WINDOW: int = _core.DEFAULT_DRAFT_WINDOW
 
 
 @dataclass(frozen=True)
@@ -117,6 +118,12 @@ class Engine:
             in its own pass over the weights, instead of a separate forward (same results).
         kv_cache_dtype: element type of the KV caches: ``"f32"``, ``"f16"``, ``"bf16"`` or
             ``"auto"`` (f16 on a GPU, f32 on the CPU).
+        draft_window: the draft model reads at most this many tokens of a prompt, its end
+            (``0``: all of them), so a long prompt costs the draft ``draft_window`` rows instead
+            of the whole prompt (prompt lookup still sees it all). With a window and no other
+            request decoding, the draft reads them after the first token: the time to first
+            token is the target's prefill alone. While others decode it reads them as the
+            prompt's chunks pass, so that none of their steps waits for the whole window.
     """
 
     def __init__(
@@ -130,9 +137,12 @@ class Engine:
         interleave_chunk: int = 64,
         carry_prefill: bool = True,
         kv_cache_dtype: str = "auto",
+        draft_window: int = DEFAULT_DRAFT_WINDOW,
     ) -> None:
         if n_threads is not None and n_threads < 1:
             raise ValueError(f"n_threads must be >= 1, got {n_threads}")
+        if draft_window < 0:
+            raise ValueError(f"draft_window must be >= 0 (0: the whole prompt), got {draft_window}")
         if kv_cache_dtype not in KV_CACHE_DTYPES:
             names = ", ".join(KV_CACHE_DTYPES)
             raise ValueError(f"kv_cache_dtype must be one of {names}, got {kv_cache_dtype!r}")
@@ -155,7 +165,7 @@ class Engine:
         # vocabulary are never generated.
         table = table[: self.vocab_size] + [b""] * (self.vocab_size - len(table))
         self._sched = _core.Scheduler(
-            self._rt, table, prefill_chunk, interleave_chunk, carry_prefill
+            self._rt, table, prefill_chunk, interleave_chunk, carry_prefill, draft_window
         )
         self._prefill_chunk = prefill_chunk
         self._lock = threading.Lock()  # the scheduler: one caller at a time

@@ -54,13 +54,11 @@ void repack_lanes(const WeightView& w, uint8_t* out, CodeLayout layout) {
   const int R = row_block_rows(layout);
   // Each section's padding as it is; the threads then write every block's codes, scales and
   // offsets (so the blob's pages are first touched, and faulted in, by two threads or more).
-  const size_t blob = weight_blob_bytes(w.type, w.rows, w.cols);
-  const int sections = weight_section_count(w.type);
-  for (int s = 0; s < sections; ++s) {
+  // (The offset of the section past the last is the blob's size.)
+  for (int s = 0; s < weight_section_count(w.type); ++s) {
     const size_t end = weight_section_offset(w.type, w.rows, w.cols, s) +
                        weight_section_bytes(w.type, w.rows, w.cols, s);
-    const size_t next =
-        s + 1 < sections ? weight_section_offset(w.type, w.rows, w.cols, s + 1) : blob;
+    const size_t next = weight_section_offset(w.type, w.rows, w.cols, s + 1);
     std::memcpy(out + end, w.data + end, next - end);
   }
   const int64_t blocks = w.rows / R, row_bytes = natural_row_bytes(w.type, w.cols);

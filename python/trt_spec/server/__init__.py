@@ -11,6 +11,8 @@ from __future__ import annotations
 import signal
 from pathlib import Path
 
+from trt_spec._core import DEFAULT_DRAFT_WINDOW
+
 __all__ = ["serve"]
 
 
@@ -25,6 +27,7 @@ def serve(
     device: str = "auto",
     n_threads: int | None = None,
     kv_cache_dtype: str = "auto",
+    draft_window: int = DEFAULT_DRAFT_WINDOW,
     drain_timeout: float = 30.0,
     log_level: str = "info",
 ) -> None:
@@ -45,7 +48,13 @@ def serve(
 
     if max_queue < 0:
         raise ValueError(f"--max-queue must be >= 0, got {max_queue}")
-    engine = Engine(engine_path, device=device, n_threads=n_threads, kv_cache_dtype=kv_cache_dtype)
+    engine = Engine(
+        engine_path,
+        device=device,
+        n_threads=n_threads,
+        kv_cache_dtype=kv_cache_dtype,
+        draft_window=draft_window,
+    )
     name = model_name or Path(engine_path).stem
     app = create_app(engine, model_name=name, max_queue=max_queue, api_key=api_key)
     # uvicorn drains on SIGTERM, then re-raises the signal to the handler it found: this one
