@@ -225,11 +225,11 @@ Scheduler::Chunk Scheduler::plan_chunk(int budget) {
 
 void Scheduler::chunk_done(const Chunk& c, bool others_decoding) {
   // The draft model reads the same rows, those of its prompt window (positions up to P - 2:
-  // the first iteration feeds P - 1 itself; read_prompt skips the rest); a prompt's last chunk
-  // after its first token
-  // (read_pending_prompts). With a window and nothing else decoding, the whole window waits for
-  // the first token too (a window is short: nobody waits for its read but this request); while
-  // others decode, its rows are read as the chunks pass, so that no step of theirs takes it all.
+  // the first iteration feeds P - 1 itself; read_prompt skips the rest), and a prompt's last
+  // chunk after its first token (read_pending_prompts). With a window and nothing else decoding,
+  // the whole window waits for the first token too (nobody but this request waits for its read);
+  // while others decode, its rows are read as the chunks pass, so that no step of theirs reads
+  // it all.
   const bool defer = !others_decoding && proposers_.model && proposers_.model->prompt_window() > 0;
   for (const Chunk::Piece& p : c.pieces) {
     Request& r = *p.r;

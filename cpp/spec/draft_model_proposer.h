@@ -10,8 +10,8 @@
 // iterations that did not use the draft are read by prepare() (the catch-up), timed on the device
 // with a backend timer (Backend::Timer) and read after the iteration's read-back
 // (take_prepare_seconds): the controller learns its seconds per token without a synchronisation of
-// its own. Per slot it keeps draft_valid (positions [0, draft_valid) are in the draft's cache) and
-// the sequence's acceptance estimate.
+// its own. Per slot it keeps draft_valid (positions [off, draft_valid) are in the draft's cache;
+// off: below) and the sequence's acceptance estimate.
 //
 // A prompt window (set_prompt_window(w), w > 0) has the draft read only the last w prompt rows it
 // would read (positions [off, P - 1), off = max(0, P - 1 - w)): a long prompt costs the draft w
