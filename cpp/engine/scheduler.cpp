@@ -237,14 +237,12 @@ void Scheduler::chunk_done(const Chunk& c, bool others_decoding) {
     if (!proposers_.model || !(r.sources & draft_source_bit(DraftSource::kModel))) continue;
     const int P = static_cast<int>(r.req.prompt.size());
     const int upto = std::min(p.first + p.n, P - 1);
+    const int next = proposers_.model->prompt_read_upto(r.slot);
     if (r.prefilled == P) {
-      r.draft_read_first = r.draft_next;
-      r.draft_read_n = std::max(0, upto - r.draft_next);
-      r.draft_next = std::max(r.draft_next, upto);
-    } else if (!defer && upto > r.draft_next) {
-      proposers_.model->read_prompt(r.slot, r.req.prompt.data() + r.draft_next, r.draft_next,
-                                    upto - r.draft_next);
-      r.draft_next = upto;
+      r.draft_read_first = next;
+      r.draft_read_n = std::max(0, upto - next);
+    } else if (!defer && upto > next) {
+      proposers_.model->read_prompt(r.slot, r.req.prompt.data() + next, next, upto - next);
     }
   }
 }

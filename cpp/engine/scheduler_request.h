@@ -18,8 +18,6 @@ struct Scheduler::Request {
   int slot = -1;
   int prefilled = 0;      // prompt tokens in the target's cache
   bool decoding = false;  // prefill done, first token emitted
-  // The next prompt position for the draft model (DraftModelProposer::read_prompt).
-  int draft_next = 0;
   // Prompt rows [draft_read_first, draft_read_first + draft_read_n) the draft model has still to
   // read: the last prefill chunk's (and, with a prompt window, the window's rows that a prefill
   // alone left), left to the next step so that the first token reaches the caller without

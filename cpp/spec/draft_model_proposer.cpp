@@ -5,8 +5,6 @@
 #include <algorithm>
 #include <numeric>
 
-#include "common/errors.h"
-
 namespace trt_spec {
 
 DraftModelProposer::DraftModelProposer(Backend& be, Model& draft, int max_batch, int max_k,
@@ -28,11 +26,6 @@ void DraftModelProposer::begin(int slot, const std::vector<int32_t>& prompt) {
   s.off = window_ > 0 ? std::max(0, rows - window_) : 0;
   s.draft_valid = s.off;  // read_prompt() counts what the prefill reads
   s.est = controller_.prior();
-}
-
-void DraftModelProposer::set_prompt_window(int rows) {
-  if (rows < 0) throw InvalidArgument("the draft's prompt window must be >= 0 rows");
-  window_ = rows;
 }
 
 int DraftModelProposer::prompt_rows_for(int prompt_len) const {

@@ -50,14 +50,16 @@ class DraftModelProposer final : public Proposer {
   // those in it.
   void read_prompt(int slot, const int32_t* tokens, int first_pos, int n);
 
-  // The prompt window: the draft reads at most this many prompt rows (0: all of them). Requests
-  // begun after the call use it.
-  void set_prompt_window(int rows);
+  // The prompt window: the draft reads at most this many prompt rows (0: all of them; >= 0, as
+  // the scheduler checks). Requests begun after the call use it.
+  void set_prompt_window(int rows) { window_ = rows; }
   int prompt_window() const { return window_; }
   // The prompt rows the draft reads of a prompt of prompt_len tokens.
   int prompt_rows_for(int prompt_len) const;
   // The slot's SeqState::draft_off: the window's start (0: none), its draft position 0.
   int draft_off(int slot) const { return slots_[slot].off; }
+  // Prompt positions [0, this) are read (or lie before the window): the next read starts here.
+  int prompt_read_upto(int slot) const { return slots_[slot].draft_valid; }
   // The rows read_prompt(slot, .., 0, upto) reads.
   int rows_up_to(int slot, int upto) const { return std::max(0, upto - slots_[slot].off); }
   // The device time of the prompt reads issued so far, to the controller (after a
