@@ -1,24 +1,28 @@
-"""The draft model's prompt window on long prompts: what it saves and what it costs.
+"""The draft model's prompt window and its read after the first token, on long prompts: what
+they save and what they cost.
 
 A window (``Engine(draft_window=W)``) has the draft read only the last W prompt tokens, after the
 first token, instead of every prompt chunk (all but the last inside the time to first token).
+A read chunk (``Engine(draft_read_chunk=N)``) has it read the whole prompt after the first token,
+N rows per decode step, while the request decodes without it (plain target steps).
 On long prompts this measures, per configuration, in one run on the same CPU and threads:
   - TTFT (the target's prefill, plus the draft's reading of the earlier chunks without a window);
   - the first inter-token latency (it holds the draft's reading of the last chunk or the window);
   - acceptance rate and tokens per iteration (what the shorter context costs the draft);
   - decode tokens/s after the first token, and the whole request's time.
 Configurations: the target alone (``draft="none"``), then the draft model (``draft="model"``,
-draft length ``--draft-len``, default auto) with window 0 (the whole prompt) and each
-``--windows`` value. Each prompt runs every configuration back to back (interleaved), greedy,
-``--new`` tokens, EOS ignored.
+draft length ``--draft-len``, default auto) with window 0 (the whole prompt), each
+``--windows`` value, and each ``--read-chunks`` value (whole prompt, read after the first
+token). Each prompt runs every configuration back to back (interleaved), greedy, ``--new``
+tokens, EOS ignored.
 
 Prompts are real Python source (not HumanEval): modules of the interpreter's standard library,
 picked by a seeded shuffle, each cut to ``--length`` tokens at a line end. The greedy outputs of
 every configuration must equal the target's (checked).
 
     python benchmarks/bench_draft_window.py --engine pair_8k.engine [--length 2048]
-        [--prompts 6] [--windows 256,512,1024] [--new 128] [--draft-len auto] [--threads 2]
-        [--seed 31] [--tag s31]
+        [--prompts 6] [--windows 256,512,1024] [--read-chunks 256] [--new 128]
+        [--draft-len auto] [--threads 2] [--seed 31] [--tag s31]
 
 Writes ``benchmarks/results/draft_window_<tag>.json`` and ``.md`` (also printed).
 """
@@ -68,6 +72,8 @@ def measure(eng: Engine, ids: list[int], draft: str, new: int, k: int | str) -> 
         "tokens": r.token_ids,
         "ttft_s": s.ttft_s,
         "first_itl_s": (s.itl_ms[0] / 1e3) if s.itl_ms else 0.0,
+        "max_itl_s": (max(s.itl_ms) / 1e3) if s.itl_ms else 0.0,
+        "p95_itl_s": s.itl_p95_ms / 1e3,
         "total_s": s.total_s,
         "decode_tok_s": s.decode_tokens_per_s,
         "acceptance": s.acceptance_rate,
@@ -87,6 +93,8 @@ def summarise(runs: list[dict[str, Any]], labels: list[str]) -> dict[str, dict[s
         out[lab] = {
             "ttft_s": statistics.median(x["ttft_s"] for x in rows),
             "first_itl_s": statistics.median(x["first_itl_s"] for x in rows),
+            "p95_itl_s": statistics.median(x["p95_itl_s"] for x in rows),
+            "max_itl_s": statistics.median(x["max_itl_s"] for x in rows),
             "total_s": statistics.median(x["total_s"] for x in rows),
             "decode_tok_s": statistics.median(x["decode_tok_s"] for x in rows),
             "acceptance": sum(x["accepted"] for x in rows) / drafted if drafted else 0.0,
@@ -109,14 +117,15 @@ def report(meta: dict[str, Any], summary: dict[str, dict[str, float]], runs: lis
         "prompts (acceptance and tokens / iteration: pooled)",
         f"- greedy outputs equal to the target's: {meta['exact']}",
         "",
-        "| configuration | TTFT s | first ITL s | decode tok/s | total s | acceptance "
-        "| tokens / iteration |",
-        "|---|---|---|---|---|---|---|",
+        "| configuration | TTFT s | first ITL s | p95 ITL s | max ITL s | decode tok/s | total s "
+        "| acceptance | tokens / iteration |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for lab, s in summary.items():
         lines.append(
-            f"| {lab} | {s['ttft_s']:.2f} | {s['first_itl_s']:.2f} | {s['decode_tok_s']:.2f} | "
-            f"{s['total_s']:.2f} | {s['acceptance']:.3f} | {s['tokens_per_iteration']:.2f} |"
+            f"| {lab} | {s['ttft_s']:.2f} | {s['first_itl_s']:.2f} | {s['p95_itl_s']:.3f} | "
+            f"{s['max_itl_s']:.2f} | {s['decode_tok_s']:.2f} | {s['total_s']:.2f} | "
+            f"{s['acceptance']:.3f} | {s['tokens_per_iteration']:.2f} |"
         )
     lines += ["", "Per prompt (acceptance; total s):", ""]
     labels = list(summary)
@@ -134,6 +143,7 @@ def main() -> None:
     ap.add_argument("--length", type=int, default=2048)
     ap.add_argument("--prompts", type=int, default=6)
     ap.add_argument("--windows", default="256,512,1024")
+    ap.add_argument("--read-chunks", default="", help="draft_read_chunk values (whole prompt)")
     ap.add_argument("--new", type=int, default=128)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=31)
@@ -142,18 +152,30 @@ def main() -> None:
     args = ap.parse_args()
     k: int | str = args.draft_len if args.draft_len == "auto" else int(args.draft_len)
     windows = [0] + [int(w) for w in args.windows.split(",") if w]
-    engines = {w: Engine(args.engine, n_threads=args.threads, draft_window=w) for w in windows}
-    base = engines[0]
+    chunks = [int(c) for c in args.read_chunks.split(",") if c]
+    # (draft_window, draft_read_chunk) per drafting configuration
+    configs = [(w, 0) for w in windows] + [(0, c) for c in chunks]
+    engines = {
+        wc: Engine(args.engine, n_threads=args.threads, draft_window=wc[0], draft_read_chunk=wc[1])
+        for wc in configs
+    }
+    base = engines[(0, 0)]
     prompts = source_prompts(base, args.prompts, args.length, args.seed)
     base.generate(prompts[0][1][:64], max_new_tokens=4, draft="model", ignore_eos=True)  # warm-up
-    labels = ["target alone"] + [f"window {w}" if w else "whole prompt" for w in windows]
+
+    def label(w: int, c: int) -> str:
+        if c:
+            return f"read after the first token, {c} rows / step"
+        return f"window {w}" if w else "whole prompt"
+
+    labels = ["target alone"] + [label(w, c) for w, c in configs]
     runs: list[dict[str, Any]] = []
     exact = True
     for name, ids in prompts:
         row: dict[str, Any] = {"name": name, "prompt_tokens": len(ids)}
         row[labels[0]] = measure(base, ids, "none", args.new, "auto")
-        for lab, w in zip(labels[1:], windows, strict=True):
-            row[lab] = measure(engines[w], ids, "model", args.new, k)
+        for lab, wc in zip(labels[1:], configs, strict=True):
+            row[lab] = measure(engines[wc], ids, "model", args.new, k)
             exact = exact and row[lab]["tokens"] == row[labels[0]]["tokens"]
         print(name, {lab: round(row[lab]["total_s"], 2) for lab in labels}, flush=True)
         runs.append(row)
@@ -167,6 +189,7 @@ def main() -> None:
         "threads": args.threads,
         "draft_len": k,
         "windows": windows,
+        "read_chunks": chunks,
         "exact": exact,
         "backend": base.backend,
         "environment": env,

@@ -250,6 +250,12 @@ def test_generate_with_a_draft_window(capsys, engine_path, reference):
     assert json.loads(capsys.readouterr().out)["token_ids"] == reference.token_ids
 
 
+def test_generate_with_the_draft_read_after_the_first_token(capsys, engine_path, reference):
+    args = ["generate", str(engine_path), PROMPT, "--max-new-tokens", "8", "--json"]
+    assert cli.main([*args, "--draft-read-chunk", "3"]) == 0
+    assert json.loads(capsys.readouterr().out)["token_ids"] == reference.token_ids
+
+
 def test_generate_sampling_options(engine_path):
     args = ["--max-new-tokens", "6", "--temperature", "0.8", "--top-k", "20", "--top-p", "0.9"]
     a = run_cli("generate", engine_path, PROMPT, *args, "--seed", 3, "--json")
@@ -310,6 +316,10 @@ def _error_cases(engine_path, corrupt_engine, workdir, checkpoint):
         "seed": (["generate", e, "hi", "--seed", "-1"], r"seed must be"),
         "threads": (["generate", e, "hi", "--threads", "0"], r"n_threads must be >= 1"),
         "draft-window": (["generate", e, "hi", "--draft-window", "-1"], r"draft_window must be"),
+        "draft-read-chunk": (
+            ["generate", e, "hi", "--draft-read-chunk", "-2"],
+            r"draft_read_chunk must be",
+        ),
         "empty-prompt": (["generate", e, ""], r"the prompt is empty"),
         "long-prompt": (["generate", e, "x " * 200], r"max_seq_len of 64"),
         "build-missing": (
@@ -357,6 +367,7 @@ ERROR_CASES = [
     "seed",
     "threads",
     "draft-window",
+    "draft-read-chunk",
     "empty-prompt",
     "long-prompt",
     "build-missing",

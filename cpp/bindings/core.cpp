@@ -222,6 +222,7 @@ NB_MODULE(_core, m) {
     for (KvType t : {KvType::F32, KvType::F16, KvType::BF16}) kv_types.append(kv_type_name(t));
     m.attr("KV_CACHE_DTYPES") = nb::tuple(kv_types);
     m.attr("DEFAULT_DRAFT_WINDOW") = kDefaultDraftWindow;
+    m.attr("DEFAULT_DRAFT_READ_CHUNK") = kDefaultDraftReadChunk;
   }
 
   nb::class_<Scheduler>(m, "Scheduler",
@@ -230,12 +231,14 @@ NB_MODULE(_core, m) {
       .def(
           "__init__",
           [](Scheduler* self, Runtime& rt, const std::vector<nb::bytes>& token_bytes,
-             int prefill_chunk, int interleave_chunk, bool carry_prefill, int draft_window) {
+             int prefill_chunk, int interleave_chunk, bool carry_prefill, int draft_window,
+             int draft_read_chunk) {
             SchedulerOptions o;
             o.prefill_chunk = prefill_chunk;
             o.interleave_chunk = interleave_chunk;
             o.carry_prefill = carry_prefill;
             o.draft_window = draft_window;
+            o.draft_read_chunk = draft_read_chunk;
             o.token_bytes.reserve(token_bytes.size());
             for (const nb::bytes& b : token_bytes) o.token_bytes.emplace_back(b.c_str(), b.size());
             nb::gil_scoped_release release;
@@ -243,7 +246,8 @@ NB_MODULE(_core, m) {
           },
           "runtime"_a, "token_bytes"_a = std::vector<nb::bytes>{}, "prefill_chunk"_a = 256,
           "interleave_chunk"_a = 64, "carry_prefill"_a = true,
-          "draft_window"_a = kDefaultDraftWindow, nb::keep_alive<1, 2>())
+          "draft_window"_a = kDefaultDraftWindow, "draft_read_chunk"_a = kDefaultDraftReadChunk,
+          nb::keep_alive<1, 2>())
       .def(
           "submit",
           [](Scheduler& s, const std::vector<int32_t>& prompt, int max_new_tokens,

@@ -36,6 +36,7 @@ Scheduler::Scheduler(Runtime& rt, SchedulerOptions opts)
   const int B = rt.max_batch(), K = rt.draft_len();
   proposers_ = attach_proposers(iter_, rt.backend(), rt.draft(), B, K, rt.vocab_size());
   if (opts_.draft_window < 0) throw InvalidArgument("draft_window must be >= 0 rows");
+  if (opts_.draft_read_chunk < 0) throw InvalidArgument("draft_read_chunk must be >= 0 rows");
   if (proposers_.model) proposers_.model->set_prompt_window(opts_.draft_window);
   slots_.assign(B, nullptr);
   Backend& be = rt.backend();
@@ -229,8 +230,10 @@ void Scheduler::chunk_done(const Chunk& c, bool others_decoding) {
   // chunk after its first token (read_pending_prompts). With a window and nothing else decoding,
   // the whole window waits for the first token too (nobody but this request waits for its read);
   // while others decode, its rows are read as the chunks pass, so that no step of theirs reads
-  // it all.
-  const bool defer = !others_decoding && proposers_.model && proposers_.model->prompt_window() > 0;
+  // it all. With draft_read_chunk, every row waits for the first token (read_pending_prompts).
+  const bool defer =
+      proposers_.model &&
+      (opts_.draft_read_chunk > 0 || (!others_decoding && proposers_.model->prompt_window() > 0));
   for (const Chunk::Piece& p : c.pieces) {
     Request& r = *p.r;
     r.prefilled += p.n;
@@ -298,11 +301,22 @@ int Scheduler::prefill(std::vector<SchedulerEvent>& events, bool others_decoding
 }
 
 void Scheduler::read_pending_prompts(const std::vector<Request*>& active) {
+  // All of the rows, or with draft_read_chunk at most that many per step; a request whose draft
+  // has read them all gets the draft model back (its lag, the tokens generated meanwhile, is
+  // read by the proposer's catch-up before its first drafting iteration).
   for (Request* r : active) {
     if (r->draft_read_n == 0) continue;
+    const int n = opts_.draft_read_chunk > 0 ? std::min(r->draft_read_n, opts_.draft_read_chunk)
+                                             : r->draft_read_n;
     proposers_.model->read_prompt(r->slot, r->req.prompt.data() + r->draft_read_first,
-                                  r->draft_read_first, r->draft_read_n);
-    r->draft_read_n = 0;
+                                  r->draft_read_first, n);
+    r->draft_read_first += n;
+    r->draft_read_n -= n;
+    if (r->draft_read_n == 0 && r->draft_reading) {
+      r->draft_reading = false;
+      r->sources |= draft_source_bit(DraftSource::kModel);
+      iter_.set_sources(r->slot, r->sources);
+    }
   }
 }
 
@@ -315,6 +329,11 @@ void Scheduler::take_prefill_time() {
 
 void Scheduler::start_decoding(Request& r, int32_t first, std::vector<SchedulerEvent>& events) {
   const int P = static_cast<int>(r.req.prompt.size());
+  const int32_t model_bit = draft_source_bit(DraftSource::kModel);
+  if (opts_.draft_read_chunk > 0 && r.draft_read_n > 0 && (r.sources & model_bit)) {
+    r.sources &= ~model_bit;  // until the draft has read the prompt (read_pending_prompts)
+    r.draft_reading = true;
+  }
   SeqState s{};
   s.sources = r.sources;
   s.max_nodes = r.max_nodes;

@@ -11,8 +11,8 @@
 //      their iterations, at most interleave_chunk: engine/prefill_pacer.h, so that a long
 //      prompt does not stall them, and on a host backend carried by their iteration's verify
 //      pass, step 4); the draft model reads the same rows (draft="auto": where it is expected
-//      to pay, draft_choice.cpp, possibly later); a request whose prompt is complete
-//      gets its first token;
+//      to pay, draft_choice.cpp, possibly later; with draft_read_chunk, after the first token,
+//      a piece per step); a request whose prompt is complete gets its first token;
 //   4. runs one speculative iteration for every decoding sequence: the draft source and length
 //      chosen from the proposers' offers (the draft model's and prompt lookup's controllers, or a
 //      plain target step), then the tokens that became final, cut at stop ids, stop strings and
@@ -40,6 +40,8 @@ namespace trt_spec {
 
 // The default prompt window of the draft model (SchedulerOptions::draft_window).
 constexpr int kDefaultDraftWindow = 0;
+// The default of SchedulerOptions::draft_read_chunk: the draft reads a prompt with the target.
+constexpr int kDefaultDraftReadChunk = 0;
 
 struct SchedulerOptions {
   int prefill_chunk = 256;    // prompt rows per step while no other sequence decodes
@@ -53,6 +55,13 @@ struct SchedulerOptions {
   // after the first token, so that the draft does not add to the time to first token; while
   // others decode, as the prompt's chunks pass (chunk_done).
   int draft_window = kDefaultDraftWindow;
+  // 0: the draft model reads a prompt's chunks as the target does (the last one after the first
+  // token). N > 0: it reads the prompt (or its window) only after the request's first token, at
+  // most N rows per decode step, while the request decodes without it (plain steps or prompt
+  // lookup); then it catches up with the tokens generated meanwhile and drafts. The time to first
+  // token is the target's prefill alone, and the draft still sees the whole prompt: the read's
+  // cost moves to the first steps' inter-token latency instead (read_pending_prompts).
+  int draft_read_chunk = kDefaultDraftReadChunk;
   // The text of each token id (UTF-8 bytes; empty for special tokens); stop strings need it.
   std::vector<std::string> token_bytes;
 };

@@ -23,6 +23,9 @@ struct Scheduler::Request {
   // alone left), left to the next step so that the first token reaches the caller without
   // waiting for the draft.
   int draft_read_first = 0, draft_read_n = 0;
+  // With SchedulerOptions::draft_read_chunk: the draft model is left out of the request's
+  // iterations (its source bit cleared) until it has read those rows.
+  bool draft_reading = false;
   // draft="auto" whose draft model has not read anything yet, because the read pays against
   // plain steps but might not against prompt lookup (draft_choice.cpp, join_if_pays): the
   // seconds and tokens of its iterations so far, [0] plain steps, [1] lookup's.

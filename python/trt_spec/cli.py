@@ -12,7 +12,12 @@ import sys
 from pathlib import Path
 
 from trt_spec import bench, models
-from trt_spec._core import DEFAULT_DRAFT_WINDOW, DRAFT_MODES, KV_CACHE_DTYPES
+from trt_spec._core import (
+    DEFAULT_DRAFT_READ_CHUNK,
+    DEFAULT_DRAFT_WINDOW,
+    DRAFT_MODES,
+    KV_CACHE_DTYPES,
+)
 from trt_spec.build.builder import DEFAULT_DRAFT_LEN, DEFAULT_MAX_BATCH, WEIGHT_FORMATS
 from trt_spec.progress import Reporter, add_output_flags, mode_from_flags
 
@@ -76,6 +81,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         n_threads=args.threads,
         kv_cache_dtype=args.kv_cache_dtype,
         draft_window=args.draft_window,
+        draft_read_chunk=args.draft_read_chunk,
     )
     prompt = [{"role": "user", "content": args.prompt}] if args.chat else args.prompt
     kwargs = dict(
@@ -165,6 +171,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         n_threads=args.threads,
         kv_cache_dtype=args.kv_cache_dtype,
         draft_window=args.draft_window,
+        draft_read_chunk=args.draft_read_chunk,
         drain_timeout=args.drain_timeout,
         log_level=args.log_level,
     )
@@ -198,8 +205,8 @@ def add_kv_cache_flag(p: argparse.ArgumentParser) -> None:
     )
 
 
-def add_draft_window_flag(p: argparse.ArgumentParser) -> None:
-    """--draft-window of the commands that generate."""
+def add_draft_prompt_flags(p: argparse.ArgumentParser) -> None:
+    """--draft-window and --draft-read-chunk of the commands that generate."""
     p.add_argument(
         "--draft-window",
         type=int,
@@ -207,6 +214,14 @@ def add_draft_window_flag(p: argparse.ArgumentParser) -> None:
         help="the draft model reads at most this many tokens of a prompt, its end (default "
         f"{DEFAULT_DRAFT_WINDOW}: all); a window keeps the draft out of a long prompt's time to "
         "first token, at some acceptance",
+    )
+    p.add_argument(
+        "--draft-read-chunk",
+        type=int,
+        default=DEFAULT_DRAFT_READ_CHUNK,
+        help="read the prompt into the draft model after the first token, at most this many "
+        f"rows per decode step (default {DEFAULT_DRAFT_READ_CHUNK}: with the target's prefill); "
+        "keeps the draft out of the time to first token without shortening what it reads",
     )
 
 
@@ -290,7 +305,7 @@ def make_parser() -> argparse.ArgumentParser:
     g.add_argument("--prediction-file", default=None, help="--prediction read from a file")
     g.add_argument("--no-speculate", action="store_true", help="decode with the target only")
     add_kv_cache_flag(g)
-    add_draft_window_flag(g)
+    add_draft_prompt_flags(g)
     g.set_defaults(func=cmd_generate)
 
     i = sub.add_parser("info", help="describe an engine file")
@@ -331,7 +346,7 @@ def make_parser() -> argparse.ArgumentParser:
     )
     s.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info"])
     add_kv_cache_flag(s)
-    add_draft_window_flag(s)
+    add_draft_prompt_flags(s)
     s.set_defaults(func=cmd_serve)
     bench.add_parser(sub)
     return p

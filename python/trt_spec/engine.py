@@ -41,6 +41,7 @@ __all__ = ["Engine", "GenerationResult", "GenerationStats", "GenerationStream"]
 DRAFT_MODES: tuple[str, ...] = tuple(_core.DRAFT_MODES)
 KV_CACHE_DTYPES: tuple[str, ...] = tuple(_core.KV_CACHE_DTYPES)
 DEFAULT_DRAFT_WINDOW: int = _core.DEFAULT_DRAFT_WINDOW
+DEFAULT_DRAFT_READ_CHUNK: int = _core.DEFAULT_DRAFT_READ_CHUNK
 
 
 @dataclass(frozen=True)
@@ -124,6 +125,13 @@ class Engine:
             request decoding, the draft reads them after the first token: the time to first
             token is the target's prefill alone. While others decode it reads them as the
             prompt's chunks pass, so that none of their steps waits for the whole window.
+        draft_read_chunk: ``0``: the draft model reads a prompt as the target does, chunk by
+            chunk, so a long prompt's time to first token holds both models' reads. ``N > 0``:
+            it reads the prompt (or its window) only after the first token, at most ``N`` rows
+            per decode step, while the request decodes without it (plain target steps or prompt
+            lookup); then it catches up and drafts. The time to first token is the target's
+            prefill alone and the draft still sees the whole prompt; the first steps' inter-token
+            latency carries the read instead.
     """
 
     def __init__(
@@ -138,11 +146,16 @@ class Engine:
         carry_prefill: bool = True,
         kv_cache_dtype: str = "auto",
         draft_window: int = DEFAULT_DRAFT_WINDOW,
+        draft_read_chunk: int = DEFAULT_DRAFT_READ_CHUNK,
     ) -> None:
         if n_threads is not None and n_threads < 1:
             raise ValueError(f"n_threads must be >= 1, got {n_threads}")
         if draft_window < 0:
             raise ValueError(f"draft_window must be >= 0 (0: the whole prompt), got {draft_window}")
+        if draft_read_chunk < 0:
+            raise ValueError(
+                f"draft_read_chunk must be >= 0 (0: with the prefill), got {draft_read_chunk}"
+            )
         if kv_cache_dtype not in KV_CACHE_DTYPES:
             names = ", ".join(KV_CACHE_DTYPES)
             raise ValueError(f"kv_cache_dtype must be one of {names}, got {kv_cache_dtype!r}")
@@ -165,7 +178,13 @@ class Engine:
         # vocabulary are never generated.
         table = table[: self.vocab_size] + [b""] * (self.vocab_size - len(table))
         self._sched = _core.Scheduler(
-            self._rt, table, prefill_chunk, interleave_chunk, carry_prefill, draft_window
+            self._rt,
+            table,
+            prefill_chunk,
+            interleave_chunk,
+            carry_prefill,
+            draft_window,
+            draft_read_chunk,
         )
         self._prefill_chunk = prefill_chunk
         self._lock = threading.Lock()  # the scheduler: one caller at a time

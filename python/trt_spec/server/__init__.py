@@ -11,7 +11,7 @@ from __future__ import annotations
 import signal
 from pathlib import Path
 
-from trt_spec._core import DEFAULT_DRAFT_WINDOW
+from trt_spec._core import DEFAULT_DRAFT_READ_CHUNK, DEFAULT_DRAFT_WINDOW
 
 __all__ = ["serve"]
 
@@ -28,6 +28,7 @@ def serve(
     n_threads: int | None = None,
     kv_cache_dtype: str = "auto",
     draft_window: int = DEFAULT_DRAFT_WINDOW,
+    draft_read_chunk: int = DEFAULT_DRAFT_READ_CHUNK,
     drain_timeout: float = 30.0,
     log_level: str = "info",
 ) -> None:
@@ -54,6 +55,7 @@ def serve(
         n_threads=n_threads,
         kv_cache_dtype=kv_cache_dtype,
         draft_window=draft_window,
+        draft_read_chunk=draft_read_chunk,
     )
     name = model_name or Path(engine_path).stem
     app = create_app(engine, model_name=name, max_queue=max_queue, api_key=api_key)
