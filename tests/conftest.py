@@ -122,6 +122,26 @@ def hf_05b(model_05b: Path):
 
 
 # ---- a small engine for the bad-input tests (tests/test_errors_*.py) ---------------------------
+# ---- tiny pair engines (tests/spec_pairs.py): draft length 4, batch 2, 128 positions ----------
+def _pair_k4_b2(factory: pytest.TempPathFactory, kind: str) -> Path:
+    import spec_pairs
+
+    root = factory.mktemp(f"pair_{kind}")
+    return spec_pairs.make_pair(root, kind, draft_len=4, max_batch=2, max_seq_len=128)
+
+
+@pytest.fixture(scope="session")
+def noisy(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The target and a noisy copy of it as the draft (accepts part of each block)."""
+    return _pair_k4_b2(tmp_path_factory, "noisy")
+
+
+@pytest.fixture(scope="session")
+def same(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The target as its own draft (greedy accepts everything)."""
+    return _pair_k4_b2(tmp_path_factory, "same")
+
+
 @pytest.fixture(scope="session")
 def engine_path(tiny) -> Path:
     path, _ = tiny.engine("qwen2", weights="f32", max_seq_len=SEQ)

@@ -6,27 +6,11 @@ drafts. Needs: the test module, tiny random pairs (CPU)."""
 from __future__ import annotations
 
 import pytest
-import spec_pairs
 from native import T
 from trt_spec import Engine
 
 LONG = [int(x) for x in range(3, 43)]  # a 40-token prompt: the draft reads 39 rows
 ROWS = len(LONG) - 1
-
-
-@pytest.fixture(scope="module")
-def root(tmp_path_factory: pytest.TempPathFactory):
-    return tmp_path_factory.mktemp("read_chunk")
-
-
-@pytest.fixture(scope="module")
-def noisy(root):
-    return spec_pairs.make_pair(root, "noisy", draft_len=4, max_batch=2, max_seq_len=128)
-
-
-@pytest.fixture(scope="module")
-def same(root):
-    return spec_pairs.make_pair(root, "same", draft_len=4, max_batch=2, max_seq_len=128)
 
 
 def target_only(path, prompt: list[int], n: int) -> list[int]:

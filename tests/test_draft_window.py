@@ -6,7 +6,6 @@ pairs (CPU)."""
 from __future__ import annotations
 
 import pytest
-import spec_pairs
 from cuda_helpers import fields
 from native import T
 from trt_spec import Engine
@@ -14,21 +13,6 @@ from trt_spec import Engine
 LONG = [int(x) for x in range(3, 43)]  # a 40-token prompt
 W = 8
 OFF = len(LONG) - 1 - W  # the window's first position
-
-
-@pytest.fixture(scope="module")
-def root(tmp_path_factory: pytest.TempPathFactory):
-    return tmp_path_factory.mktemp("window")
-
-
-@pytest.fixture(scope="module")
-def noisy(root):
-    return spec_pairs.make_pair(root, "noisy", draft_len=4, max_batch=2, max_seq_len=128)
-
-
-@pytest.fixture(scope="module")
-def same(root):
-    return spec_pairs.make_pair(root, "same", draft_len=4, max_batch=2, max_seq_len=128)
 
 
 def run(s, rid: int) -> list[int]:

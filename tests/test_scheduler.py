@@ -7,7 +7,6 @@ from __future__ import annotations
 import threading
 
 import pytest
-import spec_pairs
 from native import T
 from trt_spec import Engine
 
@@ -15,9 +14,8 @@ LONG = [int(x) for x in range(3, 43)]  # a 40-token prompt
 
 
 @pytest.fixture(scope="module")
-def path(tmp_path_factory: pytest.TempPathFactory):
-    root = tmp_path_factory.mktemp("sched")
-    return spec_pairs.make_pair(root, "noisy", draft_len=4, max_batch=2, max_seq_len=128)
+def path(noisy):
+    return noisy
 
 
 def solo(path, prompt: list[int], n: int) -> list[int]:
