@@ -117,6 +117,32 @@ def test_a_request_that_ends_before_the_read_leaves_its_slot_clean(same) -> None
     assert st["drafted"] > 0 and st["accepted"] == st["drafted"]
 
 
+def test_a_request_cancelled_during_the_read_leaves_its_slot_clean(same) -> None:
+    """Cancelled after two pieces of 5 rows: its event says so, and the next request in the slot
+    reads its own prompt, catches up and accepts every draft (self-draft)."""
+    s = T.Session(str(same), "cpu", 1, 16, 4, draft_read_chunk=5)
+    a = s.submit(LONG, 50, draft="model", draft_len=4)
+    first_token(s)
+    s.step()
+    s.step()
+    assert s.draft_prompt_rows == 10
+    s.cancel(a)
+    b = s.submit(LONG[5:], 40, draft="model", draft_len=4)
+    out: list[int] = []
+    stats = None
+    reasons = {}
+    while s.has_work:
+        for e in s.step():
+            if e[3]:
+                reasons[e[0]] = e[4]
+            if e[0] == b:
+                out.extend(e[1])
+                stats = e[5] if e[3] else stats
+    assert reasons[a] == "cancelled"
+    assert out == target_only(same, LONG[5:], 40)
+    assert stats["drafted"] > 0 and stats["accepted"] == stats["drafted"]
+
+
 def test_while_another_decodes_each_step_reads_one_piece(noisy) -> None:
     """B's prompt arrives while A decodes with the draft model: B's draft reads 4 rows per step
     after B's first token, A keeps drafting meanwhile, and both outputs are the target's."""
