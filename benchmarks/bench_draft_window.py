@@ -7,7 +7,8 @@ A read chunk (``Engine(draft_read_chunk=N)``) has it read the whole prompt after
 N rows per decode step, while the request decodes without it (plain target steps).
 On long prompts this measures, per configuration, in one run on the same CPU and threads:
   - TTFT (the target's prefill, plus the draft's reading of the earlier chunks without a window);
-  - the first inter-token latency (it holds the draft's reading of the last chunk or the window);
+  - the first inter-token latency (it holds the draft's reading of the last chunk or the window),
+    and the p95 and largest ones (they hold the pieces of a read after the first token);
   - acceptance rate and tokens per iteration (what the shorter context costs the draft);
   - decode tokens/s after the first token, and the whole request's time.
 Configurations: the target alone (``draft="none"``), then the draft model (``draft="model"``,

@@ -121,7 +121,6 @@ def hf_05b(model_05b: Path):
     return m.eval()
 
 
-# ---- a small engine for the bad-input tests (tests/test_errors_*.py) ---------------------------
 # ---- tiny pair engines (tests/spec_pairs.py): draft length 4, batch 2, 128 positions ----------
 def _pair_k4_b2(factory: pytest.TempPathFactory, kind: str) -> Path:
     import spec_pairs
@@ -142,6 +141,7 @@ def same(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return _pair_k4_b2(tmp_path_factory, "same")
 
 
+# ---- a small engine for the bad-input tests (tests/test_errors_*.py) ---------------------------
 @pytest.fixture(scope="session")
 def engine_path(tiny) -> Path:
     path, _ = tiny.engine("qwen2", weights="f32", max_seq_len=SEQ)

@@ -55,7 +55,6 @@ def test_the_pieces_leave_the_draft_cache_of_a_read_with_the_prefill(noisy, laye
     for chunk in (5, 0):
         s = T.Session(str(noisy), "cpu", 2, 16, 4, draft_read_chunk=chunk)
         rid = s.submit(LONG, 40, draft="model", draft_len=4)
-        first_token(s) if chunk else s.step()
         while s.draft_prompt_rows < ROWS:
             s.step()
         caches.append(s.draft_kv(s.slot_of(rid), layer, ROWS))
