@@ -22,10 +22,18 @@ included) after the longest prefill, and, where the test-only native module is i
 with one logit row (the forward) and with logits for every row (what a verify pass of k + 1 rows
 computes, the output head's rows included).
 
+With ``--rate-rounds R`` it also measures the target's rate at the longest prompt against the
+shortest in R bracketed rounds: each round times the short prompt F times, the long prompt once,
+then the short prompt F times again, with F = ceil(long / short / 2), so the short runs take
+about as long as the long one and sit on both sides of it; the round's rate is the long prompt's
+tokens/s over the median of its 2F short runs. A host whose speed drifts over minutes moves both
+sides of a round alike, where the rounds over the lengths above compare one short run with a long
+run minutes away.
+
 The prompt is real text: HumanEval prompts joined and tokenized, cut to N tokens.
 
     python benchmarks/bench_prefill.py --engine pair_8k.engine --target T.gguf --draft D.gguf \
-        [--lengths 512,2048,4096] [--threads 2] [--reps 1] [--tag q4]
+        [--lengths 512,2048,4096] [--threads 2] [--reps 1] [--rate-rounds 0] [--tag q4]
 
 The engine needs max_seq_len > the longest N (``trt-spec build ... --max-seq-len 8192``).
 Writes ``benchmarks/results/prefill_<tag>.json`` and ``.md`` (also printed).
@@ -75,6 +83,24 @@ def ours(eng: Engine, ids: list[int]) -> dict[str, float]:
         "draft_read_s": read,
         "pair_tok_s": n / (p.ttft_s + read),
     }
+
+
+def target_tok_s(eng: Engine, ids: list[int]) -> float:
+    """The target alone: prefill tokens/s of one prompt (its TTFT)."""
+    stats = eng.generate(ids, max_new_tokens=1, draft="none", ignore_eos=True).stats
+    return len(ids) / stats.ttft_s
+
+
+def bracketed_rate(eng: Engine, short: list[int], long: list[int]) -> dict[str, Any]:
+    """One bracketed round: the short prompt F times, the long one once, the short F times again
+    (F = ceil(len(long) / len(short) / 2)); the rate is the long tok/s over the short runs'
+    median."""
+    f = -(-len(long) // (2 * len(short)))
+    before = [target_tok_s(eng, short) for _ in range(f)]
+    mid = target_tok_s(eng, long)
+    after = [target_tok_s(eng, short) for _ in range(f)]
+    rate = mid / statistics.median(before + after)
+    return {"short_tok_s": before + after, "long_tok_s": mid, "rate": rate}
 
 
 def median_of(runs: list[dict[str, float]]) -> dict[str, float]:
@@ -156,6 +182,20 @@ def render(rep: dict[str, Any]) -> str:
                 f"tok/s: {cells}; rate at {last['n']} / at {first['n']}: "
                 f"{last['f32_target_tok_s'] / first['f32_target_tok_s']:.2f}"
             )
+    rr = rep.get("rate_rounds")
+    if rr and len(runs) > 1:
+        n0, n1 = runs[0]["n"], runs[-1]["n"]
+        rates = [r["rate"] for r in rr]
+        cells = ", ".join(
+            f"{r['rate']:.2f} ({r['long_tok_s']:.1f} / {statistics.median(r['short_tok_s']):.1f})"
+            for r in rr
+        )
+        lines.append(
+            f"- target rate at {n1} / at {n0}, bracketed rounds (the {n0}-token prompt "
+            f"{len(rr[0]['short_tok_s']) // 2} times before and after each {n1}-token one; "
+            f"rate = {n1} tok/s / median of the round's {n0} tok/s): median "
+            f"{statistics.median(rates):.2f} (goal >= 0.85); rounds {cells}"
+        )
     lines.append(
         "- pair: the draft reads each prompt chunk after the target's, but the last chunk after "
         "the first token (so the pair's TTFT holds all but that read); pair tok/s = N / (pair "
@@ -187,6 +227,12 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--reps", type=int, default=1, help="measurements per figure (median)")
     ap.add_argument("--no-llama", action="store_true")
+    ap.add_argument(
+        "--rate-rounds",
+        type=int,
+        default=0,
+        help="bracketed rounds of the target's rate at the longest length against the shortest",
+    )
     ap.add_argument("--tag", default="q4")
     args = ap.parse_args()
     args.reps = max(1, args.reps)
@@ -199,6 +245,7 @@ def main() -> int:
             "engine": args.engine,
             "lengths": lengths,
             "reps": args.reps,
+            "rate_rounds": args.rate_rounds,
         },
         "runs": [],
     }
@@ -232,6 +279,12 @@ def main() -> int:
                 rounds[n][-1]["f32_target_tok_s"] = n / t.ttft_s
             print(f"trt-spec N={n}: {rounds[n][-1]} ({time.perf_counter() - t0:.0f} s)", flush=True)
     rep["runs"] = [{"n": n, **median_of(rounds[n]), "rounds": rounds[n]} for n in lengths]
+    if args.rate_rounds > 0 and len(lengths) > 1:
+        short, long = prompt_ids(eng, min(lengths)), prompt_ids(eng, max(lengths))
+        rep["rate_rounds"] = []
+        for _ in range(args.rate_rounds):
+            rep["rate_rounds"].append(bracketed_rate(eng, short, long))
+            print(f"bracketed round: {rep['rate_rounds'][-1]}", flush=True)
     rep["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     del eng, f32
     if not args.no_llama and args.target and args.draft:

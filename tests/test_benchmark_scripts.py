@@ -81,6 +81,65 @@ def test_prefill_report_ratios() -> None:
     assert mod.median_of(rounds) == {"a": 2.0, "b": 4.0}
 
 
+def test_prefill_bracketed_rate_rounds() -> None:
+    """bench_prefill --rate-rounds: the short prompt F = ceil(long / short / 2) times on each side
+    of the long one, the rate over the short runs' median, and its report line."""
+    mod = script("bench_prefill")
+
+    class Stats:
+        def __init__(self, ttft_s: float) -> None:
+            self.ttft_s = ttft_s
+
+    class Eng:  # the n-th generate call's TTFT: 1 s for the short prompt at first, then slower
+        def __init__(self) -> None:
+            self.calls: list[int] = []
+
+        def generate(self, ids: list[int], **kw: object) -> types.SimpleNamespace:
+            assert kw["draft"] == "none" and kw["max_new_tokens"] == 1
+            self.calls.append(len(ids))
+            slow = 1.0 + 0.1 * len(self.calls)  # a host that drifts
+            return types.SimpleNamespace(stats=Stats(len(ids) / 100.0 * slow))
+
+    eng = Eng()
+    r = mod.bracketed_rate(eng, [0] * 100, [0] * 700)
+    assert eng.calls == [100] * 4 + [700] + [100] * 4
+    assert len(r["short_tok_s"]) == 8 and r["long_tok_s"] == pytest.approx(100 / 1.5)
+    # the long run sits in the middle of the drift: a rate near 1, where one short run before it
+    # would read 1.1 / 1.5 = 0.73
+    assert r["rate"] == pytest.approx(1.0, abs=0.01)
+    rep = {
+        "tag": "t",
+        "environment": {"cpu": "X", "git_commit": "abc", "loadavg_start": 0.5},
+        "settings": {"threads": 2, "engine": "e", "max_seq_len": 8192, "reps": 1},
+        "runs": [
+            {
+                "n": 100,
+                "target_ttft_s": 1.0,
+                "target_tok_s": 100.0,
+                "pair_tok_s": 50.0,
+                "pair_ttft_s": 1.0,
+            },
+            {
+                "n": 700,
+                "target_ttft_s": 8.0,
+                "target_tok_s": 87.5,
+                "pair_tok_s": 40.0,
+                "pair_ttft_s": 9.0,
+            },
+        ],  # fmt: skip
+        "peak_rss_mb": 1.0,
+        "rate_rounds": [
+            {"short_tok_s": [100.0, 90.0], "long_tok_s": 80.0, "rate": 80.0 / 95.0},
+            {"short_tok_s": [100.0, 100.0], "long_tok_s": 90.0, "rate": 0.9},
+            {"short_tok_s": [80.0, 100.0], "long_tok_s": 63.0, "rate": 0.7},
+        ],
+    }
+    md = mod.render(rep)
+    assert "at 700 / at 100: 0.88 (goal >= 0.85)" in md
+    assert "the 100-token prompt 1 times before and after each 700-token one" in md
+    assert "median 0.84 (goal >= 0.85); rounds 0.84 (80.0 / 95.0), 0.90 (90.0 / 100.0)" in md
+
+
 def test_server_benchmark_goals_from_a_report(tmp_path: Path) -> None:
     """bench_server's goal lines and files from a synthetic report (no server)."""
     bench_server = script("bench_server")
