@@ -44,29 +44,26 @@ def test_benchmark_scripts_import_the_shared_helpers() -> None:
         assert out.returncode == 0 and out.stdout.startswith("usage:"), out.stderr
 
 
+def prefill_report(reps: int, runs: list[dict], **extra: object) -> dict:
+    """A bench_prefill report around `runs` (synthetic host and settings)."""
+    return {
+        "tag": "t",
+        "environment": {"cpu": "X", "git_commit": "abc", "loadavg_start": 0.5},
+        "settings": {"threads": 2, "engine": "e", "max_seq_len": 8192, "reps": reps},
+        "runs": runs,
+        **extra,
+    }
+
+
 def test_prefill_report_ratios() -> None:
     """bench_prefill's table: our rates against llama-bench's (the pair: both prompt passes),
     the rate at the longest prompt against the shortest, and the per-row costs."""
     mod = script("bench_prefill")
     run = {"target_ttft_s": 10.0, "draft_read_s": 2.0, "pair_ttft_s": 10.0}
-    rep = {
-        "tag": "t",
-        "environment": {"cpu": "X", "git_commit": "abc", "loadavg_start": 0.5},
-        "settings": {"threads": 2, "engine": "e", "max_seq_len": 8192, "reps": 3},
-        "runs": [
-            {
-                "n": 512,
-                **run,
-                "target_tok_s": 51.2,
-                "pair_tok_s": 512 / 12.0,
-                "llama_target_tok_s": 25.6,
-                "llama_pair_tok_s": 20.0,
-            },
-            {"n": 4096, **run, "target_tok_s": 40.96, "pair_tok_s": 30.0},
-        ],
-        "peak_rss_mb": 3000.0,
-        "row_costs_s": {"1": 0.05, "5": 0.1},
-    }
+    short = {"n": 512, **run, "target_tok_s": 51.2, "pair_tok_s": 512 / 12.0}
+    short |= {"llama_target_tok_s": 25.6, "llama_pair_tok_s": 20.0}
+    long = {"n": 4096, **run, "target_tok_s": 40.96, "pair_tok_s": 30.0}
+    rep = prefill_report(3, [short, long], peak_rss_mb=3000.0, row_costs_s={"1": 0.05, "5": 0.1})
     md = mod.render(rep)
     assert "| 512 | 10.00 | 51.2 | 25.6 | 2.00x | 42.7 (10.00) | 20.0 | 2.13x |" in md
     assert "| 4096 | 10.00 | 41.0 | - | - |" in md
@@ -107,33 +104,14 @@ def test_prefill_bracketed_rate_rounds() -> None:
     # the long run sits in the middle of the drift: a rate near 1, where one short run before it
     # would read 1.1 / 1.5 = 0.73
     assert r["rate"] == pytest.approx(1.0, abs=0.01)
-    rep = {
-        "tag": "t",
-        "environment": {"cpu": "X", "git_commit": "abc", "loadavg_start": 0.5},
-        "settings": {"threads": 2, "engine": "e", "max_seq_len": 8192, "reps": 1},
-        "runs": [
-            {
-                "n": 100,
-                "target_ttft_s": 1.0,
-                "target_tok_s": 100.0,
-                "pair_tok_s": 50.0,
-                "pair_ttft_s": 1.0,
-            },
-            {
-                "n": 700,
-                "target_ttft_s": 8.0,
-                "target_tok_s": 87.5,
-                "pair_tok_s": 40.0,
-                "pair_ttft_s": 9.0,
-            },
-        ],  # fmt: skip
-        "peak_rss_mb": 1.0,
-        "rate_rounds": [
-            {"short_tok_s": [100.0, 90.0], "long_tok_s": 80.0, "rate": 80.0 / 95.0},
-            {"short_tok_s": [100.0, 100.0], "long_tok_s": 90.0, "rate": 0.9},
-            {"short_tok_s": [80.0, 100.0], "long_tok_s": 63.0, "rate": 0.7},
-        ],
-    }
+    run = {"target_ttft_s": 1.0, "pair_tok_s": 50.0, "pair_ttft_s": 1.0}
+    runs = [{"n": 100, **run, "target_tok_s": 100.0}, {"n": 700, **run, "target_tok_s": 87.5}]
+    rounds = [
+        {"short_tok_s": [100.0, 90.0], "long_tok_s": 80.0, "rate": 80.0 / 95.0},
+        {"short_tok_s": [100.0, 100.0], "long_tok_s": 90.0, "rate": 0.9},
+        {"short_tok_s": [80.0, 100.0], "long_tok_s": 63.0, "rate": 0.7},
+    ]
+    rep = prefill_report(1, runs, peak_rss_mb=1.0, rate_rounds=rounds)
     md = mod.render(rep)
     assert "at 700 / at 100: 0.88 (goal >= 0.85)" in md
     assert "the 100-token prompt 1 times before and after each 700-token one" in md
