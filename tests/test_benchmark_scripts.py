@@ -15,6 +15,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+from trt_spec import Engine
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "benchmarks"
 
@@ -35,6 +36,7 @@ def test_benchmark_scripts_import_the_shared_helpers() -> None:
     start (--help needs no GPU, model, server or peer)."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
     scripts = ("bench_decode.py", "bench_gpu.py", "bench_server.py", "bench_prefill.py")
+    scripts += ("bench_memory.py",)
     for name in scripts + ("profile_gpu.py",):
         path = SCRIPTS / name
         assert "from trt_spec.bench.common import" in path.read_text()
@@ -116,6 +118,32 @@ def test_prefill_bracketed_rate_rounds() -> None:
     assert "at 700 / at 100: 0.88 (goal >= 0.85)" in md
     assert "the 100-token prompt 1 times before and after each 700-token one" in md
     assert "median 0.84 (goal >= 0.85); rounds 0.84 (80.0 / 95.0), 0.90 (90.0 / 100.0)" in md
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")
+def test_memory_benchmark_measures_and_reports(tiny) -> None:
+    """bench_memory: an engine's sizes as trt-spec info gives them and the resident set after
+    load, and the report's row."""
+    mod = script("bench_memory")
+    path, _ = tiny.engine("qwen2", weights="q4", hidden=256, ffn=1024)
+    row = mod.measure(str(path), "f16", 0, 2)
+    eng = Engine(path, kv_cache_dtype="f16")
+    assert row["kv"] == "f16" and row["kv_mb"] == pytest.approx(eng.kv_bytes / 1e6)
+    weights = sum(m["weight_bytes"] for m in eng.metadata["models"].values())
+    assert row["weights_mb"] == pytest.approx(weights / 1e6)
+    assert row["file_mb"] == pytest.approx(path.stat().st_size / 1e6)
+    assert "after_prefill" not in row
+    assert row["loaded"]["VmRSS"] >= row["loaded"]["RssAnon"] > 0
+    row = {**row, "engine": "/x/e.engine", "max_seq_len": 4096, "max_batch": 4, "file_mb": 1777.4,
+           "weights_mb": 1770.5, "kv_mb": 671.1,
+           "loaded": {"VmRSS": 1908.2, "RssAnon": 1657.0, "RssFile": 250.3, "VmHWM": 1977.0},
+           "prefill": 4096, "after_prefill": {"VmRSS": 2300.0, "VmHWM": 2400.4}}  # fmt: skip
+    md = mod.render({"tag": "t", "environment": {"cpu": "X", "git_commit": "abc"}, "threads": 2,
+                     "rows": [row]})  # fmt: skip
+    assert (
+        "| e.engine | 4096 x 4 | f16 | 1777 | 1770 | 671 | 1908 (1657 + 250) | N=4096: 2300 "
+        "(2400) |" in md
+    )
 
 
 def test_server_benchmark_goals_from_a_report(tmp_path: Path) -> None:

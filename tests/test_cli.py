@@ -284,6 +284,19 @@ def test_info(engine_path):
     assert '"weights": "f32"' in r.stdout
     assert f'"max_seq_len": {SEQ}' in r.stdout
     assert re.search(r"^target: .*\(hf, ", r.stdout, re.M)
+    eng = Engine(engine_path)
+    mem = re.search(
+        r"^memory: weights ([\d.]+) MB .*KV cache ([\d.]+) MB \((\d+) sequences x "
+        r"(\d+) positions, (\w+);.*resident after load: ([\d.]+) MB$",
+        r.stdout,
+        re.M,
+    )
+    assert mem, r.stdout
+    weights = sum(m["weight_bytes"] for m in eng.metadata["models"].values())
+    assert float(mem[1]) == pytest.approx(weights / 1e6, abs=0.06)
+    assert float(mem[2]) == pytest.approx(eng.kv_bytes / 1e6, abs=0.06)
+    assert (int(mem[3]), int(mem[4]), mem[5]) == (eng.max_batch, SEQ, eng.kv_cache_dtype)
+    assert float(mem[6]) > weights / 1e6  # the weights are read at load
 
 
 def test_info_in_process(capsys, engine_path):

@@ -158,6 +158,15 @@ EngineFile::EngineFile(const std::string& path, bool verify_checksums) : path_(p
   }
 }
 
+void EngineFile::drop_pages(const void* p, uint64_t bytes) const {
+  const auto at = reinterpret_cast<uintptr_t>(p), base = reinterpret_cast<uintptr_t>(base_);
+  if (at < base || at + bytes > base + size_) return;  // not this mapping's bytes
+  static const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t first = (at + page - 1) / page * page, end = (at + bytes) / page * page;
+  if (end > first)  // (advice: a failure leaves the pages mapped, which is harmless)
+    madvise(reinterpret_cast<void*>(first), end - first, MADV_DONTNEED);
+}
+
 EngineFile::~EngineFile() {
   if (base_) munmap(const_cast<uint8_t*>(base_), size_);
   if (fd_ >= 0) ::close(fd_);

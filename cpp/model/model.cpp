@@ -18,8 +18,14 @@ WeightView Model::weight(const EngineFile& file, const std::string& name, int64_
   if (rows == 1 && e.type != WeightType::F32)
     throw EngineFileError("tensor " + role_ + "/" + name + " must be f32");
   weight_bytes_ += e.bytes;
-  return matmul ? be_.import_matmul_weight(e.view(file.data()))
-                : be_.import_weight(e.view(file.data()));
+  return import(file, e, matmul);
+}
+
+WeightView Model::import(const EngineFile& file, const TensorEntry& e, bool matmul) {
+  const WeightView host = e.view(file.data());
+  const WeightView w = matmul ? be_.import_matmul_weight(host) : be_.import_weight(host);
+  if (w.data != host.data) file.drop_pages(host.data, e.bytes);  // (re-read if used again)
+  return w;
 }
 
 Model::Model(const EngineFile& file, const std::string& role, Backend& backend, ModelLimits limits)
@@ -37,9 +43,8 @@ Model::Model(const EngineFile& file, const std::string& role, Backend& backend, 
                             " model's schema");
   tok_embd_ = w.at("tok_embd.weight");
   output_norm_ = w.at("output_norm.weight");
-  output_ = cfg_.tied_embeddings
-                ? be_.import_matmul_weight(file.tensor(role_, "tok_embd.weight").view(file.data()))
-                : w.at("output.weight");
+  output_ = cfg_.tied_embeddings ? import(file, file.tensor(role_, "tok_embd.weight"), true)
+                                 : w.at("output.weight");
   for (int l = 0; l < cfg_.n_layers; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     Layer L;

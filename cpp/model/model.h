@@ -48,6 +48,9 @@ class Model {
   };
   WeightView weight(const EngineFile& file, const std::string& name, int64_t rows, int64_t cols,
                     bool matmul);
+  // The backend's view of one tensor (for the matmul, or any op); where the backend copied it
+  // into its own memory, the file's pages of it are dropped from the resident set.
+  WeightView import(const EngineFile& file, const TensorEntry& e, bool matmul);
 
   std::string role_;
   Backend& be_;

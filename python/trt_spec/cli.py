@@ -127,9 +127,29 @@ def cmd_info(args: argparse.Namespace) -> int:
             f"  weights {m['weight_bytes'] / 1e6:.1f} MB {m['tensor_type_counts']}, relative error "
             f"mean {m['quant_error']['mean']:.2e} max {m['quant_error']['max']:.2e}"
         )
+    weights = sum(m["weight_bytes"] for m in meta["models"].values())
+    rss = resident_bytes()
+    print(
+        f"memory: weights {weights / 1e6:.1f} MB (target and draft, as in the file); KV cache "
+        f"{engine.kv_bytes / 1e6:.1f} MB ({engine.max_batch} sequences x {engine.max_seq_len} "
+        f"positions, {engine.kv_cache_dtype}; on the CPU its pages become resident as they are "
+        "used); this process resident after load: "
+        + (f"{rss / 1e6:.1f} MB" if rss is not None else "unknown")
+    )
     if args.plan:
         print_launch_plan(args.engine, args.draft_len, engine.draft_len)
     return 0
+
+
+def resident_bytes() -> int | None:
+    """This process's resident set now (Linux: /proc/self/status VmRSS), else None."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
 
 
 def print_launch_plan(path: str, draft_len: int | None, engine_draft_len: int) -> None:
