@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from trt_spec.bench.common import environment
+from trt_spec.bench.common import environment, write_report
 
 RESULTS = Path(__file__).resolve().parent / "results"
 FIELDS = ("VmRSS", "RssAnon", "RssFile", "VmHWM")
@@ -117,12 +117,7 @@ def main() -> int:
             print(rows[-1], flush=True)
     rep = {"tag": args.tag, "environment": environment(args.threads), "threads": args.threads}
     rep["rows"] = rows
-    RESULTS.mkdir(exist_ok=True)
-    out = RESULTS / f"memory_{args.tag}"
-    out.with_suffix(".json").write_text(json.dumps(rep, indent=2) + "\n")
-    md = render(rep)
-    out.with_suffix(".md").write_text(md)
-    print(md)
+    write_report(RESULTS / f"memory_{args.tag}", rep, render(rep))
     return 0
 
 

@@ -53,7 +53,7 @@ from pathlib import Path
 from typing import Any
 
 from trt_spec import Engine, models
-from trt_spec.bench.common import environment, testing_module
+from trt_spec.bench.common import environment, testing_module, write_report
 from trt_spec.bench.peers.llama_spec_runner import find_binary
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -299,12 +299,7 @@ def main() -> int:
     rc = row_costs(args.engine, args.threads, max(3, args.reps))
     if rc:
         rep["row_costs_s"] = rc
-    RESULTS.mkdir(exist_ok=True)
-    out = RESULTS / f"prefill_{args.tag}"
-    out.with_suffix(".json").write_text(json.dumps(rep, indent=2) + "\n")
-    md = render(rep)
-    out.with_suffix(".md").write_text(md)
-    print(md)
+    write_report(RESULTS / f"prefill_{args.tag}", rep, render(rep))
     return 0
 
 

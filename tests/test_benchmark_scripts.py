@@ -146,6 +146,17 @@ def test_memory_benchmark_measures_and_reports(tiny) -> None:
     )
 
 
+def test_write_report_writes_both_files(tmp_path: Path, capsys) -> None:
+    """trt_spec.bench.common.write_report: <stem>.json holds the report, <stem>.md the rendering
+    (also printed); the folder is created."""
+    from trt_spec.bench.common import write_report
+
+    stem = tmp_path / "results" / "x_t"
+    write_report(stem, {"a": [1, 2]}, "# X\n")
+    assert json.loads(stem.with_suffix(".json").read_text()) == {"a": [1, 2]}
+    assert stem.with_suffix(".md").read_text() == "# X\n" and "# X" in capsys.readouterr().out
+
+
 def test_server_benchmark_goals_from_a_report(tmp_path: Path) -> None:
     """bench_server's goal lines and files from a synthetic report (no server)."""
     bench_server = script("bench_server")

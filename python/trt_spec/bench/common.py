@@ -1,5 +1,6 @@
 """Helpers shared by every benchmark: environment (CPU, git commit, load, versions), logging,
-safe division, percentiles and the :class:`Config` of one benchmarked configuration.
+safe division, percentiles, the :class:`Config` of one benchmarked configuration and the
+writing of a report's two files.
 
 Used by ``trt-spec bench`` (this package) and by the standalone scripts in ``benchmarks/``
 (which also find the test-only native module here, :func:`testing_module`); it imports nothing
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
+import json
 import os
 import platform
 import subprocess
@@ -159,6 +161,15 @@ def testing_module(repo: str | Path) -> ModuleType:
             "this benchmark needs the test module _trt_spec_testing: build with pip install . "
             "in the repository (it stays in build/<wheel tag>/) or set TRT_SPEC_TESTING_DIR"
         ) from e
+
+
+def write_report(stem: Path, report: dict[str, Any], md: str) -> None:
+    """Writes ``<stem>.json`` (the report) and ``<stem>.md`` (its rendering), creating the
+    folder, and prints the rendering."""
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    stem.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
+    stem.with_suffix(".md").write_text(md)
+    print(md)
 
 
 def environment(threads: int, repo: str | Path | None = None) -> dict[str, Any]:
