@@ -42,6 +42,9 @@ Model::Model(const EngineFile& file, const std::string& role, Backend& backend, 
       throw EngineFileError("tensor " + role_ + "/" + name + " is not part of a " + cfg_.arch +
                             " model's schema");
   tok_embd_ = w.at("tok_embd.weight");
+  // The embedding table is read a row per token: only the rows in use need to stay resident
+  // (on the CPU the table is read in place; elsewhere it was copied and is dropped already).
+  file.drop_pages(tok_embd_.data, file.tensor(role_, "tok_embd.weight").bytes);
   output_norm_ = w.at("output_norm.weight");
   output_ = cfg_.tied_embeddings ? import(file, file.tensor(role_, "tok_embd.weight"), true)
                                  : w.at("output.weight");
