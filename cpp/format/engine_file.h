@@ -77,7 +77,7 @@ class EngineFile {
   // repacked matrices, every tensor on a GPU), or one read sparsely (the embedding table). The
   // mapping is read-only and private, so a later read of those bytes faults them in again from
   // the file, unchanged; until then they no longer count in the process's resident memory
-  // (about 1.7 GB for the default pair on the CPU). p outside the mapping: nothing happens.
+  // (about 1.6 GB for the default pair on the CPU). p outside the mapping: nothing happens.
   void drop_pages(const void* p, uint64_t bytes) const;
 
  private:
