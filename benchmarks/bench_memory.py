@@ -26,7 +26,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from trt_spec.bench.common import environment, write_report
+from bench_prefill import prompt_ids
+from trt_spec.bench.common import environment, proc_status_bytes, write_report
 
 RESULTS = Path(__file__).resolve().parent / "results"
 FIELDS = ("VmRSS", "RssAnon", "RssFile", "VmHWM")
@@ -34,17 +35,12 @@ FIELDS = ("VmRSS", "RssAnon", "RssFile", "VmHWM")
 
 def status_mb() -> dict[str, float]:
     """This process's resident figures from /proc/self/status, in MB."""
-    out: dict[str, float] = {}
-    for line in Path("/proc/self/status").read_text().splitlines():
-        key, _, rest = line.partition(":")
-        if key in FIELDS:
-            out[key] = int(rest.split()[0]) * 1024 / 1e6
-    return out
+    return {k: v / 1e6 for k, v in proc_status_bytes(FIELDS).items()}
 
 
 def measure(path: str, kv: str, prefill: int, threads: int) -> dict[str, Any]:
     """One engine and KV type, in this process (run in a fresh one per configuration)."""
-    from trt_spec import Engine, models
+    from trt_spec import Engine
 
     eng = Engine(path, device="cpu", n_threads=threads, kv_cache_dtype=kv)
     meta = eng.metadata
@@ -59,12 +55,7 @@ def measure(path: str, kv: str, prefill: int, threads: int) -> dict[str, Any]:
         "loaded": status_mb(),
     }
     if prefill and prefill < eng.max_seq_len:
-        ids: list[int] = []
-        for r in models.humaneval_prompts(164):
-            ids += eng.encode(r["prompt"])
-            if len(ids) >= prefill:
-                break
-        eng.generate(ids[:prefill], max_new_tokens=1, draft="none", ignore_eos=True)
+        eng.generate(prompt_ids(eng, prefill), max_new_tokens=1, draft="none", ignore_eos=True)
         row["prefill"] = prefill
         row["after_prefill"] = status_mb()
     return row

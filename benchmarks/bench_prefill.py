@@ -275,8 +275,7 @@ def main() -> int:
             ids = prompt_ids(eng, n)
             rounds[n].append(ours(eng, ids))
             if f32 is not None:
-                t = f32.generate(ids, max_new_tokens=1, draft="none", ignore_eos=True).stats
-                rounds[n][-1]["f32_target_tok_s"] = n / t.ttft_s
+                rounds[n][-1]["f32_target_tok_s"] = target_tok_s(f32, ids)
             print(f"trt-spec N={n}: {rounds[n][-1]} ({time.perf_counter() - t0:.0f} s)", flush=True)
     rep["runs"] = [{"n": n, **median_of(rounds[n]), "rounds": rounds[n]} for n in lengths]
     if args.rate_rounds > 0 and len(lengths) > 1:

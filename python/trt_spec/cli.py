@@ -128,7 +128,7 @@ def cmd_info(args: argparse.Namespace) -> int:
             f"mean {m['quant_error']['mean']:.2e} max {m['quant_error']['max']:.2e}"
         )
     weights = sum(m["weight_bytes"] for m in meta["models"].values())
-    rss = resident_bytes()
+    rss = bench.common.proc_status_bytes(["VmRSS"]).get("VmRSS")
     print(
         f"memory: weights {weights / 1e6:.1f} MB (target and draft, as in the file); KV cache "
         f"{engine.kv_bytes / 1e6:.1f} MB ({engine.max_batch} sequences x {engine.max_seq_len} "
@@ -139,17 +139,6 @@ def cmd_info(args: argparse.Namespace) -> int:
     if args.plan:
         print_launch_plan(args.engine, args.draft_len, engine.draft_len)
     return 0
-
-
-def resident_bytes() -> int | None:
-    """This process's resident set now (Linux: /proc/self/status VmRSS), else None."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
 
 
 def print_launch_plan(path: str, draft_len: int | None, engine_draft_len: int) -> None:

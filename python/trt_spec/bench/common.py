@@ -1,6 +1,6 @@
 """Helpers shared by every benchmark: environment (CPU, git commit, load, versions), logging,
-safe division, percentiles, the :class:`Config` of one benchmarked configuration and the
-writing of a report's two files.
+safe division, percentiles, the process's resident memory, the :class:`Config` of one
+benchmarked configuration and the writing of a report's two files.
 
 Used by ``trt-spec bench`` (this package) and by the standalone scripts in ``benchmarks/``
 (which also find the test-only native module here, :func:`testing_module`); it imports nothing
@@ -161,6 +161,21 @@ def testing_module(repo: str | Path) -> ModuleType:
             "this benchmark needs the test module _trt_spec_testing: build with pip install . "
             "in the repository (it stays in build/<wheel tag>/) or set TRT_SPEC_TESTING_DIR"
         ) from e
+
+
+def proc_status_bytes(fields: Iterable[str]) -> dict[str, int]:
+    """The given fields of /proc/self/status that are counted in kB (VmRSS, RssAnon, RssFile,
+    VmHWM...), in bytes; empty where there is no such file (not Linux)."""
+    want, out = set(fields), {}
+    try:
+        text = Path("/proc/self/status").read_text()
+    except OSError:
+        return out
+    for line in text.splitlines():
+        key, _, rest = line.partition(":")
+        if key in want:
+            out[key] = int(rest.split()[0]) * 1024
+    return out
 
 
 def write_report(stem: Path, report: dict[str, Any], md: str) -> None:
