@@ -193,23 +193,23 @@ def iterations(engine: Path, args, save) -> list[dict]:
     draft1 = s.time_forward("draft", 1, 1, ctx, args.iters, True)
     draft0 = s.time_forward("draft", 2, 1, ctx, args.iters, True)
     rows = []
-    for k in range(1, 9):
+    for k in args.ks:
         log(f"iteration K={k}")
         verify = s.time_forward("target", k + 1, k + 1, ctx, args.iters, True)
         parts = verify + draft0 + (k - 1) * draft1
         it = engine_iteration(s, k, args, graphs=True)
-        it_plain = engine_iteration(s, k, args, graphs=False)
+        it_plain = engine_iteration(s, k, args, graphs=False) if args.op_by_op_iterations else None
         rows.append(
             {
                 "k": k,
                 "iteration_ms": it * 1e3,
-                "iteration_no_graph_ms": it_plain * 1e3,
+                "iteration_no_graph_ms": it_plain * 1e3 if it_plain else None,
                 "verify_ms": verify * 1e3,
                 "draft_step0_ms": draft0 * 1e3,
                 "draft_step_ms": draft1 * 1e3,
                 "parts_ms": parts * 1e3,
                 "graph_overhead": it / parts - 1.0,
-                "graph_speedup": it_plain / it,
+                "graph_speedup": it_plain / it if it_plain else None,
             }
         )
         save(rows)
@@ -229,17 +229,51 @@ def forward_rows(engine: Path, target: str, args) -> dict:
     s = T.Session(str(engine), args.device)
     ctx = args.context
     s.time_forward("target", 1, 1, ctx, 2, True)  # warm-up (first launches, allocations)
+    imma = s.set_cuda_imma_rows(0) > 0  # a CUDA backend: the tensor-core switch exists
     rows = []
     for n in ROW_COUNTS:
         ms = s.time_forward("target", n, n, ctx, args.iters, True) * 1e3
-        rows.append({"rows": n, "ms": ms, "vs_one_row": ms / rows[0]["ms"] if rows else 1.0})
+        row = {"rows": n, "ms": ms, "vs_one_row": ms / rows[0]["ms"] if rows else 1.0}
+        if imma and n > 1:  # the same rows on the tensor-core kernel, interleaved with dp4a
+            row.update(imma_compare(s, lambda: s.time_forward("target", n, n, ctx, args.iters)))
+        rows.append(row)
     prefill = []
     for c in PREFILL_CONTEXTS:
         if c + PREFILL_ROWS > s.max_seq_len:
             continue
         sec = s.time_forward("target", PREFILL_ROWS, 1, c, 3, False, True)
-        prefill.append({"context": c, "ms": sec * 1e3, "tok_s": PREFILL_ROWS / sec})
+        item = {"context": c, "ms": sec * 1e3, "tok_s": PREFILL_ROWS / sec}
+        if imma:  # the default runs the tensor cores here: against the dp4a 16-row tiles
+            item.update(
+                imma_compare(
+                    s, lambda c=c: s.time_forward("target", PREFILL_ROWS, 1, c, 3, False, True)
+                )
+            )
+        prefill.append(item)
+    s.set_cuda_imma_rows(0)
     return {"model": target, "verify_rows": rows, "prefill_rows": PREFILL_ROWS, "prefill": prefill}
+
+
+IMMA_REPEATS = 3
+
+
+def imma_compare(s: Any, timed) -> dict:
+    """The same forward with every q8 / q4 matmul on the dp4a tiles (set_cuda_imma_rows(10**6))
+    and on the tensor-core kernel (set_cuda_imma_rows(1)), alternating IMMA_REPEATS times in one
+    process: medians and spreads in ms. The default is restored after."""
+    dp4a, tc = [], []
+    for _ in range(IMMA_REPEATS):
+        s.set_cuda_imma_rows(10**6)
+        dp4a.append(timed() * 1e3)
+        s.set_cuda_imma_rows(1)
+        tc.append(timed() * 1e3)
+    s.set_cuda_imma_rows(0)
+    return {
+        "dp4a_ms": float(np.median(dp4a)),
+        "dp4a_spread_ms": max(dp4a) - min(dp4a),
+        "imma_ms": float(np.median(tc)),
+        "imma_spread_ms": max(tc) - min(tc),
+    }
 
 
 def bandwidth(T, args) -> float | None:  # noqa: N803
@@ -353,6 +387,18 @@ def main() -> int:
     ap.add_argument("--big-formats", default="q4,f16", help="weight formats of the 7B pair")
     ap.add_argument("--iter-weights", default="q4", help="the pairs' format for the K sweep")
     ap.add_argument("--skip-7b", action="store_true")
+    ap.add_argument(
+        "--ks",
+        type=lambda v: [int(k) for k in v.split(",")],
+        default=list(range(1, 9)),
+        help="draft lengths of the iteration sweep (comma-separated)",
+    )
+    ap.add_argument(
+        "--op-by-op-iterations",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also time each iteration launched op by op (graph overhead read 1.2-4.8%%)",
+    )
     ap.add_argument(
         "--device",
         default="cuda",

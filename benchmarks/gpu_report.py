@@ -94,6 +94,16 @@ def fmt(x, spec: str = ".3f") -> str:
     return "-" if x is None else format(x, spec)
 
 
+def _pair(x: dict) -> str:
+    """The dp4a and tensor-core cells of a row (median +- spread), or dashes."""
+    if "dp4a_ms" not in x:
+        return "- | - |"
+    return (
+        f"{x['dp4a_ms']:.3f} +- {x['dp4a_spread_ms']:.3f} | "
+        f"{x['imma_ms']:.3f} +- {x['imma_spread_ms']:.3f} |"
+    )
+
+
 def markdown(r: dict) -> str:
     d = r["device"]
     r.setdefault("bandwidth_gbps", None)
@@ -177,14 +187,25 @@ def markdown(r: dict) -> str:
             f"{r['settings'].get('trt', {}).get('context', '?')}); the chunk: "
             f"{chunk_rows} prompt rows op by op.",
             "",
-            "| rows | ms | vs one row |",
-            "|---:|---:|---:|",
+            "dp4a / tensor cores: every q8 / q4 matmul on the dp4a tiles or on the tensor-core "
+            "kernel, alternating 3 times in the same process (median, spread).",
+            "",
+            "| rows | ms | vs one row | dp4a ms | tensor cores ms |",
+            "|---:|---:|---:|---:|---:|",
         ]
         out += [
-            f"| {x['rows']} | {fmt(x['ms'])} | {x['vs_one_row']:.2f}x |" for x in fr["verify_rows"]
+            f"| {x['rows']} | {fmt(x['ms'])} | {x['vs_one_row']:.2f}x | {_pair(x)}"
+            for x in fr["verify_rows"]
         ]
-        out += ["", "| chunk at context | ms | prompt tok/s |", "|---:|---:|---:|"]
-        out += [f"| {x['context']} | {fmt(x['ms'])} | {x['tok_s']:.0f} |" for x in fr["prefill"]]
+        out += [
+            "",
+            "| chunk at context | ms | prompt tok/s | dp4a ms | tensor cores ms |",
+            "|---:|---:|---:|---:|---:|",
+        ]
+        out += [
+            f"| {x['context']} | {fmt(x['ms'])} | {x['tok_s']:.0f} | {_pair(x)}"
+            for x in fr["prefill"]
+        ]
     if r.get("transformers"):
         out += [
             "",

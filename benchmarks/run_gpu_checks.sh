@@ -17,6 +17,7 @@
 #   bash benchmarks/run_gpu_checks.sh quick      # ~4 minutes: after kernel changes (see below)
 #   bash benchmarks/run_gpu_checks.sh followup   # ~8 minutes: what session 24 left (see below)
 #   bash benchmarks/run_gpu_checks.sh short      # ~5.5 minutes: a lease's last minutes (see below)
+#   bash benchmarks/run_gpu_checks.sh calibrate  # ~8 minutes: a lease's first call (see below)
 #
 # `lease` fits one call of the device tool (10 minutes at most, of a 15-minute lease that also
 # pays the machine's start): see its comment below. Each part has its own time limit, so a hang
@@ -53,7 +54,8 @@ run() {  # name, command...: runs it, keeps the log, records the exit code
 # Python), and whether the GPU answers: OpRunner("cuda") of the test module (built beside _core
 # in build/<tag>) raises with the reason (e.g. "CUDA driver version is insufficient").
 build_cuda() {  # time limit of the build in seconds
-  { nvidia-smi; nvcc --version; python -c "import sys, torch; print(sys.version, torch.__version__)"; \
+  { nvidia-smi; uname -r; nvcc --version; \
+    python -c "import sys, torch; print(sys.version, torch.__version__)"; \
     echo "commit ${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}"; } \
     > "$OUT/versions.txt" 2>&1 || true
   if compgen -G ".whl/*.whl" > /dev/null; then
@@ -198,6 +200,38 @@ if [[ "$step" == short ]]; then
   run profile_step timeout 45 python benchmarks/profile_gpu.py --parts step \
     --step-cases target:1,draft:1 --out "$OUT"
   sanitize_ops 15 "attention_tree or (test_attention and pos1)"
+fi
+# `calibrate`: a lease's first call (about 8 minutes, 10 with the machine's start): the build;
+# the cost model's constants (benchmarks/cpp/gpu_calibrate.cu: copy and read bandwidth, graph
+# node and PDL costs, dependent loads from L2 and DRAM, the cross-SM flag hop) as JSON; the
+# attention and linear op tests (1-40 rows, the tensor-core tiles); the q4 numbers of both pairs
+# (pass --hist) with verify rows and prefill chunks on the dp4a and the tensor-core kernels
+# interleaved in one process; ncu source counters over two attention calls of a target forward;
+# greedy speculation equal to target-only (tiny pairs, the real-shape q4 sweep at batch 1) with
+# the tensor-core kernel from 2 rows too; racecheck / synccheck over the attention and linear ops.
+if [[ "$step" == calibrate ]]; then
+  build_cuda 150
+  run calib_build timeout 60 nvcc -O3 -arch=sm_90 -o "$OUT/gpu_calibrate" \
+    benchmarks/cpp/gpu_calibrate.cu
+  "$OUT/gpu_calibrate" > "$OUT/calibration.json" 2> "$OUT/calibration.err" || status=1
+  rm -f "$OUT/gpu_calibrate"
+  cat "$OUT/calibration.json"
+  run pytest_ops timeout 60 python -m pytest -m gpu -q -rs -p no:cacheprovider \
+    tests/test_cuda_ops.py -k "attention or linear"
+  bench_q4 170 --ks 2,3,4,5,6 --no-op-by-op-iterations "$@"
+  ncu_bin="$(command -v ncu || echo /usr/local/cuda/bin/ncu)"
+  run ncu_attention_detail timeout 60 "$ncu_bin" --profile-from-start off --clock-control none \
+    --section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats \
+    --section SchedulerStats --section SourceCounters --section MemoryWorkloadAnalysis \
+    -k regex:attention_kernel --launch-count 2 python benchmarks/profile_gpu.py --part run-step \
+    --role target --rows 1 --timing "$OUT/attention_detail_step.json"
+  run pytest_exact timeout 70 python -m pytest -m gpu -v -rs -p no:cacheprovider \
+    -o faulthandler_timeout=65 tests/test_cuda_engine.py -k \
+    "logits_tiny or match_cpu or equals_target_only or graph_replay or q4_greedy_spec"
+  run pytest_exact_imma timeout 50 env TRT_SPEC_CUDA_IMMA_ROWS=2 python -m pytest -m gpu -q \
+    -rs -p no:cacheprovider -o faulthandler_timeout=45 tests/test_cuda_ops.py \
+    tests/test_cuda_engine.py -k "linear or equals_target_only or q4_greedy_spec"
+  sanitize_ops 20 "attention_tree or (test_attention and pos1) or (linear and q4)"
 fi
 if [[ "$step" == build || "$step" == all ]]; then
   build_cuda 600

@@ -216,6 +216,21 @@ void bind_session(nb::module_& m) {
           "on"_a,
           "CUDA: launch the matmuls as programmatic dependents from now on (sm_90+; "
           "cuda_backend.h). Returns whether they are; false on other backends.")
+      .def(
+          "set_cuda_imma_rows",
+          [](Session& s, int rows) {
+#ifdef TRT_SPEC_WITH_CUDA
+            return cuda_set_imma_rows(s.rt->backend(), rows);
+#else
+            (void)s;
+            (void)rows;
+            return -1;
+#endif
+          },
+          "rows"_a,
+          "CUDA: the fewest rows of a q8 / q4 matmul that run the tensor-core kernel from now on "
+          "(0: the default, prefill tiles only). Returns the value in force; -1 on other "
+          "backends.")
       .def_prop_ro("graphs_captured",
                    [](Session& s) { return s.sch->iteration().graphs_captured(); })
       .def(

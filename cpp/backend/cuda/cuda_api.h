@@ -33,4 +33,9 @@ double cuda_copy_bandwidth_gbps(int device, size_t bytes, int iters);
 // (sm_90+; CudaBackend::set_pdl). Returns whether it does; false for any other backend.
 bool cuda_set_pdl(Backend& be, bool on);
 
+// The fewest activation rows of a q8 / q4 matmul that run the tensor-core kernel from now on
+// (CudaBackend::set_imma_rows; 0: the default, prefill tiles only). Returns the value in force;
+// -1 for any other backend.
+int cuda_set_imma_rows(Backend& be, int rows);
+
 }  // namespace trt_spec

@@ -176,6 +176,8 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   // gpu_s24_h200.md, all eight shapes), bits unchanged (test_pdl_changes_no_bits on the GPU).
   const char* pdl = std::getenv("TRT_SPEC_CUDA_PDL");
   set_pdl(!(pdl && std::string(pdl) == "0"));
+  const char* imma = std::getenv("TRT_SPEC_CUDA_IMMA_ROWS");
+  set_imma_rows(imma ? std::atoi(imma) : 0);
   cudaStream_t s = nullptr;
   cuda_check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
   stream_ = s;

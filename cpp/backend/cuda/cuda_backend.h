@@ -95,6 +95,11 @@ class CudaBackend final : public Backend {
   // Turns it on (where the device is sm_90+) or off for the launches that follow; graphs
   // captured before keep their launches. Returns pdl().
   bool set_pdl(bool on);
+  // The fewest rows of a q8 / q4 matmul that run matmul_imma_kernel (matmul_launch.cuh) for the
+  // launches that follow (0: cuda::kImmaRowsDefault, prefill tiles; TRT_SPEC_CUDA_IMMA_ROWS at
+  // construction): bench_gpu.py times verify rows and prefill chunks both ways in one process.
+  // Every value gives the same bits. Returns the value in force.
+  int set_imma_rows(int rows);
   CUstream_st* stream() const { return stream_; }
   // True during capture()'s sizing pass: ops (the spec layer's too) launch nothing.
   bool sizing() const { return sizing_; }
@@ -141,6 +146,7 @@ class CudaBackend final : public Backend {
   void* pinned_ = nullptr;      // staging of download(), kPinnedBytes
   bool sizing_ = false, capturing_ = false;
   bool pdl_ = false;
+  int imma_rows_ = 0;
   int cc_major_ = 0;
 };
 

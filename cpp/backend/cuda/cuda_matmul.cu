@@ -13,6 +13,7 @@
 
 #include <stdexcept>
 
+#include "backend/cuda/cuda_api.h"
 #include "backend/cuda/cuda_backend.h"
 #include "common/errors.h"
 #include "kernels/cuda/matmul_launch.cuh"
@@ -38,10 +39,20 @@ const float* f32_or_null(WeightView v) {
 
 }  // namespace
 
+int CudaBackend::set_imma_rows(int rows) {
+  imma_rows_ = rows > 0 ? rows : cuda::kImmaRowsDefault;
+  return imma_rows_;
+}
+
+int cuda_set_imma_rows(Backend& be, int rows) {
+  auto* c = dynamic_cast<CudaBackend*>(&be);
+  return c ? c->set_imma_rows(rows) : -1;
+}
+
 void CudaBackend::matmul(const cuda::MatmulArgs& a, const char* what) {
   cuda::MatmulPlan p;
   try {
-    p = cuda::plan_matmul(a, sm_count_);
+    p = cuda::plan_matmul(a, sm_count_, imma_rows_);
   } catch (const std::invalid_argument& e) {
     throw InvalidArgument(std::string(what) + ": " + e.what());
   }

@@ -12,8 +12,9 @@
 //   reps (row groups per block, staging shared): splits > 1 ? 1 : n <= 16 (decode, verify) ?
 //   clamp(ceil(groups tiles / (blocks per SM * SMs)), 1, 8), the grid in one wave of resident
 //   blocks (matmul_blocks_per_sm) where 8 reps allow : clamp(groups / (4 SMs), 1, 8);
-//   q8 / q4 prefill tiles (n > 16) run matmul_imma_kernel (the same bits on the tensor cores,
-//   matmul_imma.cuh), one row group per block (reps 1);
+//   q8 / q4 products of at least imma_rows rows (default: prefill tiles, n > 16) run
+//   matmul_imma_kernel (the same bits on the tensor cores, matmul_imma.cuh), one row group per
+//   block (reps 1);
 //   grid (ceil(groups / reps) * tiles, splits), block 256; static shared memory: the stage
 //   (<= 40 KiB) + 4 bytes per tile row for the RMSNorm factors and 32 for the warps' sums.
 // Scratch when splits > 1: partial f32 [splits, n, rows], counters int32 [grid.x] (zero before
@@ -64,7 +65,14 @@ inline bool matmul_vectorized(const MatmulArgs& a) {
          matmul_aligned16(a.W.q) && (a.in != MatmulIn::kRmsNorm || matmul_aligned16(a.norm_w));
 }
 
-inline MatmulPlan plan_matmul(const MatmulArgs& a, int sm_count) {
+// imma_rows: the fewest activation rows a q8 / q4 product takes to run matmul_imma_kernel (one
+// 16-row tile per block); fewer rows run matmul_kernel's dp4a tiles (more than 16: 16-row tiles).
+// The default, 17, is every prefill tile; the CUDA backend's switch (set_imma_rows) times other
+// values against it in one process.
+constexpr int kImmaRowsDefault = kMatmulMaxTile + 1;
+
+inline MatmulPlan plan_matmul(const MatmulArgs& a, int sm_count,
+                              int imma_rows = kImmaRowsDefault) {
   auto fail = [](const char* what) { throw std::invalid_argument(std::string("matmul: ") + what); };
   if (sm_count < 1) fail("sm_count < 1");
   if (a.n < 1 || a.W.rows < 1 || a.W.cols < 1) fail("empty product");
@@ -106,7 +114,8 @@ inline MatmulPlan plan_matmul(const MatmulArgs& a, int sm_count) {
   su = (su + 31) / 32 * 32;
   g.split_units = su;
   g.splits = static_cast<int>((g.units + su - 1) / su);
-  p.tile_rows = matmul_tile_rows(a.n);
+  p.imma = matmul_quantized(a.W.type) && a.n >= imma_rows;
+  p.tile_rows = p.imma ? kMatmulMaxTile : matmul_tile_rows(a.n);
   g.tiles = (a.n + p.tile_rows - 1) / p.tile_rows;
   // Decode and verify (n <= 16): a block per row group would leave a second, partial wave
   // (1.5B gate / up on an H200: 1,120 groups, 396 resident blocks); a block runs its reps back
@@ -116,7 +125,6 @@ inline MatmulPlan plan_matmul(const MatmulArgs& a, int sm_count) {
   const int64_t resident = static_cast<int64_t>(matmul_blocks_per_sm(p.tile_rows)) * sm_count;
   int64_t reps = p.tile_rows < kMatmulMaxTile ? (groups * g.tiles + resident - 1) / resident
                                               : groups / (4 * static_cast<int64_t>(sm_count));
-  p.imma = p.tile_rows == kMatmulMaxTile && matmul_quantized(a.W.type);
   if (p.imma) reps = 1;  // matmul_imma_kernel: one row group per block
   g.reps = g.splits > 1 ? 1 : static_cast<int>(reps < 1 ? 1 : (reps > 8 ? 8 : reps));
   const int64_t blocks_x = (groups + g.reps - 1) / g.reps * g.tiles;
@@ -149,8 +157,12 @@ inline void launch_matmul_typed(cudaStream_t stream, const MatmulArgs& a, const 
     case 2: launch_matmul_tile<T, 2>(stream, a, p, partial, counters, pdl); break;
     case 4: launch_matmul_tile<T, 4>(stream, a, p, partial, counters, pdl); break;
     case 8: launch_matmul_tile<T, 8>(stream, a, p, partial, counters, pdl); break;
-    default:  // prefill tiles: q8 / q4 on the tensor cores (p.imma), float types 16 rows
+    default:  // 16-row tiles: q8 / q4 on the tensor cores (p.imma), else dp4a / float
       if constexpr (matmul_quantized(T)) {
+        if (!p.imma) {
+          launch_matmul_tile<T, kMatmulMaxTile>(stream, a, p, partial, counters, pdl);
+          break;
+        }
         const auto matmul_imma_tile_kernel = matmul_imma_kernel<T>;  // (no comma in the macro)
         TRT_SPEC_LAUNCH_PDL(pdl, matmul_imma_tile_kernel, p.grid, p.block, stream, a, p.geom,
                             partial, counters);
