@@ -69,6 +69,7 @@ class EmuMatmul(ctypes.Structure):
         ("layers", ctypes.c_int32),
         ("max_seq", ctypes.c_int32),
         ("layer", ctypes.c_int32),
+        ("imma_rows", ctypes.c_int32),
     ]
 
 
@@ -147,6 +148,7 @@ def launch(
     sm_count=1,
     counters=None,
     run=True,
+    imma_rows=0,
 ):
     """Plans (and runs) the product; returns the plan's info dict."""
     m = EmuMatmul(
@@ -163,6 +165,7 @@ def launch(
         eps=EPS,
         bias=ptr(bias),
         out=ptr(out),
+        imma_rows=imma_rows,
     )
     if rope is not None:
         m.n_heads, m.n_kv_heads, m.head_dim = NH, NKV, HD
@@ -170,7 +173,7 @@ def launch(
         m.cos_t, m.sin_t = ptr(rope["cos"]), ptr(rope["sin"])
         m.k, m.v, m.kv_type = ptr(rope["k"]), ptr(rope["v"]), KV_TYPES[rope["kv_type"]]
         m.layers, m.max_seq, m.layer = LAYERS, MAX_SEQ, LAYER
-    info = np.zeros(9, np.int64)
+    info = np.zeros(10, np.int64)
     rc = lib.emu_matmul(
         ctypes.byref(m), sm_count, 0, P(0), ctypes.c_int64(0), P(0), ctypes.c_int64(0), P(ptr(info))
     )
@@ -184,6 +187,7 @@ def launch(
         "split_units",
         "partial_bytes",
         "counter_bytes",
+        "imma",
     ]
     if rc != 0:
         return {"rc": rc}
@@ -265,6 +269,7 @@ class Case:
         in_rows=None,
         counters=None,
         start=None,
+        imma_rows=0,
     ):
         out = aligned((self.out0[:n] if start is None else start).copy())
         rope = None
@@ -299,6 +304,7 @@ class Case:
             rope=rope,
             sm_count=self.sm_count,
             counters=counters,
+            imma_rows=imma_rows,
         )
         return out, info, rope
 
@@ -446,21 +452,29 @@ IMMA = [
 
 
 @pytest.mark.parametrize("wtype,in_mode,epi,sm_count", IMMA)
-def test_imma_prefill_rows_bitwise(lib, wtype: str, in_mode: str, epi: str, sm_count: int) -> None:
-    """q8 / q4 prefill tiles (n > 16) on the tensor-core kernel (matmul_imma.cuh): 40 rows (three
-    16-row tiles, the last of 8), 70 units per row (9 pieces of 8 units: two rounds of the 32
-    virtual lanes and part of a third, the last piece of 6), an unpaired last output row or
-    rope pairs, one split or two (64 SMs): against the reference, and every row the bits of the
-    one-row decode kernel (rows 0 and 39 launched alone)."""
+def test_imma_rows_bitwise(lib, wtype: str, in_mode: str, epi: str, sm_count: int) -> None:
+    """q8 / q4 products on the tensor-core kernel (matmul_imma.cuh, imma_rows 2: off by default):
+    40 rows (three 16-row tiles, the last of 8) and a 5-row verify pass (one partial tile), 70
+    units per row (9 pieces of 8 units: two rounds of the 32 virtual lanes and part of a third,
+    the last piece of 6), an unpaired last output row or rope pairs, one split or two (64 SMs):
+    against the reference, and every row the bits of the one-row decode kernel (rows 0 and 39
+    launched alone). The default plan keeps the dp4a tiles, with the same bits."""
     rows = (NH + 2 * NKV) * HD if epi == "rope_kv" else 71
     cols = 70 * UNIT_COLS[wtype]
     case = Case(lib, wtype, in_mode, epi, rows, cols, seed=13, sm_count=sm_count, n_max=40)
-    out, info, _ = case.run(case.x, 40)
-    assert info["tile"] == 16 and info["reps"] == 1, info
+    out, info, _ = case.run(case.x, 40, imma_rows=2)
+    assert info["imma"] == 1 and info["tile"] == 16 and info["reps"] == 1, info
     assert info["splits"] == (2 if sm_count == 64 else 1), info
     case.check(out, case.x, 40)
-    one, _, _ = case.run(case.x, 1)
+    one, info1, _ = case.run(case.x, 1, imma_rows=2)
+    assert info1["imma"] == 0 and info1["tile"] == 1, info1
     np.testing.assert_array_equal(one, out[:1])
+    five, info5, _ = case.run(case.x, 5, imma_rows=2)
+    assert info5["imma"] == 1 and info5["tile"] == 16, info5
+    np.testing.assert_array_equal(five, out[:5])
+    dp4a, dflt, _ = case.run(case.x, 40)  # the default: the dp4a 16-row tiles, the same bits
+    assert dflt["imma"] == 0 and dflt["tile"] == 16, dflt
+    np.testing.assert_array_equal(dp4a, out)
     if epi != "rope_kv":  # (rope: row 39's position differs from row 0's)
         last = aligned(case.x[39:40].copy())
         alone, _, _ = case.run(last, 1, start=case.out0[39:40])

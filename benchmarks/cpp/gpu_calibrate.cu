@@ -18,13 +18,13 @@
 #include <cstdlib>
 #include <vector>
 
-#define CK(x)                                                                        \
-  do {                                                                               \
-    cudaError_t e_ = (x);                                                            \
-    if (e_ != cudaSuccess) {                                                         \
+#define CK(x)                                                                         \
+  do {                                                                                \
+    cudaError_t e_ = (x);                                                             \
+    if (e_ != cudaSuccess) {                                                          \
       std::fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                  \
-    }                                                                                \
+      std::exit(1);                                                                   \
+    }                                                                                 \
   } while (0)
 
 __global__ void empty_kernel() {}
@@ -76,7 +76,6 @@ __global__ void atomic_fence_kernel(int* counter, int steps, int* out) {
   }
   *out = v;
 }
-
 
 template <class F>
 static double median_ms(cudaStream_t st, F f, int reps = 5) {

@@ -37,10 +37,11 @@ struct EmuMatmul {
   void* k;
   void* v;
   int32_t kv_type, layers, max_seq, layer;
+  int32_t imma_rows;  // plan_matmul's imma_rows (0: its default)
 };
 
-// Plans the product for sm_count SMs; info [9]: vectorized, splits, tile_rows, grid.x, grid.y,
-// reps, split_units, partial_bytes, counter_bytes. With run, then launches it (partial and
+// Plans the product for sm_count SMs; info [10]: vectorized, splits, tile_rows, grid.x, grid.y,
+// reps, split_units, partial_bytes, counter_bytes, imma. With run, then launches it (partial and
 // counters: the scratch, capacities in bytes). Returns 0, -1 (scratch too small, not launched)
 // or -2 (plan_matmul rejected the arguments).
 int emu_matmul(const EmuMatmul* m, int sm_count, int run, float* partial, int64_t partial_cap,
@@ -69,20 +70,21 @@ int emu_matmul(const EmuMatmul* m, int sm_count, int run, float* partial, int64_
   a.layer = m->layer;
   MatmulPlan p;
   try {
-    p = plan_matmul(a, sm_count);
+    p = m->imma_rows > 0 ? plan_matmul(a, sm_count, m->imma_rows) : plan_matmul(a, sm_count);
   } catch (const std::invalid_argument&) {
     return -2;
   }
-  const int64_t v[9] = {p.vectorized,
-                        p.splits,
-                        p.tile_rows,
-                        p.grid.x,
-                        p.grid.y,
-                        p.geom.reps,
-                        p.geom.split_units,
-                        static_cast<int64_t>(p.partial_bytes),
-                        static_cast<int64_t>(p.counter_bytes)};
-  for (int i = 0; i < 9; ++i) info[i] = v[i];
+  const int64_t v[10] = {p.vectorized,
+                         p.splits,
+                         p.tile_rows,
+                         p.grid.x,
+                         p.grid.y,
+                         p.geom.reps,
+                         p.geom.split_units,
+                         static_cast<int64_t>(p.partial_bytes),
+                         static_cast<int64_t>(p.counter_bytes),
+                         p.imma};
+  for (int i = 0; i < 10; ++i) info[i] = v[i];
   if (!run) return 0;
   if (static_cast<int64_t>(p.partial_bytes) > partial_cap ||
       static_cast<int64_t>(p.counter_bytes) > counter_cap)

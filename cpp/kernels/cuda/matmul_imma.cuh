@@ -1,5 +1,5 @@
-// matmul_imma.cuh: the q8 / q4 matmul for prefill chunks (more than 16 activation rows) on the
-// tensor cores: the integer dot products of each group of 32 columns as int8 WMMA tiles
+// matmul_imma.cuh: the q8 / q4 matmul on the tensor cores, for products of at least plan_matmul's
+// imma_rows rows (off by default: matmul_launch.cuh says why): the integer dot products of each group of 32 columns as int8 WMMA tiles
 // (16 x 16 x 16, exact int32 sums), then the float arithmetic of matmul_kernel (matmul.cuh)
 // replayed operation for operation, so every row gets the bits of a one-row decode.
 //
@@ -26,8 +26,8 @@
 // Latency: a thread's weight unit of the next piece is fetched while the current one is
 // multiplied (the first before the grid dependency wait). With its 32 accumulators a thread
 // takes 125-128 registers for q8 (two blocks of 8 warps per SM) and 190-192 for q4 (one; bounded
-// to 128 it spilled) (ptxas, sm_80 / sm_90). Not yet measured on a GPU; the emulated tests check
-// the bits against the one-row kernel.
+// to 128 it spilled) (ptxas, sm_80 / sm_90). The emulated and the GPU tests check the bits
+// against the one-row kernel.
 #pragma once
 
 #include "kernels/cuda/matmul.cuh"

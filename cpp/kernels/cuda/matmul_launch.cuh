@@ -12,10 +12,9 @@
 //   reps (row groups per block, staging shared): splits > 1 ? 1 : n <= 16 (decode, verify) ?
 //   clamp(ceil(groups tiles / (blocks per SM * SMs)), 1, 8), the grid in one wave of resident
 //   blocks (matmul_blocks_per_sm) where 8 reps allow : clamp(groups / (4 SMs), 1, 8);
-//   q8 / q4 products of at least imma_rows rows (default: prefill tiles, n > 16) run
-//   matmul_imma_kernel (the same bits on the tensor cores, matmul_imma.cuh), one row group per
-//   block (reps 1);
-//   grid (ceil(groups / reps) * tiles, splits), block 256; static shared memory: the stage
+//   q8 / q4 products of at least imma_rows rows (default: none) run matmul_imma_kernel (the same
+//   bits on the tensor cores, matmul_imma.cuh), one row group per block (reps 1); grid (ceil(groups
+//   / reps) * tiles, splits), block 256; static shared memory: the stage
 //   (<= 40 KiB) + 4 bytes per tile row for the RMSNorm factors and 32 for the warps' sums.
 // Scratch when splits > 1: partial f32 [splits, n, rows], counters int32 [grid.x] (zero before
 // the first launch; every launch leaves them zero).
@@ -67,12 +66,12 @@ inline bool matmul_vectorized(const MatmulArgs& a) {
 
 // imma_rows: the fewest activation rows a q8 / q4 product takes to run matmul_imma_kernel (one
 // 16-row tile per block); fewer rows run matmul_kernel's dp4a tiles (more than 16: 16-row tiles).
-// The default, 17, is every prefill tile; the CUDA backend's switch (set_imma_rows) times other
-// values against it in one process.
-constexpr int kImmaRowsDefault = kMatmulMaxTile + 1;
+// The default is never: on an H200 the dp4a tiles ran a 256-row prefill chunk of the 1.5B shape
+// in 126 ms against 158 and every 2-16-row verify 2.6-6.4x faster (benchmarks/results/
+// gpu_checks_s34.md). The CUDA backend's switch (set_imma_rows) times both in one process.
+constexpr int kImmaRowsDefault = 0x7fffffff;
 
-inline MatmulPlan plan_matmul(const MatmulArgs& a, int sm_count,
-                              int imma_rows = kImmaRowsDefault) {
+inline MatmulPlan plan_matmul(const MatmulArgs& a, int sm_count, int imma_rows = kImmaRowsDefault) {
   auto fail = [](const char* what) { throw std::invalid_argument(std::string("matmul: ") + what); };
   if (sm_count < 1) fail("sm_count < 1");
   if (a.n < 1 || a.W.rows < 1 || a.W.cols < 1) fail("empty product");

@@ -77,7 +77,11 @@ def run_text(cmd: list[str], cwd: str | Path | None = None) -> str | None:
 
 def git_commit(repo: str | Path | None = None, paths: Iterable[str] = ()) -> str | None:
     """Short HEAD of the repository at ``repo`` (default: the working directory), with
-    ``+dirty`` when tracked files (under ``paths``, if given) differ from it; None outside git."""
+    ``+dirty`` when tracked files (under ``paths``, if given) differ from it; None outside git.
+    ``$COMMIT``, where set, wins: a copy of the tree whose git folder is older than its files
+    (the GPU machine's) names the commit it was copied from that way."""
+    if os.environ.get("COMMIT"):
+        return os.environ["COMMIT"]
     head = run_text(["git", "rev-parse", "--short", "HEAD"], cwd=repo)
     if not head:
         return None
