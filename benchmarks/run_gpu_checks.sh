@@ -264,5 +264,9 @@ fi
 if [[ "$step" == bench* || "$step" == all ]]; then
   cp benchmarks/results/gpu_"$TAG".json benchmarks/results/gpu_"$TAG".md "$OUT/" 2>/dev/null || true
 fi
+# The device tool brings back at most 8 files of $OUT: pack them into one.
+if [[ "$OUT" != benchmarks/results/gpu_logs ]] && (($(ls "$OUT" | wc -l) > 1)); then
+  tar czf /tmp/gpu_logs.tgz -C "$OUT" . && rm -rf "${OUT:?}"/* && mv /tmp/gpu_logs.tgz "$OUT/"
+fi
 echo "== done ($step): $([[ $status -eq 0 ]] && echo ok || echo FAILURES, see $OUT)"
 exit $status
