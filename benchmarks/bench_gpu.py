@@ -54,6 +54,7 @@ from typing import Any
 import numpy as np
 from gpu_report import markdown, projection  # (benchmarks/, beside this script)
 from trt_spec.bench.common import git_commit, log, testing_module
+from trt_spec.cost_model import decode_read_bytes
 
 REPO = Path(__file__).resolve().parents[1]
 _HEADER = struct.Struct("<8sIIQQ")  # magic, version, flags, json offset, json bytes
@@ -135,6 +136,8 @@ def decode_steps(engines: dict[str, Path], bw_gbps: float | None, args, save) ->
         step_nograph = s.time_forward(role, 1, 1, ctx, args.iters, False)
         moved = meta["weight_bytes"] + kv_read_bytes(cfg, ctx)
         roof = moved / (bw_gbps * 1e9) if bw_gbps else None
+        read = decode_read_bytes(meta, ctx)["bytes"]  # one embedding row, KV at f16
+        roof_read = read / (bw_gbps * 1e9) if bw_gbps else None
         row = {
             "model": shape,
             "weights": weights,
@@ -146,10 +149,15 @@ def decode_steps(engines: dict[str, Path], bw_gbps: float | None, args, save) ->
             "roofline_ms": roof * 1e3 if roof else None,
             "of_roofline": roof / step if roof else None,
             "achieved_gbps": moved / step / 1e9,
+            "bytes_read": read,
+            "roofline_read_ms": roof_read * 1e3 if roof_read else None,
         }
         if s.set_cuda_pdl(True):  # the matmuls as programmatic dependents (sm_90+), same run
             row["step_pdl_ms"] = s.time_forward(role, 1, 1, ctx, args.iters, True) * 1e3
             row["of_roofline_pdl"] = roof / (row["step_pdl_ms"] / 1e3) if roof else None
+            row["of_roofline_read_pdl"] = (
+                roof_read / (row["step_pdl_ms"] / 1e3) if roof_read else None
+            )
         s.set_cuda_pdl(pdl)  # the engine's default for what follows
         if role == "target":  # the engine's own target-only iteration (sampling, read-back)
             row["engine_step_ms"] = engine_iteration(s, 0, args) * 1e3
@@ -235,7 +243,7 @@ def forward_rows(engine: Path, target: str, args) -> dict:
         ms = s.time_forward("target", n, n, ctx, args.iters, True) * 1e3
         row = {"rows": n, "ms": ms, "vs_one_row": ms / rows[0]["ms"] if rows else 1.0}
         if imma and n > 1:  # the same rows on the tensor-core kernel, interleaved with dp4a
-            row.update(imma_compare(s, lambda: s.time_forward("target", n, n, ctx, args.iters)))
+            row.update(imma_compare(s, lambda n=n: s.time_forward("target", n, n, ctx, args.iters)))
         rows.append(row)
     prefill = []
     for c in PREFILL_CONTEXTS:

@@ -13,47 +13,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from trt_spec.cost_model import expected_tokens, fit_alpha, load_histograms, tokens_per_iteration
+
 PAIR_TITLES = {"pair": "1.5B target + 0.5B draft", "pair7b": "7B target + 0.5B draft"}
 
 
 # ---- projection ----------------------------------------------------------------------------------
-def load_histograms(path: Path) -> list[tuple[int | None, list[int]]]:
-    """(K or None, accepted-length histogram) of every entry holding an 'accepted_hist'."""
-    found: list[tuple[int | None, list[int]]] = []
-
-    def walk(x):
-        if isinstance(x, dict):
-            h = x.get("accepted_hist")
-            if isinstance(h, list) and sum(h) > 0:
-                k = x.get("draft_len", x.get("k"))
-                if isinstance(k, int) and not isinstance(k, bool):
-                    found.append((k, [int(c) for c in h[: k + 1]]))
-                elif k is None:
-                    found.append((None, [int(c) for c in h]))
-            for v in x.values():
-                walk(v)
-        elif isinstance(x, list):
-            for v in x:
-                walk(v)
-
-    walk(json.loads(path.read_text()))
-    return found
-
-
-def fit_alpha(hists: list[tuple[int | None, list[int]]]) -> float:
-    """Per-token acceptance of a truncated geometric model: accepted / (accepted + rejections)."""
-    acc = rej = 0
-    for k, h in hists:
-        top = k if k is not None else len(h) - 1
-        acc += sum(a * c for a, c in enumerate(h))
-        rej += sum(c for a, c in enumerate(h) if a < top)
-    return acc / (acc + rej) if acc + rej else 0.0
-
-
-def expected_tokens(alpha: float, k: int) -> float:
-    return float(k + 1) if alpha >= 1.0 else (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
-
-
 def projection(iters: list[dict], target_step_ms: float, args) -> dict:
     hists = load_histograms(Path(args.hist)) if args.hist else []
     if hists:
@@ -65,14 +30,10 @@ def projection(iters: list[dict], target_step_ms: float, args) -> dict:
     rows = []
     for it in iters:
         k = it["k"]
-        exact = [h for kk, h in hists if kk == k]
-        if exact:
-            tot = [sum(c for c in col) for col in zip(*exact, strict=False)]
-            tokens = sum((a + 1) * c for a, c in enumerate(tot)) / sum(tot)
-            how = "histogram at this K"
+        if hists:
+            tokens, how = tokens_per_iteration(hists, k)
         else:
-            tokens = expected_tokens(alpha, k)
-            how = "geometric model"
+            tokens, how = expected_tokens(alpha, k), "geometric model"
         rows.append(
             {
                 "k": k,
@@ -119,8 +80,9 @@ def markdown(r: dict) -> str:
         "## Decode step, one row (batch 1)",
         "",
         "| model | weights | step ms (graph) | no graph | with PDL | engine step ms | "
-        "roofline ms | of roofline | with PDL | achieved GB/s |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "roofline ms | of roofline | with PDL | achieved GB/s | bytes read roofline ms | "
+        "of it, PDL |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for s in r.get("decode_steps", []):
         out.append(
@@ -128,11 +90,14 @@ def markdown(r: dict) -> str:
             f"{fmt(s['step_no_graph_ms'])} | {fmt(s.get('step_pdl_ms'))} | "
             f"{fmt(s.get('engine_step_ms'))} | "
             f"{fmt(s['roofline_ms'])} | {fmt(s['of_roofline'], '.0%')} | "
-            f"{fmt(s.get('of_roofline_pdl'), '.0%')} | {fmt(s['achieved_gbps'], '.0f')} |"
+            f"{fmt(s.get('of_roofline_pdl'), '.0%')} | {fmt(s['achieved_gbps'], '.0f')} | "
+            f"{fmt(s.get('roofline_read_ms'))} | {fmt(s.get('of_roofline_read_pdl'), '.0%')} |"
         )
     out += [
         "",
-        "Roofline: (weight bytes + KV bytes read) / measured copy bandwidth. Engine step: "
+        "Roofline: (weight bytes + KV bytes at 4 bytes) / measured copy bandwidth; bytes read: "
+        "what a decode reads (one row of the embedding table, the KV at its stored f16), the same "
+        "bandwidth. Engine step: "
         "the decoder's k=0 iteration (forward, sampling, SeqState read back). With PDL: the same "
         "graph with the matmuls launched as programmatic dependents (TRT_SPEC_CUDA_PDL; sm_90+; "
         "'-' where the device lacks it).",

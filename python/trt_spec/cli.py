@@ -138,7 +138,62 @@ def cmd_info(args: argparse.Namespace) -> int:
     )
     if args.plan:
         print_launch_plan(args.engine, args.draft_len, engine.draft_len)
+        print_cost_model(meta, args.draft_len, engine.draft_len, args.acceptance)
+    elif args.acceptance:
+        raise SystemExit("info: --acceptance goes with --plan")
     return 0
+
+
+def print_cost_model(
+    meta: dict, draft_len: int | None, engine_draft_len: int, acceptance: str | None
+) -> None:
+    """The GPU cost model's figures for this engine (trt_spec.cost_model): MODELLED, from the
+    committed calibration, not measured."""
+    from trt_spec import cost_model as cm
+
+    cal = cm.Calibration.load()
+    models = meta["models"]
+    shapes = {
+        role: cm.Shape.of(m["config"], cm.matrices_of_engine(m)) for role, m in models.items()
+    }
+    target, draft = shapes["target"], shapes.get("draft")
+    k = min(4, engine_draft_len) if draft_len is None else draft_len
+    print(f"cuda cost model (MODELLED, not measured; calibrated on {cal.device}: {cal.source}):")
+    for role, m in models.items():
+        read = cm.decode_read_bytes(m, context=128)
+        print(
+            f"  {role}: bytes a decode step reads at context 128 {read['bytes'] / 1e6:.1f} MB "
+            f"(one embedding row, KV at f16; counting the whole table and f32 KV: "
+            f"{read['old_bytes'] / 1e6:.1f} MB), roofline {read['bytes'] / cal.copy_gbps / 1e3:.1f}"
+            " us"
+        )
+    step = cm.forward_us(cal, target, 1)
+    line = f"  modelled target step {step:.0f} us"
+    if draft:
+        line += f", draft step {cm.forward_us(cal, draft, 1):.0f} us"
+    print(line)
+    verify = ", ".join(f"{n}: {cm.forward_us(cal, target, n):.0f}" for n in range(1, 10))
+    print(f"  modelled verify of n rows (us): {verify}")
+    base = cm.iteration_us(cal, target, None, 0)["iteration_us"]
+    print(f"  modelled target-only iteration {base:.0f} us")
+    if not draft or k < 1:
+        return
+    it = cm.iteration_us(cal, target, draft, k)
+    print(
+        f"  modelled iteration (B=1, K={k}) {it['iteration_us']:.0f} us: verify "
+        f"{it['verify_us']:.0f} + draft {it['draft_step0_us']:.0f} + {k - 1} x "
+        f"{it['draft_step_us']:.0f} + extra {cal.kernel['iteration_extra_us']:.0f}"
+    )
+    if acceptance:
+        hists = cm.load_histograms(acceptance)
+        if not hists:
+            raise SystemExit(f"info --acceptance: no accepted_hist in {acceptance}")
+        tokens, how = cm.tokens_per_iteration(hists, k)
+        speedup = tokens / it["iteration_us"] * base
+        print(
+            f"  projected speedup at K={k} (MODELLED): {speedup:.2f}x "
+            f"({tokens:.2f} tokens per iteration, {how}, from {acceptance})"
+        )
 
 
 def print_launch_plan(path: str, draft_len: int | None, engine_draft_len: int) -> None:
@@ -333,6 +388,13 @@ def make_parser() -> argparse.ArgumentParser:
         default=None,
         help="draft tokens of the planned iteration (default: 4, or the engine's draft length "
         "if smaller)",
+    )
+    i.add_argument(
+        "--acceptance",
+        default=None,
+        metavar="BENCH.json",
+        help="with --plan: the projected speedup from this bench run's acceptance histograms "
+        "(trt-spec bench's JSON), modelled",
     )
     i.set_defaults(func=cmd_info)
 

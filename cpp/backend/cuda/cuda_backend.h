@@ -146,7 +146,7 @@ class CudaBackend final : public Backend {
   void* pinned_ = nullptr;      // staging of download(), kPinnedBytes
   bool sizing_ = false, capturing_ = false;
   bool pdl_ = false;
-  int imma_rows_ = 0;
+  int imma_rows_ = 0;  // 0: plan_matmul's default
   int cc_major_ = 0;
 };
 

@@ -69,6 +69,7 @@ inline bool matmul_vectorized(const MatmulArgs& a) {
 // The default is never: on an H200 the dp4a tiles ran a 256-row prefill chunk of the 1.5B shape
 // in 126 ms against 158 and every 2-16-row verify 2.6-6.4x faster (benchmarks/results/
 // gpu_checks_s34.md). The CUDA backend's switch (set_imma_rows) times both in one process.
+// imma_rows <= 0 means the default.
 constexpr int kImmaRowsDefault = 0x7fffffff;
 
 inline MatmulPlan plan_matmul(const MatmulArgs& a, int sm_count, int imma_rows = kImmaRowsDefault) {
@@ -113,7 +114,7 @@ inline MatmulPlan plan_matmul(const MatmulArgs& a, int sm_count, int imma_rows =
   su = (su + 31) / 32 * 32;
   g.split_units = su;
   g.splits = static_cast<int>((g.units + su - 1) / su);
-  p.imma = matmul_quantized(a.W.type) && a.n >= imma_rows;
+  p.imma = matmul_quantized(a.W.type) && a.n >= (imma_rows > 0 ? imma_rows : kImmaRowsDefault);
   p.tile_rows = p.imma ? kMatmulMaxTile : matmul_tile_rows(a.n);
   g.tiles = (a.n + p.tile_rows - 1) / p.tile_rows;
   // Decode and verify (n <= 16): a block per row group would leave a second, partial wave

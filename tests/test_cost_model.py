@@ -1,0 +1,121 @@
+"""The GPU cost model (trt_spec.cost_model): its committed calibration reproduces the GPU run it
+was fitted to, within 15%, on the step and verify times it saw and on the iteration times it
+did not; the calibration file is what the fit script makes of the committed measurements; the
+bytes a decode reads; the projection from acceptance histograms; `trt-spec info --plan`."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from trt_spec import cost_model as cm
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "benchmarks" / "results"
+sys.path.insert(0, str(REPO / "benchmarks"))
+import fit_gpu_cost_model as fit  # noqa: E402
+
+CAL = cm.Calibration.load()
+REPORT = json.loads((RESULTS / json.loads(cm.CALIBRATION.read_text())["report"]).read_text())
+PAIRS = {"pair-q4": "qwen2.5-1.5b", "pair7b-q4": "qwen2.5-7b"}
+
+
+def test_calibration_is_the_fit_of_the_committed_run() -> None:
+    saved = json.loads(cm.CALIBRATION.read_text())
+    measured = json.loads((RESULTS / "gpu_calibration_h200.json").read_text())
+    assert saved["measured"] == measured
+    report = json.loads((RESULTS / saved["report"]).read_text())
+    refit = fit.fit(report, measured)
+    assert refit.keys() == saved["kernel"].keys()
+    for k, v in refit.items():
+        assert v == pytest.approx(saved["kernel"][k], rel=1e-9), k
+
+
+@pytest.mark.parametrize("model,weights,n,us", fit.observations(REPORT))
+def test_steps_and_verify_rows_within_15_percent(model: str, weights: str, n: int, us: float):
+    got = cm.forward_us(CAL, fit.shape_of(model, weights), n)
+    assert abs(got / us - 1) < 0.15, (model, n, got, us)
+
+
+def test_iterations_held_out_within_15_percent() -> None:
+    draft = fit.shape_of("qwen2.5-0.5b", "q4")
+    seen = 0
+    for name, target in PAIRS.items():
+        for it in REPORT["iterations"][name]:
+            got = cm.iteration_us(CAL, fit.shape_of(target, "q4"), draft, it["k"])
+            assert abs(got["iteration_us"] / (it["iteration_ms"] * 1e3) - 1) < 0.15, (name, it)
+            seen += 1
+    assert seen >= 10
+
+
+def test_the_model_moves_with_the_shape() -> None:
+    small, big = fit.shape_of("qwen2.5-0.5b", "q4"), fit.shape_of("qwen2.5-7b", "q4")
+    assert cm.forward_us(CAL, small, 1) < cm.forward_us(CAL, big, 1)
+    rows = [cm.forward_us(CAL, big, n) for n in range(1, 17)]
+    assert all(b > a for a, b in zip(rows, rows[1:], strict=False))
+    # 9 rows take two 8-row tiles: the weights stream twice.
+    assert rows[8] - rows[7] > rows[7] - rows[6]
+
+
+def test_decode_read_bytes() -> None:
+    cfg = {"n_layers": 2, "n_kv_heads": 2, "head_dim": 4}
+
+    def model(tied: bool) -> dict:
+        t = {
+            "tok_embd.weight": {"shape": [100, 8], "bytes": 1000},
+            "blk.0.attn_qkv.weight": {"shape": [16, 8], "bytes": 50},
+        }
+        if not tied:
+            t["output.weight"] = {"shape": [100, 8], "bytes": 2000}
+        return {"config": cfg, "tensors": t, "weight_bytes": sum(v["bytes"] for v in t.values())}
+
+    kv = 2 * 2 * 2 * 4 * 10  # k and v, layers, kv heads, head_dim, context
+    untied = cm.decode_read_bytes(model(False), context=10)
+    assert untied == {"bytes": 50 + 2000 + 10 + kv * 2, "old_bytes": 3050 + kv * 4}
+    tied = cm.decode_read_bytes(model(True), context=10)  # the head reads the whole table
+    assert tied == {"bytes": 50 + 1000 + kv * 2, "old_bytes": 1050 + kv * 4}
+
+
+def test_tokens_per_iteration(tmp_path: Path) -> None:
+    p = tmp_path / "bench.json"
+    p.write_text(json.dumps({"r": [{"draft_len": 2, "accepted_hist": [1, 1, 2]}]}))
+    hists = cm.load_histograms(p)
+    assert hists == [(2, [1, 1, 2])]
+    assert cm.tokens_per_iteration(hists, 2) == (pytest.approx(2.25), "histogram at this K")
+    alpha = cm.fit_alpha(hists)  # 5 accepted, 2 rejections
+    assert alpha == pytest.approx(5 / 7)
+    tokens, how = cm.tokens_per_iteration(hists, 3)
+    assert how == "geometric model" and tokens == pytest.approx(cm.expected_tokens(alpha, 3))
+    assert cm.expected_tokens(1.0, 3) == 4.0
+
+
+def test_info_plan_prints_modelled_figures(tiny, tmp_path: Path) -> None:
+    from trt_spec import _core
+
+    if not _core.cuda_compiled():
+        pytest.skip("this build has no CUDA backend (the plan needs its launch code)")
+    from trt_spec.build.random_engine import write_random_engine
+
+    cfg = dict(
+        arch="qwen2", n_layers=2, dim=128, n_heads=4, n_kv_heads=2, head_dim=32, ffn_dim=256,
+        vocab_size=512, rope_theta=1e6, rms_eps=1e-6, tied_embeddings=True, qkv_bias=True,
+    )  # fmt: skip
+    eng = tmp_path / "pair.engine"
+    write_random_engine(
+        eng, cfg, draft=dict(cfg, tied_embeddings=False), weights="q4", max_seq_len=256,
+        max_batch=1, draft_len=4, fast=True,
+    )  # fmt: skip
+    hist = RESULTS / "spec_q4_t0.json"
+    cli = [sys.executable, "-m", "trt_spec.cli", "info", str(eng), "--no-verify"]
+    out = subprocess.run(
+        [*cli, "--plan", "--acceptance", str(hist)], capture_output=True, text=True, check=True
+    ).stdout
+    assert "cost model (MODELLED" in out
+    assert "modelled verify of n rows (us): 1: " in out and " 9: " in out
+    assert "projected speedup at K=4 (MODELLED)" in out
+    assert "histogram at this K" in out
+    bad = subprocess.run([*cli, "--acceptance", str(hist)], capture_output=True, text=True)
+    assert bad.returncode != 0 and "--acceptance goes with --plan" in bad.stderr
