@@ -223,8 +223,12 @@ if [[ "$step" == calibrate ]]; then
   run ncu_attention_detail timeout 60 "$ncu_bin" --profile-from-start off --clock-control none \
     --section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats \
     --section SchedulerStats --section SourceCounters --section MemoryWorkloadAnalysis \
-    -k regex:attention_kernel --launch-count 2 python benchmarks/profile_gpu.py --part run-step \
-    --role target --rows 1 --timing "$OUT/attention_detail_step.json"
+    -k regex:attention_kernel --launch-count 2 --import-source yes --export "$OUT/attention" \
+    python benchmarks/profile_gpu.py --part run-step --role target --rows 1 \
+    --timing "$OUT/attention_detail_step.json"
+  # Where the attention call's time goes, line by line (stall samples per CUDA source line).
+  run ncu_attention_source timeout 30 "$ncu_bin" -i "$OUT/attention.ncu-rep" --page source \
+    --csv --print-source cuda
   run pytest_exact timeout 70 python -m pytest -m gpu -v -rs -p no:cacheprovider \
     -o faulthandler_timeout=65 tests/test_cuda_engine.py -k \
     "logits_tiny or match_cpu or equals_target_only or graph_replay or q4_greedy_spec"

@@ -32,6 +32,23 @@ _dir = _testing_module_dir()
 if _dir is not None:
     sys.path.insert(0, str(_dir))
 
+
+def pytest_report_header(config: pytest.Config) -> str:
+    """The order's seed, also under -q (pytest-randomly shuffles the suite on every run)."""
+    return _order_line(config)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    terminalreporter.write_line(_order_line(config))
+
+
+def _order_line(config: pytest.Config) -> str:
+    seed = getattr(config.option, "randomly_seed", None)
+    if not config.pluginmanager.hasplugin("randomly") or not isinstance(seed, int):
+        return "test order: as collected (pytest-randomly not active)"
+    return f"test order: shuffled with seed {seed} (this order again: --randomly-seed={seed})"
+
+
 import tiny_models  # noqa: E402
 from engine_file_tools import PROMPT, SEQ, read_metadata  # noqa: E402
 from trt_spec import Engine, build_engine  # noqa: E402

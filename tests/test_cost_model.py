@@ -65,11 +65,11 @@ def test_decode_read_bytes() -> None:
 
     def model(tied: bool) -> dict:
         t = {
-            "tok_embd.weight": {"shape": [100, 8], "bytes": 1000},
-            "blk.0.attn_qkv.weight": {"shape": [16, 8], "bytes": 50},
+            "tok_embd.weight": {"type": "q8", "shape": [100, 8], "bytes": 1000},
+            "blk.0.attn_qkv.weight": {"type": "q4", "shape": [16, 8], "bytes": 50},
         }
         if not tied:
-            t["output.weight"] = {"shape": [100, 8], "bytes": 2000}
+            t["output.weight"] = {"type": "q8", "shape": [100, 8], "bytes": 2000}
         return {"config": cfg, "tensors": t, "weight_bytes": sum(v["bytes"] for v in t.values())}
 
     kv = 2 * 2 * 2 * 4 * 10  # k and v, layers, kv heads, head_dim, context

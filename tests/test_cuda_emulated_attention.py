@@ -319,6 +319,10 @@ def test_plan_rules(emu) -> None:
     assert (q["chunk"], q["splits"]) == (32, 64)
     assert plan(emu, 1, 12, 2, 128, 100)["chunk"] == 32  # never under one key tile
     assert plan(emu, 1, 12, 2, 128, 100)["splits"] == 4  # no more splits than granules
+    # One wave: work items (row, kv head chunk, split) dealt round at most 4 blocks per SM.
+    for n, blocks in ((1, 128), (4, 512), (16, 4 * SM)):
+        p = plan(emu, n, 12, 2, 128, 2048)
+        assert (p["grid_x"], p["grid_y"]) == (blocks, 1), (n, p)
     info = np.zeros(10, np.int64)
     assert emu.emu_attention_plan(1, 8, 3, 64, 64, SM, P(info)) == -1  # 8 % 3
     assert emu.emu_attention_plan(1, 8, 8, 260, 64, SM, P(info)) == -1

@@ -403,24 +403,27 @@ if not FULL:
 @pytest.mark.parametrize("wtype,epi", SPLIT)
 def test_split_k(lib, wtype: str, epi: str) -> None:
     """96 units per row on 64 SMs: 3 splits; the result against the reference, rows bitwise
-    independent of n, two launches (same counters, like a graph replay) bit-identical."""
+    independent of n, two launches (same counters, like a graph replay) bit-identical; 12 rows:
+    one block runs both 8-row tiles of its split, each tile's arrival counted on its own."""
     rows = (NH + 2 * NKV) * HD if epi == "rope_kv" else 64
     case = Case(lib, wtype, "rmsnorm", epi, rows, 96 * UNIT_COLS[wtype], seed=5, sm_count=64)
     counters = None
     outs = {}
-    for n in (1, 5, 17):
+    for n in (1, 5, 12, 17):
         out, info, _ = case.run(case.x, n, counters=counters)
         assert info["splits"] == 3 and info["split_units"] == 32, info
+        if n <= 16:  # one wave: every tile of a (row group, split) in one block
+            assert info["grid_x"] * info["grid_y"] == ((rows + 15) // 16) * 3, info
         case.check(out, case.x, n)
         outs[n] = out
-        if n == 5:
+        if n in (5, 12):
             counters = np.zeros(info["counter_bytes"] // 4, np.int32)
             again, _, _ = case.run(case.x, n, counters=counters)
             again2, _, _ = case.run(case.x, n, counters=counters)
             np.testing.assert_array_equal(again, out)
             np.testing.assert_array_equal(again2, out)
             counters = None
-    for n in (1, 5):
+    for n in (1, 5, 12):
         np.testing.assert_array_equal(outs[n], outs[17][:n])
 
 
@@ -428,14 +431,13 @@ def test_split_k(lib, wtype: str, epi: str) -> None:
 def test_staging_pieces_and_row_group_reps(lib, wtype: str) -> None:
     """80 units per row: staged in 3 pieces for a 16-row tile and 2 for an 8-row one (1 for one
     row), and 64 row pairs (8 row groups) on 1 SM: row groups per block (reps) 3 for one row
-    (one wave of 3 resident blocks), 4 for an 8-row tile (2 resident), 8 for two 8-row tiles
-    (12 rows), 2 for two 16-row f16 tiles (groups / 4 SMs; q4's tensor-core kernel takes one
-    row group per block: 16 blocks). A lane fetches each unit one ahead,
-    across pieces and reps: against the reference, rows bitwise independent of n."""
+    (one wave of 3 resident blocks), 4 for an 8-row tile (2 resident) and for two 8-row tiles
+    (12 rows: a block runs both tiles), 2 for two 16-row tiles (groups / 4 SMs, a block per
+    tile). A lane fetches each unit one ahead, across pieces, reps and tiles: against the
+    reference, rows bitwise independent of n."""
     case = Case(lib, wtype, "rmsnorm", "store", 128, 80 * UNIT_COLS[wtype], seed=11)
     outs = {}
-    imma = (1, 16) if wtype == "q4" else (2, 8)  # q4 prefill tiles: one row group per block
-    for n, reps, grid_x in ((1, 3, 3), (5, 4, 2), (12, 8, 2), (17, *imma)):
+    for n, reps, grid_x in ((1, 3, 3), (5, 4, 2), (12, 4, 2), (17, 2, 8)):
         out, info, _ = case.run(case.x, n)
         assert (info["reps"], info["splits"], info["grid_x"]) == (reps, 1, grid_x), info
         case.check(out, case.x, n)

@@ -155,6 +155,33 @@ NB_MODULE(_core, m) {
       "CUDA kernel launches of an engine's target step, draft step and one speculative iteration "
       "(B sequences, draft_len tokens), counted by the CUDA backend's own launch code without a "
       "GPU (a dict)");
+  auto wave_dict = [](const KernelWave& w) {
+    nb::dict d;
+    d["kernel"] = w.kernel;
+    d["blocks"] = w.blocks;
+    d["blocks_per_sm"] = w.blocks_per_sm;
+    d["resident"] = static_cast<int64_t>(w.blocks_per_sm) * w.sm_count;
+    d["waves"] = w.waves();
+    return d;
+  };
+  m.def(
+      "cuda_matmul_wave",
+      [wave_dict](const std::string& weight_type, int64_t rows, int64_t cols, int n, int sm_count) {
+        return wave_dict(
+            cuda_matmul_wave(weight_type_from_name(weight_type), rows, cols, n, sm_count));
+      },
+      "weight_type"_a, "rows"_a, "cols"_a, "n"_a, "sm_count"_a = 132,
+      "The CUDA matmul launch of a [rows, cols] weight over n rows, as the backend plans it: "
+      "kernel, blocks, blocks_per_sm, resident (blocks_per_sm sm_count) and waves (a dict; no "
+      "GPU needed)");
+  m.def(
+      "cuda_attention_wave",
+      [wave_dict](int n, int n_heads, int n_kv_heads, int head_dim, int max_seq, int sm_count) {
+        return wave_dict(cuda_attention_wave(n, n_heads, n_kv_heads, head_dim, max_seq, sm_count));
+      },
+      "n"_a, "n_heads"_a, "n_kv_heads"_a, "head_dim"_a, "max_seq"_a, "sm_count"_a = 132,
+      "The CUDA attention launch over n rows, as the backend plans it (a dict, as "
+      "cuda_matmul_wave)");
 
   // ---- runtime ----------------------------------------------------------------------------
   nb::class_<Runtime>(m, "Runtime", "An opened engine file with its backend and target model")

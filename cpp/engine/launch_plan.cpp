@@ -11,6 +11,7 @@
 #include "spec/iteration.h"
 #include "spec/proposer_set.h"
 #ifdef TRT_SPEC_WITH_CUDA
+#include "backend/cuda/cuda_api.h"
 #include "backend/cuda/cuda_backend.h"
 #endif
 
@@ -74,12 +75,33 @@ LaunchPlan cuda_launch_plan(const std::string& engine_path, int batch, int draft
   return plan;
 }
 
+KernelWave cuda_matmul_wave(WeightType type, int64_t rows, int64_t cols, int n, int sm_count) {
+  return cuda_plan_matmul_wave(type, rows, cols, n, sm_count);
+}
+
+KernelWave cuda_attention_wave(int n, int n_heads, int n_kv_heads, int head_dim, int max_seq,
+                               int sm_count) {
+  return cuda_plan_attention_wave(n, n_heads, n_kv_heads, head_dim, max_seq, sm_count);
+}
+
 #else
 
-LaunchPlan cuda_launch_plan(const std::string&, int, int, int) {
+namespace {
+[[noreturn]] void no_cuda() {
   throw Error(
       "this build of trt-spec has no CUDA backend (no CUDA compiler was found when it was "
       "built), so it cannot plan CUDA launches");
+}
+}  // namespace
+
+LaunchPlan cuda_launch_plan(const std::string&, int, int, int) {
+  no_cuda();
+}
+KernelWave cuda_matmul_wave(WeightType, int64_t, int64_t, int, int) {
+  no_cuda();
+}
+KernelWave cuda_attention_wave(int, int, int, int, int, int) {
+  no_cuda();
 }
 
 #endif

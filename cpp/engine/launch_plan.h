@@ -8,8 +8,12 @@
 // the scheduler's proposers, captured as a graph the way the GPU path does.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <string>
+
+#include "backend/kernel_wave.h"
+#include "kernels/weight_format.h"
 
 namespace trt_spec {
 
@@ -27,5 +31,13 @@ struct LaunchPlan {
 // engine's max_batch or a draft length beyond its draft_len (or without a draft model).
 LaunchPlan cuda_launch_plan(const std::string& engine_path, int batch, int draft_len,
                             int sm_count = 132);
+
+// The fused matmul of a [rows, cols] weight of `type` over n activation rows (16-byte aligned
+// operands, the backend's case). Throws InvalidArgument for a shape the kernel rejects.
+KernelWave cuda_matmul_wave(WeightType type, int64_t rows, int64_t cols, int n, int sm_count);
+
+// The attention of n rows (a verify pass of one sequence, or one row per sequence).
+KernelWave cuda_attention_wave(int n, int n_heads, int n_kv_heads, int head_dim, int max_seq,
+                               int sm_count);
 
 }  // namespace trt_spec

@@ -137,11 +137,22 @@ def cmd_info(args: argparse.Namespace) -> int:
         + (f"{rss / 1e6:.1f} MB" if rss is not None else "unknown")
     )
     if args.plan:
-        print_launch_plan(args.engine, args.draft_len, engine.draft_len)
-        print_cost_model(meta, args.draft_len, engine.draft_len, args.acceptance)
+        draft_len = engine.draft_len if engine.has_draft else 0  # (target-only: K = 0)
+        print_launch_plan(args.engine, args.draft_len, draft_len)
+        print_waves(meta, engine.max_seq_len)
+        print_cost_model(meta, args.draft_len, draft_len, args.acceptance)
     elif args.acceptance:
         raise SystemExit("info: --acceptance goes with --plan")
     return 0
+
+
+def print_waves(meta: dict, max_seq: int, sm_count: int = 132) -> None:
+    """Each kernel's blocks against the GPU's resident slots, 1-16 rows (trt_spec.cuda_waves)."""
+    from trt_spec import cuda_waves
+
+    plan = cuda_waves.plan_waves(meta["models"], max_seq, sm_count)
+    for line in cuda_waves.format_plan(plan, sm_count):
+        print(line)
 
 
 def print_cost_model(

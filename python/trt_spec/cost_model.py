@@ -74,6 +74,7 @@ class Matrix:
     rows: int
     cols: int
     nbytes: int
+    kind: str  # the engine weight type: f32, f16, bf16, q8, q4
 
 
 def tile_rows(n: int) -> int:
@@ -86,7 +87,7 @@ def matrices_of_engine(model: dict) -> list[Matrix]:
     out = []
     for name, t in model["tensors"].items():
         if len(t["shape"]) == 2:
-            out.append(Matrix(name, t["shape"][0], t["shape"][1], int(t["bytes"])))
+            out.append(Matrix(name, t["shape"][0], t["shape"][1], int(t["bytes"]), t["type"]))
     return out
 
 
@@ -105,8 +106,20 @@ def matrices_of_config(config: dict, weights: str) -> list[Matrix]:
         )
         kind = choose_type(weights, t.name, t.shape, 16.0, head)
         nbytes = _core.weight_blob_bytes(_core.weight_type_from_name(kind), *t.shape)
-        out.append(Matrix(t.name, t.shape[0], t.shape[1], int(nbytes)))
+        out.append(Matrix(t.name, t.shape[0], t.shape[1], int(nbytes), kind))
     return out
+
+
+def model_of_config(config: dict, weights: str) -> dict:
+    """Engine-metadata-like ``{"config", "tensors"}`` of a model an engine of this config and
+    weight format would hold (its matrices only), without writing one."""
+    return {
+        "config": config,
+        "tensors": {
+            m.name: {"type": m.kind, "shape": [m.rows, m.cols], "bytes": m.nbytes}
+            for m in matrices_of_config(config, weights)
+        },
+    }
 
 
 @dataclass(frozen=True)

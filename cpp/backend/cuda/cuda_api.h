@@ -8,6 +8,8 @@
 #include <string>
 
 #include "backend/backend.h"
+#include "backend/kernel_wave.h"
+#include "kernels/weight_format.h"
 
 namespace trt_spec {
 
@@ -37,5 +39,11 @@ bool cuda_set_pdl(Backend& be, bool on);
 // (CudaBackend::set_imma_rows; 0: the default, prefill tiles only). Returns the value in force;
 // -1 for any other backend.
 int cuda_set_imma_rows(Backend& be, int rows);
+
+// The launches plan_matmul and plan_attention give (launch_plan.h's cuda_matmul_wave and
+// cuda_attention_wave, which these implement).
+KernelWave cuda_plan_matmul_wave(WeightType type, int64_t rows, int64_t cols, int n, int sm_count);
+KernelWave cuda_plan_attention_wave(int n, int n_heads, int n_kv_heads, int head_dim, int max_seq,
+                                    int sm_count);
 
 }  // namespace trt_spec

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <utility>
 
 #include "backend/cuda/cuda_api.h"
@@ -187,6 +188,22 @@ CudaBackend::CudaBackend(int device) : device_(device) {
 bool CudaBackend::set_pdl(bool on) {
   pdl_ = on && cc_major_ >= 9;
   return pdl_;
+}
+
+KernelWave cuda_plan_attention_wave(int n, int n_heads, int n_kv_heads, int head_dim, int max_seq,
+                                    int sm_count) {
+  cuda::AttentionPlan p;
+  try {
+    p = cuda::plan_attention(n, n_heads, n_kv_heads, head_dim, max_seq, sm_count);
+  } catch (const std::invalid_argument& e) {
+    throw InvalidArgument(e.what());
+  }
+  KernelWave w;
+  w.kernel = "attention_kernel<" + std::to_string(p.hd_class) + ">";
+  w.blocks = static_cast<int64_t>(p.grid.x) * p.grid.y * p.grid.z;
+  w.blocks_per_sm = cuda::kAttnBlocksPerSm;
+  w.sm_count = sm_count;
+  return w;
 }
 
 bool cuda_set_pdl(Backend& be, bool on) {

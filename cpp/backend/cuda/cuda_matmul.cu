@@ -12,6 +12,7 @@
 #include <cuda_runtime.h>
 
 #include <stdexcept>
+#include <string>
 
 #include "backend/cuda/cuda_api.h"
 #include "backend/cuda/cuda_backend.h"
@@ -42,6 +43,40 @@ const float* f32_or_null(WeightView v) {
 int CudaBackend::set_imma_rows(int rows) {
   imma_rows_ = rows > 0 ? rows : cuda::kImmaRowsDefault;
   return imma_rows_;
+}
+
+KernelWave cuda_plan_matmul_wave(WeightType type, int64_t rows, int64_t cols, int n, int sm_count) {
+  // Operands 16-byte aligned, as the backend's (only the pointers' alignment is read).
+  alignas(16) static const float dummy[4] = {};
+  cuda::MatmulArgs a{};
+  a.W.type = type;
+  a.W.rows = rows;
+  a.W.cols = cols;
+  a.W.q = reinterpret_cast<const uint8_t*>(dummy);
+  a.x = dummy;
+  a.out = const_cast<float*>(dummy);
+  a.n = n;
+  cuda::MatmulPlan p;
+  try {
+    p = cuda::plan_matmul(a, sm_count);
+  } catch (const std::invalid_argument& e) {
+    throw InvalidArgument(e.what());
+  }
+  KernelWave w;
+  w.blocks = static_cast<int64_t>(p.grid.x) * p.grid.y * p.grid.z;
+  w.sm_count = sm_count;
+  const std::string t = weight_type_name(type);
+  if (!p.vectorized) {
+    w.kernel = "matmul_fallback_kernel";
+    w.blocks_per_sm = 1;
+  } else if (p.imma) {
+    w.kernel = "matmul_imma_kernel<" + t + ">";
+    w.blocks_per_sm = 1;
+  } else {
+    w.kernel = "matmul_kernel<" + t + ", " + std::to_string(p.tile_rows) + ">";
+    w.blocks_per_sm = cuda::matmul_blocks_per_sm(p.tile_rows);
+  }
+  return w;
 }
 
 int cuda_set_imma_rows(Backend& be, int rows) {

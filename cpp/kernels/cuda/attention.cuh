@@ -41,8 +41,9 @@ namespace trt_spec::cuda {
 
 constexpr int kAttnWarps = 4;
 constexpr int kAttnThreads = 32 * kAttnWarps;
-constexpr int kAttnMinChunk = 32;           // logical entries per granule (whole key tiles)
-constexpr int kAttnMaxSplits = 64;          // splits per row, at most
+constexpr int kAttnBlocksPerSm = 4;  // resident blocks the kernel is compiled for (<= 128 regs)
+constexpr int kAttnMinChunk = 32;    // logical entries per granule (whole key tiles)
+constexpr int kAttnMaxSplits = 64;   // splits per row, at most
 constexpr size_t kAttnMaxSmem = 48 * 1024;  // static shared memory of one block
 constexpr int kKvThreads = 128;
 
@@ -234,13 +235,15 @@ __device__ __forceinline__ void attention_merge(const float* __restrict__ pp, in
     if (lane + 32 * c < hd) o[lane + 32 * c] = a[c] * inv;
 }
 
-// grid (n, kv_heads * head_chunks * splits), block kAttnThreads; see the file comment.
+// Work items (row x, y = kv group chunk gy * splits + split z): n * gy_total of them, dealt
+// round the grid's blocks (grid = min(items, kAttnBlocksPerSm SMs): one wave), item-major; each
+// item's work is the same whichever block takes it. block kAttnThreads; see the file comment.
 // out [n, n_heads hd]; partial [n, n_heads, splits, hd + 2]; counters [n, kv_heads head_chunks].
 template <int HD>
-__global__ void __launch_bounds__(kAttnThreads)
+__global__ void __launch_bounds__(kAttnThreads, kAttnBlocksPerSm)
     attention_kernel(const float* __restrict__ qkv, RowsView rows, int n, int n_heads, float scale,
                      KvView kv, int layer, int tile_rows, int head_chunk, int chunk, int splits,
-                     float* __restrict__ out, float* __restrict__ partial,
+                     int gy_total, float* __restrict__ out, float* __restrict__ partial,
                      unsigned* __restrict__ counters) {
   using S = AttnTile<HD>;
   constexpr int KT = S::kt, QW = S::per_warp, ND = S::dims, KS = S::k_stride;
@@ -259,207 +262,215 @@ __global__ void __launch_bounds__(kAttnThreads)
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int hd = kv.head_dim, nkv = kv.kv_heads, group = n_heads / nkv;
   const int n_chunks = (group + head_chunk - 1) / head_chunk;
-  const int z = blockIdx.y % splits, gy = blockIdx.y / splits;
-  const int g = gy / n_chunks, h0 = g * group + (gy % n_chunks) * head_chunk;
-  const int nhb = min(head_chunk, (g + 1) * group - h0);
-  // The tile: rows [x, x_end) of one slot.
-  const int x = blockIdx.x, slot = rows.slot[x];
-  if (x % tile_rows != 0 && rows.slot[x - 1] == slot) return;  // not the first row of a tile
-  const int lim = min(n, (x / tile_rows + 1) * tile_rows);
-  int x_end = x + 1;
-  while (x_end < lim && rows.slot[x_end] == slot) ++x_end;
-  const int nr = x_end - x, nq = nr * nhb;
-  // The rows' logical lengths and the pairs' q, their loads in flight together (one round trip,
-  // not two: the lengths go to shared memory after the q loads are issued). A split with no
-  // entries of this tile loads q for nothing and returns.
-  const int my_llog =
-      static_cast<int>(threadIdx.x) < nr ? rows.logical_len(x + static_cast<int>(threadIdx.x)) : 0;
-  const int64_t stride = static_cast<int64_t>(n_heads + 2 * nkv) * hd;
-  const int hd4 = hd / 4;  // 16-byte loads (head_dim % 8 == 0; qkv rows 16-byte aligned)
+  const int64_t items = static_cast<int64_t>(n) * gy_total;
+  for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
+    __syncthreads();  // the previous item's readers of shared memory are done
+    const int y = static_cast<int>(item % gy_total);
+    const int z = y % splits, gy = y / splits;
+    const int g = gy / n_chunks, h0 = g * group + (gy % n_chunks) * head_chunk;
+    const int nhb = min(head_chunk, (g + 1) * group - h0);
+    // The tile: rows [x, x_end) of one slot.
+    const int x = static_cast<int>(item / gy_total), slot = rows.slot[x];
+    if (x % tile_rows != 0 && rows.slot[x - 1] == slot) continue;  // not the first row of a tile
+    const int lim = min(n, (x / tile_rows + 1) * tile_rows);
+    int x_end = x + 1;
+    while (x_end < lim && rows.slot[x_end] == slot) ++x_end;
+    const int nr = x_end - x, nq = nr * nhb;
+    // The rows' logical lengths and the pairs' q, their loads in flight together (one round trip,
+    // not two: the lengths go to shared memory after the q loads are issued). A split with no
+    // entries of this tile loads q for nothing and returns.
+    const int my_llog = static_cast<int>(threadIdx.x) < nr
+                            ? rows.logical_len(x + static_cast<int>(threadIdx.x))
+                            : 0;
+    const int64_t stride = static_cast<int64_t>(n_heads + 2 * nkv) * hd;
+    const int hd4 = hd / 4;  // 16-byte loads (head_dim % 8 == 0; qkv rows 16-byte aligned)
 #pragma unroll 4
-  for (int e = threadIdx.x; e < nq * hd4; e += blockDim.x) {
-    const int j = e / hd4, d = (e % hd4) * 4;
-    *reinterpret_cast<float4*>(sq + j * HD + d) = *reinterpret_cast<const float4*>(
-        qkv + (x + j / nhb) * stride + static_cast<int64_t>(h0 + j % nhb) * hd + d);
-  }
-  if (static_cast<int>(threadIdx.x) < nr) s_llog[threadIdx.x] = my_llog;
-  __syncthreads();
-  int max_len = 0;
-  for (int r = 0; r < nr; ++r) max_len = max(max_len, s_llog[r]);
-  // The splits a row of len logical entries uses (granules of chunk dealt round the splits).
-  auto splits_of = [&](int len) { return min(splits, (len + chunk - 1) / chunk); };
-  const int tile_splits = splits_of(max_len);
-  if (z >= tile_splits) return;  // no entries of this tile in split z
+    for (int e = threadIdx.x; e < nq * hd4; e += blockDim.x) {
+      const int j = e / hd4, d = (e % hd4) * 4;
+      *reinterpret_cast<float4*>(sq + j * HD + d) = *reinterpret_cast<const float4*>(
+          qkv + (x + j / nhb) * stride + static_cast<int64_t>(h0 + j % nhb) * hd + d);
+    }
+    if (static_cast<int>(threadIdx.x) < nr) s_llog[threadIdx.x] = my_llog;
+    __syncthreads();
+    int max_len = 0;
+    for (int r = 0; r < nr; ++r) max_len = max(max_len, s_llog[r]);
+    // The splits a row of len logical entries uses (granules of chunk dealt round the splits).
+    auto splits_of = [&](int len) { return min(splits, (len + chunk - 1) / chunk); };
+    const int tile_splits = splits_of(max_len);
+    if (z >= tile_splits) continue;  // no entries of this tile in split z
 
-  // This warp's pairs j = warp + 4 jj: state of the online softmax.
-  float m[QW], l[QW], acc[QW][ND];
-  int len[QW], row[QW];
-#pragma unroll
-  for (int jj = 0; jj < QW; ++jj) {
-    const int j = warp + kAttnWarps * jj;
-    row[jj] = j < nq ? j / nhb : -1;
-    len[jj] = j < nq ? s_llog[row[jj]] : 0;
-    m[jj] = -INFINITY;
-    l[jj] = 0.0f;
-#pragma unroll
-    for (int c = 0; c < ND; ++c) acc[jj][c] = 0.0f;
-  }
-  const int64_t head = kv.head_offset(slot, layer, g);
-  const int t_lane = lane % KT, part = lane / KT, dlen = hd / S::lanes_per_entry;
-  const int lo = z * chunk;  // this split's first granule; then every splits-th
-
-  // One key tile [t0, t0 + KT) for this warp's pairs of rows in mode `want` (and row `only`
-  // when >= 0), reading sk / sv.
-  auto process = [&](int t0, int want, int only) {
-    bool act[QW];
-    int valid[QW], top = 0;
+    // This warp's pairs j = warp + 4 jj: state of the online softmax.
+    float m[QW], l[QW], acc[QW][ND];
+    int len[QW], row[QW];
 #pragma unroll
     for (int jj = 0; jj < QW; ++jj) {
-      act[jj] = row[jj] >= 0 && s_mode[row[jj]] == want && (only < 0 || row[jj] == only);
-      valid[jj] = act[jj] ? min(KT, len[jj] - t0) : 0;
-      top = max(top, valid[jj]);
+      const int j = warp + kAttnWarps * jj;
+      row[jj] = j < nq ? j / nhb : -1;
+      len[jj] = j < nq ? s_llog[row[jj]] : 0;
+      m[jj] = -INFINITY;
+      l[jj] = 0.0f;
+#pragma unroll
+      for (int c = 0; c < ND; ++c) acc[jj][c] = 0.0f;
     }
-    // Scores: lane t (and its partner lanes) dots q with entry t over dims in order.
-    float s[QW];
-#pragma unroll
-    for (int jj = 0; jj < QW; ++jj) s[jj] = 0.0f;
-    const float* kr = sk + t_lane * KS + part * dlen;
-#pragma unroll 8
-    for (int d = 0; d < dlen; ++d) {  // (unrolled: the loads ahead of the FMAs, same order)
-      const float kd = kr[d];
-#pragma unroll
-      for (int jj = 0; jj < QW; ++jj)
-        if (act[jj]) s[jj] = fmaf(sq[(warp + kAttnWarps * jj) * HD + part * dlen + d], kd, s[jj]);
-    }
-    float alpha[QW];
-#pragma unroll
-    for (int jj = 0; jj < QW; ++jj) {
-      alpha[jj] = 1.0f;
-      if (!act[jj]) continue;
-      if (S::lanes_per_entry == 2) s[jj] += __shfl_xor_sync(kFullMask, s[jj], 16);
-      const bool ok = t_lane < valid[jj];
-      const float sc = ok ? s[jj] * scale : -INFINITY;
-      float mt = sc;
-#pragma unroll
-      for (int o = 16; o > 0; o >>= 1) mt = fmaxf(mt, __shfl_xor_sync(kFullMask, mt, o));
-      const float m_new = fmaxf(m[jj], mt);
-      alpha[jj] = expf(m[jj] - m_new);
-      const float p = ok ? expf(sc - m_new) : 0.0f;
-      l[jj] = l[jj] * alpha[jj] + warp_sum(part == 0 ? p : 0.0f);
-      m[jj] = m_new;
-      if (part == 0) sp[(warp + kAttnWarps * jj) * KT + t_lane] = p;
-    }
-    __syncwarp();
-#pragma unroll
-    for (int jj = 0; jj < QW; ++jj)
-#pragma unroll
-      for (int c = 0; c < ND; ++c) acc[jj][c] *= alpha[jj];
-#pragma unroll 4
-    for (int t = 0; t < top; ++t) {  // acc += p_t v_t, entries in order
-      float vv[ND];
-#pragma unroll
-      for (int c = 0; c < ND; ++c) vv[c] = lane + 32 * c < hd ? sv[t * HD + lane + 32 * c] : 0.0f;
+    const int64_t head = kv.head_offset(slot, layer, g);
+    const int t_lane = lane % KT, part = lane / KT, dlen = hd / S::lanes_per_entry;
+    const int lo = z * chunk;  // this split's first granule; then every splits-th
+
+    // One key tile [t0, t0 + KT) for this warp's pairs of rows in mode `want` (and row `only`
+    // when >= 0), reading sk / sv.
+    auto process = [&](int t0, int want, int only) {
+      bool act[QW];
+      int valid[QW], top = 0;
 #pragma unroll
       for (int jj = 0; jj < QW; ++jj) {
-        if (t >= valid[jj]) continue;
-        const float p = sp[(warp + kAttnWarps * jj) * KT + t];
+        act[jj] = row[jj] >= 0 && s_mode[row[jj]] == want && (only < 0 || row[jj] == only);
+        valid[jj] = act[jj] ? min(KT, len[jj] - t0) : 0;
+        top = max(top, valid[jj]);
+      }
+      // Scores: lane t (and its partner lanes) dots q with entry t over dims in order.
+      float s[QW];
 #pragma unroll
-        for (int c = 0; c < ND; ++c) acc[jj][c] = fmaf(p, vv[c], acc[jj][c]);
+      for (int jj = 0; jj < QW; ++jj) s[jj] = 0.0f;
+      const float* kr = sk + t_lane * KS + part * dlen;
+#pragma unroll 8
+      for (int d = 0; d < dlen; ++d) {  // (unrolled: the loads ahead of the FMAs, same order)
+        const float kd = kr[d];
+#pragma unroll
+        for (int jj = 0; jj < QW; ++jj)
+          if (act[jj]) s[jj] = fmaf(sq[(warp + kAttnWarps * jj) * HD + part * dlen + d], kd, s[jj]);
+      }
+      float alpha[QW];
+#pragma unroll
+      for (int jj = 0; jj < QW; ++jj) {
+        alpha[jj] = 1.0f;
+        if (!act[jj]) continue;
+        if (S::lanes_per_entry == 2) s[jj] += __shfl_xor_sync(kFullMask, s[jj], 16);
+        const bool ok = t_lane < valid[jj];
+        const float sc = ok ? s[jj] * scale : -INFINITY;
+        float mt = sc;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) mt = fmaxf(mt, __shfl_xor_sync(kFullMask, mt, o));
+        const float m_new = fmaxf(m[jj], mt);
+        alpha[jj] = expf(m[jj] - m_new);
+        const float p = ok ? expf(sc - m_new) : 0.0f;
+        l[jj] = l[jj] * alpha[jj] + warp_sum(part == 0 ? p : 0.0f);
+        m[jj] = m_new;
+        if (part == 0) sp[(warp + kAttnWarps * jj) * KT + t_lane] = p;
+      }
+      __syncwarp();
+#pragma unroll
+      for (int jj = 0; jj < QW; ++jj)
+#pragma unroll
+        for (int c = 0; c < ND; ++c) acc[jj][c] *= alpha[jj];
+#pragma unroll 4
+      for (int t = 0; t < top; ++t) {  // acc += p_t v_t, entries in order
+        float vv[ND];
+#pragma unroll
+        for (int c = 0; c < ND; ++c) vv[c] = lane + 32 * c < hd ? sv[t * HD + lane + 32 * c] : 0.0f;
+#pragma unroll
+        for (int jj = 0; jj < QW; ++jj) {
+          if (t >= valid[jj]) continue;
+          const float p = sp[(warp + kAttnWarps * jj) * KT + t];
+#pragma unroll
+          for (int c = 0; c < ND; ++c) acc[jj][c] = fmaf(p, vv[c], acc[jj][c]);
+        }
+      }
+      __syncwarp();
+    };
+
+    // Key tiles of KT entries through granules z, z + splits, z + 2 splits, .. (chunk entries
+    // each).
+    auto next_tile = [&](int t) {
+      return (t + KT) % chunk == 0 ? t + KT + (splits - 1) * chunk : t + KT;
+    };
+    for (int t0 = lo; t0 < max_len; t0 = next_tile(t0)) {
+      __syncthreads();  // the previous tile's readers are done
+      if (static_cast<int>(threadIdx.x) < nr) {
+        const int r = threadIdx.x, lr = s_llog[r];
+        s_mode[r] = lr <= t0 ? 0 : rows.in_place(x + r, t0, KT, lr) ? 1 : 2;
+      }
+      __syncthreads();
+      int cnt = 0;  // entries of the shared tile anyone reads
+      for (int r = 0; r < nr; ++r)
+        if (s_mode[r] == 1) cnt = max(cnt, min(KT, s_llog[r] - t0));
+      if (cnt > 0) {
+        load_kv_tile<HD>(kv, head, nullptr, t0, cnt, sk, sv);
+        __syncthreads();
+        process(t0, 1, -1);
+      }
+      for (int r = 0; r < nr; ++r) {  // tree rows whose logical entries here are elsewhere
+        if (s_mode[r] != 2) continue;
+        const int c2 = min(KT, s_llog[r] - t0);
+        __syncthreads();
+        if (static_cast<int>(threadIdx.x) < c2)
+          s_phys[threadIdx.x] = rows.physical(x + r, t0 + threadIdx.x);
+        __syncthreads();
+        load_kv_tile<HD>(kv, head, s_phys, t0, c2, sk, sv);
+        __syncthreads();
+        process(t0, 2, r);
       }
     }
-    __syncwarp();
-  };
 
-  // Key tiles of KT entries through granules z, z + splits, z + 2 splits, .. (chunk entries each).
-  auto next_tile = [&](int t) {
-    return (t + KT) % chunk == 0 ? t + KT + (splits - 1) * chunk : t + KT;
-  };
-  for (int t0 = lo; t0 < max_len; t0 = next_tile(t0)) {
-    __syncthreads();  // the previous tile's readers are done
-    if (static_cast<int>(threadIdx.x) < nr) {
-      const int r = threadIdx.x, lr = s_llog[r];
-      s_mode[r] = lr <= t0 ? 0 : rows.in_place(x + r, t0, KT, lr) ? 1 : 2;
+    // This split's results: the output (one split) or the partial of every pair with entries.
+    const int64_t out_stride = static_cast<int64_t>(n_heads) * hd;
+#pragma unroll
+    for (int jj = 0; jj < QW; ++jj) {
+      if (row[jj] < 0 || len[jj] <= lo) continue;
+      const int j = warp + kAttnWarps * jj, i = x + row[jj], h = h0 + j % nhb;
+      if (tile_splits == 1) {
+        const float inv = 1.0f / l[jj];
+        float* o = out + i * out_stride + static_cast<int64_t>(h) * hd;
+#pragma unroll
+        for (int c = 0; c < ND; ++c)
+          if (lane + 32 * c < hd) o[lane + 32 * c] = acc[jj][c] * inv;
+      } else {
+        float* pp = partial + ((static_cast<int64_t>(i) * n_heads + h) * splits + z) * (hd + 2);
+        if (lane == 0) {
+          pp[0] = m[jj];
+          pp[1] = l[jj];
+        }
+#pragma unroll
+        for (int c = 0; c < ND; ++c)
+          if (lane + 32 * c < hd) pp[2 + lane + 32 * c] = acc[jj][c];
+      }
     }
+    if (tile_splits == 1) continue;
+
+    // The last block of the tile to arrive merges the splits, in split order.
+    __threadfence();
     __syncthreads();
-    int cnt = 0;  // entries of the shared tile anyone reads
-    for (int r = 0; r < nr; ++r)
-      if (s_mode[r] == 1) cnt = max(cnt, min(KT, s_llog[r] - t0));
-    if (cnt > 0) {
-      load_kv_tile<HD>(kv, head, nullptr, t0, cnt, sk, sv);
-      __syncthreads();
-      process(t0, 1, -1);
-    }
-    for (int r = 0; r < nr; ++r) {  // tree rows whose logical entries here are elsewhere
-      if (s_mode[r] != 2) continue;
-      const int c2 = min(KT, s_llog[r] - t0);
-      __syncthreads();
-      if (static_cast<int>(threadIdx.x) < c2)
-        s_phys[threadIdx.x] = rows.physical(x + r, t0 + threadIdx.x);
-      __syncthreads();
-      load_kv_tile<HD>(kv, head, s_phys, t0, c2, sk, sv);
-      __syncthreads();
-      process(t0, 2, r);
-    }
-  }
-
-  // This split's results: the output (one split) or the partial of every pair with entries.
-  const int64_t out_stride = static_cast<int64_t>(n_heads) * hd;
-#pragma unroll
-  for (int jj = 0; jj < QW; ++jj) {
-    if (row[jj] < 0 || len[jj] <= lo) continue;
-    const int j = warp + kAttnWarps * jj, i = x + row[jj], h = h0 + j % nhb;
-    if (tile_splits == 1) {
-      const float inv = 1.0f / l[jj];
+    unsigned* counter = counters + static_cast<int64_t>(x) * (gy_total / splits) + gy;
+    if (threadIdx.x == 0)
+      s_last = atomicAdd(counter, 1u) == static_cast<unsigned>(tile_splits - 1) ? 1 : 0;
+    __syncthreads();
+    if (!s_last) continue;
+    __threadfence();
+    for (int j = warp; j < nq; j += kAttnWarps) {
+      const int r = j / nhb, i = x + r, h = h0 + j % nhb;
+      const int rs = splits_of(s_llog[r]);  // the row's own splits
+      const float* pp = partial + (static_cast<int64_t>(i) * n_heads + h) * splits * (hd + 2);
       float* o = out + i * out_stride + static_cast<int64_t>(h) * hd;
-#pragma unroll
-      for (int c = 0; c < ND; ++c)
-        if (lane + 32 * c < hd) o[lane + 32 * c] = acc[jj][c] * inv;
-    } else {
-      float* pp = partial + ((static_cast<int64_t>(i) * n_heads + h) * splits + z) * (hd + 2);
-      if (lane == 0) {
-        pp[0] = m[jj];
-        pp[1] = l[jj];
+      if (rs == 1) {  // as the one-split path
+        const float inv = 1.0f / __ldcg(pp + 1);
+        for (int d = lane; d < hd; d += 32) o[d] = __ldcg(pp + 2 + d) * inv;
+        continue;
       }
-#pragma unroll
-      for (int c = 0; c < ND; ++c)
-        if (lane + 32 * c < hd) pp[2 + lane + 32 * c] = acc[jj][c];
+      attention_merge<HD>(pp, rs, hd, lane, o);
     }
+    if (threadIdx.x == 0) *counter = 0;  // for the next launch (graphs replay)
   }
-  if (tile_splits == 1) return;
-
-  // The last block of the tile to arrive merges the splits, in split order.
-  __threadfence();
-  __syncthreads();
-  unsigned* counter = counters + static_cast<int64_t>(x) * (gridDim.y / splits) + gy;
-  if (threadIdx.x == 0)
-    s_last = atomicAdd(counter, 1u) == static_cast<unsigned>(tile_splits - 1) ? 1 : 0;
-  __syncthreads();
-  if (!s_last) return;
-  __threadfence();
-  for (int j = warp; j < nq; j += kAttnWarps) {
-    const int r = j / nhb, i = x + r, h = h0 + j % nhb;
-    const int rs = splits_of(s_llog[r]);  // the row's own splits
-    const float* pp = partial + (static_cast<int64_t>(i) * n_heads + h) * splits * (hd + 2);
-    float* o = out + i * out_stride + static_cast<int64_t>(h) * hd;
-    if (rs == 1) {  // as the one-split path
-      const float inv = 1.0f / __ldcg(pp + 1);
-      for (int d = lane; d < hd; d += 32) o[d] = __ldcg(pp + 2 + d) * inv;
-      continue;
-    }
-    attention_merge<HD>(pp, rs, hd, lane, o);
-  }
-  if (threadIdx.x == 0) *counter = 0;  // for the next launch (graphs replay)
 }
 
 // The launch of one attention call: the kernel instance, tiling, splits and scratch.
 struct AttentionPlan {
-  int hd_class = 0;     // the kernel instance: head_dim <= 64, 128 or 256
-  int tile_rows = 1;    // rows of one slot per block, at most
-  int head_chunk = 1;   // query heads of a kv group per block
-  int head_chunks = 1;  // blocks per kv group (group > the block's pairs)
-  int chunk = 0;        // logical entries per granule (granule u goes to split u % splits)
-  int splits = 1;       // split blocks per tile (grid.y = kv_heads head_chunks splits)
-  dim3 grid, block;
+  int hd_class = 0;          // the kernel instance: head_dim <= 64, 128 or 256
+  int tile_rows = 1;         // rows of one slot per block, at most
+  int head_chunk = 1;        // query heads of a kv group per block
+  int head_chunks = 1;       // blocks per kv group (group > the block's pairs)
+  int chunk = 0;             // logical entries per granule (granule u goes to split u % splits)
+  int splits = 1;            // split blocks per tile
+  int gy_total = 1;          // work items per row: kv_heads head_chunks splits
+  dim3 grid, block;          // grid: min(n gy_total, kAttnBlocksPerSm SMs) blocks (one wave)
   size_t smem_bytes = 0;     // static shared memory per block
   size_t partial_bytes = 0;  // scratch: [n, n_heads, splits, hd + 2] f32 (splits > 1)
   size_t counter_bytes = 0;  // scratch: [n, kv_heads head_chunks] u32, zeroed at allocation
@@ -508,7 +519,10 @@ inline AttentionPlan plan_attention(int n, int n_heads, int n_kv_heads, int head
   p.splits = std::max(1, std::min({kAttnMaxSplits, sm_count / 2, granules}));
   const int gy = n_kv_heads * p.head_chunks;
   const size_t rows = static_cast<size_t>(std::max(n, 1));
-  p.grid = dim3(static_cast<unsigned>(rows), static_cast<unsigned>(gy * p.splits));
+  p.gy_total = gy * p.splits;
+  const size_t items = rows * static_cast<size_t>(p.gy_total);
+  const size_t resident = static_cast<size_t>(kAttnBlocksPerSm) * std::max(sm_count, 1);
+  p.grid = dim3(static_cast<unsigned>(std::min(items, resident)));
   p.block = dim3(kAttnThreads);
   if (p.splits > 1) {
     p.partial_bytes = sizeof(float) * rows * n_heads * p.splits * (head_dim + 2);
@@ -527,18 +541,18 @@ inline void launch_attention(cudaStream_t stream, const AttentionPlan& p, const 
   switch (p.hd_class) {
     case 64:
       TRT_SPEC_LAUNCH_PDL(pdl, attention_kernel<64>, p.grid, p.block, stream, qkv, rows, n, n_heads,
-                          scale, kv, layer, p.tile_rows, p.head_chunk, p.chunk, p.splits, out,
-                          partial, counters);
+                          scale, kv, layer, p.tile_rows, p.head_chunk, p.chunk, p.splits,
+                          p.gy_total, out, partial, counters);
       break;
     case 128:
       TRT_SPEC_LAUNCH_PDL(pdl, attention_kernel<128>, p.grid, p.block, stream, qkv, rows, n,
                           n_heads, scale, kv, layer, p.tile_rows, p.head_chunk, p.chunk, p.splits,
-                          out, partial, counters);
+                          p.gy_total, out, partial, counters);
       break;
     default:
       TRT_SPEC_LAUNCH_PDL(pdl, attention_kernel<256>, p.grid, p.block, stream, qkv, rows, n,
                           n_heads, scale, kv, layer, p.tile_rows, p.head_chunk, p.chunk, p.splits,
-                          out, partial, counters);
+                          p.gy_total, out, partial, counters);
       break;
   }
 }

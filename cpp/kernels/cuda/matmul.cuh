@@ -93,7 +93,9 @@ struct MatmulGeom {
   int half;             // pair p = rows a = (p / half) 2 half + p % half and b = a + half
   int reps;             // row groups (kMatmulWarps pairs) per block
   int splits;           // column splits (blockIdx.y)
-  int tiles;            // activation tiles: blockIdx.x = row block * tiles + tile
+  int tiles;            // activation tiles
+  int tile_loop;        // 1: a block runs every tile (blockIdx.x = row block); 0: one each
+                        // (blockIdx.x = row block * tiles + tile)
   int64_t units;        // units of the row (cols / unit columns)
   int64_t split_units;  // units per split (the last one: the rest)
 };
@@ -482,16 +484,17 @@ __device__ __forceinline__ void matmul_finish(const MatmulArgs& a, const MatmulG
   }
 }
 
-// Split-K arrival: whether this block is the last of its blockIdx.x to finish (all threads call
-// it after writing their partials; the last block resets the counter for the next launch, as
-// graph replays need). last: a __shared__ int.
-__device__ __forceinline__ bool matmul_split_last(int* counters, int splits, int& last) {
+// Split-K arrival: whether this block is the last of the splits of its (row block, tile) to
+// finish, counted at counters[at] (all threads call it after writing their partials; the last block
+// resets the counter for the next launch, as graph replays need). last: a __shared__ int.
+__device__ __forceinline__ bool matmul_split_last(int* counters, int64_t at, int splits,
+                                                  int& last) {
   __threadfence();
   __syncthreads();
   if (threadIdx.x == 0) {
-    const int old = atomicAdd(counters + blockIdx.x, 1);
+    const int old = atomicAdd(counters + at, 1);
     last = old == splits - 1;
-    if (last) counters[blockIdx.x] = 0;  // ready for the next launch (graph replays)
+    if (last) counters[at] = 0;  // ready for the next launch (graph replays)
   }
   __syncthreads();
   if (!last) return false;

@@ -1,7 +1,8 @@
 // matmul_imma.cuh: the q8 / q4 matmul on the tensor cores, for products of at least plan_matmul's
-// imma_rows rows (off by default: matmul_launch.cuh says why): the integer dot products of each group of 32 columns as int8 WMMA tiles
-// (16 x 16 x 16, exact int32 sums), then the float arithmetic of matmul_kernel (matmul.cuh)
-// replayed operation for operation, so every row gets the bits of a one-row decode.
+// imma_rows rows (off by default: matmul_launch.cuh says why): the integer dot products of each
+// group of 32 columns as int8 WMMA tiles (16 x 16 x 16, exact int32 sums), then the float
+// arithmetic of matmul_kernel (matmul.cuh) replayed operation for operation, so every row gets the
+// bits of a one-row decode.
 //
 // Why the same bits are possible. matmul_kernel's q8 / q4 arithmetic per (activation row r,
 // output row o) is: for each unit u of the split (64 q4 or 32 q8 columns), lane (u - u0) % 32
@@ -300,7 +301,7 @@ __global__ void __launch_bounds__(kMatmulThreads, 1)
       matmul_finish(a, g, partial, split, i0 + ri, ra, vb_ok ? rbw : -1, st.lanes[ri][pi][32],
                     st.lanes[ri][pi + 8][32]);
   }
-  if (g.splits == 1 || !matmul_split_last(counters, g.splits, last)) return;
+  if (g.splits == 1 || !matmul_split_last(counters, blockIdx.x, g.splits, last)) return;
   // The last block of this (row group, tile) to arrive: the sums in split order.
   if (threadIdx.x >= kImmaTile * 8) return;
   const int ri = threadIdx.x / 8, pi = threadIdx.x % 8;

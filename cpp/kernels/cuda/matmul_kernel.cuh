@@ -28,9 +28,12 @@ __global__ void __launch_bounds__(kMatmulThreads, matmul_blocks_per_sm(kTile))
   __shared__ float red[kMatmulWarps][kTile];
   __shared__ int last;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int64_t row_block = blockIdx.x / g.tiles;
-  const int tile = static_cast<int>(blockIdx.x % g.tiles), split = static_cast<int>(blockIdx.y);
-  const int i0 = tile * kTile, nr = min(kTile, a.n - i0);
+  // The block's row block and tiles: every tile (tile_loop: a verify pass's two 8-row tiles
+  // through one block, the weights of the second from L2) or tile blockIdx.x % tiles.
+  const int64_t row_block = g.tile_loop ? blockIdx.x : blockIdx.x / g.tiles;
+  const int tile0 = g.tile_loop ? 0 : static_cast<int>(blockIdx.x % g.tiles);
+  const int tile1 = g.tile_loop ? g.tiles : tile0 + 1;
+  const int split = static_cast<int>(blockIdx.y);
   const int64_t rows = a.W.rows;
   const int64_t u0 = split * g.split_units;
   const int64_t u1 = u0 + g.split_units < g.units ? u0 + g.split_units : g.units;
@@ -64,77 +67,85 @@ __global__ void __launch_bounds__(kMatmulThreads, matmul_blocks_per_sm(kTile))
   grid_dependency_launch();  // the next kernel may start its own weight fetches
   grid_dependency_wait();    // x, the output and the scratch: after the previous kernel
 
-  if (a.in == MatmulIn::kRmsNorm) {
-    matmul_rms_factors<kTile>(a, i0, nr, red, rs);
-  } else if (threadIdx.x < kTile) {
-    rs[threadIdx.x] = 1.0f;
-  }
-  __syncthreads();
-  const int pieces = static_cast<int>((u1 - u0 + S::kUnits - 1) / S::kUnits);
-  if (pieces == 1) {  // staged once for all row groups of the block
-    matmul_stage<T, kTile>(a, i0, nr, u0 * kUC, static_cast<int>(u1 - u0) * kUC, rs, st);
+  for (int tile = tile0; tile < tile1; ++tile) {
+    const int i0 = tile * kTile, nr = min(kTile, a.n - i0);
+    if (tile > tile0) __syncthreads();  // the previous tile's readers of rs and st are done
+    if (a.in == MatmulIn::kRmsNorm) {
+      matmul_rms_factors<kTile>(a, i0, nr, red, rs);
+    } else if (threadIdx.x < kTile) {
+      rs[threadIdx.x] = 1.0f;
+    }
     __syncthreads();
-  }
+    const int pieces = static_cast<int>((u1 - u0 + S::kUnits - 1) / S::kUnits);
+    if (pieces == 1) {  // staged once for all row groups of the block
+      matmul_stage<T, kTile>(a, i0, nr, u0 * kUC, static_cast<int>(u1 - u0) * kUC, rs, st);
+      __syncthreads();
+    }
 
-  for (int rep = 0; rep < g.reps; ++rep) {
-    int64_t ra, rb_load;
-    const bool active = pair_rows(rep, ra, rb_load);
-    const int64_t rb = ra + g.half;
-    float acc_a[kTile], acc_b[kTile];
+    for (int rep = 0; rep < g.reps; ++rep) {
+      int64_t ra, rb_load;
+      const bool active = pair_rows(rep, ra, rb_load);
+      const int64_t rb = ra + g.half;
+      float acc_a[kTile], acc_b[kTile];
 #pragma unroll
-    for (int i = 0; i < kTile; ++i) acc_a[i] = acc_b[i] = 0.0f;
-    for (int pc = 0; pc < pieces; ++pc) {
-      int64_t pu0;
-      const int np = piece_units(pc, pu0);
-      if (pieces > 1) {
-        __syncthreads();
-        matmul_stage<T, kTile>(a, i0, nr, pu0 * kUC, np * kUC, rs, st);
-        __syncthreads();
-      }
-      if (!active) continue;
-      if (!have) have = fetch_first(rep, pc);
-      for (int it = 0; it * 32 < np; ++it) {
-        const int uu = it * 32 + lane;
-        if (uu >= np) continue;
-        const MatmulRaw ca = na, cb = nb;
-        if (uu + 32 < np) {  // one unit ahead
-          na = matmul_fetch<T>(a.W, ra, pu0 + uu + 32);
-          nb = matmul_fetch<T>(a.W, rb_load, pu0 + uu + 32);
-        } else {  // this lane's last unit here: the next piece's first, or the next rep's
-          have = pc + 1 < pieces ? fetch_first(rep, pc + 1)
-                                 : rep + 1 < g.reps && fetch_first(rep + 1, 0);
+      for (int i = 0; i < kTile; ++i) acc_a[i] = acc_b[i] = 0.0f;
+      for (int pc = 0; pc < pieces; ++pc) {
+        int64_t pu0;
+        const int np = piece_units(pc, pu0);
+        if (pieces > 1) {
+          __syncthreads();
+          matmul_stage<T, kTile>(a, i0, nr, pu0 * kUC, np * kUC, rs, st);
+          __syncthreads();
         }
-        const MatmulUnit<T> wa(ca), wb(cb);
-        const int xs = it * S::kSlots * 32 + lane, gs = it * S::kGroups * 32 + lane;
+        if (!active) continue;
+        if (!have) have = fetch_first(rep, pc);
+        for (int it = 0; it * 32 < np; ++it) {
+          const int uu = it * 32 + lane;
+          if (uu >= np) continue;
+          const MatmulRaw ca = na, cb = nb;
+          if (uu + 32 < np) {  // one unit ahead
+            na = matmul_fetch<T>(a.W, ra, pu0 + uu + 32);
+            nb = matmul_fetch<T>(a.W, rb_load, pu0 + uu + 32);
+          } else {  // this lane's last unit here: the next piece's first, the next rep's, or
+                    // the next tile's (rep 0's again: the same weights)
+            have = pc + 1 < pieces    ? fetch_first(rep, pc + 1)
+                   : rep + 1 < g.reps ? fetch_first(rep + 1, 0)
+                                      : tile + 1 < tile1 && fetch_first(0, 0);
+          }
+          const MatmulUnit<T> wa(ca), wb(cb);
+          const int xs = it * S::kSlots * 32 + lane, gs = it * S::kGroups * 32 + lane;
 #pragma unroll
-        for (int i = 0; i < kTile; ++i) {
-          if (i < nr) {
-            acc_a[i] = matmul_dot<T, kTile>(wa, st, i * S::kRowSlots + xs, i * S::kRowGroups + gs,
-                                            acc_a[i]);
-            acc_b[i] = matmul_dot<T, kTile>(wb, st, i * S::kRowSlots + xs, i * S::kRowGroups + gs,
-                                            acc_b[i]);
+          for (int i = 0; i < kTile; ++i) {
+            if (i < nr) {
+              acc_a[i] = matmul_dot<T, kTile>(wa, st, i * S::kRowSlots + xs, i * S::kRowGroups + gs,
+                                              acc_a[i]);
+              acc_b[i] = matmul_dot<T, kTile>(wb, st, i * S::kRowSlots + xs, i * S::kRowGroups + gs,
+                                              acc_b[i]);
+            }
           }
         }
       }
-    }
-    if (!active) continue;
-    float va = 0.0f, vb = 0.0f;  // lane i: the sums of tile row i
+      if (!active) continue;
+      float va = 0.0f, vb = 0.0f;  // lane i: the sums of tile row i
 #pragma unroll
-    for (int i = 0; i < kTile; ++i) {
-      if (i < nr) {
-        const float sa = warp_sum(acc_a[i]), sb = warp_sum(acc_b[i]);
-        if (lane == i) va = sa, vb = sb;
+      for (int i = 0; i < kTile; ++i) {
+        if (i < nr) {
+          const float sa = warp_sum(acc_a[i]), sb = warp_sum(acc_b[i]);
+          if (lane == i) va = sa, vb = sb;
+        }
       }
+      if (lane < nr)
+        matmul_finish(a, g, partial, split, i0 + lane, ra, rb < rows ? rb : -1, va, vb);
     }
-    if (lane < nr) matmul_finish(a, g, partial, split, i0 + lane, ra, rb < rows ? rb : -1, va, vb);
-  }
-  if (g.splits == 1 || !matmul_split_last(counters, g.splits, last)) return;
-  // The last block of this (row block, tile) to arrive: the sums in split order.
-  for (int rep = 0; rep < g.reps; ++rep) {
-    const int64_t p = (row_block * g.reps + rep) * kMatmulWarps + warp;
-    if (p >= g.pairs || lane >= nr) continue;
-    const int64_t ra = matmul_pair_row(g, p), rb = ra + g.half;
-    matmul_split_sum(a, g, partial, i0 + lane, ra, rb < rows ? rb : -1);
+    if (g.splits == 1 || !matmul_split_last(counters, row_block * g.tiles + tile, g.splits, last))
+      continue;
+    // The last block of this (row block, tile) to arrive: the sums in split order.
+    for (int rep = 0; rep < g.reps; ++rep) {
+      const int64_t p = (row_block * g.reps + rep) * kMatmulWarps + warp;
+      if (p >= g.pairs || lane >= nr) continue;
+      const int64_t ra = matmul_pair_row(g, p), rb = ra + g.half;
+      matmul_split_sum(a, g, partial, i0 + lane, ra, rb < rows ? rb : -1);
+    }
   }
 }
 

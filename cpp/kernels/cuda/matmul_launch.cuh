@@ -7,17 +7,20 @@
 //   tile = 1, 2, 4 or 8 activation rows for n <= 16 (the smallest that holds n, at most 8:
 //   9 to 16 rows, a batch's verify pass, take two 8-row tiles), 16 for prefill chunks (n > 16);
 //   tiles = ceil(n / tile);
-//   splits: 1 when row groups >= 2 SMs; else ceil(2 SMs / row groups), at most units / 32 and
-//   64, the split length rounded up to whole lane rounds (32 units) - never a function of n;
-//   reps (row groups per block, staging shared): splits > 1 ? 1 : n <= 16 (decode, verify) ?
-//   clamp(ceil(groups tiles / (blocks per SM * SMs)), 1, 8), the grid in one wave of resident
-//   blocks (matmul_blocks_per_sm) where 8 reps allow : clamp(groups / (4 SMs), 1, 8);
+//   splits: 1 when row groups >= 2 SMs; else floor(2 SMs / row groups) (the verify tiles'
+//   resident blocks), at most units / 32 and 64, the split length rounded up to whole lane
+//   rounds (32 units) - never a function of n;
+//   decode and verify (n <= 16): one wave. A block runs every tile (tile_loop) and
+//   reps = splits > 1 ? 1 : ceil(groups / (blocks per SM * SMs)) row groups (staging shared),
+//   grid (ceil(groups / reps), splits) <= the resident blocks (matmul_blocks_per_sm);
+//   prefill (n > 16): a block per tile, reps clamp(groups / (4 SMs), 1, 8), grid
+//   (ceil(groups / reps) * tiles, splits);
 //   q8 / q4 products of at least imma_rows rows (default: none) run matmul_imma_kernel (the same
-//   bits on the tensor cores, matmul_imma.cuh), one row group per block (reps 1); grid (ceil(groups
-//   / reps) * tiles, splits), block 256; static shared memory: the stage
-//   (<= 40 KiB) + 4 bytes per tile row for the RMSNorm factors and 32 for the warps' sums.
-// Scratch when splits > 1: partial f32 [splits, n, rows], counters int32 [grid.x] (zero before
-// the first launch; every launch leaves them zero).
+//   bits on the tensor cores, matmul_imma.cuh), one row group and tile per block (reps 1);
+//   block 256; static shared memory: the stage (<= 40 KiB) + 4 bytes per tile row for the
+//   RMSNorm factors and 32 for the warps' sums.
+// Scratch when splits > 1: partial f32 [splits, n, rows], counters int32 [row blocks * tiles]
+// (zero before the first launch; every launch leaves them zero).
 #pragma once
 
 #include <stdexcept>
@@ -102,10 +105,12 @@ inline MatmulPlan plan_matmul(const MatmulArgs& a, int sm_count, int imma_rows =
     return p;
   }
   g.units = a.W.cols / matmul_unit_cols(a.W.type);
-  const int64_t target = 2 * static_cast<int64_t>(sm_count);
+  // Split-K where the row groups leave SMs idle: as many splits as fit the resident slots of
+  // the verify tiles (2 blocks per SM), so that a decode or verify grid is one wave.
+  const int64_t target = static_cast<int64_t>(matmul_blocks_per_sm(kMatmulMaxTile / 2)) * sm_count;
   int64_t splits = 1;
   if (groups < target) {
-    splits = (target + groups - 1) / groups;
+    splits = target / groups;
     const int64_t most = g.units / kMatmulMinSplitUnits;
     splits = splits < most ? splits : most;
     splits = splits < 64 ? (splits > 1 ? splits : 1) : 64;
@@ -117,17 +122,21 @@ inline MatmulPlan plan_matmul(const MatmulArgs& a, int sm_count, int imma_rows =
   p.imma = matmul_quantized(a.W.type) && a.n >= (imma_rows > 0 ? imma_rows : kImmaRowsDefault);
   p.tile_rows = p.imma ? kMatmulMaxTile : matmul_tile_rows(a.n);
   g.tiles = (a.n + p.tile_rows - 1) / p.tile_rows;
-  // Decode and verify (n <= 16): a block per row group would leave a second, partial wave
-  // (1.5B gate / up on an H200: 1,120 groups, 396 resident blocks); a block runs its reps back
-  // to back, each rep's first weights fetched during the last unit of the one before, so one
-  // wave of blocks with ceil(groups tiles / resident) reps pays one prologue. Prefill: blocks
-  // enough.
+  // Decode and verify (n <= 16): one wave. A block runs every tile of the pass (9-16 rows: two
+  // 8-row tiles) and its reps back to back, each rep's (and tile's) first weights fetched during
+  // the last unit of the one before, so one wave of blocks with ceil(groups / resident) reps
+  // pays one prologue (a block per row group and tile left a second, partial wave: 1.5B gate /
+  // up on an H200, 1,120 groups for 396 resident blocks). Prefill: a block per row group and
+  // tile, blocks enough.
+  const bool verify = p.tile_rows < kMatmulMaxTile;
+  g.tile_loop = verify ? 1 : 0;
   const int64_t resident = static_cast<int64_t>(matmul_blocks_per_sm(p.tile_rows)) * sm_count;
-  int64_t reps = p.tile_rows < kMatmulMaxTile ? (groups * g.tiles + resident - 1) / resident
-                                              : groups / (4 * static_cast<int64_t>(sm_count));
+  int64_t reps =
+      verify ? (groups + resident - 1) / resident : groups / (4 * static_cast<int64_t>(sm_count));
+  if (!verify) reps = reps > 8 ? 8 : reps;
   if (p.imma) reps = 1;  // matmul_imma_kernel: one row group per block
-  g.reps = g.splits > 1 ? 1 : static_cast<int>(reps < 1 ? 1 : (reps > 8 ? 8 : reps));
-  const int64_t blocks_x = (groups + g.reps - 1) / g.reps * g.tiles;
+  g.reps = g.splits > 1 ? 1 : static_cast<int>(reps < 1 ? 1 : reps);
+  const int64_t blocks_x = (groups + g.reps - 1) / g.reps * (g.tile_loop ? 1 : g.tiles);
   if (blocks_x > 0x7fffffff) fail("too many rows");
   p.grid = dim3(static_cast<unsigned>(blocks_x), static_cast<unsigned>(g.splits));
   p.splits = g.splits;
@@ -136,7 +145,7 @@ inline MatmulPlan plan_matmul(const MatmulArgs& a, int sm_count, int imma_rows =
   if (p.smem_bytes > kMatmulSmemLimit) fail("shared memory over 48 KiB");
   if (g.splits > 1) {
     p.partial_bytes = static_cast<size_t>(g.splits) * a.n * a.W.rows * sizeof(float);
-    p.counter_bytes = static_cast<size_t>(blocks_x) * sizeof(int);
+    p.counter_bytes = static_cast<size_t>((groups + g.reps - 1) / g.reps * g.tiles) * sizeof(int);
   }
   return p;
 }
