@@ -159,6 +159,13 @@ def decode_steps(engines: dict[str, Path], bw_gbps: float | None, args, save) ->
                 roof_read / (row["step_pdl_ms"] / 1e3) if roof_read else None
             )
         s.set_cuda_pdl(pdl)  # the engine's default for what follows
+        if s.set_cuda_imma_rows(0) > 0:  # earlier grids against one wave, interleaved
+            row.update(
+                switch_compare(
+                    lambda role=role, s=s, ctx=ctx: s.time_forward(role, 1, 1, ctx, args.iters),
+                    waves_arms(s),
+                )
+            )
         if role == "target":  # the engine's own target-only iteration (sampling, read-back)
             row["engine_step_ms"] = engine_iteration(s, 0, args) * 1e3
         rows.append(row)
@@ -237,13 +244,17 @@ def forward_rows(engine: Path, target: str, args) -> dict:
     s = T.Session(str(engine), args.device)
     ctx = args.context
     s.time_forward("target", 1, 1, ctx, 2, True)  # warm-up (first launches, allocations)
-    imma = s.set_cuda_imma_rows(0) > 0  # a CUDA backend: the tensor-core switch exists
+    cuda = s.set_cuda_imma_rows(0) > 0  # a CUDA backend: its switches exist
     rows = []
     for n in ROW_COUNTS:
         ms = s.time_forward("target", n, n, ctx, args.iters, True) * 1e3
         row = {"rows": n, "ms": ms, "vs_one_row": ms / rows[0]["ms"] if rows else 1.0}
-        if imma and n > 1:  # the same rows on the tensor-core kernel, interleaved with dp4a
-            row.update(imma_compare(s, lambda n=n: s.time_forward("target", n, n, ctx, args.iters)))
+        if cuda:  # the same rows on the earlier grids, interleaved with one-wave ones
+            row.update(
+                switch_compare(
+                    lambda n=n: s.time_forward("target", n, n, ctx, args.iters), waves_arms(s)
+                )
+            )
         rows.append(row)
     prefill = []
     for c in PREFILL_CONTEXTS:
@@ -251,10 +262,11 @@ def forward_rows(engine: Path, target: str, args) -> dict:
             continue
         sec = s.time_forward("target", PREFILL_ROWS, 1, c, 3, False, True)
         item = {"context": c, "ms": sec * 1e3, "tok_s": PREFILL_ROWS / sec}
-        if imma:  # the default runs the tensor cores here: against the dp4a 16-row tiles
+        if cuda:  # the dp4a 16-row tiles against the tensor-core kernel
             item.update(
-                imma_compare(
-                    s, lambda c=c: s.time_forward("target", PREFILL_ROWS, 1, c, 3, False, True)
+                switch_compare(
+                    lambda c=c: s.time_forward("target", PREFILL_ROWS, 1, c, 3, False, True),
+                    imma_arms(s),
                 )
             )
         prefill.append(item)
@@ -262,26 +274,43 @@ def forward_rows(engine: Path, target: str, args) -> dict:
     return {"model": target, "verify_rows": rows, "prefill_rows": PREFILL_ROWS, "prefill": prefill}
 
 
-IMMA_REPEATS = 3
+SWITCH_REPEATS = 3
 
 
-def imma_compare(s: Any, timed) -> dict:
-    """The same forward with every q8 / q4 matmul on the dp4a tiles (set_cuda_imma_rows(10**6))
-    and on the tensor-core kernel (set_cuda_imma_rows(1)), alternating IMMA_REPEATS times in one
-    process: medians and spreads in ms. The default is restored after."""
-    dp4a, tc = [], []
-    for _ in range(IMMA_REPEATS):
-        s.set_cuda_imma_rows(10**6)
-        dp4a.append(timed() * 1e3)
-        s.set_cuda_imma_rows(1)
-        tc.append(timed() * 1e3)
-    s.set_cuda_imma_rows(0)
+def imma_arms(s: Any) -> dict[str, Any]:
+    """Every q8 / q4 matmul on the dp4a tiles, or on the tensor-core kernel (then the default)."""
     return {
-        "dp4a_ms": float(np.median(dp4a)),
-        "dp4a_spread_ms": max(dp4a) - min(dp4a),
-        "imma_ms": float(np.median(tc)),
-        "imma_spread_ms": max(tc) - min(tc),
+        "dp4a": lambda: s.set_cuda_imma_rows(10**6),
+        "imma": lambda: s.set_cuda_imma_rows(1),
+        "": lambda: s.set_cuda_imma_rows(0),
     }
+
+
+def waves_arms(s: Any) -> dict[str, Any]:
+    """Decode and verify launches on the earlier grids, or in one wave (then the default)."""
+    return {
+        "earlier_grids": lambda: s.set_cuda_one_wave(False),
+        "one_wave": lambda: s.set_cuda_one_wave(True),
+        "": lambda: s.set_cuda_one_wave(True),
+    }
+
+
+def switch_compare(timed, arms: dict[str, Any]) -> dict:
+    """The same timed forward under each arm of a backend switch (arms: name -> setter; the ""
+    setter restores the default after), alternating SWITCH_REPEATS times in one process:
+    "<name>_ms" medians and "<name>_spread_ms" spreads."""
+    names = [k for k in arms if k]
+    got: dict[str, list[float]] = {k: [] for k in names}
+    for _ in range(SWITCH_REPEATS):
+        for k in names:
+            arms[k]()
+            got[k].append(timed() * 1e3)
+    arms[""]()
+    out = {}
+    for k, v in got.items():
+        out[f"{k}_ms"] = float(np.median(v))
+        out[f"{k}_spread_ms"] = max(v) - min(v)
+    return out
 
 
 def bandwidth(T, args) -> float | None:  # noqa: N803

@@ -70,6 +70,7 @@ class EmuMatmul(ctypes.Structure):
         ("max_seq", ctypes.c_int32),
         ("layer", ctypes.c_int32),
         ("imma_rows", ctypes.c_int32),
+        ("legacy_waves", ctypes.c_int32),
     ]
 
 
@@ -149,6 +150,7 @@ def launch(
     counters=None,
     run=True,
     imma_rows=0,
+    legacy_waves=0,
 ):
     """Plans (and runs) the product; returns the plan's info dict."""
     m = EmuMatmul(
@@ -166,6 +168,7 @@ def launch(
         bias=ptr(bias),
         out=ptr(out),
         imma_rows=imma_rows,
+        legacy_waves=legacy_waves,
     )
     if rope is not None:
         m.n_heads, m.n_kv_heads, m.head_dim = NH, NKV, HD
@@ -270,6 +273,7 @@ class Case:
         counters=None,
         start=None,
         imma_rows=0,
+        legacy_waves=0,
     ):
         out = aligned((self.out0[:n] if start is None else start).copy())
         rope = None
@@ -305,6 +309,7 @@ class Case:
             sm_count=self.sm_count,
             counters=counters,
             imma_rows=imma_rows,
+            legacy_waves=legacy_waves,
         )
         return out, info, rope
 
@@ -409,21 +414,21 @@ def test_split_k(lib, wtype: str, epi: str) -> None:
     case = Case(lib, wtype, "rmsnorm", epi, rows, 96 * UNIT_COLS[wtype], seed=5, sm_count=64)
     counters = None
     outs = {}
-    for n in (1, 5, 12, 17):
+    for n in (1, 5, 12, 17) if epi == "store" else (1, 5, 17):
         out, info, _ = case.run(case.x, n, counters=counters)
         assert info["splits"] == 3 and info["split_units"] == 32, info
         if n <= 16:  # one wave: every tile of a (row group, split) in one block
             assert info["grid_x"] * info["grid_y"] == ((rows + 15) // 16) * 3, info
         case.check(out, case.x, n)
         outs[n] = out
-        if n in (5, 12):
+        if n == (12 if epi == "store" else 5):
             counters = np.zeros(info["counter_bytes"] // 4, np.int32)
             again, _, _ = case.run(case.x, n, counters=counters)
             again2, _, _ = case.run(case.x, n, counters=counters)
             np.testing.assert_array_equal(again, out)
             np.testing.assert_array_equal(again2, out)
             counters = None
-    for n in (1, 5, 12):
+    for n in (1, 5, 12) if epi == "store" else (1, 5):
         np.testing.assert_array_equal(outs[n], outs[17][:n])
 
 
@@ -446,6 +451,31 @@ def test_staging_pieces_and_row_group_reps(lib, wtype: str) -> None:
         np.testing.assert_array_equal(outs[n], outs[17][:n])
 
 
+@pytest.mark.parametrize("wtype", ["q4", "f16"])
+def test_earlier_grids_behind_the_switch(lib, wtype: str) -> None:
+    """plan_matmul's one_wave false (the CUDA backend's set_one_wave(False), for timing both in
+    one GPU run): the earlier grids (a block per tile, reps at most 8, splits ceil(2 SMs /
+    groups)), rows still bitwise independent of n, against the reference."""
+    case = Case(lib, wtype, "rmsnorm", "store", 128, 80 * UNIT_COLS[wtype], seed=11)
+    outs = {}
+    for n, reps, grid_x in ((1, 3, 3), (5, 4, 2), (12, 8, 2), (17, 2, 8)):
+        out, info, _ = case.run(case.x, n, legacy_waves=1)
+        assert (info["reps"], info["splits"], info["grid_x"]) == (reps, 1, grid_x), info
+        case.check(out, case.x, n)
+        outs[n] = out
+    for n in (1, 5, 12):
+        np.testing.assert_array_equal(outs[n], outs[17][:n])
+    split = Case(lib, wtype, "rmsnorm", "store", 64, 140 * UNIT_COLS[wtype], seed=3, sm_count=64)
+    new, info_new, _ = split.run(split.x, 12)
+    old, info_old, _ = split.run(split.x, 12, legacy_waves=1)
+    # 4 row groups on 64 SMs: floor or ceil of 128 / 4, at most units / 32 = 4 splits, whole
+    # lane rounds of 64 units: 3 either way; the grids differ in tiles only.
+    assert info_new["splits"] == info_old["splits"] == 3
+    assert info_old["grid_x"] == 2 * info_new["grid_x"]
+    split.check(new, split.x, 12)
+    split.check(old, split.x, 12)
+
+
 IMMA = [
     ("q4", "rmsnorm", "store", 1),
     ("q8", "swiglu", "accumulate", 1),
@@ -460,7 +490,7 @@ def test_imma_rows_bitwise(lib, wtype: str, in_mode: str, epi: str, sm_count: in
     units per row (9 pieces of 8 units: two rounds of the 32 virtual lanes and part of a third,
     the last piece of 6), an unpaired last output row or rope pairs, one split or two (64 SMs):
     against the reference, and every row the bits of the one-row decode kernel (rows 0 and 39
-    launched alone). The default plan keeps the dp4a tiles, with the same bits."""
+    launched alone). The default plan keeps the dp4a tiles (test_plan)."""
     rows = (NH + 2 * NKV) * HD if epi == "rope_kv" else 71
     cols = 70 * UNIT_COLS[wtype]
     case = Case(lib, wtype, in_mode, epi, rows, cols, seed=13, sm_count=sm_count, n_max=40)
@@ -474,9 +504,6 @@ def test_imma_rows_bitwise(lib, wtype: str, in_mode: str, epi: str, sm_count: in
     five, info5, _ = case.run(case.x, 5, imma_rows=2)
     assert info5["imma"] == 1 and info5["tile"] == 16, info5
     np.testing.assert_array_equal(five, out[:5])
-    dp4a, dflt, _ = case.run(case.x, 40)  # the default: the dp4a 16-row tiles, the same bits
-    assert dflt["imma"] == 0 and dflt["tile"] == 16, dflt
-    np.testing.assert_array_equal(dp4a, out)
     if epi != "rope_kv":  # (rope: row 39's position differs from row 0's)
         last = aligned(case.x[39:40].copy())
         alone, _, _ = case.run(last, 1, start=case.out0[39:40])
@@ -524,6 +551,7 @@ def test_plan(lib) -> None:
         for n in (1, 2, 5, 16, 17, 40)
     ]
     assert {p["splits"] for p in plans} == {3}
+    assert {p["imma"] for p in plans} == {0}  # the tensor-core kernel: off by default
     assert [p["tile"] for p in plans] == [1, 2, 8, 8, 16, 16]  # 9 to 16 rows: two 8-row tiles
     assert (
         launch(lib, t, blob, 64, 96 * 64, x, 1, "plain", "store", out, sm_count=1, run=False)[

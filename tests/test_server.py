@@ -294,14 +294,31 @@ def test_rss_is_flat_over_500_requests(server: Server) -> None:
 
 
 # ---- a server with one slot, no queue and an API key: 401, 429, a disconnect, SIGTERM drain ----
-@pytest.fixture(scope="module")
-def small(tiny) -> Iterator[tuple[Server, Engine]]:
+def _small_engine(tiny) -> Path:
     # a wider model than the module's, so that a 480-token answer takes about a second
     path, _ = tiny.engine(
         "qwen2", "f32", max_seq_len=LONG_SEQ, max_batch=1, hidden=512, layers=4, ffn=1536, heads=8
     )
-    s = Server(path, "--max-queue", "0", "--api-key", "sekrit", "--threads", "1")
+    return path
+
+
+SMALL_ARGS = ("--max-queue", "0", "--api-key", "sekrit", "--threads", "1")
+
+
+@pytest.fixture(scope="module")
+def small(tiny) -> Iterator[tuple[Server, Engine]]:
+    path = _small_engine(tiny)
+    s = Server(path, *SMALL_ARGS)
     yield s, Engine(path)
+    s.stop()
+
+
+@pytest.fixture
+def small_own(tiny, small) -> Iterator[tuple[Server, Engine]]:
+    """A small server of the test's own, for a test that ends it: the module's stays up for the
+    others, whatever the order they run in."""
+    s = Server(_small_engine(tiny), *SMALL_ARGS)
+    yield s, small[1]
     s.stop()
 
 
@@ -370,8 +387,8 @@ def test_disconnect_mid_stream_frees_the_slot(small) -> None:
     assert ok.status_code == 200
 
 
-def test_sigterm_drains_running_requests_and_exits_0(small) -> None:
-    s, offline = small
+def test_sigterm_drains_running_requests_and_exits_0(small_own) -> None:
+    s, offline = small_own
     prompt = _long_prompt(offline, LONG)
     want = offline.generate(prompt, max_new_tokens=LONG, temperature=0.0).text
     out: dict = {}

@@ -217,6 +217,20 @@ void bind_session(nb::module_& m) {
           "CUDA: launch the matmuls as programmatic dependents from now on (sm_90+; "
           "cuda_backend.h). Returns whether they are; false on other backends.")
       .def(
+          "set_cuda_one_wave",
+          [](Session& s, bool on) {
+#ifdef TRT_SPEC_WITH_CUDA
+            return cuda_set_one_wave(s.rt->backend(), on);
+#else
+            (void)s;
+            (void)on;
+            return false;
+#endif
+          },
+          "on"_a,
+          "CUDA: plan decode and verify launches in one wave from now on (the default), or the "
+          "earlier grids (off). Returns false on other backends.")
+      .def(
           "set_cuda_imma_rows",
           [](Session& s, int rows) {
 #ifdef TRT_SPEC_WITH_CUDA

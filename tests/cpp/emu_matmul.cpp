@@ -37,7 +37,8 @@ struct EmuMatmul {
   void* k;
   void* v;
   int32_t kv_type, layers, max_seq, layer;
-  int32_t imma_rows;  // plan_matmul's imma_rows (0: its default)
+  int32_t imma_rows;     // plan_matmul's imma_rows (0: its default)
+  int32_t legacy_waves;  // 1: plan_matmul's one_wave false (the earlier grids)
 };
 
 // Plans the product for sm_count SMs; info [10]: vectorized, splits, tile_rows, grid.x, grid.y,
@@ -70,7 +71,8 @@ int emu_matmul(const EmuMatmul* m, int sm_count, int run, float* partial, int64_
   a.layer = m->layer;
   MatmulPlan p;
   try {
-    p = m->imma_rows > 0 ? plan_matmul(a, sm_count, m->imma_rows) : plan_matmul(a, sm_count);
+    p = plan_matmul(a, sm_count, m->imma_rows > 0 ? m->imma_rows : kImmaRowsDefault,
+                    m->legacy_waves == 0);
   } catch (const std::invalid_argument&) {
     return -2;
   }

@@ -179,6 +179,8 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   set_pdl(!(pdl && std::string(pdl) == "0"));
   const char* imma = std::getenv("TRT_SPEC_CUDA_IMMA_ROWS");
   set_imma_rows(imma ? std::atoi(imma) : 0);
+  const char* wave = std::getenv("TRT_SPEC_CUDA_ONE_WAVE");
+  one_wave_ = !(wave && std::string(wave) == "0");
   cudaStream_t s = nullptr;
   cuda_check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
   stream_ = s;
@@ -209,6 +211,13 @@ KernelWave cuda_plan_attention_wave(int n, int n_heads, int n_kv_heads, int head
 bool cuda_set_pdl(Backend& be, bool on) {
   auto* c = dynamic_cast<CudaBackend*>(&be);
   return c ? c->set_pdl(on) : false;
+}
+
+bool cuda_set_one_wave(Backend& be, bool on) {
+  auto* c = dynamic_cast<CudaBackend*>(&be);
+  if (!c) return false;
+  c->set_one_wave(on);
+  return true;
 }
 
 CudaBackend::~CudaBackend() {
@@ -458,8 +467,8 @@ void CudaBackend::attention(const float* qkv, const Rows& rows, int n, const Att
                             KvCache& cache, int layer, float* out) {
   // Tiles and splits from the shape, max_seq and the SM count (never n: a row's bits do not
   // depend on the batch); throws std::invalid_argument (ValueError) for unsupported shapes.
-  const cuda::AttentionPlan p =
-      cuda::plan_attention(n, s.n_heads, s.n_kv_heads, s.head_dim, cache.max_seq, sm_count_);
+  const cuda::AttentionPlan p = cuda::plan_attention(n, s.n_heads, s.n_kv_heads, s.head_dim,
+                                                     cache.max_seq, sm_count_, one_wave_);
   if (n <= 0) return;
   float* partial = nullptr;
   unsigned* counters = nullptr;

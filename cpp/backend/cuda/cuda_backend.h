@@ -100,6 +100,12 @@ class CudaBackend final : public Backend {
   // construction): bench_gpu.py times verify rows and prefill chunks both ways in one process.
   // Every value gives the same bits. Returns the value in force.
   int set_imma_rows(int rows);
+  // Whether decode and verify launches plan one wave (matmul_launch.cuh, attention.cuh; on
+  // unless TRT_SPEC_CUDA_ONE_WAVE=0 at construction) for the launches that follow; off: the
+  // earlier grids, which bench_gpu.py times against them in one process. Splits differ, so the
+  // bits of split-K products differ between the two; within either, a row's bits never depend
+  // on n.
+  void set_one_wave(bool on) { one_wave_ = on; }
   CUstream_st* stream() const { return stream_; }
   // True during capture()'s sizing pass: ops (the spec layer's too) launch nothing.
   bool sizing() const { return sizing_; }
@@ -147,6 +153,7 @@ class CudaBackend final : public Backend {
   bool sizing_ = false, capturing_ = false;
   bool pdl_ = false;
   int imma_rows_ = 0;  // 0: plan_matmul's default
+  bool one_wave_ = true;
   int cc_major_ = 0;
 };
 

@@ -87,7 +87,7 @@ int cuda_set_imma_rows(Backend& be, int rows) {
 void CudaBackend::matmul(const cuda::MatmulArgs& a, const char* what) {
   cuda::MatmulPlan p;
   try {
-    p = cuda::plan_matmul(a, sm_count_, imma_rows_);
+    p = cuda::plan_matmul(a, sm_count_, imma_rows_, one_wave_);
   } catch (const std::invalid_argument& e) {
     throw InvalidArgument(std::string(what) + ": " + e.what());
   }

@@ -498,8 +498,10 @@ inline void plan_tiles(AttentionPlan& p, int group) {
 // up to 64 partials. Throws std::invalid_argument
 // for shapes the kernel does not take (head_dim a multiple of 8 up to 256, n_heads a multiple
 // of n_kv_heads) or shared memory over 48 KiB.
+// one_wave false: a block per work item (the earlier grid, kept behind the CUDA backend's
+// switch so that a GPU run times both in one process).
 inline AttentionPlan plan_attention(int n, int n_heads, int n_kv_heads, int head_dim, int max_seq,
-                                    int sm_count) {
+                                    int sm_count, bool one_wave = true) {
   if (head_dim <= 0 || head_dim % 8 != 0 || head_dim > 256)
     throw std::invalid_argument("CUDA attention: head_dim must be a multiple of 8, at most 256");
   if (n_kv_heads <= 0 || n_heads % n_kv_heads != 0 || max_seq <= 0)
@@ -522,7 +524,7 @@ inline AttentionPlan plan_attention(int n, int n_heads, int n_kv_heads, int head
   p.gy_total = gy * p.splits;
   const size_t items = rows * static_cast<size_t>(p.gy_total);
   const size_t resident = static_cast<size_t>(kAttnBlocksPerSm) * std::max(sm_count, 1);
-  p.grid = dim3(static_cast<unsigned>(std::min(items, resident)));
+  p.grid = dim3(static_cast<unsigned>(one_wave ? std::min(items, resident) : items));
   p.block = dim3(kAttnThreads);
   if (p.splits > 1) {
     p.partial_bytes = sizeof(float) * rows * n_heads * p.splits * (head_dim + 2);

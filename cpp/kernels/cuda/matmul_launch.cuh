@@ -75,7 +75,11 @@ inline bool matmul_vectorized(const MatmulArgs& a) {
 // imma_rows <= 0 means the default.
 constexpr int kImmaRowsDefault = 0x7fffffff;
 
-inline MatmulPlan plan_matmul(const MatmulArgs& a, int sm_count, int imma_rows = kImmaRowsDefault) {
+// one_wave false: the earlier rules, kept behind the CUDA backend's switch (set_one_wave) so
+// that a GPU run times both in one process: splits ceil(2 SMs / groups), a block per tile, reps
+// at most 8 (decode and verify grids of more blocks than the resident slots).
+inline MatmulPlan plan_matmul(const MatmulArgs& a, int sm_count, int imma_rows = kImmaRowsDefault,
+                              bool one_wave = true) {
   auto fail = [](const char* what) { throw std::invalid_argument(std::string("matmul: ") + what); };
   if (sm_count < 1) fail("sm_count < 1");
   if (a.n < 1 || a.W.rows < 1 || a.W.cols < 1) fail("empty product");
@@ -110,7 +114,7 @@ inline MatmulPlan plan_matmul(const MatmulArgs& a, int sm_count, int imma_rows =
   const int64_t target = static_cast<int64_t>(matmul_blocks_per_sm(kMatmulMaxTile / 2)) * sm_count;
   int64_t splits = 1;
   if (groups < target) {
-    splits = target / groups;
+    splits = one_wave ? target / groups : (target + groups - 1) / groups;
     const int64_t most = g.units / kMatmulMinSplitUnits;
     splits = splits < most ? splits : most;
     splits = splits < 64 ? (splits > 1 ? splits : 1) : 64;
@@ -129,11 +133,12 @@ inline MatmulPlan plan_matmul(const MatmulArgs& a, int sm_count, int imma_rows =
   // up on an H200, 1,120 groups for 396 resident blocks). Prefill: a block per row group and
   // tile, blocks enough.
   const bool verify = p.tile_rows < kMatmulMaxTile;
-  g.tile_loop = verify ? 1 : 0;
+  g.tile_loop = verify && one_wave ? 1 : 0;
   const int64_t resident = static_cast<int64_t>(matmul_blocks_per_sm(p.tile_rows)) * sm_count;
-  int64_t reps =
-      verify ? (groups + resident - 1) / resident : groups / (4 * static_cast<int64_t>(sm_count));
-  if (!verify) reps = reps > 8 ? 8 : reps;
+  const int64_t tiles_x = g.tile_loop ? 1 : g.tiles;  // tiles across blocks
+  int64_t reps = verify ? (groups * tiles_x + resident - 1) / resident
+                        : groups / (4 * static_cast<int64_t>(sm_count));
+  if (!verify || !one_wave) reps = reps > 8 ? 8 : reps;
   if (p.imma) reps = 1;  // matmul_imma_kernel: one row group per block
   g.reps = g.splits > 1 ? 1 : static_cast<int>(reps < 1 ? 1 : reps);
   const int64_t blocks_x = (groups + g.reps - 1) / g.reps * (g.tile_loop ? 1 : g.tiles);
