@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import tiny_models
 import torch
 from trt_spec import Engine
 
@@ -20,8 +21,7 @@ PROMPT = [3, 17, 250, 99, 5, 42, 42, 7, 380, 1, 0, 64, 128, 200, 31, 8] * 5  # 8
 
 
 def reference_logits(model, ids: list[int]) -> np.ndarray:
-    with torch.no_grad():
-        return model(torch.tensor([ids])).logits[0].float().numpy()
+    return tiny_models.reference_logits(model, ids)  # (float64, eager attention)
 
 
 def rel_error(ours: np.ndarray, ref: np.ndarray) -> float:
