@@ -64,7 +64,7 @@ def tool(name: str) -> str | None:
 def ensure_engine(path: Path) -> Path:
     if path.exists():
         return path
-    from trt_spec.build.random_engine import SHAPES, write_random_engine
+    from trt_spec.builder.random_engine import SHAPES, write_random_engine
 
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".partial")

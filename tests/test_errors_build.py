@@ -20,7 +20,7 @@ import pytest
 import tiny_models
 from engine_file_tools import GGUF_Q, SEQ
 from trt_spec import BuildError, Engine, build_engine
-from trt_spec.build import builder as builder_mod
+from trt_spec.builder import builder as builder_mod
 
 
 # ---- builder ----------------------------------------------------------------------------------

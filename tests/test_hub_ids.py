@@ -1,4 +1,4 @@
-"""``trt-spec build`` with Hugging Face model ids (trt_spec/build/resolve.py), offline.
+"""``trt-spec build`` with Hugging Face model ids (trt_spec/builder/resolve.py), offline.
 
 Each test lays out a Hugging Face hub cache in a temporary folder by hand, the way
 ``huggingface_hub`` writes it (``models--org--name/{refs/<branch>, snapshots/<commit>/<file> ->
@@ -21,9 +21,9 @@ from pathlib import Path
 import gguf
 import pytest
 from trt_spec import Engine
-from trt_spec.build.hf_source import open_hf
-from trt_spec.build.resolve import parse_hub_id, resolve_checkpoint
-from trt_spec.build.source import BuildError
+from trt_spec.builder.hf_source import open_hf
+from trt_spec.builder.resolve import parse_hub_id, resolve_checkpoint
+from trt_spec.builder.source import BuildError
 
 COMMIT_MAIN = "a" * 40
 COMMIT_V2 = "b" * 40

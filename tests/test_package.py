@@ -39,7 +39,7 @@ def test_test_hooks_are_not_in_the_package() -> None:
 
 
 def test_names_are_defined_once_in_the_native_core() -> None:
-    from trt_spec.build import schema
+    from trt_spec.builder import schema
     from trt_spec.engine import DRAFT_MODES
 
     assert _core.DRAFT_SOURCES == ("none", "model", "lookup")

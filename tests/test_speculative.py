@@ -500,7 +500,7 @@ def test_build_rejects_bad_draft_len(root, tmp_path, bad: int) -> None:
 
 def test_draft_is_lean_in_q4(root) -> None:
     """In q4 engines the draft keeps only its head at q8 (choose_type's lean rule)."""
-    from trt_spec.build.builder import choose_type
+    from trt_spec.builder.builder import choose_type
 
     assert choose_type("q4", "blk.0.ffn_down.weight", (64, 128), 6.5, False) == "q8"
     assert choose_type("q4", "blk.0.ffn_down.weight", (64, 128), 6.5, False, lean=True) == "q4"

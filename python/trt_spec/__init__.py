@@ -13,8 +13,8 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 from trt_spec._core import EngineFileError, WeightType
-from trt_spec.build.builder import WEIGHT_FORMATS, BuildReport, build_engine
-from trt_spec.build.source import BuildError
+from trt_spec.builder.builder import WEIGHT_FORMATS, BuildReport, build_engine
+from trt_spec.builder.source import BuildError
 from trt_spec.engine import Engine, GenerationResult, GenerationStats, GenerationStream
 
 __all__ = [

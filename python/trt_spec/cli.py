@@ -18,7 +18,7 @@ from trt_spec._core import (
     DRAFT_MODES,
     KV_CACHE_DTYPES,
 )
-from trt_spec.build.builder import DEFAULT_DRAFT_LEN, DEFAULT_MAX_BATCH, WEIGHT_FORMATS
+from trt_spec.builder.builder import DEFAULT_DRAFT_LEN, DEFAULT_MAX_BATCH, WEIGHT_FORMATS
 from trt_spec.progress import Reporter, add_output_flags, mode_from_flags
 
 
@@ -39,8 +39,8 @@ def cmd_fetch_models(args: argparse.Namespace) -> int:
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    from trt_spec.build.builder import build_engine
-    from trt_spec.build.resolve import resolve_checkpoint
+    from trt_spec.builder.builder import build_engine
+    from trt_spec.builder.resolve import resolve_checkpoint
 
     out = Reporter(mode_from_flags(args.quiet, args.verbose))
     hub = {"offline": True if args.offline else None, "progress": out.info, "hub_bars": out.bars}

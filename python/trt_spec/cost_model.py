@@ -94,8 +94,8 @@ def matrices_of_engine(model: dict) -> list[Matrix]:
 def matrices_of_config(config: dict, weights: str) -> list[Matrix]:
     """The matrices an engine of this config and weight format holds (the builder's types),
     without writing one."""
-    from trt_spec.build.builder import choose_type
-    from trt_spec.build.schema import engine_tensors
+    from trt_spec.builder.builder import choose_type
+    from trt_spec.builder.schema import engine_tensors
 
     out = []
     for t in engine_tensors(config):

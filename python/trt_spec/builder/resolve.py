@@ -12,7 +12,7 @@ In order of precedence, a value is:
    ``HF_HUB_OFFLINE=1``) only the cache is read.
 
 Anything else, and every Hub failure (not cached while offline, no such repository, revision
-or file), is a :class:`~trt_spec.build.source.BuildError` with a one-line message.
+or file), is a :class:`~trt_spec.builder.source.BuildError` with a one-line message.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from trt_spec import models
-from trt_spec.build.source import BuildError
+from trt_spec.builder.source import BuildError
 
 Progress = Callable[[str], None]
 

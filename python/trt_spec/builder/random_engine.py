@@ -20,9 +20,9 @@ from pathlib import Path
 import numpy as np
 
 from trt_spec import _core
-from trt_spec.build.builder import choose_type
-from trt_spec.build.schema import engine_tensors
-from trt_spec.build.writer import EngineWriter
+from trt_spec.builder.builder import choose_type
+from trt_spec.builder.schema import engine_tensors
+from trt_spec.builder.writer import EngineWriter
 
 # Model configs in the engine schema (cpp/runtime/model.h ModelConfig).
 SHAPES: dict[str, dict] = {

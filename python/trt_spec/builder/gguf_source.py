@@ -12,8 +12,8 @@ from pathlib import Path
 import gguf
 import numpy as np
 
-from trt_spec.build.schema import ARCHITECTURES
-from trt_spec.build.source import BuildError, ModelSource, SourceTensor
+from trt_spec.builder.schema import ARCHITECTURES
+from trt_spec.builder.source import BuildError, ModelSource, SourceTensor
 from trt_spec.tokenizer import special_tokens_from_gguf, tokenizer_json_from_gguf
 
 Q = gguf.GGMLQuantizationType

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from trt_spec.build.schema import (
+from trt_spec.builder.schema import (
     ARCHITECTURES,
     checkpoint_tensors,
     config_problems,
@@ -103,14 +103,14 @@ def open_source(path: str | Path) -> ModelSource:
     """A GGUF file or a Hugging Face model folder."""
     p = Path(path).expanduser()
     if p.is_dir():
-        from trt_spec.build.hf_source import open_hf
+        from trt_spec.builder.hf_source import open_hf
 
         return open_hf(p)
     if p.is_file():
         with open(p, "rb") as f:
             magic = f.read(4)
         if magic == b"GGUF":
-            from trt_spec.build.gguf_source import open_gguf
+            from trt_spec.builder.gguf_source import open_gguf
 
             return open_gguf(p)
         raise BuildError(f"{p}: neither a GGUF file nor a Hugging Face model folder")

@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 from safetensors import safe_open
 
-from trt_spec.build.schema import ARCHITECTURES
-from trt_spec.build.source import BuildError, ModelSource, SourceTensor
+from trt_spec.builder.schema import ARCHITECTURES
+from trt_spec.builder.source import BuildError, ModelSource, SourceTensor
 from trt_spec.tokenizer import tokenizer_json_from_hf
 
 _LAYER = re.compile(r"^model\.layers\.(\d+)\.(.+)$")

@@ -28,9 +28,9 @@ from pathlib import Path
 import numpy as np
 
 from trt_spec import _core
-from trt_spec.build.schema import engine_tensors
-from trt_spec.build.source import BuildError, ModelSource, open_source, sha256_file
-from trt_spec.build.writer import EngineWriter
+from trt_spec.builder.schema import engine_tensors
+from trt_spec.builder.source import BuildError, ModelSource, open_source, sha256_file
+from trt_spec.builder.writer import EngineWriter
 
 WEIGHT_FORMATS = tuple(_core.weight_type_name(t) for t in _core.WeightType)  # from C++
 DEFAULT_MAX_SEQ_LEN = 4096
@@ -55,7 +55,7 @@ class BuildReport:
 
 def _plan(src: ModelSource) -> list[tuple[str, list[str]]]:
     """Engine tensors in file order: (engine name, source parts concatenated along rows), by the
-    schema (trt_spec.build.schema, defined in C++)."""
+    schema (trt_spec.builder.schema, defined in C++)."""
     return [(t.name, list(t.sources)) for t in engine_tensors(src.config)]
 
 
