@@ -29,7 +29,6 @@ import argparse
 import copy
 import datetime as dt
 import gc
-import importlib.util
 import json
 import os
 import platform
@@ -151,10 +150,7 @@ def _summary_from_runs(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 def _llama_cpp_runner() -> Path:
     """The runner script, run by the peer venv's Python (which has no trt-spec)."""
-    spec = importlib.util.find_spec("trt_spec.bench.peers.llama_cpp_runner")
-    if spec is None or spec.origin is None:
-        raise RuntimeError("trt_spec.bench.peers.llama_cpp_runner not found")
-    return Path(spec.origin)
+    return Path(__file__).resolve().parent / "peers" / "llama_cpp_runner.py"
 
 
 def run_llama_cpp(args: argparse.Namespace, prompts: list[str]) -> dict[str, Any]:

@@ -2,7 +2,7 @@
 iteration per draft length K against its parts, transformers on the same shapes, and projected
 tokens/s. Needs a CUDA GPU and a CUDA build of trt-spec; everything is measured in one run.
 
-Engines hold random weights in real shapes (``trt_spec.builder.random_engine``): the speed of a
+Engines hold random weights in real shapes (``benchmarks/random_engine.py``): the speed of a
 decode step depends on shapes and weight format only.
 
 * Decode step, one row: a forward of one row in a CUDA graph (``Session.time_forward`` of the
@@ -53,7 +53,8 @@ from typing import Any
 
 import numpy as np
 from gpu_report import markdown, projection  # (benchmarks/, beside this script)
-from trt_spec.bench.common import git_commit, log, testing_module
+from native_testing import testing_module
+from trt_spec.bench.common import git_commit, log
 from trt_spec.cost_model import decode_read_bytes
 
 REPO = Path(__file__).resolve().parents[1]
@@ -83,7 +84,7 @@ def engine_plan(args) -> dict[str, tuple[str, str | None, str]]:
 
 
 def make_engines(workdir: Path, args) -> dict[str, Path]:
-    from trt_spec.builder.random_engine import SHAPES, write_random_engine
+    from random_engine import SHAPES, write_random_engine
 
     workdir.mkdir(parents=True, exist_ok=True)
     out = {}
@@ -330,7 +331,7 @@ def transformers_rows(args, keep=None) -> list[dict]:
         return [{"error": f"transformers/torch not importable: {e!r}"}]
     if not torch.cuda.is_available():
         return [{"error": "torch has no CUDA device"}]
-    from trt_spec.builder.random_engine import SHAPES
+    from random_engine import SHAPES
 
     def hf_config(cfg: dict):
         common = dict(

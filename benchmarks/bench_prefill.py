@@ -52,9 +52,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from native_testing import testing_module
+from peers.llama_spec_runner import find_binary
 from trt_spec import Engine, models
-from trt_spec.bench.common import environment, testing_module, write_report
-from trt_spec.bench.peers.llama_spec_runner import find_binary
+from trt_spec.bench.common import environment, write_report
 
 RESULTS = Path(__file__).resolve().parent / "results"
 PROMPT_VAR = "TRT_SPEC_CPU_PROMPT_ATTENTION"

@@ -39,8 +39,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from peers.llama_spec_runner import find_binary
 from trt_spec.bench.common import environment, percentile
-from trt_spec.bench.peers.llama_spec_runner import find_binary
 from trt_spec.bench.prompts import load_prompts
 
 RESULTS = Path(__file__).resolve().parent / "results"

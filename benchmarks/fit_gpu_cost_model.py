@@ -20,8 +20,8 @@ import json
 from pathlib import Path
 
 import numpy as np
+from random_engine import SHAPES
 from trt_spec import cost_model as cm
-from trt_spec.builder.random_engine import SHAPES
 
 FITTED = [k for k in cm.KERNEL_KEYS if k != "iteration_extra_us"]
 

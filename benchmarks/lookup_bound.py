@@ -37,8 +37,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from native_testing import testing_module
 from trt_spec import Engine
-from trt_spec.bench.common import environment, testing_module
+from trt_spec.bench.common import environment
 from trt_spec.bench.prompts import load_prompts
 
 

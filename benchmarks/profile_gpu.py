@@ -64,7 +64,7 @@ def tool(name: str) -> str | None:
 def ensure_engine(path: Path) -> Path:
     if path.exists():
         return path
-    from trt_spec.builder.random_engine import SHAPES, write_random_engine
+    from random_engine import SHAPES, write_random_engine
 
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".partial")
@@ -79,7 +79,7 @@ def ensure_engine(path: Path) -> Path:
 def run_iteration(engine: Path, out: Path) -> dict[str, Any]:
     """Warm-up, then ITERS replays of the K = 4 iteration graph (the profiled window), then the
     target and draft one-row steps; writes the timings to `out` (JSON)."""
-    from trt_spec.bench.common import testing_module
+    from native_testing import testing_module
 
     T = testing_module(REPO)  # noqa: N806
     s = T.Session(str(engine), "cuda")
@@ -122,7 +122,7 @@ def _cuda_profiler(on: bool) -> None:
 def run_step(engine: Path, role: str, rows: int, out: Path) -> dict[str, Any]:
     """The forward of `rows` rows at context CONTEXT timed as a graph and op by op, then two
     forwards launched op by op inside the profiler window (time_forward: a warm-up and one)."""
-    from trt_spec.bench.common import testing_module
+    from native_testing import testing_module
 
     T = testing_module(REPO)  # noqa: N806
     s = T.Session(str(engine), "cuda")
@@ -142,8 +142,8 @@ def run_step(engine: Path, role: str, rows: int, out: Path) -> dict[str, Any]:
 
 def run_matmul() -> list[dict[str, Any]]:
     """One `linear` per (format, shape, rows), in this order (ncu's launch ids follow it)."""
+    from native_testing import testing_module
     from trt_spec import _core
-    from trt_spec.bench.common import testing_module
 
     T = testing_module(REPO)  # noqa: N806
     runner = T.OpRunner("cuda")
@@ -491,7 +491,8 @@ def main() -> int:
     if args.part == "run-step":
         run_step(Path(args.engine), args.role, args.rows, Path(args.timing))
         return 0
-    from trt_spec.bench.common import git_commit, testing_module
+    from native_testing import testing_module
+    from trt_spec.bench.common import git_commit
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

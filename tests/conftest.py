@@ -18,6 +18,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).parent))
+sys.path.append(str(REPO / "benchmarks"))  # repository helpers: random_engine, peers
 
 
 def _testing_module_dir() -> Path | None:

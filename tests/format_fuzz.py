@@ -27,8 +27,8 @@ from typing import Any
 import gguf
 import numpy as np
 from engine_file_tools import HEADER_FIELDS, pack_header, parse_header, reserialise
+from random_engine import write_random_engine
 from trt_spec import BuildError, Engine, EngineFileError, _core, build_engine
-from trt_spec.builder.random_engine import write_random_engine
 
 TARGETS = ("engine", "gguf", "safetensors")
 

@@ -3,8 +3,9 @@ reports, greedy exactness and argument errors, on a tiny pair and a tiny target-
 
 The pair is a tiny random target and a smaller random draft with the same tokenizer, built in
 float32 with ``draft_len=4``; prompts come from small files written here, so nothing touches the
-network or the real models. Peers are not run (they need llama.cpp and the real GGUF pair).
-The package's structure is checked too: every module imports alone, and no cycles.
+network or the real models. ``benchmarks/bench_peers.py`` (trt-spec bench plus peers) runs with
+fake llama.cpp binaries. The package's structure is checked too: every module imports alone, and
+no cycles; the peers live outside the package.
 """
 
 from __future__ import annotations
@@ -63,11 +64,8 @@ MODULES = [
     "trt_spec.bench.prompts",
     "trt_spec.bench.run",
     "trt_spec.bench.report",
-    "trt_spec.bench.peers",
-    "trt_spec.bench.peers.runs",
-    "trt_spec.bench.peers.llama_spec_runner",
-    "trt_spec.bench.peers.transformers_assisted_runner",
 ]
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
 @pytest.fixture(scope="module")
@@ -111,6 +109,22 @@ def chat_prompts(pair: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _bench(argv: list[str], out: Path) -> dict:
     assert cli.main(["bench", *argv, "--threads", "2", "--out-dir", str(out), "--tag", "t"]) == 0
+    return json.loads((out / "spec_t.json").read_text())
+
+
+def _bench_peers_main():
+    """``benchmarks/bench_peers.py``'s main (its folder first on sys.path, as when it runs)."""
+    if str(BENCHMARKS) not in sys.path:
+        sys.path.insert(0, str(BENCHMARKS))
+    spec = importlib.util.spec_from_file_location("bench_peers", BENCHMARKS / "bench_peers.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.main
+
+
+def _bench_peers(argv: list[str], out: Path) -> dict:
+    args = [*argv, "--threads", "2", "--out-dir", str(out), "--tag", "t"]
+    assert _bench_peers_main()(args) == 0
     return json.loads((out / "spec_t.json").read_text())
 
 
@@ -258,12 +272,9 @@ def test_bench_draft_model_without_draft_model(
         (["--draft", "auto", "--no-auto"], "nothing but target-only"),
         (["--prompts", "/no/such/prompts.txt"], "neither 'humaneval' nor a readable file"),
         (["--temperatures", "hot"], "is not a number"),
-        (["--peers", "vllm"], "unknown peer 'vllm'"),
-        (["--peer-draft-lens", "0"], "--peer-draft-lens: draft lengths must be >= 1"),
         (["--max-new-tokens", "1"], "--max-new-tokens must be >= 2"),
         (["--n", "0"], "--n must be >= 1"),
         (["--repeats", "0"], "--repeats must be >= 1"),
-        (["--peers", "llama.cpp"], "build it with: bash benchmarks/peers/build_llama_cpp.sh"),
     ],
 )
 def test_bench_bad_arguments(
@@ -276,6 +287,35 @@ def test_bench_bad_arguments(
     assert err.startswith("trt-spec: error: ") and message in err, err
     assert err.count("\n") == 1 and "Traceback" not in err
     assert not list(tmp_path.glob("spec_*"))  # fails before running anything
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--peers", "vllm"], "unknown peer 'vllm'"),
+        (["--peer-draft-lens", "0"], "--peer-draft-lens: draft lengths must be >= 1"),
+        (["--peer-n", "0"], "--peer-n must be >= 1"),
+        (["--peers", "llama.cpp"], "build it with: bash benchmarks/peers/build_llama_cpp.sh"),
+        (["--draft-lens", "x"], "is not K or A-B"),
+    ],
+)
+def test_bench_peers_bad_arguments(
+    pair: Path, prompts: Path, tmp_path: Path, monkeypatch, capsys, extra, message
+) -> None:
+    monkeypatch.setenv("LLAMA_CPP_BIN_DIR", str(tmp_path / "no-llama-build"))
+    argv = [str(pair), "--prompts", str(prompts), "--out-dir", str(tmp_path)]
+    assert _bench_peers_main()([*argv, *extra]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("bench_peers.py: error: ") and message in err, err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert not list(tmp_path.glob("spec_*"))  # fails before running anything
+
+
+def test_trt_spec_bench_has_no_peer_options() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "trt_spec.cli", "bench", "--help"], capture_output=True, text=True
+    )
+    assert out.returncode == 0 and "--draft-lens" in out.stdout and "--peers" not in out.stdout
 
 
 def _bench_imports(module: str) -> set[str]:
@@ -316,13 +356,15 @@ def test_bench_package_has_no_import_cycles() -> None:
     for m in MODULES:
         visit(m, [])
     assert graph["trt_spec.bench.common"] == set()  # the base: nothing of the package
-    assert graph["trt_spec.bench.peers.llama_spec_runner"] == set()  # runners stand alone
-    # the llama_cpp_runner script runs in the peer venv: the standard library and llama_cpp only
-    spec = importlib.util.find_spec("trt_spec.bench.peers")
-    assert spec is not None and spec.origin
-    script = Path(spec.origin).with_name("llama_cpp_runner.py").read_text()
-    imports = [n for n in ast.walk(ast.parse(script)) if isinstance(n, ast.Import | ast.ImportFrom)]
-    assert imports and not any("trt_spec" in ast.unparse(n) for n in imports)
+
+
+def test_peer_runners_stand_alone() -> None:
+    """The runners run on their own (the llama_cpp one in the peer venv): no trt_spec imports."""
+    for name in ("llama_cpp_runner", "llama_spec_runner", "transformers_assisted_runner"):
+        script = (BENCHMARKS / "peers" / f"{name}.py").read_text()
+        nodes = ast.walk(ast.parse(script))
+        imports = [n for n in nodes if isinstance(n, ast.Import | ast.ImportFrom)]
+        assert imports and not any("trt_spec" in ast.unparse(n) for n in imports), name
 
 
 def test_bench_modules_import_alone() -> None:
@@ -371,13 +413,14 @@ def _fake_llama_binaries(tmp_path: Path, monkeypatch) -> Path:
 def test_bench_llama_cpp_peer_with_fake_binaries(
     pair: Path, chat_prompts: Path, tmp_path: Path, monkeypatch
 ) -> None:
-    """The llama.cpp peer through the CLI: chat prompts reach it as rendered text, its runs are
-    labelled like trt-spec's and compared per configuration (fake binaries, fixed timings)."""
+    """The llama.cpp peer through bench_peers.py: chat prompts reach it as rendered text, its
+    runs are labelled like trt-spec's and compared per configuration (fake binaries, fixed
+    timings)."""
     log = _fake_llama_binaries(tmp_path, monkeypatch)
     argv = [str(pair), "--prompts", str(chat_prompts), "--n", "2", "--max-new-tokens", "8"]
     argv += ["--draft", "model", "--draft-lens", "1,2", "--temperatures", "0", "--no-auto"]
     argv += ["--peers", "llama.cpp", "--target-gguf", "t.gguf", "--draft-gguf", "d.gguf"]
-    rep = _bench(argv, tmp_path / "out")
+    rep = _bench_peers(argv, tmp_path / "out")
     (peer,) = rep["peers"]
     assert peer["runner"] == "llama.cpp" and peer["version"] == "1 (fake)"
     by = {a["config"]: a for a in peer["configs"]}
@@ -411,7 +454,7 @@ def test_bench_llama_cpp_lookup_peer_with_fake_binaries(
     argv = [str(target_only), "--prompts", str(chat_prompts), "--n", "1", "--max-new-tokens", "8"]
     argv += ["--draft", "lookup", "--draft-lens", "none", "--temperatures", "0"]
     argv += ["--peers", "llama.cpp-lookup", "--peer-draft-lens", "2,4", "--target-gguf", "t.gguf"]
-    rep = _bench(argv, tmp_path / "out")
+    rep = _bench_peers(argv, tmp_path / "out")
     labels = [a["config"] for a in rep["results"][0]["configs"]]
     assert labels == ["target-only", "lookup auto"]  # --draft-lens none: the auto length only
     (peer,) = rep["peers"]

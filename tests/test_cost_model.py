@@ -97,7 +97,7 @@ def test_info_plan_prints_modelled_figures(tiny, tmp_path: Path) -> None:
 
     if not _core.cuda_compiled():
         pytest.skip("this build has no CUDA backend (the plan needs its launch code)")
-    from trt_spec.builder.random_engine import write_random_engine
+    from random_engine import write_random_engine
 
     cfg = dict(
         arch="qwen2", n_layers=2, dim=128, n_heads=4, n_kv_heads=2, head_dim=32, ffn_dim=256,

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from cuda_helpers import RULES, SOURCE, fields, params, seq_states
 from native import T, wt
+from random_engine import SHAPES, parameter_count, write_random_engine
 from trt_spec import Engine, _core
-from trt_spec.builder.random_engine import SHAPES, parameter_count, write_random_engine
 
 TINY = dict(
     arch="qwen2",

@@ -17,8 +17,8 @@ import pytest
 import spec_pairs
 from cuda_helpers import GPU
 from native import T
+from random_engine import SHAPES, write_random_engine
 from trt_spec import Engine
-from trt_spec.builder.random_engine import SHAPES, write_random_engine
 
 pytestmark = [*GPU, pytest.mark.usefixtures("f32_prompt_attention")]
 

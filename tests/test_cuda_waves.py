@@ -5,10 +5,10 @@ planning code; no GPU needed), and `trt-spec info --plan` prints the waves."""
 from __future__ import annotations
 
 import pytest
+from random_engine import SHAPES
 from trt_spec import _core
 from trt_spec import cost_model as cm
 from trt_spec import cuda_waves as cw
-from trt_spec.builder.random_engine import SHAPES
 
 pytestmark = pytest.mark.skipif(
     not _core.cuda_compiled(), reason="this build has no CUDA backend (its planning code)"
@@ -48,7 +48,7 @@ def test_info_plan_prints_the_waves_line(tiny, tmp_path) -> None:
     import subprocess
     import sys
 
-    from trt_spec.builder.random_engine import write_random_engine
+    from random_engine import write_random_engine
 
     cfg = dict(
         arch="qwen2", n_layers=2, dim=128, n_heads=4, n_kv_heads=2, head_dim=32, ffn_dim=256,

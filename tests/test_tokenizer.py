@@ -1,4 +1,4 @@
-"""Tests for trt_spec.tokenizer: GGUF/HF tokenizer conversion, codec, chat template, streaming.
+"""The tokenizer: GGUF/HF conversion (builder), the runtime codec, chat templates.
 
 The unmarked tests use small synthetic tokenizers and GGUF files. Tests marked ``models``
 compare against transformers (``AutoTokenizer.from_pretrained(dir, gguf_file=...)``) on the
@@ -18,7 +18,6 @@ fixture lends transformers the tests' bulk reader (tests/gguf_bulk_reader.py) in
 from __future__ import annotations
 
 import json
-import random
 import unicodedata
 from pathlib import Path
 from typing import Any
@@ -27,13 +26,13 @@ import gguf
 import numpy as np
 import pytest
 from gguf_bulk_reader import fast_gguf_reader_class
-from trt_spec.tokenizer import (
-    TextCodec,
-    gguf_metadata,
+from trt_spec.builder.gguf_source import gguf_fields
+from trt_spec.builder.tokenizer_convert import (
     special_tokens_from_gguf,
     tokenizer_json_from_gguf,
     tokenizer_json_from_hf,
 )
+from trt_spec.tokenizer import TextCodec, bytes_to_unicode
 
 QWEN = "qwen2.5-coder-0.5b-instruct-q4_k_m"
 SMOL = "smollm2-135m-instruct-q4_1"
@@ -101,7 +100,7 @@ class Pair:
     def __init__(self, name: str) -> None:
         path = _model_path(name)
         self.name = name
-        self.fields = gguf_metadata(path)
+        self.fields = gguf_fields(fast_gguf_reader_class()(str(path)))
         self.special = special_tokens_from_gguf(self.fields)
         self.codec = TextCodec(tokenizer_json_from_gguf(self.fields), self.special)
         self.ref = _load_reference(path)
@@ -202,38 +201,6 @@ def test_special_tokens(pair: Pair) -> None:
 
 
 @pytest.mark.models
-def test_stream_decoder_random_splits(pair: Pair, texts: list[str]) -> None:
-    codec, rng = pair.codec, random.Random(1234)
-    for text in texts:
-        ids = codec.encode(text)
-        for _ in range(3):
-            dec, pieces, i = codec.stream_decoder(), [], 0
-            while i < len(ids):
-                step = rng.randint(1, 4)
-                piece = dec.push(ids[i : i + step])
-                assert "\ufffd" not in piece  # never a half character
-                pieces.append(piece)
-                i += step
-            pieces.append(dec.flush())
-            assert "".join(pieces) == codec.decode(ids) == text
-    # a rare CJK character is spread over byte tokens: nothing comes out before it is complete
-    ids = codec.encode("龘")
-    assert len(ids) > 1
-    dec = codec.stream_decoder()
-    assert [dec.push([i]) for i in ids] == [""] * (len(ids) - 1) + ["龘"]
-    # random ids (byte tokens, broken UTF-8, special tokens) still match decode() exactly
-    special = sorted(codec.special_ids)
-    for _ in range(20):
-        ids = [rng.randrange(codec.vocab_size) for _ in range(rng.randint(1, 40))]
-        ids += rng.sample(range(256), 5) + rng.sample(special, 2)
-        rng.shuffle(ids)
-        for skip in (False, True):
-            dec = codec.stream_decoder(skip_special=skip)
-            out = "".join(dec.push(ids[i : i + 3]) for i in range(0, len(ids), 3)) + dec.flush()
-            assert out == codec.decode(ids, skip_special=skip)
-
-
-@pytest.mark.models
 def test_hf_folder(pair: Pair, texts: list[str], tmp_path: Path) -> None:
     from transformers import AutoTokenizer
 
@@ -273,9 +240,8 @@ def test_hf_folder(pair: Pair, texts: list[str], tmp_path: Path) -> None:
 
 def _toy_fields(**overrides: object) -> dict[str, object]:
     """A byte-level BPE over the 256 byte tokens plus a few merges and special tokens."""
-    from trt_spec.tokenizer import _bytes_to_unicode
 
-    tokens = [_bytes_to_unicode()[b] for b in range(256)]
+    tokens = [bytes_to_unicode()[b] for b in range(256)]
     merges = ["h e", "l l", "he ll", "Ġ w", "Ġw o", "o r", "Ġwo r", "Ġwor l", "Ġworl d", "1 2"]
     tokens += [m.replace(" ", "") for m in merges]
     specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>"]
@@ -333,32 +299,6 @@ def test_toy_errors() -> None:
         codec.apply_chat_template([{"role": "user", "content": "x"}])
 
 
-def test_toy_stream_decoder_broken_utf8() -> None:
-    codec = TextCodec(tokenizer_json_from_gguf(_toy_fields()), {})
-    rng = random.Random(7)
-    for _ in range(300):  # raw bytes: lead bytes, lone continuations, truncated sequences
-        ids = [rng.choice([*range(256), *range(0x80, 0xC0), *range(0xE0, 0xF8)]) for _ in range(12)]
-        for step in (1, 2, 5):
-            dec = codec.stream_decoder()
-            out = "".join(dec.push(ids[i : i + step]) for i in range(0, len(ids), step))
-            assert out + dec.flush() == codec.decode(ids)
-
-
-def test_generic_stream_decoder() -> None:
-    """A non-byte-level decoder (Metaspace) goes through the windowed fallback."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-
-    vocab = {"<unk>": 0, "▁hello": 1, "▁world": 2, "▁": 3, "!": 4}
-    tok = Tokenizer(models.WordPiece(vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Metaspace()
-    tok.decoder = decoders.Metaspace()
-    codec = TextCodec(tok.to_str(), {})
-    assert not codec.byte_level
-    ids = [1, 2, 4, 1, 2]
-    dec = codec.stream_decoder()
-    assert "".join(dec.push([i]) for i in ids) + dec.flush() == codec.decode(ids)
-
-
 def test_fast_reader_matches_stock_reader(tmp_path: Path) -> None:
     path = tmp_path / "toy.gguf"
     writer = gguf.GGUFWriter(str(path), "llama")
@@ -386,7 +326,7 @@ def test_fast_reader_matches_stock_reader(tmp_path: Path) -> None:
         assert field.contents() == other.contents(), name
         assert [p.tobytes() for p in field.parts] == [p.tobytes() for p in other.parts], name
     assert np.array_equal(stock.tensors[0].data, fast.tensors[0].data)
-    meta = gguf_metadata(path)
+    meta = gguf_fields(gguf.GGUFReader(str(path)))
     assert meta["t.str"] == "héllo 😀" and meta["t.u64"] == 2**40 and meta["t.bool"] is True
     assert meta["t.strs"][:5] == ["x", "Ġy", "日本", "", "<|im_end|>"]
     assert meta["t.ints"] == [1, -2, 3] and meta["t.bools"] == [True, False, True]

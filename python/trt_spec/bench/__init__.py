@@ -1,5 +1,5 @@
 """``trt-spec bench``: speculative vs target-only decode speed per draft source and length, with
-a cost model, per-prompt checks and optional peers.
+a cost model and per-prompt checks.
 
 For each engine (one per weight format, say) and temperature, the same prompts run target-only,
 then for each draft source asked for (``--draft model,lookup,auto``; default ``model,auto`` on
@@ -11,9 +11,9 @@ or a file of text prompts or chat conversations with optional predictions
 
 Modules: :mod:`.common` (environment, logging, helpers; imports nothing of trt-spec),
 :mod:`.options`, :mod:`.prompts`, :mod:`.run` (configurations, runs, aggregation, checks),
-:mod:`.report` (markdown, PNG, files), :mod:`.peers` (peer table, orchestration and runners).
-Each imports only modules listed before it (and :mod:`.peers` only :mod:`.common`), never this
-package's ``__init__``: no cycles.
+:mod:`.report` (markdown, PNG, files). Each imports only modules listed before it, never this
+package's ``__init__``: no cycles. Peers (other engines on the same prompts) run beside it from
+the repository (``benchmarks/bench_peers.py``, through :class:`BenchExtra`).
 """
 
 from __future__ import annotations
@@ -22,18 +22,31 @@ import argparse
 import datetime as dt
 import gc
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from trt_spec import _core
 from trt_spec.bench.common import environment, loadavg, log
 from trt_spec.bench.options import Options, default_sources, parse_options
-from trt_spec.bench.peers.runs import PEERS, PeerSetup, peer_comparisons, resolve_gguf, run_peer
 from trt_spec.bench.prompts import Prompt, load_prompts
 from trt_spec.bench.report import write_report
 from trt_spec.bench.run import BAR, bench_engine, engine_label, make_configs
 from trt_spec.progress import Reporter, add_output_flags, mode_from_flags
 
-__all__ = ["add_parser", "cmd_bench"]
+__all__ = ["BenchExtra", "add_arguments", "add_parser", "cmd_bench"]
+
+
+class BenchExtra(Protocol):
+    """Runs beside trt-spec's own in one bench (``benchmarks/bench_peers.py``'s peers): checked
+    before the engines run, run after them; its results land in the report's ``peers``."""
+
+    def prepare(self, infos: list[dict[str, Any]], prompts: list[Prompt], notes: list[str]) -> None:
+        """Checks everything it needs (errors are ``ValueError``) before the long runs."""
+
+    def run(self, results: list[dict[str, Any]], notes: list[str]) -> list[dict[str, Any]]:
+        """Its runs, after trt-spec's ``results`` (which it may annotate in their checks)."""
+
+    def settings(self) -> dict[str, Any]:
+        """Its settings, merged into the report's."""
 
 
 def inspect_engine(path: str, opts: Options, prompts: list[Prompt]) -> dict[str, Any]:
@@ -79,68 +92,18 @@ def inspect_engine(path: str, opts: Options, prompts: list[Prompt]) -> dict[str,
     }
 
 
-def _peer_pairs(
-    infos: list[dict[str, Any]], peers: list[str], args: argparse.Namespace
-) -> list[tuple[Path, Path | None, dict[str, Any]]]:
-    """(target GGUF, draft GGUF or None, the first engine built from them) per distinct pair."""
-    for name in peers:
-        PEERS[name].preflight()
-    pairs: list[tuple[Path, Path | None, dict[str, Any]]] = []
-    for info in infos:
-        target = resolve_gguf(info["metadata"], "target", args.target_gguf)
-        draft = None
-        if info["has_draft"] or args.draft_gguf:
-            draft = resolve_gguf(info["metadata"], "draft", args.draft_gguf)
-        for name in peers:
-            if PEERS[name].source == "model" and draft is None:
-                raise ValueError(
-                    f"--peers {name}: {info['path']} has no draft model; pass --draft-gguf"
-                )
-        if all((target, draft) != (t, d) for t, d, _ in pairs):
-            pairs.append((target, draft, info))
-    return pairs
-
-
-def _run_peers(
-    pairs: list[tuple[Path, Path | None, dict[str, Any]]],
-    peers: list[str],
-    prompts: list[Prompt],
-    opts: Options,
-    args: argparse.Namespace,
-    notes: list[str],
-) -> list[dict[str, Any]]:
-    n = args.peer_n or len(prompts)
-    out: list[dict[str, Any]] = []
-    for target, draft, info in pairs:
-        ks = opts.peer_ks or info["ks"]
-        need = max(info["prompt_tokens"]) + args.max_new_tokens + max(ks, default=0) + 64
-        ctx = -(-need // 256) * 256
-        setup = PeerSetup(
-            target, draft, opts.threads, ctx, args.seed, args.max_new_tokens, ks, args.auto
-        )
-        ids = [p.id for p in prompts[:n]]
-        for name in peers:
-            res = run_peer(PEERS[name], setup, info["texts"][:n], ids, notes)
-            if res is not None:
-                out.append(res)
-    return out
-
-
 def _one_or_each(values: list[Any]) -> Any:
     """The value shared by every engine, else the list of each engine's."""
     return values[0] if all(v == values[0] for v in values) else values
 
 
-def cmd_bench(args: argparse.Namespace) -> int:
-    opts = parse_options(args, tuple(PEERS))
+def cmd_bench(args: argparse.Namespace, extra: BenchExtra | None = None) -> int:
+    opts = parse_options(args)
     prompts, source = load_prompts(args.prompts, args.n, args.skip)
     infos = [inspect_engine(p, opts, prompts) for p in args.engine]
     notes: list[str] = []
-    peers = opts.peers
-    if peers and 0 not in args.temperatures:
-        notes.append("peers skipped: they run greedy only; add temperature 0")
-        peers = []
-    pairs = _peer_pairs(infos, peers, args) if peers else []
+    if extra is not None:
+        extra.prepare(infos, prompts, notes)
     gc.collect()
 
     env = environment(opts.threads)
@@ -153,8 +116,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         results += bench_engine(
             info["path"], engine_label(info), prompts, configs, args, opts.threads, out
         )
-    peer_results = _run_peers(pairs, peers, prompts, opts, args, notes) if peers else []
-    peer_comparisons(results, peer_results)
+    peer_results = extra.run(results, notes) if extra is not None else []
     env["loadavg_end"] = loadavg()
     mismatches = sum(r["checks"]["greedy_mismatches"] or 0 for r in results)
     if mismatches:
@@ -183,9 +145,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             "repeats": getattr(args, "repeats", 1),
             "threads": opts.threads,
             "bar": BAR,
-            "peers": peers,
-            "peer_n": args.peer_n,
-            "peer_draft_lens": opts.peer_ks,
+            **(extra.settings() if extra is not None else {}),
         },
         "engines": [{k: v for k, v in i.items() if k not in hidden} for i in infos],
         "results": results,
@@ -208,10 +168,18 @@ def add_parser(sub: Any) -> None:
             "Runs target-only, then per draft source (--draft) each fixed draft length and the "
             "auto length on the same prompts, and reports decode tokens/s, the lowest per-prompt "
             "ratio to target-only, acceptance, iterations per source, predictions kept and the "
-            "cost model; checks greedy exactness; optional peers (llama.cpp, transformers). "
-            "Writes spec_<tag>.json/.md/.png under --out-dir."
+            "cost model; checks greedy exactness. Writes spec_<tag>.json/.md/.png under "
+            "--out-dir. Peers (llama.cpp, transformers) run beside it from the repository: "
+            "python benchmarks/bench_peers.py."
         ),
     )
+    add_arguments(b)
+    add_output_flags(b, "one line per prompt")
+    b.set_defaults(func=cmd_bench)
+
+
+def add_arguments(b: argparse.ArgumentParser) -> None:
+    """``trt-spec bench``'s arguments (output flags aside), on any parser."""
     b.add_argument("engine", nargs="+", help="engine file(s), e.g. one per --weights")
     b.add_argument(
         "--prompts",
@@ -270,10 +238,3 @@ def add_parser(sub: Any) -> None:
     )
     b.add_argument("--out-dir", default="benchmarks/results", help="default benchmarks/results")
     b.add_argument("--tag", default=None, help="file name: spec_<tag> (default: the date)")
-    b.add_argument("--peers", default="", help=f"comma list of {','.join(PEERS)} (default none)")
-    b.add_argument("--peer-n", type=int, default=None, help="prompts for peers (default --n)")
-    b.add_argument("--peer-draft-lens", default=None, help="K for peers (default: --draft-lens)")
-    b.add_argument("--target-gguf", default=None, help="target GGUF for peers (default: found)")
-    b.add_argument("--draft-gguf", default=None, help="draft GGUF for peers (default: found)")
-    add_output_flags(b, "one line per prompt")
-    b.set_defaults(func=cmd_bench)

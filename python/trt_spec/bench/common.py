@@ -2,9 +2,8 @@
 safe division, percentiles, the process's resident memory, the :class:`Config` of one
 benchmarked configuration and the writing of a report's two files.
 
-Used by ``trt-spec bench`` (this package) and by the standalone scripts in ``benchmarks/``
-(which also find the test-only native module here, :func:`testing_module`); it imports nothing
-else of trt-spec, so any of them can import it first.
+Used by ``trt-spec bench`` (this package) and by the standalone scripts in ``benchmarks/``; it
+imports nothing else of trt-spec, so any of them can import it first.
 """
 
 from __future__ import annotations
@@ -20,7 +19,6 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -147,24 +145,6 @@ def trt_spec_version() -> str | None:
     except ImportError:
         return None
     return str(__version__)
-
-
-def testing_module(repo: str | Path) -> ModuleType:
-    """The test-only native module ``_trt_spec_testing`` (never in the wheel): from
-    ``$TRT_SPEC_TESTING_DIR``, else the newest ``build/<wheel tag>/`` of the checkout ``repo``
-    (where ``pip install .`` leaves it)."""
-    env = os.environ.get("TRT_SPEC_TESTING_DIR")
-    hits = sorted(Path(repo).glob("build/*/_trt_spec_testing*.so"), key=lambda p: p.stat().st_mtime)
-    folder = Path(env) if env else (hits[-1].parent if hits else None)
-    if folder is not None and str(folder) not in sys.path:
-        sys.path.insert(0, str(folder))
-    try:
-        return importlib.import_module("_trt_spec_testing")
-    except ImportError as e:
-        raise RuntimeError(
-            "this benchmark needs the test module _trt_spec_testing: build with pip install . "
-            "in the repository (it stays in build/<wheel tag>/) or set TRT_SPEC_TESTING_DIR"
-        ) from e
 
 
 def proc_status_bytes(fields: Iterable[str]) -> dict[str, int]:

@@ -1,5 +1,5 @@
-"""Command-line values of ``trt-spec bench``: draft lengths, temperatures, draft sources and
-peers, parsed and checked before anything runs (errors are ``ValueError`` naming the option).
+"""Command-line values of ``trt-spec bench``: draft lengths, temperatures and draft sources,
+parsed and checked before anything runs (errors are ``ValueError`` naming the option).
 """
 
 from __future__ import annotations
@@ -16,13 +16,11 @@ SOURCES = ("model", "lookup", "auto")
 
 @dataclass(frozen=True)
 class Options:
-    """The checked options: fixed K (None: 1..each engine's), sources (None: by engine),
-    peers, peer K (None: the engine's K) and threads."""
+    """The checked options: fixed K (None: 1..each engine's), sources (None: by engine) and
+    threads."""
 
     fixed: list[int] | None
     sources: list[str] | None
-    peers: list[str]
-    peer_ks: list[int] | None
     threads: int
 
 
@@ -79,7 +77,7 @@ def default_sources(has_draft: bool) -> list[str]:
     return ["model", "auto"] if has_draft else ["lookup", "auto"]
 
 
-def parse_options(args: argparse.Namespace, peer_names: tuple[str, ...]) -> Options:
+def parse_options(args: argparse.Namespace) -> Options:
     """Checks the plain options (engines and prompts are checked when opened)."""
     args.temperatures = parse_temperatures(args.temperatures)
     fixed = parse_draft_lens(args.draft_lens) if args.draft_lens else None
@@ -88,19 +86,10 @@ def parse_options(args: argparse.Namespace, peer_names: tuple[str, ...]) -> Opti
         raise ValueError(
             "--no-auto with --draft auto or --draft-lens none leaves nothing but target-only"
         )
-    peers = [p.strip() for p in (args.peers or "").split(",") if p.strip()]
-    for p in peers:
-        if p not in peer_names:
-            raise ValueError(f"--peers: unknown peer {p!r} (known: {', '.join(peer_names)})")
-    peer_ks = (
-        parse_draft_lens(args.peer_draft_lens, "--peer-draft-lens")
-        if args.peer_draft_lens
-        else None
-    )
     if args.max_new_tokens < 2:
         raise ValueError("--max-new-tokens must be >= 2 (decode starts after the first token)")
-    for name in ("threads", "peer_n", "repeats"):
+    for name in ("threads", "repeats"):
         value = getattr(args, name)
         if value is not None and value < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
-    return Options(fixed, sources, peers, peer_ks, args.threads or available_cpus())
+    return Options(fixed, sources, args.threads or available_cpus())

@@ -14,7 +14,7 @@ import numpy as np
 
 from trt_spec.builder.schema import ARCHITECTURES
 from trt_spec.builder.source import BuildError, ModelSource, SourceTensor
-from trt_spec.tokenizer import special_tokens_from_gguf, tokenizer_json_from_gguf
+from trt_spec.builder.tokenizer_convert import special_tokens_from_gguf, tokenizer_json_from_gguf
 
 Q = gguf.GGMLQuantizationType
 SUPPORTED_TYPES = {
@@ -23,8 +23,19 @@ SUPPORTED_TYPES = {
 }  # fmt: skip
 
 
-def _field_value(field: gguf.ReaderField):
-    return field.contents()
+def gguf_fields(reader: gguf.GGUFReader) -> dict[str, object]:
+    """A GGUF file's key/value metadata as plain Python values (``ReaderField.contents()``),
+    without the reader's own ``GGUF.*`` entries and the exotic field types nothing here reads.
+    The one way the builder reads GGUF metadata (model config and tokenizer alike)."""
+    fields = {}
+    for k, f in reader.fields.items():
+        if k.startswith("GGUF."):
+            continue
+        try:
+            fields[k] = f.contents()
+        except Exception:  # an exotic field type the builder does not need
+            continue
+    return fields
 
 
 def _unpermute(w: np.ndarray, n_head: int) -> np.ndarray:
@@ -55,14 +66,7 @@ def open_gguf(path: Path) -> ModelSource:
         reader = gguf.GGUFReader(str(path))  # the public reader (about 13 s for Qwen's vocabulary)
     except Exception as e:  # the gguf package raises many kinds on a damaged file
         raise BuildError(f"{path}: not a readable GGUF file ({type(e).__name__}: {e})") from e
-    fields = {}
-    for k, f in reader.fields.items():
-        if k.startswith("GGUF."):
-            continue
-        try:
-            fields[k] = _field_value(f)
-        except Exception:  # an exotic field type the builder does not need
-            continue
+    fields = gguf_fields(reader)
     try:
         src = _source_from_fields(path, reader, fields)
         src.check()

@@ -15,7 +15,7 @@ from safetensors import safe_open
 
 from trt_spec.builder.schema import ARCHITECTURES
 from trt_spec.builder.source import BuildError, ModelSource, SourceTensor
-from trt_spec.tokenizer import tokenizer_json_from_hf
+from trt_spec.builder.tokenizer_convert import tokenizer_json_from_hf
 
 _LAYER = re.compile(r"^model\.layers\.(\d+)\.(.+)$")
 _LAYER_NAMES = {

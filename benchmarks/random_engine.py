@@ -1,7 +1,8 @@
 """Engines with random weights in a real model's shapes, written without any checkpoint.
 
-For the GPU tests and benchmarks: the speed of a decode step depends only on the shapes and the
-weight format, and backend-against-backend checks need no trained weights. The file is the one
+A repository tool for the GPU tests and benchmarks (not in the wheel): the speed of a decode
+step depends only on the shapes and the weight format, and backend-against-backend checks need
+no trained weights. The file is the one
 the builder writes (same metadata layout as ``builder._write_model``), with a word-level
 tokenizer ``<t0> <t1> ...`` covering the vocabulary.
 
@@ -18,7 +19,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
-
 from trt_spec import _core
 from trt_spec.builder.builder import choose_type
 from trt_spec.builder.schema import engine_tensors

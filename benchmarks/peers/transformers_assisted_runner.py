@@ -18,7 +18,7 @@ iteration). decode tok/s = (tokens after the first put) / (last put - first put)
 processing and the first iteration are excluded, as in trt-spec's ``decode_tokens_per_s``.
 Acceptance is derived from the put sizes: an iteration that puts m tokens kept m - 1 drafts.
 
-Usage on its own: ``python -m trt_spec.bench.peers.transformers_assisted_runner --target T.gguf
+Usage on its own: ``python benchmarks/peers/transformers_assisted_runner.py --target T.gguf
 --draft D.gguf --prompt "def fib(n):" --n 32 --draft-len 4 --threads 2`` prints JSON.
 """
 

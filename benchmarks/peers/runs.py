@@ -1,4 +1,5 @@
-"""The peer table of ``trt-spec bench --peers`` and the peer runs (greedy, same GGUF pair).
+"""The peer table of ``benchmarks/bench_peers.py --peers`` and the peer runs (greedy, same
+GGUF pair).
 
 Each entry of :data:`PEERS` names a peer, the trt-spec draft source it compares with, a
 preflight check (run before the long trt-spec runs: a missing build is an error then) and an
@@ -63,14 +64,14 @@ def _draft(s: PeerSetup) -> Path:
 
 # ---- llama.cpp: llama-speculative-simple (draft model) and llama-completion (target-only) ----
 def _llama_preflight() -> None:
-    from trt_spec.bench.peers import llama_spec_runner as m
+    from peers import llama_spec_runner as m
 
     m.find_binary(m.SPEC_BIN)
     m.find_binary(m.COMPLETION_BIN)
 
 
 def _llama_open(s: PeerSetup) -> PeerSession:
-    from trt_spec.bench.peers import llama_spec_runner as m
+    from peers import llama_spec_runner as m
 
     common = dict(threads=s.threads, ctx=s.ctx, seed=s.seed)
     draft = _draft(s)
@@ -86,7 +87,7 @@ def _llama_open(s: PeerSetup) -> PeerSession:
 
 # ---- llama.cpp prompt lookup: llama-speculative-simple --spec-type ngram-simple -------------
 def _llama_lookup_open(s: PeerSetup) -> PeerSession:
-    from trt_spec.bench.peers import llama_spec_runner as m
+    from peers import llama_spec_runner as m
 
     common = dict(threads=s.threads, ctx=s.ctx, seed=s.seed)
     n, m_auto = m.LOOKUP_DEFAULTS
@@ -117,7 +118,7 @@ def _transformers_preflight() -> None:
 
 
 def _transformers_open(s: PeerSetup) -> PeerSession:
-    from trt_spec.bench.peers.transformers_assisted_runner import AssistedRunner
+    from peers.transformers_assisted_runner import AssistedRunner
 
     log("[transformers] loading the GGUF pair (fp32) ...")
     runner = AssistedRunner(s.target, _draft(s), s.threads)

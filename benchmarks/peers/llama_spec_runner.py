@@ -18,7 +18,7 @@ and ``llama-completion`` into ``$TRT_SPEC_CACHE/peers/llama.cpp-build/bin``; set
 * Target-only: ``llama-completion`` (same build, same target) with the same settings; the rate
   is llama.cpp's own ``eval time = X ms / N runs`` counter (single-token evaluations only).
 
-Usage on its own: ``python -m trt_spec.bench.peers.llama_spec_runner --target T.gguf --draft
+Usage on its own: ``python benchmarks/peers/llama_spec_runner.py --target T.gguf --draft
 D.gguf --prompt "def fib(n):" --n 128 --draft-len 4 --threads 2`` prints one JSON object.
 """
 
