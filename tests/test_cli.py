@@ -39,6 +39,7 @@ SUBCOMMAND_OPTIONS = {
         "--revision",
         "--draft-revision",
         "--offline",
+        "--threads",
     ],
     "generate": [
         "engine",

@@ -26,7 +26,7 @@ import gguf
 import numpy as np
 import pytest
 from gguf_bulk_reader import fast_gguf_reader_class
-from trt_spec.builder.gguf_source import gguf_fields
+from trt_spec.builder.gguf_reader import GGUFFile
 from trt_spec.builder.tokenizer_convert import (
     special_tokens_from_gguf,
     tokenizer_json_from_gguf,
@@ -100,7 +100,7 @@ class Pair:
     def __init__(self, name: str) -> None:
         path = _model_path(name)
         self.name = name
-        self.fields = gguf_fields(fast_gguf_reader_class()(str(path)))
+        self.fields = GGUFFile(path).fields
         self.special = special_tokens_from_gguf(self.fields)
         self.codec = TextCodec(tokenizer_json_from_gguf(self.fields), self.special)
         self.ref = _load_reference(path)
@@ -326,8 +326,52 @@ def test_fast_reader_matches_stock_reader(tmp_path: Path) -> None:
         assert field.contents() == other.contents(), name
         assert [p.tobytes() for p in field.parts] == [p.tobytes() for p in other.parts], name
     assert np.array_equal(stock.tensors[0].data, fast.tensors[0].data)
-    meta = gguf_fields(gguf.GGUFReader(str(path)))
+    ours = GGUFFile(path)
+    meta = ours.fields
     assert meta["t.str"] == "héllo 😀" and meta["t.u64"] == 2**40 and meta["t.bool"] is True
     assert meta["t.strs"][:5] == ["x", "Ġy", "日本", "", "<|im_end|>"]
     assert meta["t.ints"] == [1, -2, 3] and meta["t.bools"] == [True, False, True]
     assert not any(key.startswith("GGUF.") for key in meta)
+    # the builder's reader gives what the stock reader's contents() give, and the same tensors
+    stock_fields = {k: f.contents() for k, f in stock.fields.items() if not k.startswith("GGUF.")}
+    assert meta == stock_fields
+    (t,) = ours.tensors
+    assert t.name == "w" and t.tensor_type == stock.tensors[0].tensor_type
+    assert list(t.shape) == stock.tensors[0].shape.tolist()
+    assert np.array_equal(t.data, stock.tensors[0].data) and t.data.dtype == np.float32
+
+
+def test_builder_gguf_reader_quantized_tensors_and_damage(tmp_path: Path) -> None:
+    """Block-quantized tensors come out as the stock reader's byte rows (so gguf's dequantizers
+    decode them), and a damaged file is a GGUFFormatError, never a crash."""
+    from trt_spec.builder.gguf_reader import GGUFFormatError
+
+    path = tmp_path / "q.gguf"
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((8, 64)).astype(np.float32)
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_array("tokenizer.ggml.tokens", [f"t{i}" for i in range(1000)])
+    for qtype in (gguf.GGMLQuantizationType.Q8_0, gguf.GGMLQuantizationType.Q4_0):
+        q = gguf.quants.quantize(w, qtype)
+        writer.add_tensor(f"w_{qtype.name}", q, raw_shape=q.shape, raw_dtype=qtype)
+    writer.add_tensor("h", w.astype(np.float16))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    stock, ours = gguf.GGUFReader(str(path)), GGUFFile(path)
+    assert ours.fields["tokenizer.ggml.tokens"][999] == "t999"
+    for a, b in zip(stock.tensors, ours.tensors, strict=True):
+        assert (a.name, a.tensor_type) == (b.name, b.tensor_type)
+        assert a.data.dtype == b.data.dtype and np.array_equal(a.data, b.data), a.name
+    deq = gguf.quants.dequantize(ours.tensors[0].data, ours.tensors[0].tensor_type)
+    assert deq.shape == (8, 64) and np.abs(deq - w).max() < 0.05
+    data = path.read_bytes()
+    for cut in (3, 20, 60, len(data) // 3, len(data) - 16):
+        bad = tmp_path / f"cut{cut}.gguf"
+        bad.write_bytes(data[:cut])
+        with pytest.raises(GGUFFormatError):
+            GGUFFile(bad)
+    bad.write_bytes(b"GGUF" + (9).to_bytes(4, "little") + data[8:])
+    with pytest.raises(GGUFFormatError, match="version 9"):
+        GGUFFile(bad)

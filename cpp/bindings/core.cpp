@@ -125,6 +125,16 @@ NB_MODULE(_core, m) {
                                   {static_cast<size_t>(rows), static_cast<size_t>(cols)});
       },
       "blob"_a, "t"_a, "rows"_a, "cols"_a, "Reference decode of a blob to float32 [rows, cols]");
+  m.def(
+      "weight_relative_error",
+      [](U8Array blob, WeightType t, F32Matrix w) {
+        const int64_t rows = w.shape(0), cols = w.shape(1);
+        check_blob(blob, t, rows, cols);
+        nb::gil_scoped_release release;
+        return cpu::weight_relative_error(WeightView{t, rows, cols, blob.data()}, w.data());
+      },
+      "blob"_a, "t"_a, "w"_a,
+      "||decode(blob) - w||_F / ||w||_F for a float32 [rows, cols] matrix w (in double)");
 
   // ---- devices ----------------------------------------------------------------------------
   m.def("cuda_compiled", &cuda_compiled, "Whether this build has the CUDA backend");

@@ -61,6 +61,7 @@ def cmd_build(args: argparse.Namespace) -> int:
             draft_len=args.draft_len,
             progress=out.info,
             on_tensor=lambda role, done, total, line: out.step(role, done, total, line, "tensor"),
+            threads=args.threads,
         )
     finally:
         out.close()
@@ -327,6 +328,13 @@ def make_parser() -> argparse.ArgumentParser:
         help="read Hub ids from the Hugging Face cache only (also HF_HUB_OFFLINE=1)",
     )
     b.add_argument("-o", "--output", required=True, help="engine file to write")
+    b.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="tensors read and encoded at once (default: the CPUs available, at most 4); the "
+        "engine's bytes do not depend on it (set SOURCE_DATE_EPOCH for identical files)",
+    )
     b.add_argument("--max-seq-len", type=int, default=None, help="positions per sequence")
     b.add_argument(
         "--max-batch",

@@ -294,4 +294,39 @@ void dequantize_weight(WeightView w, float* out) {
   dequantize_rows(w, 0, w.rows, out);
 }
 
+double weight_relative_error(WeightView blob, const float* w) {
+  const int64_t rows = blob.rows, cols = blob.cols;
+  std::vector<double> err(rows), norm(rows);  // [rows] sums of squares, in double
+  auto run = [&](int64_t r0, int64_t r1) {
+    std::vector<float> deq(cols);  // [cols]
+    for (int64_t r = r0; r < r1; ++r) {
+      dequantize_rows(blob, r, r + 1, deq.data());
+      const float* x = w + r * cols;
+      double e = 0.0, n = 0.0;
+      for (int64_t c = 0; c < cols; ++c) {
+        const double d = static_cast<double>(deq[c]) - x[c];
+        e += d * d;
+        n += static_cast<double>(x[c]) * x[c];
+      }
+      err[r] = e;
+      norm[r] = n;
+    }
+  };
+  const double work = static_cast<double>(rows) * cols;
+  int threads = static_cast<int>(std::min<double>(std::thread::hardware_concurrency(), 8));
+  threads = std::max(1, std::min<int>(threads, static_cast<int>(work / (1 << 20)) + 1));
+  threads = static_cast<int>(std::min<int64_t>(threads, std::max<int64_t>(rows, 1)));
+  std::vector<std::thread> pool;
+  for (int i = 1; i < threads; ++i)
+    pool.emplace_back(run, rows * i / threads, rows * (i + 1) / threads);
+  run(0, rows / threads);
+  for (auto& th : pool) th.join();
+  double e = 0.0, n = 0.0;  // rows summed in order: the same value for any thread count
+  for (int64_t r = 0; r < rows; ++r) {
+    e += err[r];
+    n += norm[r];
+  }
+  return n > 0.0 ? std::sqrt(e / n) : std::sqrt(e);
+}
+
 }  // namespace trt_spec::cpu

@@ -30,5 +30,8 @@ void quantize_weight(const float* w, int64_t rows, int64_t cols, WeightType t, u
 void dequantize_rows(WeightView w, int64_t r0, int64_t r1, float* out);
 // Reference decode of the whole matrix: out [rows, cols].
 void dequantize_weight(WeightView w, float* out);
+// ||decode(blob) - w||_F / ||w||_F (||.||_F alone where w is zero), accumulated in double per
+// row and summed in row order: the same value for any thread count. w: [rows, cols].
+double weight_relative_error(WeightView blob, const float* w);
 
 }  // namespace trt_spec::cpu

@@ -20,9 +20,13 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
 import time
+from collections import deque
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from itertools import islice
 from pathlib import Path
 
 import numpy as np
@@ -83,22 +87,15 @@ def choose_type(
     return "q4"
 
 
-def _rel_error(w: np.ndarray, deq: np.ndarray) -> float:
-    num = float(np.linalg.norm((deq - w).ravel()))
-    den = float(np.linalg.norm(w.ravel()))
-    return num / den if den > 0 else num
-
-
 def _encode(w: np.ndarray, type_name: str) -> tuple[np.ndarray, float]:
-    """Blob and relative RMS error against the float32 input."""
+    """Blob and relative RMS error against the float32 input (computed in C++, in double)."""
     w2 = w.reshape(1, -1) if w.ndim == 1 else w
     w2 = np.ascontiguousarray(w2, dtype=np.float32)
     t = _core.weight_type_from_name(type_name)
     blob = _core.quantize_weight(w2, t)
     if type_name == "f32":
         return blob, 0.0
-    deq = _core.dequantize_weight(blob, t, w2.shape[0], w2.shape[1])
-    return blob, _rel_error(w2, deq)
+    return blob, _core.weight_relative_error(blob, t, w2)
 
 
 def _vocab_list(tokenizer_json: str) -> list[str | None]:
@@ -138,35 +135,72 @@ def _load(src: ModelSource, name: str) -> np.ndarray:
     return x
 
 
+@dataclass
+class _Encoded:
+    """One engine tensor, encoded: its blob, type, shape and error (None for vectors)."""
+
+    name: str
+    type_name: str
+    shape: tuple[int, ...]
+    blob: np.ndarray
+    error: float | None
+
+
+def _encode_tensor(src: ModelSource, role: str, weights: str, name: str, parts: list[str]):
+    """Reads, fuses and encodes one engine tensor (runs on a worker thread)."""
+    arrays = [_load(src, p) for p in parts]
+    w = arrays[0] if len(arrays) == 1 else np.concatenate(arrays, axis=0)
+    del arrays
+    bits = max(src.tensors[p].source_bits for p in parts)
+    head = name == "output.weight" or (name == "tok_embd.weight" and src.config["tied_embeddings"])
+    type_name = choose_type(weights, name, w.shape, bits, head, lean=role == "draft")
+    blob, err = _encode(w, type_name)
+    return _Encoded(
+        name, type_name, tuple(int(d) for d in w.shape), blob, err if w.ndim == 2 else None
+    )
+
+
 def _write_model(
-    writer: EngineWriter, role: str, src: ModelSource, weights: str, on_tensor: TensorProgress
+    writer: EngineWriter,
+    role: str,
+    src: ModelSource,
+    weights: str,
+    on_tensor: TensorProgress,
+    pool: ThreadPoolExecutor,
+    ahead: int,
 ) -> dict:
+    """Encodes a model's tensors on the pool, up to ``ahead`` tensors ahead of the writer, and
+    writes them in plan order: the bytes do not depend on the number of threads."""
     plan = _plan(src)
+    sha = pool.submit(sha256_file, src.path) if src.path.is_file() else None
     tensors: dict[str, dict] = {}
     errors: dict[str, float] = {}
     types: dict[str, int] = {}
     weight_bytes = 0
-    for k, (name, parts) in enumerate(plan):
-        arrays = [_load(src, p) for p in parts]
-        w = arrays[0] if len(arrays) == 1 else np.concatenate(arrays, axis=0)
-        del arrays
-        bits = max(src.tensors[p].source_bits for p in parts)
-        head = name == "output.weight" or (
-            name == "tok_embd.weight" and src.config["tied_embeddings"]
-        )
-        type_name = choose_type(weights, name, w.shape, bits, head, lean=role == "draft")
-        blob, err = _encode(w, type_name)
-        tensors[name] = writer.add(blob, type_name, tuple(int(d) for d in w.shape))
-        weight_bytes += blob.size
-        types[type_name] = types.get(type_name, 0) + 1
-        if w.ndim == 2:
-            errors[name] = err
+    todo = iter(plan)
+    pending = deque(
+        pool.submit(_encode_tensor, src, role, weights, *item) for item in islice(todo, ahead)
+    )
+    for k in range(len(plan)):
+        enc = pending.popleft().result()
+        nxt = next(todo, None)
+        if nxt is not None:
+            pending.append(pool.submit(_encode_tensor, src, role, weights, *nxt))
+        tensors[enc.name] = writer.add(enc.blob, enc.type_name, enc.shape)
+        weight_bytes += enc.blob.size
+        types[enc.type_name] = types.get(enc.type_name, 0) + 1
+        if enc.error is not None:
+            errors[enc.name] = enc.error
         on_tensor(
             role,
             k + 1,
             len(plan),
-            f"{role}: [{k + 1}/{len(plan)}] {name} {list(w.shape)} -> {type_name}"
-            + (f" (rel err {err:.2e})" if w.ndim == 2 and type_name != "f32" else ""),
+            f"{role}: [{k + 1}/{len(plan)}] {enc.name} {list(enc.shape)} -> {enc.type_name}"
+            + (
+                f" (rel err {enc.error:.2e})"
+                if enc.error is not None and enc.type_name != "f32"
+                else ""
+            ),
         )
     mats = list(errors.values())
     return {
@@ -174,7 +208,7 @@ def _write_model(
             "path": str(src.path.name),
             "format": src.format,
             "name": src.name,
-            "sha256": sha256_file(src.path) if src.path.is_file() else None,
+            "sha256": sha.result() if sha is not None else None,
             "context_length": src.context_length,
             "tensor_types": sorted({t.source_type for t in src.tensors.values()}),
         },
@@ -192,6 +226,23 @@ def _write_model(
     }
 
 
+def _available_cpus() -> int:
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return os.cpu_count() or 1
+
+
+def _created() -> str:
+    """The build time, or ``$SOURCE_DATE_EPOCH``'s (reproducible builds: identical bytes)."""
+    epoch = os.environ.get("SOURCE_DATE_EPOCH")
+    when = (
+        datetime.datetime.fromtimestamp(int(epoch), datetime.timezone.utc)
+        if epoch and epoch.isdigit()
+        else datetime.datetime.now(datetime.timezone.utc)
+    )
+    return when.isoformat(timespec="seconds")
+
+
 def build_engine(
     target: str | Path,
     output: str | Path,
@@ -203,6 +254,7 @@ def build_engine(
     draft_len: int = DEFAULT_DRAFT_LEN,
     progress: Progress | None = None,
     on_tensor: TensorProgress | None = None,
+    threads: int | None = None,
 ) -> BuildReport:
     """Build one engine file from a target checkpoint and an optional draft.
 
@@ -212,6 +264,8 @@ def build_engine(
 
     ``progress`` receives status lines (reading, writing); ``on_tensor`` is called after each
     tensor is encoded. Without ``on_tensor``, its per-tensor lines go to ``progress`` too.
+    ``threads`` tensors are read and encoded at once (default: the CPUs available, at most 4);
+    the file's bytes do not depend on it.
     """
     say = progress or (lambda _msg: None)
     tensor_done = on_tensor or (lambda _role, _done, _total, line: say(line))
@@ -223,6 +277,11 @@ def build_engine(
         raise BuildError(f"max_batch must be in [1, {MAX_BATCH_LIMIT}], got {max_batch}")
     if isinstance(draft_len, bool) or not isinstance(draft_len, int):
         raise BuildError("draft_len must be an integer")
+    if threads is not None and (
+        isinstance(threads, bool) or not isinstance(threads, int) or threads < 1
+    ):
+        raise BuildError(f"threads must be an integer >= 1, got {threads!r}")
+    workers = threads or min(4, _available_cpus())
     low = 1 if draft is not None else 0
     if not low <= draft_len <= _core.MAX_DRAFT_LEN:
         raise BuildError(f"draft_len must be in [{low}, {_core.MAX_DRAFT_LEN}], got {draft_len}")
@@ -249,7 +308,7 @@ def build_engine(
     meta: dict = {
         "format_version": _core.ENGINE_FORMAT_VERSION,
         "producer": {"name": "trt-spec", "version": __version__},
-        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "created": _created(),
         "build": {
             "max_seq_len": seq,
             "max_batch": max_batch,
@@ -259,10 +318,18 @@ def build_engine(
         "tokenizer": {"json": tgt.tokenizer_json, **tgt.special},
         "models": {},
     }
-    with EngineWriter(output) as writer:
-        meta["models"]["target"] = _write_model(writer, "target", tgt, weights, tensor_done)
-        if dft is not None:
-            meta["models"]["draft"] = _write_model(writer, "draft", dft, weights, tensor_done)
+    with EngineWriter(output) as writer, ThreadPoolExecutor(workers) as pool:
+        try:
+            meta["models"]["target"] = _write_model(
+                writer, "target", tgt, weights, tensor_done, pool, workers + 1
+            )
+            if dft is not None:
+                meta["models"]["draft"] = _write_model(
+                    writer, "draft", dft, weights, tensor_done, pool, workers + 1
+                )
+        except BaseException:
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
         writer.finish(meta)
     report = BuildReport(output, output.stat().st_size, time.perf_counter() - t0)
     for role, m in meta["models"].items():

@@ -12,6 +12,7 @@ from pathlib import Path
 import gguf
 import numpy as np
 
+from trt_spec.builder.gguf_reader import GGUFFile, GGUFFormatError
 from trt_spec.builder.schema import ARCHITECTURES
 from trt_spec.builder.source import BuildError, ModelSource, SourceTensor
 from trt_spec.builder.tokenizer_convert import special_tokens_from_gguf, tokenizer_json_from_gguf
@@ -21,21 +22,6 @@ SUPPORTED_TYPES = {
     Q.F32, Q.F16, Q.BF16, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q8_0,
     Q.Q2_K, Q.Q3_K, Q.Q4_K, Q.Q5_K, Q.Q6_K,
 }  # fmt: skip
-
-
-def gguf_fields(reader: gguf.GGUFReader) -> dict[str, object]:
-    """A GGUF file's key/value metadata as plain Python values (``ReaderField.contents()``),
-    without the reader's own ``GGUF.*`` entries and the exotic field types nothing here reads.
-    The one way the builder reads GGUF metadata (model config and tokenizer alike)."""
-    fields = {}
-    for k, f in reader.fields.items():
-        if k.startswith("GGUF."):
-            continue
-        try:
-            fields[k] = f.contents()
-        except Exception:  # an exotic field type the builder does not need
-            continue
-    return fields
 
 
 def _unpermute(w: np.ndarray, n_head: int) -> np.ndarray:
@@ -63,10 +49,10 @@ def _decoder(t, transform=None):
 
 def open_gguf(path: Path) -> ModelSource:
     try:
-        reader = gguf.GGUFReader(str(path))  # the public reader (about 13 s for Qwen's vocabulary)
-    except Exception as e:  # the gguf package raises many kinds on a damaged file
+        reader = GGUFFile(path)
+    except (GGUFFormatError, OSError, ValueError) as e:
         raise BuildError(f"{path}: not a readable GGUF file ({type(e).__name__}: {e})") from e
-    fields = gguf_fields(reader)
+    fields = reader.fields
     try:
         src = _source_from_fields(path, reader, fields)
         src.check()
@@ -79,7 +65,7 @@ def open_gguf(path: Path) -> ModelSource:
     return src
 
 
-def _source_from_fields(path: Path, reader: gguf.GGUFReader, fields: dict) -> ModelSource:
+def _source_from_fields(path: Path, reader: GGUFFile, fields: dict) -> ModelSource:
     """The model source described by a GGUF file's metadata `fields` and tensors."""
     arch = fields.get("general.architecture")
     if arch not in ARCHITECTURES:
