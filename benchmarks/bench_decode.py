@@ -5,7 +5,7 @@ the target model (Qwen2.5-Coder-1.5B-Instruct Q4_K_M GGUF) on a few HumanEval pr
 ``--n-new`` new tokens per prompt, with the same thread count for every runner:
 
 * llama.cpp: ``llama_cpp.Llama`` from the peer venv built by ``benchmarks/peers/
-  build_llama_cpp.sh``, run as a subprocess (the script ``trt_spec/bench/peers/
+  build_llama_cpp.sh``, run as a subprocess (the script ``benchmarks/peers/
   llama_cpp_runner.py`` under the peer venv's Python) so this environment is untouched. Q4_K_M
   weights as stored in the GGUF.
 * transformers: ``AutoModelForCausalLM.from_pretrained(dir, gguf_file=...)`` (weights

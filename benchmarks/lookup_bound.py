@@ -23,7 +23,7 @@ the forward's alone (no acceptance or proposal time), so the figures are upper e
         [--prompts benchmarks/prompts/code_edits.jsonl] [--n 20] [--max-new-tokens 128] [--tag x]
 
 The test-only module comes from ``$TRT_SPEC_TESTING_DIR`` or the checkout's ``build/<wheel tag>/``
-(``trt_spec.bench.common.testing_module``). Writes ``benchmarks/results/lookup_bound_<tag>.json``
+(``native_testing.testing_module``). Writes ``benchmarks/results/lookup_bound_<tag>.json``
 and ``.md`` (also printed).
 """
 

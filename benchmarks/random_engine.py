@@ -24,7 +24,7 @@ from trt_spec.builder.builder import choose_type
 from trt_spec.builder.schema import engine_tensors
 from trt_spec.builder.writer import EngineWriter
 
-# Model configs in the engine schema (cpp/runtime/model.h ModelConfig).
+# Model configs in the engine schema (cpp/format/schema.h ModelConfig).
 SHAPES: dict[str, dict] = {
     "qwen2.5-1.5b": dict(
         arch="qwen2", n_layers=28, dim=1536, n_heads=12, n_kv_heads=2, head_dim=128,

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # build_asan.sh: builds the extension (trt_spec._core and the test module) with AddressSanitizer and
 # UndefinedBehaviorSanitizer into a folder outside the repository (CUDA off), for the fuzz run
-# (build_scripts/fuzz_formats.sh) and for running tests under the sanitizers.
+# (build_scripts/fuzz_formats.py) and for running tests under the sanitizers.
 #
 #   bash build_scripts/build_asan.sh [BUILD_DIR]      # default /tmp/trt-spec-asan; JOBS=1 default
 #

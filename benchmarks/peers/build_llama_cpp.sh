@@ -11,7 +11,7 @@
 #      executables). llama-speculative-simple also runs llama.cpp's prompt-lookup modes
 #      (--spec-type ngram-simple / ngram-map-k / ngram-map-k4v / ngram-mod / ngram-cache, alone or
 #      combined with draft-simple); llama-lookup is the older ngram-cache example
-#      (trt_spec.bench.peers.llama_spec_runner wraps ngram-simple).
+#      (benchmarks/peers/llama_spec_runner.py wraps ngram-simple).
 #
 # ISA handling: the issue asks for AVX-512 (+VNNI, BF16) flags, but some benchmark machines fault
 # on AVX-512. If the vendored llama.cpp supports GGML_BACKEND_DL + GGML_CPU_ALL_VARIANTS, the CPU

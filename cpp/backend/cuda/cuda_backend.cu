@@ -173,8 +173,8 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   sm_count_ = prop.multiProcessorCount;
   name_ = "cuda:" + std::to_string(device_) + " " + prop.name;
   cc_major_ = prop.major;
-  // On by default (sm_90+): 5% off every decode step on an H200 (benchmarks/results/
-  // gpu_s24_h200.md, all eight shapes), bits unchanged (test_pdl_changes_no_bits on the GPU).
+  // On by default (sm_90+; TRT_SPEC_CUDA_PDL=0 turns it off): the same bits either way
+  // (test_pdl_changes_no_bits); its measured gain: benchmarks/results/HISTORY.md.
   const char* pdl = std::getenv("TRT_SPEC_CUDA_PDL");
   set_pdl(!(pdl && std::string(pdl) == "0"));
   const char* imma = std::getenv("TRT_SPEC_CUDA_IMMA_ROWS");

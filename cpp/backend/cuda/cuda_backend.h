@@ -2,10 +2,10 @@
 //
 // Device memory for everything (weights copied once by import_weight, KV caches, scratch, row
 // metadata, sequence and sampling state), one non-blocking stream for every op, and graph
-// capture of whole op sequences (one speculative iteration = one CUDA graph, spec_program.cpp).
+// capture of whole op sequences (one speculative iteration = one CUDA graph, spec/iteration.h).
 // The kernels live in kernels/cuda/*.cuh; the ops are split over cuda_backend.cu (memory, graphs,
-// transformer ops) and cuda_sampling.cu (token selection). The speculative iteration's own
-// kernels (spec/cuda_spec_ops.cu) run on this backend's stream.
+// transformer ops), cuda_matmul.cu (linear) and cuda_sampling.cu (token selection). The
+// speculative iteration's own kernels (spec/spec_ops_cuda.cu) run on this backend's stream.
 //
 // Scratch buffers grow on demand. A graph keeps pointing at the buffers it was captured with,
 // so an outgrown buffer is retired (kept until the backend goes), never freed early; capture()

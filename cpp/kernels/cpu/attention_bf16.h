@@ -9,9 +9,8 @@
 // where q, k, p and v are rounded to bf16 (nearest even) and each pair of products is added to
 // the f32 lane by one vdpbf16ps (16 lanes: 16 keys of a score tile, 16 output columns). The
 // softmax (max, exp, the sum l) stays f32 on the unrounded scores; p is rounded after it.
-// vdpbf16ps halves the multiply instructions of the f32 FMAs (2 products per lane each), which is
-// what long prompts spend on attention once the matmul is integer (about 20% of a 4,096-token
-// prefill on Zen 4 in f32).
+// vdpbf16ps halves the multiply instructions of the f32 FMAs (2 products per lane each), which
+// are what long prompts spend on attention once the matmul is integer.
 //
 // Operands (dwords: a bf16 pair, low half first):
 //   q2 [hd / 2]        q2[e] = (q(2e), q(2e+1))                   per query, once per call

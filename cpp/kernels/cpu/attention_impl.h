@@ -53,9 +53,7 @@ constexpr int kMaxHeadDim = 256;
 // task: attention_bf16.h, attention_int16.h), doubled up
 // to kMaxQueries while every worker still gets two tasks (shape_of). Each task loads (and
 // transposes or converts) every K / V tile of its rows, so fewer, larger blocks read the cache
-// fewer times: for 256 prompt rows at context 3,840 (12 query and 2 kv heads, head_dim 128, one
-// thread, Zen 4; benchmarks/cpp/bench_cpu_attention.cpp) blocks of 768 queries took the bf16
-// call from 43 to 39 ms (192 before) and the f32 call from 77 to 67 ms (96 before). A task's
+// fewer times (benchmarks/cpp/bench_cpu_attention.cpp compares the blockings). A task's
 // per-query state lives in per-thread scratch (SliceScratch); at 768 queries of head_dim 128 its
 // outputs (384 KB) stay in L2.
 constexpr int kBlockQueries = 96;
@@ -331,8 +329,8 @@ Shape shape_of(const AttentionArgs& a) {
   // Blocks of block_rows(aim) rows; the aim doubles while the tasks stay >= 2 per worker, and
   // only where the rows read on average at least as many entries as there are rows: then the
   // K / V tile work the blocks share outweighs the causal imbalance between fewer, larger blocks
-  // (a first prompt chunk, at context 0, ran 17% slower on 2 threads in 4 tasks than in 32). A
-  // decode or verify call keeps the smallest blocks. No row's bits depend on it (attention.h).
+  // (a first prompt chunk, at context 0, keeps many small tasks). A decode or verify call keeps
+  // the smallest blocks. No row's bits depend on it (attention.h).
   auto block_rows = [&](int aim) { return aim / s.head_chunk > 1 ? aim / s.head_chunk : 1; };
   auto tasks = [&](int aim) {
     const int64_t br = block_rows(aim);

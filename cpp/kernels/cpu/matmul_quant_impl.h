@@ -16,11 +16,7 @@
 // sums then one madd on AVX2. A weight vector is loaded once for all of a tile's activation rows
 // and the activation words come as 4-byte broadcasts, so loads never limit the multiply pipes;
 // every lane is one output row, so no horizontal sum is left at the end.
-//
-// Measured on a Zen 4 EPYC (3.6 GHz, 1 thread, weights hot in L2, 256 x 1536, 5 activation rows),
-// cycles per 512 products, the 128- / 512-column lane tiles this replaced -> this one: AVX-512 q4
-// 15.6 -> 11.3 (the multiply pipes' bound is 11), q8 22.4 -> 12.0; AVX2 q4 21.5 -> 18.4, q8 33.8
-// -> 27.7 (bounds near 12 and 21); benchmarks/results/HISTORY.md, session 29.
+// Its cycles per product against the multiply pipes' bound: benchmarks/results/HISTORY.md.
 //
 // Rows outside a tile's range [r0, r1) are computed with their block and not stored (masked
 // stores), so any row range works; the CPU backend hands out multiples of 16. Codes in the
@@ -38,11 +34,8 @@ constexpr int64_t kQuantL1Bytes = 20 * 1024;   // one m tile's activations in a 
 constexpr int64_t kQuantL2Bytes = 192 * 1024;  // one block's activations
 constexpr int64_t kQuantColStep = 512;         // column blocks: multiples of 512 columns
 constexpr int kQuantMaxMt = 12;                // activation rows per tile, at most
-// Bytes of codes prefetched ahead of the group read (and the scales of the group as far ahead).
-// On a Zen 4 EPYC (bench_cpu_model_pass: the default target's matrices from DRAM, 2 threads,
-// alternating builds, AVX-512), a 5-row pass over 1 row: 1.25-1.35 at 2 KB, 1.48-1.50 at 1 KB,
-// 1.03-1.06 at 8 KB, 0.96-1.05 at 16 KB, 1.02-1.08 at 32 KB; 9 rows: 1.37-1.44 at 8 KB, 1.5-2.0
-// at 2 KB.
+// Bytes of codes prefetched ahead of the group read (and the scales of the group as far ahead);
+// the distance swept with bench_cpu_model_pass: benchmarks/results/HISTORY.md.
 constexpr int64_t kQuantPrefetch = 8192;
 
 // Q8 codes are q = w + 128 (weight_format.h): the tile multiplies q and removes the bias through

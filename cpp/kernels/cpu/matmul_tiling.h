@@ -11,8 +11,8 @@
 //         for each m tile of the block: tile(...) over the panel's rows
 //
 // A kernel family walks the panel's rows itself: the float kernels in row tiles of R rows
-// (for_row_tiles), the quantized ones block of rows after block inside one call (a call per row
-// cost 5% of a prefill: the call, its Spill argument and the accumulators' set-up).
+// (for_row_tiles), the quantized ones block of rows after block inside one call (not a call per
+// row: the call, its Spill argument and the accumulators' set-up once per panel).
 //
 // Exactness. Every tile computes a (row, activation row) output with the same sequence of float
 // operations: one vector accumulator, zeroed, updated column step by column step in ascending
@@ -39,10 +39,8 @@ inline V imax(V a, V b) {
 // Software prefetch (the hardware prefetcher alone lets the kernels alternate between computing
 // and waiting for DRAM). Prefetching past the matrix end is harmless. Into L2 (T1), not L1: the
 // weights are read once, a few KB after the prefetch (the likely reason T0 loses: it holds one of
-// the L1's few miss buffers for a whole DRAM round trip, which demand loads then wait for). On a
-// Zen 4 EPYC (2 threads, default q4 pair, the test module's time_forward at context 600, 4
-// alternating process pairs) T1 took the target's one-row step from 37-52 ms to 40-43 ms and 5
-// rows from 55-68 to 51-59 ms; 256 prefill rows and the draft were level or faster.
+// the L1's few miss buffers for a whole DRAM round trip, which demand loads then wait for). T1
+// against T0, measured: benchmarks/results/HISTORY.md.
 inline void prefetch(const void* p) {
   _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T1);
 }

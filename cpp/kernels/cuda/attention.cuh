@@ -178,9 +178,8 @@ __device__ __forceinline__ void load_kv_tile(const KvView& kv, int64_t head, con
 // o [hd], by one warp, in split order: M = max_s m_s, w_s = exp(m_s - M), L = sum_s l_s w_s,
 // o[d] = (sum_s acc_s[d] w_s) / L (fmaf chains in s order: a fixed sequence of operations per
 // row, whatever the other rows). Latency: lane s % 32 loads split s's (max, sum) and the first
-// kBatch splits' acc values are loaded with them (all in flight at once), later batches after;
-// a loop that loaded one value per round trip took the most of a decode's attention (rs = 4:
-// about 24 dependent L2 reads per pair).
+// kBatch splits' acc values are loaded with them (all in flight at once), later batches after,
+// not one value per round trip (rs = 4: about 24 dependent L2 reads per pair).
 template <int HD>
 __device__ __forceinline__ void attention_merge(const float* __restrict__ pp, int rs, int hd,
                                                 int lane, float* __restrict__ o) {
@@ -489,8 +488,8 @@ inline void plan_tiles(AttentionPlan& p, int group) {
 // The split rule depends on max_seq and the SM count alone (never on n or on the rows):
 // granules of kAttnMinChunk (32) entries dealt round min(64, sm_count / 2, granules of max_seq)
 // splits. A decode row is latency-bound: its splits are the blocks that read its entries at
-// once (a row of 128 entries in one block took 48 us per layer on an H200, 52% of a 1.5B decode
-// step). Contiguous chunks of max_seq / splits entries, as before, gave a short row fewer
+// once (in one block, a short row's entries would be one chain of loads). Contiguous chunks
+// of max_seq / splits entries, as before, gave a short row fewer
 // blocks the longer the cache (at max_seq 4,096 two blocks of two tiles each for 128 entries,
 // at 32,768 one block of four); dealt granules give it ceil(len / 32) blocks up to the split
 // count, each a row's result the same whatever max_seq. A long row's split reads one granule

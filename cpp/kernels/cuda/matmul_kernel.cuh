@@ -15,9 +15,8 @@ namespace trt_spec::cuda {
 // blocks per SM (at most 85 registers; ptxas, sm_90: 64-80 and no spills, against 64-99 and 2
 // blocks of the q4 kernel unbounded); tiles of 2 to 8 rows (verify) to 2 blocks (at most 128
 // registers: 91-126, no spills; the q4 8-row tile took 137 unbounded, one block of 8 warps per
-// SM, and 56 us for the 1.5B's gate / up at 5 rows on an H200, 3.6x its one-row time); 16-row
-// tiles (prefill of float weights; q8 / q4 prefill runs matmul_imma.cuh) are left unbounded
-// (bounded, they spill).
+// SM); 16-row tiles (prefill of float weights; q8 / q4 prefill runs matmul_imma.cuh) are left
+// unbounded (bounded, they spill).
 template <WeightType T, int kTile>
 __global__ void __launch_bounds__(kMatmulThreads, matmul_blocks_per_sm(kTile))
     matmul_kernel(MatmulArgs a, MatmulGeom g, float* __restrict__ partial, int* counters) {

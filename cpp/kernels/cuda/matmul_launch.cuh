@@ -43,8 +43,7 @@ struct MatmulPlan {
 // Activation rows per tile for n rows: 1, 2, 4 or 8 up to 16 rows, 16 beyond (more rows:
 // several tiles). 9 to 16 rows (K = 8 at batch 1, K = 4 at batch 2 or 3) take two 8-row tiles:
 // the 16-row tile holds one block of 168 registers per SM and, for inputs of more than 32 q4
-// units (2,048 columns), stages its activations again for every row group; on an H200 a 9-row
-// verify of the 7B shape took 34.5 ms against 12.4 for 8 rows in one 8-row tile.
+// units (2,048 columns), stages its activations again for every row group.
 inline int matmul_tile_rows(int n) {
   return n <= 1 ? 1 : (n <= 2 ? 2 : (n <= 4 ? 4 : (n <= kMatmulMaxTile ? 8 : kMatmulMaxTile)));
 }
@@ -69,9 +68,9 @@ inline bool matmul_vectorized(const MatmulArgs& a) {
 
 // imma_rows: the fewest activation rows a q8 / q4 product takes to run matmul_imma_kernel (one
 // 16-row tile per block); fewer rows run matmul_kernel's dp4a tiles (more than 16: 16-row tiles).
-// The default is never: on an H200 the dp4a tiles ran a 256-row prefill chunk of the 1.5B shape
-// in 126 ms against 158 and every 2-16-row verify 2.6-6.4x faster (benchmarks/results/
-// gpu_checks_s34.md). The CUDA backend's switch (set_imma_rows) times both in one process.
+// The default is never (the dp4a tiles were faster at every row count measured:
+// benchmarks/results/HISTORY.md). The CUDA backend's switch (set_imma_rows) times both in one
+// process.
 // imma_rows <= 0 means the default.
 constexpr int kImmaRowsDefault = 0x7fffffff;
 

@@ -74,8 +74,8 @@ struct ChunkPartial {
 // and chunks of a launch, so one buffer serves launches of any shape (Backend::sample's calls
 // of any n; the speculative ops' draft rows B and verify rows B (k + 1), over the draft's and
 // the target's vocabularies) and its counters and histograms stay zero between launches. (Arrays
-// sized by each launch's row count put one launch's row stats and partials where another
-// launch's histograms lie: wrong top-k / top-p draws, seen on an H100.)
+// sized by each launch's row count would put one launch's row stats and partials where another
+// launch's histograms lie: wrong top-k / top-p draws.)
 struct RowScratch {
   unsigned count;  // blocks of the row that have arrived (zero between launches)
   unsigned pad[3];

@@ -1,5 +1,5 @@
 // sampling.cuh: the sampling rule of kernels/sampling.h on the GPU and the token-selection ops
-// of the speculative iteration (kernels/speculative.h): one block per row, or several
+// of the speculative iteration (spec/spec_ops.h): one block per row, or several
 // (sample_rows.cuh).
 //
 // Mirrors cpu_sampling.cpp function by function, over rows split into chunks, several blocks per

@@ -46,7 +46,7 @@ class ModelSource:
     path: Path
     format: str  # "gguf" or "hf"
     name: str
-    config: dict  # the engine schema's model config (see cpp/runtime/model.h)
+    config: dict  # the engine schema's model config (see cpp/format/schema.h)
     tensors: dict[str, SourceTensor]
     tokenizer_json: str
     special: dict  # bos_id, eos_id, pad_id, eog_ids, add_bos, chat_template

@@ -1,7 +1,7 @@
 """Write an engine file: tensor blobs streamed to disk, then the JSON metadata and the header.
 
 The layout and every constant come from the C++ side (``trt_spec._core``; see
-``cpp/runtime/engine_file.h``). The file is written under a temporary name in the destination
+``cpp/format/engine_file.h``). The file is written under a temporary name in the destination
 folder and renamed into place only when complete, so a failed build leaves no partial engine.
 """
 
