@@ -36,7 +36,7 @@ def test_benchmark_scripts_import_the_shared_helpers() -> None:
     start (--help needs no GPU, model, server or peer)."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
     scripts = ("bench_decode.py", "bench_gpu.py", "bench_server.py", "bench_prefill.py")
-    scripts += ("bench_memory.py", "bench_peers.py")
+    scripts += ("bench_memory.py", "bench_peers.py", "bench_build.py")
     for name in scripts + ("profile_gpu.py",):
         path = SCRIPTS / name
         assert "from trt_spec.bench" in path.read_text()
