@@ -23,6 +23,7 @@
 #include "engine/runtime.h"
 #include "engine/scheduler.h"
 #include "format/engine_file.h"
+#include "format/ggml_blocks.h"
 #include "format/schema.h"
 #include "kernels/cpu/quantize.h"
 #include "spec/seq_state.h"
@@ -125,6 +126,31 @@ NB_MODULE(_core, m) {
                                   {static_cast<size_t>(rows), static_cast<size_t>(cols)});
       },
       "blob"_a, "t"_a, "rows"_a, "cols"_a, "Reference decode of a blob to float32 [rows, cols]");
+  m.def(
+      "decode_ggml_rows",
+      [](HostArray<uint8_t, 2> blocks, int type, int64_t cols) {
+        if (!format::ggml_type_decodable(type))
+          throw InvalidArgument("decode_ggml_rows: ggml type " + std::to_string(type));
+        int64_t elements = 0, bytes = 0;
+        format::ggml_block_size(type, &elements, &bytes);
+        const int64_t rows = blocks.shape(0);
+        if (cols <= 0 || cols % elements != 0 ||
+            static_cast<int64_t>(blocks.shape(1)) != cols / elements * bytes)
+          throw InvalidArgument("decode_ggml_rows: " + std::to_string(blocks.shape(1)) +
+                                " bytes per row for " + std::to_string(cols) + " elements");
+        std::vector<float> out(static_cast<size_t>(rows) * cols);
+        {
+          nb::gil_scoped_release release;
+          format::decode_ggml_rows(type, blocks.data(), rows, cols, out.data());
+        }
+        return owned_array<float>(std::move(out),
+                                  {static_cast<size_t>(rows), static_cast<size_t>(cols)});
+      },
+      "blocks"_a, "type"_a, "cols"_a,
+      "Decode ggml block rows [rows, bytes per row] of a ggml type id to float32 [rows, cols], "
+      "bit-identical to the gguf package's dequantizers (Q4_0/1, Q5_0/1, Q8_0, Q4_K-Q6_K)");
+  m.def("ggml_type_decodable", &format::ggml_type_decodable, "type"_a,
+        "Whether decode_ggml_rows decodes this ggml type id");
   m.def(
       "weight_relative_error",
       [](U8Array blob, WeightType t, F32Matrix w) {

@@ -12,6 +12,7 @@ from pathlib import Path
 import gguf
 import numpy as np
 
+from trt_spec import _core
 from trt_spec.builder.gguf_reader import GGUFFile, GGUFFormatError
 from trt_spec.builder.schema import ARCHITECTURES
 from trt_spec.builder.source import BuildError, ModelSource, SourceTensor
@@ -36,6 +37,11 @@ def _decoder(t, transform=None):
             x = np.asarray(t.data, dtype=np.float32)
         elif t.tensor_type == Q.F16:
             x = np.asarray(t.data).astype(np.float32)
+        elif _core.ggml_type_decodable(int(t.tensor_type)):  # C++, threaded; gguf's exact values
+            cols = int(t.shape[0])
+            x = _core.decode_ggml_rows(
+                t.data.reshape(-1, t.data.shape[-1]), int(t.tensor_type), cols
+            )
         else:
             x = gguf.quants.dequantize(t.data, t.tensor_type).astype(np.float32, copy=False)
         shape = tuple(int(d) for d in reversed(t.shape))
