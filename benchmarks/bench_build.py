@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import os
 import resource
 import statistics
@@ -34,18 +35,20 @@ from trt_spec.bench.common import available_cpus, environment, write_report
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
-def data_sha256(path: Path) -> str:
-    """sha256 of an engine file's tensor data section."""
+def engine_sections(path: Path) -> tuple[dict[str, Any], str, int]:
+    """An engine file's metadata, and the sha256 and size of its tensor data section."""
     with open(path, "rb") as f:
         head = f.read(64)
-        data_off, data_len = struct.unpack("<QQ", head[32:48])
+        _, _, json_off, json_len, data_off, data_len, _, _ = struct.unpack("<IIQQQQQQ", head[8:])
+        f.seek(json_off)
+        meta = json.loads(f.read(json_len))
         f.seek(data_off)
         digest, left = hashlib.sha256(), data_len
         while left:
             chunk = f.read(min(left, 1 << 24))
             digest.update(chunk)
             left -= len(chunk)
-    return digest.hexdigest()
+    return meta, digest.hexdigest(), data_len
 
 
 def build_once(path: str, target: Path, draft: Path, out: Path, threads: int | None) -> dict:
@@ -61,7 +64,7 @@ def build_once(path: str, target: Path, draft: Path, out: Path, threads: int | N
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    row = {"wall_s": wall, "cpu_s": cpu, "data_sha256": data_sha256(out)}
+    row = {"wall_s": wall, "cpu_s": cpu, "data_sha256": engine_sections(out)[1]}
     out.unlink()
     return row
 

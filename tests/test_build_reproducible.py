@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import struct
 from pathlib import Path
 
 import pytest
+from bench_build import engine_sections
 from trt_spec import build_engine
 from trt_spec import models as registry
 from trt_spec.builder.source import BuildError
@@ -26,22 +26,6 @@ PAIR_QUANT_ERROR = {  # (max, mean) per model at 4a88724
 }
 
 
-def _sections(path: Path) -> tuple[dict, str, int]:
-    """(metadata, sha256 of the tensor data section, its bytes)."""
-    with open(path, "rb") as f:
-        head = f.read(64)
-        _, _, json_off, json_len, data_off, data_len, _, _ = struct.unpack("<IIQQQQQQ", head[8:])
-        f.seek(json_off)
-        meta = json.loads(f.read(json_len))
-        f.seek(data_off)
-        digest, left = hashlib.sha256(), data_len
-        while left:
-            chunk = f.read(min(left, 1 << 24))
-            digest.update(chunk)
-            left -= len(chunk)
-    return meta, digest.hexdigest(), data_len
-
-
 def test_build_bytes_do_not_depend_on_threads(tiny, tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")
     target, _ = tiny.checkpoint("qwen2")
@@ -53,7 +37,7 @@ def test_build_bytes_do_not_depend_on_threads(tiny, tmp_path: Path, monkeypatch)
             build_engine(target, out, draft=draft, weights=weights, max_seq_len=64, threads=threads)
             files.append(out.read_bytes())
         assert files[0] == files[1], weights
-    meta, _, _ = _sections(tmp_path / "q4-1.engine")
+    meta, _, _ = engine_sections(tmp_path / "q4-1.engine")
     assert meta["created"] == "2023-11-14T22:13:20+00:00"
     errors = meta["models"]["target"]["quant_error"]["per_tensor"]
     assert errors and all(0.0 < e < 0.2 for e in errors.values())
@@ -74,7 +58,7 @@ def test_default_pair_engine_keeps_its_bytes(tmp_path: Path, monkeypatch) -> Non
     target, draft = registry.fetch_default_pair()
     out = tmp_path / "pair.engine"
     build_engine(target, out, draft=draft, threads=2)
-    meta, data_sha, data_bytes = _sections(out)
+    meta, data_sha, data_bytes = engine_sections(out)
     assert (data_sha, data_bytes) == (PAIR_DATA_SHA256, PAIR_DATA_BYTES)
     for role, (err_max, err_mean) in PAIR_QUANT_ERROR.items():
         q = meta["models"][role]["quant_error"]

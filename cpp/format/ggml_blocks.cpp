@@ -5,9 +5,8 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
-#include <thread>
-#include <vector>
 
+#include "common/split_rows.h"
 #include "kernels/half_float.h"
 
 namespace trt_spec::format {
@@ -78,30 +77,15 @@ inline void scale_min(const uint8_t* s, int j, int* sc, int* m) {
   }
 }
 
-// super-block: d f16, dmin f16, scales[12], q[128]; sub-block j of 32: low (j even) or high
-// (j odd) nibbles of q[32 * (j / 2) ..]; value (d * sc) * q - dmin * m.
-void q4_k(const uint8_t* b, float* y) {
-  const float d = half(b), dmin = half(b + 2);
-  const uint8_t* s = b + 4;
-  const uint8_t* q = b + 16;
-  for (int j = 0; j < 8; ++j) {
-    int sc, m;
-    scale_min(s, j, &sc, &m);
-    const float dl = d * static_cast<float>(sc), ml = dmin * static_cast<float>(m);
-    const uint8_t* qj = q + 32 * (j / 2);
-    const int shift = 4 * (j % 2);
-    for (int l = 0; l < 32; ++l)
-      y[32 * j + l] = dl * static_cast<float>((qj[l] >> shift) & 0x0F) - ml;
-  }
-}
-
-// super-block: d f16, dmin f16, scales[12], qh[32] (bit j of qh[l]: bit 4 of sub-block j's
-// element l), q[128] as Q4_K.
-void q5_k(const uint8_t* b, float* y) {
+// Q4_K super-block: d f16, dmin f16, scales[12], q[128]; Q5_K adds qh[32] before q (bit j of
+// qh[l]: bit 4 of sub-block j's element l). Sub-block j of 32: low (j even) or high (j odd)
+// nibbles of q[32 * (j / 2) ..]; value (d * sc) * q - dmin * m.
+template <bool kFiveBits>
+void q45_k(const uint8_t* b, float* y) {
   const float d = half(b), dmin = half(b + 2);
   const uint8_t* s = b + 4;
   const uint8_t* qh = b + 16;
-  const uint8_t* q = b + 48;
+  const uint8_t* q = b + (kFiveBits ? 48 : 16);
   for (int j = 0; j < 8; ++j) {
     int sc, m;
     scale_min(s, j, &sc, &m);
@@ -109,7 +93,8 @@ void q5_k(const uint8_t* b, float* y) {
     const uint8_t* qj = q + 32 * (j / 2);
     const int shift = 4 * (j % 2);
     for (int l = 0; l < 32; ++l) {
-      const int v = ((qj[l] >> shift) & 0x0F) | (((qh[l] >> j) & 1) << 4);
+      int v = (qj[l] >> shift) & 0x0F;
+      if (kFiveBits) v |= ((qh[l] >> j) & 1) << 4;
       y[32 * j + l] = dl * static_cast<float>(v) - ml;
     }
   }
@@ -144,8 +129,8 @@ BlockCodec codec_of(int type) {
     case GgmlType::Q5_0: return {kQK, 22, q5_0};
     case GgmlType::Q5_1: return {kQK, 24, q5_1};
     case GgmlType::Q8_0: return {kQK, 34, q8_0};
-    case GgmlType::Q4_K: return {kQKK, 144, q4_k};
-    case GgmlType::Q5_K: return {kQKK, 176, q5_k};
+    case GgmlType::Q4_K: return {kQKK, 144, q45_k<false>};
+    case GgmlType::Q5_K: return {kQKK, 176, q45_k<true>};
     case GgmlType::Q6_K: return {kQKK, 210, q6_k};
   }
   return {0, 0, nullptr};
@@ -174,15 +159,7 @@ void decode_ggml_rows(int type, const uint8_t* blocks, int64_t rows, int64_t col
       for (int64_t k = 0; k < per_row; ++k)
         c.decode(blocks + r * row_bytes + k * c.bytes, out + r * cols + k * c.elements);
   };
-  const double work = static_cast<double>(rows) * cols;
-  int threads = static_cast<int>(std::min<double>(std::thread::hardware_concurrency(), 8));
-  threads = std::max(1, std::min<int>(threads, static_cast<int>(work / (1 << 20)) + 1));
-  threads = static_cast<int>(std::min<int64_t>(threads, std::max<int64_t>(rows, 1)));
-  std::vector<std::thread> pool;
-  for (int i = 1; i < threads; ++i)
-    pool.emplace_back(run, rows * i / threads, rows * (i + 1) / threads);
-  run(0, rows / threads);
-  for (auto& th : pool) th.join();
+  split_rows(rows, static_cast<double>(rows) * cols, run);
 }
 
 }  // namespace trt_spec::format

@@ -7,8 +7,9 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
-#include <thread>
 #include <vector>
+
+#include "common/split_rows.h"
 
 namespace trt_spec::cpu {
 namespace {
@@ -234,19 +235,8 @@ void quantize_weight(const float* w, int64_t rows, int64_t cols, WeightType t, u
     std::memset(blob + off + n, 0, align_up(n, kSectionAlign) - n);
   }
   const double work = static_cast<double>(rows) * cols * (t == WeightType::Q4 ? 8 : 1);
-  int threads = static_cast<int>(std::min<double>(std::thread::hardware_concurrency(), 8));
-  threads = std::max(1, std::min<int>(threads, static_cast<int>(work / (1 << 20)) + 1));
-  threads = static_cast<int>(std::min<int64_t>(threads, std::max<int64_t>(rows, 1)));
-  if (threads <= 1) {
-    quantize_rows(w, rows, cols, t, blob, 0, rows);
-    return;
-  }
-  std::vector<std::thread> pool;
-  for (int i = 0; i < threads; ++i) {
-    const int64_t r0 = rows * i / threads, r1 = rows * (i + 1) / threads;
-    pool.emplace_back([=] { quantize_rows(w, rows, cols, t, blob, r0, r1); });
-  }
-  for (auto& th : pool) th.join();
+  split_rows(rows, work,
+             [=](int64_t r0, int64_t r1) { quantize_rows(w, rows, cols, t, blob, r0, r1); });
 }
 
 void dequantize_rows(WeightView w, int64_t r0, int64_t r1, float* out) {
@@ -312,15 +302,7 @@ double weight_relative_error(WeightView blob, const float* w) {
       norm[r] = n;
     }
   };
-  const double work = static_cast<double>(rows) * cols;
-  int threads = static_cast<int>(std::min<double>(std::thread::hardware_concurrency(), 8));
-  threads = std::max(1, std::min<int>(threads, static_cast<int>(work / (1 << 20)) + 1));
-  threads = static_cast<int>(std::min<int64_t>(threads, std::max<int64_t>(rows, 1)));
-  std::vector<std::thread> pool;
-  for (int i = 1; i < threads; ++i)
-    pool.emplace_back(run, rows * i / threads, rows * (i + 1) / threads);
-  run(0, rows / threads);
-  for (auto& th : pool) th.join();
+  split_rows(rows, static_cast<double>(rows) * cols, run);
   double e = 0.0, n = 0.0;  // rows summed in order: the same value for any thread count
   for (int64_t r = 0; r < rows; ++r) {
     e += err[r];
