@@ -12,9 +12,6 @@ from native import T
 from test_spec_acceptance import ALPHA, chi2_matches, rule_probs
 from trt_spec import Engine
 
-# Prompt rows in f32, as decode rows (conftest.f32_prompt_attention).
-pytestmark = pytest.mark.usefixtures("f32_prompt_attention")
-
 PROMPTS = [[1, 2, 3, 4], [5, 9, 2], [7] * 10, [100, 200, 300, 17, 42, 8], [3]]
 # A prediction whose repeats make prompt lookup propose trees (several continuations of one
 # n-gram) for prompts that share its n-grams.

@@ -212,6 +212,9 @@ NB_MODULE(_core, m) {
                      return r.target().weight_bytes() + (r.draft() ? r.draft()->weight_bytes() : 0);
                    })
       .def_prop_ro("kv_type", [](Runtime& r) { return std::string(kv_type_name(r.kv_type())); })
+      .def_prop_ro("prompt_attention", &Runtime::prompt_attention,
+                   "The products prompt rows attend with: f32, or for q8 / q4 weights the "
+                   "backend's faster ones (bf16, int16 on a CPU)")
       .def_prop_ro("kv_bytes",
                    [](Runtime& r) {
                      return r.target().kv_bytes() + (r.draft() ? r.draft()->kv_bytes() : 0);

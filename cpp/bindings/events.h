@@ -67,6 +67,7 @@ inline nb::dict stats_dict(const RequestStats& s) {
   r["accepted_hist_by_source"] = hist_by;
   r["sources"] = s.sources;
   r["draft_model_skipped"] = s.draft_model_skipped;
+  r["prompt_attention"] = s.prompt_attention;
   r["queue_s"] = s.queue_s;
   r["prefill_s"] = s.prefill_s;
   r["draft_s"] = s.draft_s;

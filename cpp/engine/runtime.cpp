@@ -122,6 +122,9 @@ Runtime::Runtime(const std::string& path, const RuntimeOptions& opts,
         "2^16) is too large");
   max_seq_ = static_cast<int>(max_seq);
   max_batch_ = static_cast<int>(max_batch);
+  // Prompt rows attend in f32 unless the weights are quantized (Backend::follow_weights).
+  const std::string weights = build.get_string("weights", "");
+  backend_->follow_weights(weights == "q8" || weights == "q4");
   const Json models = file_->meta().at("models");
   const bool has_draft = models.has("draft");
   // The most draft tokens per iteration, any source. Engines from before --draft-len was stored

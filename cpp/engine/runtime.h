@@ -41,6 +41,9 @@ class Runtime {
   int max_batch() const { return max_batch_; }
   int vocab_size() const { return target_->config().vocab_size; }
   KvType kv_type() const { return kv_type_; }
+  // The products prompt rows attend with: "f32" for f32, f16 and bf16 weights; the backend's
+  // faster ones ("bf16", "int16" on a CPU) may serve q8 and q4 weights (Backend::follow_weights).
+  std::string prompt_attention() const { return backend_->prompt_attention(); }
 
   // Full logits [n, vocab] of a prompt run from position 0 in KV slot 0 (for tests and
   // scoring); overwrites that slot's cache.

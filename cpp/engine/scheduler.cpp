@@ -66,6 +66,7 @@ uint64_t Scheduler::submit(GenerateRequest req) {
   r->max_nodes = request_max_nodes(req, limits_);
   r->stop = StopMatcher(req.stop_strings);
   r->stats.prompt_tokens = static_cast<int>(req.prompt.size());
+  r->stats.prompt_attention = rt_.prompt_attention();
   r->stats.accepted_hist.assign(limits_.max_draft_len + 1, 0);
   for (std::vector<int>& h : r->stats.accepted_hist_by_source)
     h.assign(limits_.max_draft_len + 1, 0);

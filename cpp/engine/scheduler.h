@@ -81,6 +81,7 @@ struct RequestStats {
   std::vector<int> accepted_hist_by_source[kDraftSourceCount];  // ... of each source's iterations
   std::string sources;               // per iteration: 'n' none, 'm' draft model, 'l' lookup
   bool draft_model_skipped = false;  // auto left the draft model out (its read would not pay)
+  std::string prompt_attention;      // the products prompt rows attended with (Runtime's)
   double queue_s = 0.0;              // submission -> admission into a slot
   double prefill_s = 0.0;            // admission -> first token
   double draft_s = 0.0, verify_s = 0.0, catch_up_s = 0.0;  // of the iterations it took part in

@@ -116,6 +116,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     meta = engine.metadata
     print(repr(engine))
     print(f"kv cache: {engine.kv_cache_dtype}, {engine.kv_bytes / 1e6:.1f} MB (target and draft)")
+    print(f"prompt attention: {engine.prompt_attention} ({engine.weights} weights)")
     print(f"build: {json.dumps(meta['build'])}; producer {meta['producer']}")
     for role, m in meta["models"].items():
         src = m["source"]

@@ -211,6 +211,14 @@ class Engine:
         return self._rt.kv_type
 
     @property
+    def prompt_attention(self) -> str:
+        """The products prompt rows attend with: ``"f32"`` for f32, f16 and bf16 weights (every
+        row as a decode row, the same text on every host); for q8 and q4 weights the CPU's faster
+        ones, ``"bf16"`` where it has AVX512_BF16, else ``"int16"``
+        (``TRT_SPEC_CPU_PROMPT_ATTENTION`` overrides it)."""
+        return self._rt.prompt_attention
+
+    @property
     def kv_bytes(self) -> int:
         """Bytes of the KV caches (target and draft) in that type."""
         return self._rt.kv_bytes

@@ -44,6 +44,8 @@ class GenerationStats:
     # draft="auto" left the draft model out: reading the prompt (and, after the first tokens,
     # the text so far) was not expected to pay
     draft_model_skipped: bool = False
+    # the products prompt rows attended with: f32, or bf16 / int16 (q8 / q4 weights on a CPU)
+    prompt_attention: str = "f32"
     itl_ms: tuple[float, ...] = field(default=(), repr=False)  # each inter-token latency
 
     def as_dict(self) -> dict:
@@ -132,5 +134,6 @@ def stats_from_runtime(
         verify_s=float(r.get("verify_s", 0.0)),
         catch_up_s=float(r.get("catch_up_s", 0.0)),
         draft_model_skipped=bool(r.get("draft_model_skipped", False)),
+        prompt_attention=str(r.get("prompt_attention", "f32")),
         itl_ms=tuple(float(x) for x in itl),
     )
