@@ -182,10 +182,10 @@ def engine_iteration(s: Any, k: int, args, graphs: bool = True) -> float:
     source = "model" if k else "none"
     s.use_graphs = graphs
     prompt = [int(t) for t in np.random.default_rng(0).integers(0, s.vocab_size, args.context)]
-    rid = s.submit(prompt, s.max_seq_len - args.context - 1, 0.0, 0, 1.0, 0, [], [], [], source, k)
+    rid = s.submit(prompt, s.max_seq_len - args.context - 1, draft=source, draft_len=k)
     got = 0  # the prefill gives the first token, each iteration at least one more
     for _ in range(args.context + 8):
-        got += sum(len(ev[1]) for ev in s.step() if ev[0] == rid)
+        got += sum(len(ev.tokens) for ev in s.step() if ev.id == rid)
         if got >= 2:
             break  # one iteration ran: it set the program's sequences (and captured the graph)
     else:

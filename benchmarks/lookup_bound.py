@@ -98,7 +98,7 @@ def main() -> int:
     T = testing_module(Path(__file__).resolve().parents[1])  # noqa: N806
     env = environment(args.threads)
     eng = Engine(args.engine, n_threads=args.threads)
-    K = eng.draft_len
+    K = eng.max_draft_len
     prompts, source = load_prompts(args.prompts, args.n)
     per: list[dict[str, Any]] = []
     for p in prompts:

@@ -84,10 +84,10 @@ def run_iteration(engine: Path, out: Path) -> dict[str, Any]:
     T = testing_module(REPO)  # noqa: N806
     s = T.Session(str(engine), "cuda")
     prompt = [int(t) for t in np.random.default_rng(0).integers(0, s.vocab_size, CONTEXT)]
-    rid = s.submit(prompt, 1024, 0.0, 0, 1.0, 0, [], [], [], "model", K)
+    rid = s.submit(prompt, 1024, draft="model", draft_len=K)
     got = 0
     while got < 2:  # the prefill's token, then one iteration: the graph is captured
-        got += sum(len(ev[1]) for ev in s.step() if ev[0] == rid)
+        got += sum(len(ev.tokens) for ev in s.step() if ev.id == rid)
     s.time_iterations("model", K, 3)
     time.sleep(0.05)  # a gap in the trace before the window
     sec, n = s.time_iterations("model", K, ITERS)

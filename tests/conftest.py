@@ -186,14 +186,3 @@ def baseline(small_engine: Engine) -> list[int]:
     ids = small_engine.generate(PROMPT, max_new_tokens=8).token_ids
     assert len(ids) >= 1
     return ids
-
-
-@pytest.fixture(scope="module")
-def f32_prompt_attention():
-    """For modules whose oracle is the f32 path (transformers' float32 logits, a fresh prefill
-    equal bit for bit to a decoded sequence's KV, Engine.logits as the target distribution of
-    decode rows): prompt rows attend in f32 as decode rows do, not in bf16 (where the CPU has
-    AVX512_BF16) or int16 (elsewhere) as by default (test_prompt_attention.py tests those modes)."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("TRT_SPEC_CPU_PROMPT_ATTENTION", "f32")
-        yield

@@ -21,7 +21,7 @@ def target_only(path, prompt: list[int], n: int) -> list[int]:
 def first_token(s) -> list[int]:
     """Steps until the first token; the draft reads no prompt row before it."""
     while True:
-        got = [t for e in s.step() for t in e[1]]
+        got = [t for e in s.step() for t in e.tokens]
         if got:
             return got
         assert s.draft_prompt_rows == 0
@@ -37,8 +37,8 @@ def test_the_prompt_is_read_after_the_first_token_a_piece_per_step(noisy) -> Non
     rows, sources = [], []
     while s.has_work:
         for e in s.step():
-            assert e[0] == rid
-            out.extend(e[1])
+            assert e.id == rid
+            out.extend(e.tokens)
         rows.append(s.draft_prompt_rows)
         sources.append(s.last_source if s.last_k > 0 else "none")
     assert rows[:4] == [12, 24, 36, ROWS]
@@ -79,7 +79,7 @@ def test_with_a_window_the_pieces_read_the_window(noisy) -> None:
     rows = []
     while s.has_work:
         for e in s.step():
-            out.extend(e[1])
+            out.extend(e.tokens)
         rows.append(s.draft_prompt_rows)
     assert rows[:3] == [3, 6, 8]
     assert out == target_only(noisy, LONG, 24)
@@ -105,15 +105,15 @@ def test_a_request_that_ends_before_the_read_leaves_its_slot_clean(same) -> None
     reads = []
     while s.has_work:
         for e in s.step():
-            out[e[0]].extend(e[1])
-            if e[3]:
-                stats[e[0]] = e[5]
+            out[e.id].extend(e.tokens)
+            if e.finished:
+                stats[e.id] = e.stats
                 reads.append(s.draft_prompt_rows)
     assert reads[0] == 16  # the first request ended after two pieces
     assert out[first[0]] == target_only(same, LONG, 3)
     assert out[first[1]] == target_only(same, LONG, 40)
     st = stats[first[1]]
-    assert st["drafted"] > 0 and st["accepted"] == st["drafted"]
+    assert st.drafted > 0 and st.accepted == st.drafted
 
 
 def test_a_request_cancelled_during_the_read_leaves_its_slot_clean(same) -> None:
@@ -132,14 +132,14 @@ def test_a_request_cancelled_during_the_read_leaves_its_slot_clean(same) -> None
     reasons = {}
     while s.has_work:
         for e in s.step():
-            if e[3]:
-                reasons[e[0]] = e[4]
-            if e[0] == b:
-                out.extend(e[1])
-                stats = e[5] if e[3] else stats
+            if e.finished:
+                reasons[e.id] = e.reason
+            if e.id == b:
+                out.extend(e.tokens)
+                stats = e.stats if e.finished else stats
     assert reasons[a] == "cancelled"
     assert out == target_only(same, LONG[5:], 40)
-    assert stats["drafted"] > 0 and stats["accepted"] == stats["drafted"]
+    assert stats.drafted > 0 and stats.accepted == stats.drafted
 
 
 def test_while_another_decodes_each_step_reads_one_piece(noisy) -> None:
@@ -150,14 +150,14 @@ def test_while_another_decodes_each_step_reads_one_piece(noisy) -> None:
     got: dict[int, list[int]] = {a: []}
     for _ in range(3):
         for e in s.step():
-            got[e[0]].extend(e[1])
+            got[e.id].extend(e.tokens)
     base = s.draft_prompt_rows
     b = s.submit(LONG, 30, draft="model", draft_len=4)
     got[b] = []
     rows = [base]
     while s.has_work:
         for e in s.step():
-            got[e[0]].extend(e[1])
+            got[e.id].extend(e.tokens)
         rows.append(s.draft_prompt_rows)
     steps = [y - x for x, y in zip(rows, rows[1:], strict=False)]
     assert rows[-1] == base + ROWS and max(steps) <= 4 and sum(1 for d in steps if d) >= ROWS // 4

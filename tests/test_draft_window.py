@@ -19,8 +19,8 @@ def run(s, rid: int) -> list[int]:
     out: list[int] = []
     while s.has_work:
         for e in s.step():
-            assert e[0] == rid
-            out.extend(e[1])
+            assert e.id == rid
+            out.extend(e.tokens)
     return out
 
 
@@ -31,7 +31,7 @@ def test_the_window_is_read_after_the_first_token(noisy) -> None:
     rid = s.submit(LONG, 12, draft="model", draft_len=4)
     first_at = None
     for step in range(10):
-        got = [t for e in s.step() for t in e[1]]
+        got = [t for e in s.step() for t in e.tokens]
         if got:
             first_at = step
             break
@@ -49,7 +49,7 @@ def test_without_a_window_the_draft_reads_every_chunk_but_the_last_before_the_fi
 ) -> None:
     s = T.Session(str(noisy), "cpu", 2, 16, 4, draft_window=0)
     rid = s.submit(LONG, 4, draft="model", draft_len=4)
-    while not [t for e in s.step() for t in e[1]]:
+    while not [t for e in s.step() for t in e.tokens]:
         pass
     assert s.draft_prompt_rows == 32
     assert fields(s.seq_state(rid))["draft_off"][0] == 0
@@ -67,7 +67,7 @@ def test_the_window_is_cached_as_a_sequence_of_its_own(noisy, layer: int) -> Non
     b = T.Session(str(noisy), "cpu", 2, 256, 4, draft_window=0)
     rb = b.submit(LONG[OFF:], 6, draft="model", draft_len=4)
     for s in (a, b):
-        while not [t for e in s.step() for t in e[1]]:
+        while not [t for e in s.step() for t in e.tokens]:
             pass
         s.step()  # the draft reads its W rows, then the first iteration runs
     assert a.draft_prompt_rows == b.draft_prompt_rows == W
@@ -77,7 +77,7 @@ def test_the_window_is_cached_as_a_sequence_of_its_own(noisy, layer: int) -> Non
     # A draft that read the whole prompt holds other entries there.
     c = T.Session(str(noisy), "cpu", 2, 256, 4, draft_window=0)
     rc = c.submit(LONG, 6, draft="model", draft_len=4)
-    while not [t for e in c.step() for t in e[1]]:
+    while not [t for e in c.step() for t in e.tokens]:
         pass
     c.step()
     assert c.draft_kv(c.slot_of(rc), layer, W + 1) != ka
@@ -92,7 +92,7 @@ def test_while_others_decode_the_window_is_read_as_the_chunks_pass(noisy) -> Non
     got: dict[int, list[int]] = {a: []}
     for _ in range(2):  # A: prefill and first token; its draft reads 2 rows; an iteration
         for e in s.step():
-            got[e[0]].extend(e[1])
+            got[e.id].extend(e.tokens)
     base = s.draft_prompt_rows
     assert base == 2
     b = s.submit(LONG, 8, draft="model", draft_len=4)
@@ -100,20 +100,20 @@ def test_while_others_decode_the_window_is_read_as_the_chunks_pass(noisy) -> Non
     rows = [base]
     while len(got[b]) < 2:
         for e in s.step():
-            got[e[0]].extend(e[1])
+            got[e.id].extend(e.tokens)
         rows.append(s.draft_prompt_rows)
     steps = [y - x for x, y in zip(rows, rows[1:], strict=False)]
     assert rows[-1] == base + W and max(steps) <= 4 and sum(1 for d in steps if d) >= 2
     kb = s.draft_kv(s.slot_of(b), 1, W + 1)
     lone = T.Session(str(noisy), "cpu", 2, 16, 4, draft_window=W)
     rl = lone.submit(LONG, 8, draft="model", draft_len=4)
-    while not [t for e in lone.step() for t in e[1]]:
+    while not [t for e in lone.step() for t in e.tokens]:
         pass
     lone.step()
     assert lone.draft_kv(lone.slot_of(rl), 1, W + 1) == kb
     while s.has_work:
         for e in s.step():
-            got[e[0]].extend(e[1])
+            got[e.id].extend(e.tokens)
     engine = Engine(noisy)
     for rid, prompt, n in ((a, [1, 2, 3], 100), (b, LONG, 8)):
         want = engine.generate(prompt, max_new_tokens=n, speculate=False, ignore_eos=True)

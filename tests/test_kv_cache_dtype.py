@@ -10,9 +10,6 @@ import spec_pairs
 from trt_spec import _core, cli
 from trt_spec.engine import Engine
 
-# Prompt rows in f32, as decode rows (conftest.f32_prompt_attention).
-pytestmark = pytest.mark.usefixtures("f32_prompt_attention")
-
 PROMPTS = [[1, 2, 3, 4], [5, 9, 2], [7] * 10]
 PREDICTION = [1, 2, 3, 4, 5, 6, 1, 2, 3, 4, 7, 8, 9, 2, 3, 4, 10, 11, 12, 1, 2, 3, 4, 5, 13]
 

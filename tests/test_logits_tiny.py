@@ -14,9 +14,6 @@ import tiny_models
 import torch
 from trt_spec import Engine
 
-# Prompt rows in f32, as decode rows (conftest.f32_prompt_attention).
-pytestmark = pytest.mark.usefixtures("f32_prompt_attention")
-
 PROMPT = [3, 17, 250, 99, 5, 42, 42, 7, 380, 1, 0, 64, 128, 200, 31, 8] * 5  # 80 tokens
 
 

@@ -158,7 +158,7 @@ def _run(s, prompt: list[int], n: int, draft: str) -> tuple[list[int], list[tupl
     tokens, lookups, ahead = [], [], None
     for _ in range(400):
         for ev in s.step():
-            tokens += ev[1]
+            tokens += ev.tokens
         if s.slot_of(rid) < 0:
             break
         f = fields(s.seq_state(rid))[0]

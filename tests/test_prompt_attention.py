@@ -1,13 +1,16 @@
-"""Low-precision prompt attention on the CPU, end to end (TRT_SPEC_CPU_PROMPT_ATTENTION; the
-kernel's own tests are test_attention_bf16.py and test_attention_int16.py).
+"""Prompt attention on the CPU, end to end (TRT_SPEC_CPU_PROMPT_ATTENTION; the low-precision
+kernels' own tests are test_attention_bf16.py and test_attention_int16.py).
 
 Prompt rows (prefill chunks, prompt rows carried by verify passes, the draft's prompt reads,
-Engine.logits) attend in bf16 where the CPU has AVX512_BF16, in int16 elsewhere, unless the
-variable says otherwise (bf16, int16, f32). Checked for each mode this CPU runs: the backend's
-name says which; the prompt's logits move (the flag reaches the kernel) but stay close to f32's;
-a prompt's logits do not depend on the prefill chunk; greedy speculation stays exact when prompt
-chunks ride along with other sequences' verify passes; bad values raise; on the real 0.5B
-(``-m models``), prompt rows against transformers' float32 logits.
+Engine.logits) of f32, f16 and bf16 engines attend in f32, as decode rows do, so that such an
+engine gives the same text on every host; those of q8 and q4 engines attend in bf16 where the CPU
+has AVX512_BF16, in int16 elsewhere. The variable overrides both (bf16, int16, f32; auto: by the
+weights). Checked: the default of each weight format, in the backend's name, Engine's
+prompt_attention, the statistics and ``trt-spec info``, and that it reaches the kernel; for each
+low-precision mode this CPU runs, the prompt's logits move but stay close to f32's; a prompt's
+logits do not depend on the prefill chunk; greedy speculation stays exact when prompt chunks ride
+along with other sequences' verify passes; bad values raise; on the real 0.5B (``-m models``),
+prompt rows against transformers' float32 logits.
 """
 
 from __future__ import annotations
@@ -16,12 +19,14 @@ import numpy as np
 import pytest
 import spec_pairs
 from native import T
+from trt_spec import cli
 from trt_spec import models as registry
 from trt_spec.engine import Engine
 
 HAS_BF16 = T.cpu_attention_bf16("")
 NEEDS_BF16 = pytest.mark.skipif(not HAS_BF16, reason="needs AVX512_BF16")
 MODES = [pytest.param("bf16", marks=NEEDS_BF16), "int16"]
+FAST = "bf16" if HAS_BF16 else "int16"  # q8 / q4 engines' default on this CPU
 VAR = "TRT_SPEC_CPU_PROMPT_ATTENTION"
 PROMPT = [(7 * i + 3) % 60 + 1 for i in range(70)]
 
@@ -29,6 +34,12 @@ PROMPT = [(7 * i + 3) % 60 + 1 for i in range(70)]
 @pytest.fixture(scope="module")
 def path(tmp_path_factory: pytest.TempPathFactory):
     return spec_pairs.make_pair(tmp_path_factory.mktemp("promptattn"), "noisy", max_batch=4)
+
+
+@pytest.fixture(scope="module")
+def q4_path(tmp_path_factory: pytest.TempPathFactory):
+    root = tmp_path_factory.mktemp("promptattn_q4")
+    return spec_pairs.make_pair(root, "noisy", max_batch=4, weights="q4")
 
 
 def engine(path, monkeypatch: pytest.MonkeyPatch, mode: str | None, **kw) -> Engine:
@@ -39,13 +50,41 @@ def engine(path, monkeypatch: pytest.MonkeyPatch, mode: str | None, **kw) -> Eng
     return Engine(path, device="cpu", n_threads=2, **kw)
 
 
-def test_backend_name_says_which(path, monkeypatch) -> None:
-    auto = "bf16" if HAS_BF16 else "int16"
-    assert engine(path, monkeypatch, None).backend.endswith(f"+{auto}-prompt")
-    assert engine(path, monkeypatch, "int16").backend.endswith("+int16-prompt")
-    assert not engine(path, monkeypatch, "f32").backend.endswith("-prompt")
-    if HAS_BF16:
-        assert engine(path, monkeypatch, "bf16").backend.endswith("+bf16-prompt")
+def test_backend_name_says_which(path, q4_path, monkeypatch) -> None:
+    assert not engine(path, monkeypatch, None).backend.endswith("-prompt")  # f32 weights
+    assert engine(q4_path, monkeypatch, None).backend.endswith(f"+{FAST}-prompt")
+    for p in (path, q4_path):
+        assert engine(p, monkeypatch, "int16").backend.endswith("+int16-prompt")
+        assert engine(p, monkeypatch, "auto").backend == engine(p, monkeypatch, None).backend
+        assert not engine(p, monkeypatch, "f32").backend.endswith("-prompt")
+        if HAS_BF16:
+            assert engine(p, monkeypatch, "bf16").backend.endswith("+bf16-prompt")
+
+
+@pytest.mark.parametrize("weights", ["f32", "q4"])
+def test_the_default_follows_the_weights(path, q4_path, monkeypatch, capsys, weights: str) -> None:
+    """An f32 engine attends prompts in f32 on every host, a q4 engine in this CPU's faster
+    products; the engine, its statistics and ``trt-spec info`` say which, and the default's
+    logits are bit for bit those of that mode asked for by name."""
+    p, want = (path, "f32") if weights == "f32" else (q4_path, FAST)
+    e = engine(p, monkeypatch, None)
+    assert e.weights == weights and e.prompt_attention == want
+    r = e.generate(PROMPT[:20], max_new_tokens=4, ignore_eos=True)
+    assert r.stats.prompt_attention == want
+    assert r.stats.as_dict()["prompt_attention"] == want
+    assert cli.main(["info", str(p)]) == 0
+    assert f"prompt attention: {want} ({weights} weights)" in capsys.readouterr().out
+    ref = np.asarray(engine(p, monkeypatch, want).logits(PROMPT))
+    got = np.asarray(engine(p, monkeypatch, None).logits(PROMPT))
+    assert np.array_equal(got.view(np.uint32), ref.view(np.uint32))
+    other = np.asarray(engine(p, monkeypatch, "int16" if want == "f32" else "f32").logits(PROMPT))
+    assert not np.array_equal(other, ref)
+
+
+def test_an_override_is_recorded(path, monkeypatch) -> None:
+    e = engine(path, monkeypatch, "int16")
+    assert e.prompt_attention == "int16"
+    assert e.generate(PROMPT[:20], max_new_tokens=2).stats.prompt_attention == "int16"
 
 
 @pytest.mark.skipif(HAS_BF16, reason="needs a CPU without AVX512_BF16")

@@ -15,8 +15,7 @@ import torch
 from trt_spec import Engine
 from trt_spec import models as registry
 
-# Prompt rows in f32, as decode rows (conftest.f32_prompt_attention).
-pytestmark = [pytest.mark.models, pytest.mark.usefixtures("f32_prompt_attention")]
+pytestmark = pytest.mark.models
 
 TIE_GAP = 1e-4
 

@@ -31,20 +31,20 @@ def test_long_prefill_is_chunked_beside_decoding(path) -> None:
     a = s.submit([1, 2, 3], 30, draft="none")
     got = {a: []}
     for e in s.step():  # A: prefill (3 rows), its first token and a decode step
-        got[e[0]].extend(e[1])
+        got[e.id].extend(e.tokens)
     b = s.submit(LONG, 6, draft="none")
     got[b] = []
     steps_until_b = 0
     while not got[b]:
-        events = {e[0]: e for e in s.step()}
+        events = {e.id: e for e in s.step()}
         steps_until_b += 1
-        assert a in events and events[a][1]  # A decoded in every step B was prefilling
+        assert a in events and events[a].tokens  # A decoded in every step B was prefilling
         for rid, e in events.items():
-            got[rid].extend(e[1])
+            got[rid].extend(e.tokens)
     assert steps_until_b == 10
     while s.has_work:
         for e in s.step():
-            got[e[0]].extend(e[1])
+            got[e.id].extend(e.tokens)
     assert got[a] == solo(path, [1, 2, 3], 30)
     assert got[b] == solo(path, LONG, 6)
 
@@ -60,8 +60,8 @@ def test_prefill_alone_uses_the_big_chunk_and_returns_the_first_token_at_once(pa
     while s.has_work:
         got = []
         for e in s.step():
-            assert e[0] == b
-            got.extend(e[1])
+            assert e.id == b
+            got.extend(e.tokens)
         per_step.append(len(got))
     assert per_step[:3] == [0, 0, 1]
     assert sum(per_step) == 3 and len(per_step) >= 4
@@ -89,14 +89,14 @@ def test_cancel_running_and_queued(path) -> None:
     s.cancel(b)
     done = {}
     while s.has_work:
-        for rid, _toks, _, fin, reason, _ in s.step():
-            if fin:
-                done[rid] = reason
+        for e in s.step():
+            if e.finished:
+                done[e.id] = e.reason
     assert done == {a: "cancelled", b: "cancelled", c: "max_new_tokens"}
     d = s.submit([1], 5)
     s.cancel(d)  # still queued: it never takes a slot
     events = s.step()
-    assert [(e[0], e[3], e[4]) for e in events] == [(d, True, "cancelled")]
+    assert [(e.id, e.finished, e.reason) for e in events] == [(d, True, "cancelled")]
     assert not s.has_work
 
 
@@ -187,7 +187,7 @@ def test_a_carried_prefill_gives_the_same_tokens_in_less_device_time(
         steps = 0
         while s.has_work and steps < 400:
             for e in s.step():
-                got.setdefault(e[0], []).extend(e[1])
+                got.setdefault(e.id, []).extend(e.tokens)
             steps += 1
             if steps == 2:
                 ids.append(s.submit(LONG, 12, **kw))
@@ -217,7 +217,7 @@ def _padded_pair(path, skip: bool, temperature: float, model_first: bool) -> tup
     steps = 0
     while s.has_work and steps < 200:
         for e in s.step():
-            got[e[0]].extend(e[1])
+            got[e.id].extend(e.tokens)
         if s.last_batch == 2 and s.last_k > 0:
             passes.append((s.last_k, s.last_verify_rows))
         steps += 1

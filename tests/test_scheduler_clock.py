@@ -98,7 +98,7 @@ def test_capture_never_enters_the_estimates(same_pair) -> None:
         assert syncs == [1] * len(syncs), syncs
 
 
-def _drive(s, prompt: list[int], n: int, **kw) -> tuple[dict, int, list[int]]:
+def _drive(s, prompt: list[int], n: int, **kw) -> tuple[object, int, list[int]]:
     """One request on a session, run to its end: (its statistics, the prompt rows the draft model
     read meanwhile, its tokens)."""
     rows = s.draft_prompt_rows
@@ -106,9 +106,9 @@ def _drive(s, prompt: list[int], n: int, **kw) -> tuple[dict, int, list[int]]:
     stats, tokens = None, []
     for _ in range(400):
         for ev in s.step():
-            tokens += ev[1]
-            if ev[3]:
-                stats = ev[5]
+            tokens += ev.tokens
+            if ev.finished:
+                stats = ev.stats
         if not s.has_work:
             break
     assert stats is not None
@@ -133,12 +133,12 @@ def test_auto_leaves_the_prompt_unread_when_the_draft_does_not_pay(
     skipped, read = [], []
     for i in range(10):
         stats, rows, _ = _drive(s, [1 + i, 2, 3, 4, 5], 24, draft="auto")
-        skipped.append(stats["draft_model_skipped"])
+        skipped.append(stats.draft_model_skipped)
         read.append(rows)
         if skipped[-1]:
-            assert "m" not in stats["sources"] and stats["catch_up_s"] == 0.0
+            assert "m" not in stats.sources and stats.catch_up_s == 0.0
         elif i == 8 and pays:  # 12 tokens or more without the draft, then the draft drafts
-            src = stats["sources"]
+            src = stats.sources
             j = src.index("m")  # (after it, a plain step may end the request)
             assert j >= 12 and src[j:].count("m") >= len(src) - j - 1, src
     assert s.read_per_row > 0.0
@@ -148,9 +148,9 @@ def test_auto_leaves_the_prompt_unread_when_the_draft_does_not_pay(
     else:
         assert skipped == [False] + [True] * 7 + [False, True]
         assert read == [0 if k else 4 for k in skipped]
-    for draft, draft_len in (("model", -1), ("auto", 2)):
+    for draft, draft_len in (("model", None), ("auto", 2)):
         stats, rows, _ = _drive(s, [21, 2, 3, 4, 5], 24, draft=draft, draft_len=draft_len)
-        assert not stats["draft_model_skipped"] and rows == 4
+        assert not stats.draft_model_skipped and rows == 4
 
 
 @pytest.mark.parametrize("clock", ["host", "graphs"])
@@ -166,15 +166,15 @@ def test_auto_keeps_the_draft_out_where_lookup_does_better(same_pair, clock: str
     s.script_costs(TF, TR, DF, 2e-3, capture=CAPTURE, first_launch=FIRST_LAUNCH)
     prompt = [7] + [(3 * i) % 50 + 2 for i in range(39)]
     first, rows, expect = _drive(s, prompt, 64, draft="model")  # the costs, and the answer
-    assert rows == 39 and "m" in first["sources"]
+    assert rows == 39 and "m" in first.sources
     stats, rows, out = _drive(s, prompt, 64, draft="auto", prediction=prompt[-1:] + expect)
     assert out == expect
-    assert stats["draft_model_skipped"] and rows == 0 and "m" not in stats["sources"]
-    assert stats["prediction_accepted"] > 40 and stats["sources"].count("l") >= 8
+    assert stats.draft_model_skipped and rows == 0 and "m" not in stats.sources
+    assert stats.prediction_accepted > 40 and stats.sources.count("l") >= 8
     stats, rows, out = _drive(s, prompt, 64, draft="auto")
     assert out == expect
-    assert not stats["draft_model_skipped"] and 39 + 12 <= rows <= 39 + 11 + 7
-    assert "m" in stats["sources"]
+    assert not stats.draft_model_skipped and 39 + 12 <= rows <= 39 + 11 + 7
+    assert "m" in stats.sources
 
 
 @pytest.mark.parametrize("clock", ["host", "graphs"])
@@ -193,10 +193,10 @@ def test_auto_drafts_with_lookup_where_its_catch_ups_are_cheap(same_pair, clock:
     assert rows == 4
     prediction = prompt[-1:] + expect
     stats, _, out = _drive(s, prompt, 64, draft="lookup", prediction=prediction)
-    assert out == expect and stats["sources"].count("l") >= 8
+    assert out == expect and stats.sources.count("l") >= 8
     stats, rows, out = _drive(s, prompt, 64, draft="auto", prediction=prediction)
-    assert out == expect and rows >= 4 and not stats["draft_model_skipped"]
-    src = stats["sources"]
+    assert out == expect and rows >= 4 and not stats.draft_model_skipped
+    src = stats.sources
     assert src.count("l") > 2 * src.count("m"), src
     assert s.catch_up_per_token > 0.0
 

@@ -12,9 +12,6 @@ from native import T
 from test_spec_acceptance import ALPHA, chi2_matches, rule_probs
 from trt_spec import Engine
 
-# Prompt rows in f32, as decode rows (conftest.f32_prompt_attention).
-pytestmark = pytest.mark.usefixtures("f32_prompt_attention")
-
 PROMPTS = [[1, 2, 3, 4], [5, 9, 2], [7] * 10, [100, 200, 300, 17, 42, 8], [3]]
 # A prediction whose repeats make prompt lookup propose trees (several continuations of one
 # n-gram) for prompts that share its n-grams.
@@ -30,15 +27,15 @@ def pair(root, kind: str, **kw) -> Engine:
     return Engine(spec_pairs.make_pair(root, kind, **kw))
 
 
-def run(session, ids: list[int]) -> dict[int, tuple[list[int], str, dict]]:
+def run(session, ids: list[int]) -> dict[int, tuple[list[int], str, object]]:
     """Steps a test Session until the requests `ids` finish: id -> (tokens, reason, stats)."""
-    out: dict[int, list] = {i: [[], "", {}] for i in ids}
+    out: dict[int, list] = {i: [[], "", None] for i in ids}
     while session.has_work:
-        for rid, toks, _text, done, reason, stats in session.step():
-            if rid in out:
-                out[rid][0].extend(toks)
-                if done:
-                    out[rid][1], out[rid][2] = reason, stats
+        for ev in session.step():
+            if ev.id in out:
+                out[ev.id][0].extend(ev.tokens)
+                if ev.finished:
+                    out[ev.id][1], out[ev.id][2] = ev.reason, ev.stats
     return {i: (v[0], v[1], v[2]) for i, v in out.items()}
 
 
@@ -115,7 +112,16 @@ def _first_tokens(
     out = np.zeros((n, 3), np.int64)
     for start in range(0, n, 512):
         ids = {
-            s.submit([1, 2, 3], 3, temperature, 0, top_p, seed, [], [], prediction, draft, k): seed
+            s.submit(
+                [1, 2, 3],
+                3,
+                temperature=temperature,
+                top_p=top_p,
+                seed=seed,
+                prediction=prediction,
+                draft=draft,
+                draft_len=k,
+            ): seed
             for seed in range(start, min(n, start + 512))
         }
         for rid, (toks, _, _) in run(s, list(ids)).items():
@@ -235,7 +241,7 @@ def test_kv_caches_equal_fresh_prefill_after_rollbacks(root, draft: str) -> None
     path = spec_pairs.make_pair(root, "noisy", draft_len=4, max_batch=2)
     s = T.Session(str(path), "cpu", 2)
     if draft == "model":
-        rid = s.submit(PROMPTS[0], 80, 1.0, 0, 1.0, 3, [], [], [], "model", 4)
+        rid = s.submit(PROMPTS[0], 80, temperature=1.0, seed=3, draft="model", draft_len=4)
     else:
         base = (
             Engine(path)
@@ -243,17 +249,19 @@ def test_kv_caches_equal_fresh_prefill_after_rollbacks(root, draft: str) -> None
             .token_ids
         )
         corrupt = [(t + 7) % 384 if i % 5 == 4 else t for i, t in enumerate(base)]
-        rid = s.submit(PROMPTS[0], 60, 0.0, 0, 1.0, 3, [], [], corrupt + base, "lookup", 4)
-    slot, stats, moved = -1, {}, False
+        rid = s.submit(
+            PROMPTS[0], 60, seed=3, prediction=corrupt + base, draft="lookup", draft_len=4
+        )
+    slot, stats, moved = -1, None, False
     while s.has_work:
         for ev in s.step():
-            if ev[3]:
-                stats = ev[5]
+            if ev.finished:
+                stats = ev.stats
         slot = max(slot, s.slot_of(rid))
         if s.slot_of(rid) >= 0:
             st = fields(s.seq_state(rid))[0]
             moved = moved or any(st["path"][d] != d for d in range(st["n_acc"]))
-    hist = stats["accepted_hist"]
+    hist = stats.accepted_hist
     assert sum(1 for h in hist if h > 0) >= (3 if draft == "model" else 2)  # lengths varied
     assert moved or draft == "model"  # accepted tree nodes off the first branch did move
     st = fields(s.slot_state(slot))[0]
@@ -263,7 +271,7 @@ def test_kv_caches_equal_fresh_prefill_after_rollbacks(root, draft: str) -> None
     fresh = T.Session(str(path), "cpu", 2)
     # Two tokens: the draft reads the prompt's last chunk after the first token, at the step of
     # the first iteration (an iteration writes no position compared below).
-    fid = fresh.submit(toks, 2, 0.0, 0, 1.0, 0, [], [], [], "model", 1)
+    fid = fresh.submit(toks, 2, draft="model", draft_len=1)
     run(fresh, [fid])
     roles = [("target", n_past)] + ([("draft", n_past - 1)] if draft == "model" else [])
     for role, n in roles:
@@ -387,7 +395,7 @@ def test_statistics_are_consistent(root) -> None:
     assert s.acceptance_rate == pytest.approx(s.accepted / s.drafted)
     # Tokens after the prefill's first one, per iteration (the last block may be cut).
     assert s.tokens_per_iteration == pytest.approx(49 / s.iterations)
-    assert s.draft_s > 0 and s.verify_s > 0 and s.draft_len == "4" and s.draft == "model"
+    assert s.draft_s > 0 and s.verify_s > 0 and s.draft_len == 4 and s.draft == "model"
     assert s.by_source["model"] == {
         "iterations": s.iterations,
         "drafted": s.drafted,
@@ -445,7 +453,7 @@ def test_auto_stops_drafting_with_a_draft_that_always_misses(root) -> None:
 def test_engine_without_draft_model_speculates_with_lookup(tiny) -> None:
     path, _ = tiny.engine("qwen2", weights="f32", max_seq_len=256)
     e = Engine(path)
-    assert not e.has_draft and e.draft_len == 8
+    assert not e.has_draft and e.max_draft_len == 8
     base = e.generate(PROMPTS[0], max_new_tokens=40, speculate=False, ignore_eos=True)
     r = e.generate(PROMPTS[0], max_new_tokens=40, ignore_eos=True, prediction=base.token_ids)
     assert r.token_ids == base.token_ids
@@ -483,7 +491,7 @@ def test_ids_beyond_the_drafts_vocabulary_never_reach_it(root, draft: str) -> No
 # ---- the engine file -------------------------------------------------------------------------
 def test_engine_stores_draft_len_and_both_models(root) -> None:
     e = pair(root, "padded", draft_len=3, max_batch=1)
-    assert e.draft_len == 3 and e.metadata["build"]["draft_len"] == 3 and e.has_draft
+    assert e.max_draft_len == 3 and e.metadata["build"]["draft_len"] == 3 and e.has_draft
     assert e.config("draft")["vocab_size"] == e.config("target")["vocab_size"] + 24
     with pytest.raises(ValueError, match=r"draft_len must be 'auto' or in \[0, 3\]"):
         e.generate([1, 2], max_new_tokens=2, draft_len=4)

@@ -99,6 +99,13 @@ class Backend {
   // True when ops run in order on the calling thread (the CPU): the host may time phases
   // between ops for free. False for devices with asynchronous streams.
   virtual bool runs_on_host() const = 0;
+  // The products prompt rows (Rows::prompt_from) attend with: "f32" (as every other row), or a
+  // backend's faster ones ("bf16", "int16": the CPU's, kernels/cpu/attention.h).
+  virtual std::string prompt_attention() const { return "f32"; }
+  // Called by the runtime once it knows the engine's weight format: a backend with faster prompt
+  // products may keep them for quantized (q8 / q4) weights only, so that an f32, f16 or bf16
+  // engine attends every row in f32 (the same text on every host). Default: nothing.
+  virtual void follow_weights(bool quantized) {}
 
   // Memory: zero-initialised, 64-byte aligned.
   virtual void* alloc(size_t bytes) = 0;

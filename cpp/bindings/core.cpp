@@ -3,8 +3,9 @@
 //
 // Exposes the engine schema constants and weight formats (defined once in C++; the Python
 // builder reads them from here), the quantizers (for the builder), the names of draft sources,
-// draft modes and finish reasons, and the Runtime / Scheduler objects. Runtime errors map to
-// Python exceptions: EngineFileError (a ValueError subclass), ValueError, RuntimeError.
+// draft modes and finish reasons, the Runtime / Scheduler objects and the scheduler's data
+// (Request in, Event and RequestStats out: events.h). Runtime errors map to Python exceptions:
+// EngineFileError (a ValueError subclass), ValueError, RuntimeError.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/map.h>
@@ -242,12 +243,16 @@ NB_MODULE(_core, m) {
       .def_prop_ro("vocab_size", &Runtime::vocab_size)
       .def_prop_ro("backend_name", [](Runtime& r) { return r.backend().name(); })
       .def_prop_ro("threads", [](Runtime& r) { return r.backend().threads(); })
-      .def_prop_ro("draft_len", &Runtime::draft_len)
+      .def_prop_ro("max_draft_len", &Runtime::max_draft_len,
+                   "The most draft tokens per iteration (the build's --draft-len; 0: none)")
       .def_prop_ro("weight_bytes",
                    [](Runtime& r) {
                      return r.target().weight_bytes() + (r.draft() ? r.draft()->weight_bytes() : 0);
                    })
       .def_prop_ro("kv_type", [](Runtime& r) { return std::string(kv_type_name(r.kv_type())); })
+      .def_prop_ro("prompt_attention", &Runtime::prompt_attention,
+                   "The products prompt rows attend with: f32, or for q8 / q4 weights the "
+                   "backend's faster ones (bf16, int16 on a CPU)")
       .def_prop_ro("kv_bytes",
                    [](Runtime& r) {
                      return r.target().kv_bytes() + (r.draft() ? r.draft()->kv_bytes() : 0);
@@ -288,6 +293,8 @@ NB_MODULE(_core, m) {
     m.attr("DEFAULT_DRAFT_READ_CHUNK") = kDefaultDraftReadChunk;
   }
 
+  bind_scheduler_types(m);
+
   nb::class_<Scheduler>(m, "Scheduler",
                         "Owns every request's life: queue, slots, chunked prefill, speculative "
                         "iterations, stops, cancellation, statistics (engine/scheduler.h)")
@@ -311,29 +318,11 @@ NB_MODULE(_core, m) {
           "interleave_chunk"_a = 64, "carry_prefill"_a = true,
           "draft_window"_a = kDefaultDraftWindow, "draft_read_chunk"_a = kDefaultDraftReadChunk,
           nb::keep_alive<1, 2>())
-      .def(
-          "submit",
-          [](Scheduler& s, const std::vector<int32_t>& prompt, int max_new_tokens,
-             float temperature, int top_k, float top_p, uint64_t seed,
-             const std::vector<int32_t>& stop_ids, const std::vector<std::string>& stop_strings,
-             const std::vector<int32_t>& prediction, const std::string& draft, int draft_len) {
-            return s.submit(make_request(prompt, max_new_tokens, temperature, top_k, top_p, seed,
-                                         stop_ids, stop_strings, prediction, draft, draft_len));
-          },
-          SUBMIT_ARGS, "Validates and queues a request; returns its id (draft_len -1: auto)")
+      .def("submit", &Scheduler::submit, "request"_a,
+           "Validates and queues a request (ValueError naming the bad field); returns its id")
       .def("cancel", &Scheduler::cancel, "id"_a, "Ends a request at the next step")
-      .def(
-          "step",
-          [](Scheduler& s) {
-            std::vector<SchedulerEvent> ev;
-            {
-              nb::gil_scoped_release release;
-              ev = s.step();
-            }
-            return events_list(ev);
-          },
-          "One scheduling step; [(id, new tokens, new text bytes, finished, reason, stats or "
-          "None)]")
+      .def("step", &Scheduler::step, nb::call_guard<nb::gil_scoped_release>(),
+           "One scheduling step: an Event per request that produced something")
       .def_prop_ro("has_work", &Scheduler::has_work)
       .def_prop_ro("running", &Scheduler::running)
       .def_prop_ro("waiting", &Scheduler::waiting)

@@ -1,11 +1,17 @@
-// events.h: requests in and scheduler events out, as Python values; shared by the public module
-// (core.cpp) and the test module (session_testing.cpp).
+// events.h: the scheduler's data as Python classes: Request (engine/request.h GenerateRequest),
+// Event (SchedulerEvent) and RequestStats (engine/scheduler.h), bound by the public module
+// (core.cpp) and by the test module (session_testing.cpp), each in its own nanobind domain.
+// The classes carry the values only: requests are validated by Scheduler::submit (request.cpp).
 #pragma once
 
 #include <nanobind/nanobind.h>
+#include <nanobind/stl/map.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -16,77 +22,146 @@ namespace trt_spec::bindings {
 namespace nb = nanobind;
 using namespace nb::literals;
 
-inline GenerateRequest make_request(const std::vector<int32_t>& prompt, int max_new_tokens,
+inline GenerateRequest make_request(std::vector<int32_t> prompt, int max_new_tokens,
                                     float temperature, int top_k, float top_p, uint64_t seed,
-                                    const std::vector<int32_t>& stop_ids,
-                                    const std::vector<std::string>& stop_strings,
-                                    const std::vector<int32_t>& prediction,
-                                    const std::string& draft, int draft_len) {
+                                    std::vector<int32_t> stop_ids,
+                                    std::vector<std::string> stop_strings,
+                                    std::vector<int32_t> prediction, std::string draft,
+                                    std::optional<int> draft_len) {
   GenerateRequest req;
-  req.prompt = prompt;
+  req.prompt = std::move(prompt);
   req.max_new_tokens = max_new_tokens;
   req.sampling = SamplingParams{temperature, top_k, top_p, seed};
-  req.stop_ids = stop_ids;
-  req.stop_strings = stop_strings;
-  req.prediction = prediction;
-  req.draft = draft;
+  req.stop_ids = std::move(stop_ids);
+  req.stop_strings = std::move(stop_strings);
+  req.prediction = std::move(prediction);
+  req.draft = std::move(draft);
   req.draft_len = draft_len;
   return req;
 }
 
-// The keyword arguments of make_request, for .def().
-#define SUBMIT_ARGS                                                                              \
-  "prompt"_a, "max_new_tokens"_a = 128, "temperature"_a = 0.0f, "top_k"_a = 0, "top_p"_a = 1.0f, \
-              "seed"_a = 0, "stop_ids"_a = std::vector<int32_t>{},                               \
-              "stop_strings"_a = std::vector<std::string>{},                                     \
-              "prediction"_a = std::vector<int32_t>{}, "draft"_a = "auto", "draft_len"_a = -1
+// The arguments of make_request, for .def(): the prompt and max_new_tokens, then keywords only.
+#define REQUEST_ARGS                                                                          \
+  "prompt"_a, "max_new_tokens"_a = 128, nb::kw_only(), "temperature"_a = 0.0f, "top_k"_a = 0, \
+              "top_p"_a = 1.0f, "seed"_a = 0, "stop_ids"_a = std::vector<int32_t>{},          \
+              "stop_strings"_a = std::vector<std::string>{},                                  \
+              "prediction"_a = std::vector<int32_t>{}, "draft"_a = "auto",                    \
+              "draft_len"_a = nb::none()
 
-inline nb::dict stats_dict(const RequestStats& s) {
-  nb::dict r;
-  r["prompt_tokens"] = s.prompt_tokens;
-  r["iterations"] = s.iterations;
-  r["spec_iterations"] = s.spec_iterations;
-  r["drafted"] = s.drafted;
-  r["accepted"] = s.accepted;
-  r["emitted"] = s.emitted;
-  nb::dict by;
-  for (int i = 0; i < kDraftSourceCount; ++i) {
-    nb::dict d;
-    d["iterations"] = s.iterations_by_source[i];
-    d["drafted"] = s.drafted_by_source[i];
-    d["accepted"] = s.accepted_by_source[i];
-    by[draft_source_name(static_cast<DraftSource>(i))] = d;
-  }
-  r["by_source"] = by;
-  r["prediction_accepted"] = s.prediction_accepted;
-  r["prediction_rejected"] = s.prediction_rejected;
-  r["accepted_hist"] = s.accepted_hist;
-  nb::dict hist_by;
+// Per draft source name: f(source) of each source.
+template <typename F>
+auto by_source_name(F f) {
+  std::map<std::string, decltype(f(0))> out;
   for (int i = 0; i < kDraftSourceCount; ++i)
-    hist_by[draft_source_name(static_cast<DraftSource>(i))] = s.accepted_hist_by_source[i];
-  r["accepted_hist_by_source"] = hist_by;
-  r["sources"] = s.sources;
-  r["draft_model_skipped"] = s.draft_model_skipped;
-  r["queue_s"] = s.queue_s;
-  r["prefill_s"] = s.prefill_s;
-  r["draft_s"] = s.draft_s;
-  r["verify_s"] = s.verify_s;
-  r["catch_up_s"] = s.catch_up_s;
-  r["ttft_s"] = s.ttft_s;
-  r["total_s"] = s.total_s;
-  r["token_times"] = s.token_times;
-  return r;
+    out[draft_source_name(static_cast<DraftSource>(i))] = f(i);
+  return out;
 }
 
-// [(id, new tokens, new text bytes, finished, reason, stats dict or None)]
-inline nb::list events_list(std::vector<SchedulerEvent>& ev) {
-  nb::list out;
-  for (SchedulerEvent& e : ev) {
-    nb::object stats = e.finished ? nb::object(stats_dict(e.stats)) : nb::none();
-    out.append(nb::make_tuple(e.id, e.tokens, nb::bytes(e.text.data(), e.text.size()), e.finished,
-                              finish_reason_name(e.reason), stats));
-  }
-  return out;
+inline void bind_scheduler_types(nb::module_& m) {
+  nb::class_<GenerateRequest>(m, "Request",
+                              "One generation request (engine/request.h), validated when "
+                              "submitted: token ids within the vocabulary, draft_len None (auto) "
+                              "or in [0, max_draft_len], ...")
+      .def(
+          "__init__",
+          [](GenerateRequest* self, std::vector<int32_t> prompt, int max_new_tokens,
+             float temperature, int top_k, float top_p, uint64_t seed,
+             std::vector<int32_t> stop_ids, std::vector<std::string> stop_strings,
+             std::vector<int32_t> prediction, std::string draft, std::optional<int> draft_len) {
+            new (self) GenerateRequest(make_request(std::move(prompt), max_new_tokens, temperature,
+                                                    top_k, top_p, seed, std::move(stop_ids),
+                                                    std::move(stop_strings), std::move(prediction),
+                                                    std::move(draft), draft_len));
+          },
+          REQUEST_ARGS)
+      .def_rw("prompt", &GenerateRequest::prompt, "Token ids (a copy when read)")
+      .def_rw("max_new_tokens", &GenerateRequest::max_new_tokens)
+      .def_prop_rw(
+          "temperature", [](const GenerateRequest& r) { return r.sampling.temperature; },
+          [](GenerateRequest& r, float v) { r.sampling.temperature = v; }, "0: greedy")
+      .def_prop_rw(
+          "top_k", [](const GenerateRequest& r) { return r.sampling.top_k; },
+          [](GenerateRequest& r, int v) { r.sampling.top_k = v; }, "0: off")
+      .def_prop_rw(
+          "top_p", [](const GenerateRequest& r) { return r.sampling.top_p; },
+          [](GenerateRequest& r, float v) { r.sampling.top_p = v; }, "1: off")
+      .def_prop_rw(
+          "seed", [](const GenerateRequest& r) { return r.sampling.seed; },
+          [](GenerateRequest& r, uint64_t v) { r.sampling.seed = v; })
+      .def_rw("stop_ids", &GenerateRequest::stop_ids, "Generation ends after emitting one")
+      .def_rw("stop_strings", &GenerateRequest::stop_strings, "... or once the text holds one")
+      .def_rw("prediction", &GenerateRequest::prediction, "Predicted output (prompt lookup's)")
+      .def_rw("draft", &GenerateRequest::draft, "Draft source: auto, model, lookup or none")
+      .def_rw("draft_len", &GenerateRequest::draft_len,
+              "Draft tokens per iteration, at most the engine's max_draft_len (0: no draft; "
+              "None: auto, the controllers choose)");
+
+  nb::class_<RequestStats>(m, "RequestStats",
+                           "A finished request's counters and times (engine/scheduler.h)")
+      .def_ro("draft", &RequestStats::draft, "The request's draft source")
+      .def_ro("draft_len", &RequestStats::draft_len, "The request's draft_len (None: auto)")
+      .def_ro("prompt_attention", &RequestStats::prompt_attention,
+              "The products prompt rows attended with (f32, bf16 or int16)")
+      .def_ro("prompt_tokens", &RequestStats::prompt_tokens)
+      .def_ro("iterations", &RequestStats::iterations,
+              "Decode iterations the request took part in (the prefill excluded)")
+      .def_ro("spec_iterations", &RequestStats::spec_iterations,
+              "... that verified draft tokens for it")
+      .def_ro("drafted", &RequestStats::drafted, "Draft tokens verified")
+      .def_ro("accepted", &RequestStats::accepted, "Draft tokens kept")
+      .def_ro("emitted", &RequestStats::emitted,
+              "Tokens emitted by iterations (not the prefill's first)")
+      .def_prop_ro(
+          "by_source",
+          [](const RequestStats& s) {
+            return by_source_name([&](int i) {
+              return std::map<std::string, int>{{"iterations", s.iterations_by_source[i]},
+                                                {"drafted", s.drafted_by_source[i]},
+                                                {"accepted", s.accepted_by_source[i]}};
+            });
+          },
+          "Per draft source: iterations, drafted, accepted")
+      .def_ro("prediction_accepted", &RequestStats::prediction_accepted)
+      .def_ro("prediction_rejected", &RequestStats::prediction_rejected)
+      .def_ro("accepted_hist", &RequestStats::accepted_hist,
+              "[max_draft_len + 1]: drafting iterations by accepted length")
+      .def_prop_ro(
+          "accepted_hist_by_source",
+          [](const RequestStats& s) {
+            return by_source_name([&](int i) { return s.accepted_hist_by_source[i]; });
+          },
+          "accepted_hist of each draft source's iterations")
+      .def_ro("sources", &RequestStats::sources,
+              "Per iteration: 'n' none, 'm' draft model, 'l' lookup")
+      .def_ro("draft_model_skipped", &RequestStats::draft_model_skipped)
+      .def_ro("queue_s", &RequestStats::queue_s, "Submission -> a KV slot")
+      .def_ro("prefill_s", &RequestStats::prefill_s, "A KV slot -> the first token")
+      .def_ro("draft_s", &RequestStats::draft_s)
+      .def_ro("verify_s", &RequestStats::verify_s)
+      .def_ro("catch_up_s", &RequestStats::catch_up_s)
+      .def_ro("ttft_s", &RequestStats::ttft_s)
+      .def_ro("total_s", &RequestStats::total_s)
+      .def_ro("token_times", &RequestStats::token_times,
+              "Seconds from submission at which each token became final");
+
+  nb::class_<SchedulerEvent>(m, "Event", "What one scheduler step produced for one request")
+      .def_ro("id", &SchedulerEvent::id, "The request's id (Scheduler.submit's)")
+      .def_ro("tokens", &SchedulerEvent::tokens,
+              "Tokens that became final (a final stop token included)")
+      .def_prop_ro(
+          "text", [](const SchedulerEvent& e) { return nb::bytes(e.text.data(), e.text.size()); },
+          "Output text that became final: UTF-8 bytes, maybe cut mid-character")
+      .def_ro("finished", &SchedulerEvent::finished)
+      .def_prop_ro(
+          "reason",
+          [](const SchedulerEvent& e) { return std::string(finish_reason_name(e.reason)); },
+          "One of FINISH_REASONS once finished, else ''")
+      .def_prop_ro(
+          "stats",
+          [](const SchedulerEvent& e) {
+            return e.finished ? std::optional<RequestStats>(e.stats) : std::nullopt;
+          },
+          "The request's statistics once finished, else None");
 }
 
 }  // namespace trt_spec::bindings

@@ -61,6 +61,7 @@ struct Session {
 }  // namespace
 
 void bind_session(nb::module_& m) {
+  bind_scheduler_types(m);  // this module's own Request, Event and RequestStats
   nb::class_<Session>(m, "Session", "An engine's runtime and scheduler, for tests")
       .def(
           "__init__",
@@ -157,30 +158,32 @@ void bind_session(nb::module_& m) {
       .def_prop_ro("last_warm_up", [](Session& s) { return s.sch->iteration().warm_up(); })
       .def_prop_ro("max_batch", [](Session& s) { return s.rt->max_batch(); })
       .def_prop_ro("max_seq_len", [](Session& s) { return s.rt->max_seq_len(); })
-      .def_prop_ro("draft_len", [](Session& s) { return s.rt->draft_len(); })
+      .def_prop_ro("max_draft_len", [](Session& s) { return s.rt->max_draft_len(); })
       .def_prop_ro("vocab_size", [](Session& s) { return s.rt->vocab_size(); })
       .def(
+          "submit", [](Session& s, const GenerateRequest& r) { return s.sch->submit(r); },
+          "request"_a)
+      .def(
           "submit",
-          [](Session& s, const std::vector<int32_t>& prompt, int max_new_tokens, float temperature,
-             int top_k, float top_p, uint64_t seed, const std::vector<int32_t>& stop_ids,
-             const std::vector<std::string>& stop_strings, const std::vector<int32_t>& prediction,
-             const std::string& draft, int draft_len) {
-            return s.sch->submit(make_request(prompt, max_new_tokens, temperature, top_k, top_p,
-                                              seed, stop_ids, stop_strings, prediction, draft,
-                                              draft_len));
+          [](Session& s, std::vector<int32_t> prompt, int max_new_tokens, float temperature,
+             int top_k, float top_p, uint64_t seed, std::vector<int32_t> stop_ids,
+             std::vector<std::string> stop_strings, std::vector<int32_t> prediction,
+             std::string draft, std::optional<int> draft_len) {
+            return s.sch->submit(make_request(std::move(prompt), max_new_tokens, temperature, top_k,
+                                              top_p, seed, std::move(stop_ids),
+                                              std::move(stop_strings), std::move(prediction),
+                                              std::move(draft), draft_len));
           },
-          SUBMIT_ARGS)
+          REQUEST_ARGS, "submit(Request(...)) in one call")
       .def(
           "cancel", [](Session& s, uint64_t id) { s.sch->cancel(id); }, "id"_a)
-      .def("step",
-           [](Session& s) {
-             std::vector<SchedulerEvent> ev;
-             {
-               nb::gil_scoped_release release;
-               ev = s.sch->step();
-             }
-             return events_list(ev);
-           })
+      .def(
+          "step",
+          [](Session& s) {
+            nb::gil_scoped_release release;
+            return s.sch->step();
+          },
+          "One scheduling step: a list of Event")
       .def_prop_ro("has_work", [](Session& s) { return s.sch->has_work(); })
       .def_prop_ro("last_batch", [](Session& s) { return s.sch->last_batch(); })
       .def_prop_ro("last_k", [](Session& s) { return s.sch->last_k(); })
@@ -380,7 +383,7 @@ void bind_session(nb::module_& m) {
               src = DraftSource::kLookup;
             else if (source != "none")
               throw InvalidArgument("source: none, model or lookup");
-            if (k < 0 || k > rt.draft_len() || B < 1 || (src == DraftSource::kNone) != (k == 0))
+            if (k < 0 || k > rt.max_draft_len() || B < 1 || (src == DraftSource::kNone) != (k == 0))
               throw InvalidArgument("time_iterations: bad source or k, or no iteration yet");
             nb::gil_scoped_release release;
             Iteration& it = s.sch->iteration();

@@ -20,8 +20,7 @@ void Scheduler::admit_draft(Request& r) {
   // copies its input), which only the request's own iterations tell (join_if_pays).
   const int32_t kModelBit = draft_source_bit(DraftSource::kModel);
   const int32_t kLookupBit = draft_source_bit(DraftSource::kLookup);
-  if (!proposers_.model || !(r.sources & kModelBit) || r.req.draft != "auto" ||
-      r.req.draft_len >= 0)
+  if (!proposers_.model || !(r.sources & kModelBit) || r.req.draft != "auto" || r.req.draft_len)
     return;
   const int taken =
       static_cast<int>(slots_.size() - std::count(slots_.begin(), slots_.end(), nullptr));
@@ -70,7 +69,7 @@ void Scheduler::join_if_pays(Request& r, int B, double seconds) {
 Scheduler::Choice Scheduler::choose(const std::vector<Request*>& active) {
   // Room: verify writes cache indices up to n_past + k (< max_seq_len); drafting past the most
   // tokens any sequence may still emit is wasted.
-  int limit = rt_.draft_len(), most_left = 0;
+  int limit = rt_.max_draft_len(), most_left = 0;
   for (const Request* r : active) {
     limit = std::min(limit, rt_.max_seq_len() - 1 - r->seq.n_past);
     most_left = std::max(most_left, r->req.max_new_tokens - r->generated);
@@ -96,8 +95,8 @@ Scheduler::Choice Scheduler::choose(const std::vector<Request*>& active) {
       a_lookup[b] = proposers_.lookup->alpha(r.slot, r.seq.lookup_ngram);
       avail[b] = std::min(r.seq.lookup_n, r.max_nodes);
     }
-    all_fixed = all_fixed && r.req.draft_len >= 0;
-    fixed_k = std::max(fixed_k, r.req.draft_len);
+    all_fixed = all_fixed && r.req.draft_len.has_value();
+    fixed_k = std::max(fixed_k, r.req.draft_len.value_or(0));
   }
   auto lookup_tokens = [&](int k) {
     double t = 0.0;

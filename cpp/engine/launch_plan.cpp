@@ -44,9 +44,9 @@ LaunchPlan cuda_launch_plan(const std::string& engine_path, int batch, int draft
   if (batch < 1 || batch > rt.max_batch())
     throw InvalidArgument("plan: batch " + std::to_string(batch) + " outside [1, " +
                           std::to_string(rt.max_batch()) + "] (the engine's max_batch)");
-  if (draft_len < 0 || draft_len > rt.draft_len() || (draft_len > 0 && !rt.draft()))
+  if (draft_len < 0 || draft_len > rt.max_draft_len() || (draft_len > 0 && !rt.draft()))
     throw InvalidArgument("plan: draft length " + std::to_string(draft_len) +
-                          (rt.draft() ? " outside [0, " + std::to_string(rt.draft_len()) + "]"
+                          (rt.draft() ? " outside [0, " + std::to_string(rt.max_draft_len()) + "]"
                                       : " needs a draft model; this engine has none"));
   LaunchPlan plan;
   plan.batch = batch;
@@ -60,7 +60,7 @@ LaunchPlan cuda_launch_plan(const std::string& engine_path, int batch, int draft
   }
 
   // One iteration as the scheduler builds it (attach_proposers), graphs on.
-  const int B = rt.max_batch(), K = rt.draft_len();
+  const int B = rt.max_batch(), K = rt.max_draft_len();
   Iteration iter(be, rt.target(), rt.draft(), B, K, rt.max_seq_len());
   const ProposerSet proposers = attach_proposers(iter, be, rt.draft(), B, K, rt.vocab_size());
   std::vector<int32_t> slots(batch);

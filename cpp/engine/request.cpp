@@ -52,13 +52,17 @@ void validate_request(const GenerateRequest& req, const RequestLimits& lim) {
     throw InvalidArgument("draft='model': this engine has no draft model (use 'lookup' or 'auto')");
   if (d != "none" && d != "auto" && lim.max_draft_len == 0)
     throw InvalidArgument("draft='" + d + "': this engine was built with --draft-len 0");
-  if (req.draft_len < -1 || req.draft_len > lim.max_draft_len) {
+  if (!req.draft_len) return;
+  const int k = *req.draft_len;
+  if (k < 0)
+    throw InvalidArgument("draft_len must be 'auto' or an integer >= 0, got " + std::to_string(k));
+  if (k > lim.max_draft_len) {
     if (lim.max_draft_len == 0)
-      throw InvalidArgument("draft_len " + std::to_string(req.draft_len) +
+      throw InvalidArgument("draft_len " + std::to_string(k) +
                             ": this engine does not speculate (use 0 or 'auto')");
     throw InvalidArgument("draft_len must be 'auto' or in [0, " +
                           std::to_string(lim.max_draft_len) + "] (the engine's --draft-len), got " +
-                          std::to_string(req.draft_len));
+                          std::to_string(k));
   }
 }
 
@@ -72,7 +76,7 @@ int32_t request_sources(const GenerateRequest& req, const RequestLimits& lim) {
 }
 
 int request_max_nodes(const GenerateRequest& req, const RequestLimits& lim) {
-  return req.draft_len < 0 ? lim.max_draft_len : req.draft_len;
+  return req.draft_len.value_or(lim.max_draft_len);
 }
 
 }  // namespace trt_spec

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,7 +20,9 @@ struct GenerateRequest {
   std::vector<std::string> stop_strings;  // ... or once the output text contains one (cut there)
   std::vector<int32_t> prediction;        // predicted output (a lookup source; max_seq_len used)
   std::string draft = "auto";             // draft source: "auto", "model", "lookup" or "none"
-  int draft_len = -1;                     // -1: auto; 0: no draft; k: k draft tokens
+  // Draft tokens per iteration: k (0: no draft), at most RequestLimits::max_draft_len; none: auto
+  // (the controllers choose, up to max_draft_len).
+  std::optional<int> draft_len;
 };
 
 enum class FinishReason { kNone, kStopToken, kStopString, kMaxNewTokens, kMaxSeqLen, kCancelled };

@@ -79,7 +79,7 @@ KvType resolve_kv_type(const std::string& kv_type, bool gpu) {
   KvType t;
   if (!parse_kv_type(kv_type, &t))
     throw InvalidArgument("unknown KV cache type '" + kv_type +
-                          "' (expected auto, f32, f16 or bf16)");
+                          "': kv_cache_dtype must be auto, f32, f16 or bf16");
   return t;
 }
 
@@ -122,18 +122,22 @@ Runtime::Runtime(const std::string& path, const RuntimeOptions& opts,
         "2^16) is too large");
   max_seq_ = static_cast<int>(max_seq);
   max_batch_ = static_cast<int>(max_batch);
+  // Prompt rows attend in f32 unless the weights are quantized (Backend::follow_weights).
+  const std::string weights = build.get_string("weights", "");
+  backend_->follow_weights(weights == "q8" || weights == "q4");
   const Json models = file_->meta().at("models");
   const bool has_draft = models.has("draft");
   // The most draft tokens per iteration, any source. Engines from before --draft-len was stored
   // drafted 4 tokens at most with a draft model, and none without.
   const int64_t draft_len = build.get_int("draft_len", has_draft ? 4 : 0);
-  draft_len_ = static_cast<int>(std::clamp<int64_t>(draft_len, -1, kMaxDraftLen + 1));
-  if (draft_len_ < (has_draft ? 1 : 0) || draft_len_ > kMaxDraftLen)
+  max_draft_len_ = static_cast<int>(std::clamp<int64_t>(draft_len, -1, kMaxDraftLen + 1));
+  if (max_draft_len_ < (has_draft ? 1 : 0) || max_draft_len_ > kMaxDraftLen)
     throw EngineFileError("engine metadata: draft_len must be in [" +
                           std::to_string(has_draft ? 1 : 0) + ", " + std::to_string(kMaxDraftLen) +
                           "]");
   const int chunk = std::min(opts.prefill_chunk, max_seq_);
-  ModelLimits lim{max_seq_, max_batch_, std::max(chunk, max_batch_ * (draft_len_ + 1)), kv_type_};
+  ModelLimits lim{max_seq_, max_batch_, std::max(chunk, max_batch_ * (max_draft_len_ + 1)),
+                  kv_type_};
   ModelLimits dlim{max_seq_, max_batch_, std::max(chunk, 2 * max_batch_), kv_type_};
   // Refuse KV caches larger than this machine's memory before touching them.
   double kv_bytes = static_cast<double>(

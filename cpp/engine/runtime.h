@@ -1,9 +1,9 @@
 // runtime.h: an opened engine: the mapped file, a backend, and the target and draft models on
 // it.
 //
-// Limits (max_seq_len, max_batch, draft_len) come from the engine's build options; the
-// per-forward row budget from the prefill chunk size, and at least max_batch (draft_len + 1)
-// rows for the target's verify pass.
+// Limits (max_seq_len, max_batch, max_draft_len: the build's --draft-len) come from the engine's
+// build options; the per-forward row budget from the prefill chunk size, and at least max_batch
+// (max_draft_len + 1) rows for the target's verify pass.
 #pragma once
 
 #include <memory>
@@ -36,11 +36,14 @@ class Runtime {
   Model& target() { return *target_; }
   Model* draft() { return draft_.get(); }  // null without a draft model
   // The most draft tokens per iteration (tree nodes, any source); 0: no speculation.
-  int draft_len() const { return draft_len_; }
+  int max_draft_len() const { return max_draft_len_; }
   int max_seq_len() const { return max_seq_; }
   int max_batch() const { return max_batch_; }
   int vocab_size() const { return target_->config().vocab_size; }
   KvType kv_type() const { return kv_type_; }
+  // The products prompt rows attend with: "f32" for f32, f16 and bf16 weights; the backend's
+  // faster ones ("bf16", "int16" on a CPU) may serve q8 and q4 weights (Backend::follow_weights).
+  std::string prompt_attention() const { return backend_->prompt_attention(); }
 
   // Full logits [n, vocab] of a prompt run from position 0 in KV slot 0 (for tests and
   // scoring); overwrites that slot's cache.
@@ -51,7 +54,7 @@ class Runtime {
   std::unique_ptr<EngineFile> file_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Model> target_, draft_;
-  int max_seq_ = 0, max_batch_ = 1, draft_len_ = 0;
+  int max_seq_ = 0, max_batch_ = 1, max_draft_len_ = 0;
   KvType kv_type_ = KvType::F32;
 };
 

@@ -24,7 +24,7 @@ constexpr char kSourceLetters[kDraftSourceCount] = {'n', 'm', 'l'};
 Scheduler::Scheduler(Runtime& rt, SchedulerOptions opts)
     : rt_(rt),
       opts_(std::move(opts)),
-      iter_(rt.backend(), rt.target(), rt.draft(), rt.max_batch(), rt.draft_len(),
+      iter_(rt.backend(), rt.target(), rt.draft(), rt.max_batch(), rt.max_draft_len(),
             rt.max_seq_len()),
       pacer_(opts_.interleave_chunk) {
   if (opts_.prefill_chunk < 1 || opts_.interleave_chunk < 1)
@@ -32,11 +32,16 @@ Scheduler::Scheduler(Runtime& rt, SchedulerOptions opts)
   if (!opts_.token_bytes.empty() && static_cast<int>(opts_.token_bytes.size()) != rt.vocab_size())
     throw InvalidArgument("the token byte table has " + std::to_string(opts_.token_bytes.size()) +
                           " entries for a vocabulary of " + std::to_string(rt.vocab_size()));
-  limits_ = RequestLimits{rt.vocab_size(), rt.max_seq_len(), rt.draft_len(), rt.draft() != nullptr};
-  const int B = rt.max_batch(), K = rt.draft_len();
+  limits_ =
+      RequestLimits{rt.vocab_size(), rt.max_seq_len(), rt.max_draft_len(), rt.draft() != nullptr};
+  const int B = rt.max_batch(), K = rt.max_draft_len();
   proposers_ = attach_proposers(iter_, rt.backend(), rt.draft(), B, K, rt.vocab_size());
-  if (opts_.draft_window < 0) throw InvalidArgument("draft_window must be >= 0 rows");
-  if (opts_.draft_read_chunk < 0) throw InvalidArgument("draft_read_chunk must be >= 0 rows");
+  if (opts_.draft_window < 0)
+    throw InvalidArgument("draft_window must be >= 0 (0: the whole prompt), got " +
+                          std::to_string(opts_.draft_window));
+  if (opts_.draft_read_chunk < 0)
+    throw InvalidArgument("draft_read_chunk must be >= 0 (0: with the prefill), got " +
+                          std::to_string(opts_.draft_read_chunk));
   if (proposers_.model) proposers_.model->set_prompt_window(opts_.draft_window);
   slots_.assign(B, nullptr);
   Backend& be = rt.backend();
@@ -65,7 +70,10 @@ uint64_t Scheduler::submit(GenerateRequest req) {
   r->sources = request_sources(req, limits_);
   r->max_nodes = request_max_nodes(req, limits_);
   r->stop = StopMatcher(req.stop_strings);
+  r->stats.draft = req.draft;
+  r->stats.draft_len = req.draft_len;
   r->stats.prompt_tokens = static_cast<int>(req.prompt.size());
+  r->stats.prompt_attention = rt_.prompt_attention();
   r->stats.accepted_hist.assign(limits_.max_draft_len + 1, 0);
   for (std::vector<int>& h : r->stats.accepted_hist_by_source)
     h.assign(limits_.max_draft_len + 1, 0);
@@ -397,7 +405,6 @@ void Scheduler::decode(std::vector<SchedulerEvent>& events, bool carry) {
   iter_.read_states(seqs_);
   const double now = now_s();
   last_times_ = iter_.times();
-  const double total = last_times_.total();
   take_prefill_time();  // (after the read-back: free)
   if (prep)
     for (Request* r : active) r->stats.catch_up_s += prep->take_prepare_seconds(r->slot);
@@ -405,42 +412,8 @@ void Scheduler::decode(std::vector<SchedulerEvent>& events, bool carry) {
   last_k_ = c.k;
   iterations_ += 1;
   last_source_ = c.source;
-  // The controllers learn the cost of what ran (a warm-up's times hold one-time work: not).
-  DraftController* mc = proposers_.model ? &proposers_.model->controller() : nullptr;
-  // A carried chunk's rows are in the verify time: where the iteration's own cost is predicted,
-  // the rest is the chunk's (the pacer learns it) and the controllers learn nothing; else they
-  // learn the time less the rows at the pacer's separate-chunk rate (an estimate that later
-  // iterations refine), or nothing before that rate is measured. The iteration's own cost is
-  // B's measured one, else its cross-B prior (draft_controller.h): the controllers then learn B
-  // from iterations that carry nothing, never from a time less an estimate of the rows.
-  double decode_s = total, verify_s = last_times_.verify_s;
-  double own_s = -1.0;  // the iteration's own time, where a carried chunk's rows are not
-  bool learn = !iter_.warm_up();
-  if (!chunk.pieces.empty()) {
-    chunk_done(chunk, true);
-    const double own = predicted_time(c.source, B, c.k, /*prior=*/false);
-    const double d = own > 0.0 ? own : predicted_time(c.source, B, c.k);
-    if (learn && d > 0.0) {
-      own_s = d;
-      pacer_.observe_carried(chunk.rows.size(), total - d);
-      pacer_.observe_decode(d);
-      learn = false;
-    } else {
-      const double rows_s = chunk.rows.size() * pacer_.per_row();
-      decode_s -= rows_s;
-      verify_s -= rows_s;
-      learn = learn && rows_s > 0.0 && verify_s > 0.0;
-    }
-  }
-  if (learn) pacer_.observe_decode(decode_s);
-  const int rows = iter_.last_rows();  // (fewer than B (k + 1) where padding was skipped)
-  if (learn && c.source == DraftSource::kLookup) {
-    proposers_.lookup->controller().observe(B, c.k, decode_s, rows);
-    if (mc) mc->observe_verify(B, c.k + 1, verify_s, rows);
-  } else if (learn) {
-    if (mc) mc->observe(B, c.k, decode_s, last_times_.draft_s, verify_s, rows);
-    if (proposers_.lookup && c.k == 0) proposers_.lookup->controller().observe_plain(B, decode_s);
-  }
+  if (!chunk.pieces.empty()) chunk_done(chunk, true);
+  const double own_s = attribute_costs(c, B, chunk.rows.size());
   for (Request* rp : active) {
     Request& r = *rp;
     r.seq = seqs_[r.slot];
@@ -487,9 +460,46 @@ void Scheduler::decode(std::vector<SchedulerEvent>& events, bool carry) {
     }
     ev.text += r.stop.ready();
     // (A warm-up's time holds one-time work: not this request's cost of going without the draft.)
-    if (r.draft_deferred && !iter_.warm_up()) join_if_pays(r, B, own_s >= 0.0 ? own_s : decode_s);
+    if (r.draft_deferred && !iter_.warm_up()) join_if_pays(r, B, own_s);
   }
   if (!chunk.completing.empty()) first_tokens(chunk, iter_.carried_logits(), events);
+}
+
+double Scheduler::attribute_costs(const Choice& c, int B, int carried_rows) {
+  // The controllers learn the cost of what ran (a warm-up's times hold one-time work: not).
+  DraftController* mc = proposers_.model ? &proposers_.model->controller() : nullptr;
+  // A carried chunk's rows are in the verify time: where the iteration's own cost is predicted,
+  // the rest is the chunk's (the pacer learns it) and the controllers learn nothing; else they
+  // learn the time less the rows at the pacer's separate-chunk rate (an estimate that later
+  // iterations refine), or nothing before that rate is measured. The iteration's own cost is
+  // B's measured one, else its cross-B prior (draft_controller.h): the controllers then learn B
+  // from iterations that carry nothing, never from a time less an estimate of the rows.
+  const double total = last_times_.total();
+  double decode_s = total, verify_s = last_times_.verify_s;
+  bool learn = !iter_.warm_up();
+  if (carried_rows > 0) {
+    const double own = predicted_time(c.source, B, c.k, /*prior=*/false);
+    const double d = own > 0.0 ? own : predicted_time(c.source, B, c.k);
+    if (learn && d > 0.0) {
+      pacer_.observe_carried(carried_rows, total - d);
+      pacer_.observe_decode(d);
+      return d;
+    }
+    const double rows_s = carried_rows * pacer_.per_row();
+    decode_s -= rows_s;
+    verify_s -= rows_s;
+    learn = learn && rows_s > 0.0 && verify_s > 0.0;
+  }
+  if (learn) pacer_.observe_decode(decode_s);
+  const int rows = iter_.last_rows();  // (fewer than B (k + 1) where padding was skipped)
+  if (learn && c.source == DraftSource::kLookup) {
+    proposers_.lookup->controller().observe(B, c.k, decode_s, rows);
+    if (mc) mc->observe_verify(B, c.k + 1, verify_s, rows);
+  } else if (learn) {
+    if (mc) mc->observe(B, c.k, decode_s, last_times_.draft_s, verify_s, rows);
+    if (proposers_.lookup && c.k == 0) proposers_.lookup->controller().observe_plain(B, decode_s);
+  }
+  return decode_s;
 }
 
 }  // namespace trt_spec

@@ -26,6 +26,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -67,6 +68,8 @@ struct SchedulerOptions {
 };
 
 struct RequestStats {
+  std::string draft;             // the request's draft source: auto, model, lookup or none
+  std::optional<int> draft_len;  // the request's draft tokens per iteration (none: auto)
   int prompt_tokens = 0;
   int iterations = 0;             // decode iterations the request took part in (prefill excluded)
   int spec_iterations = 0;        // ... that verified draft tokens for it
@@ -81,6 +84,7 @@ struct RequestStats {
   std::vector<int> accepted_hist_by_source[kDraftSourceCount];  // ... of each source's iterations
   std::string sources;               // per iteration: 'n' none, 'm' draft model, 'l' lookup
   bool draft_model_skipped = false;  // auto left the draft model out (its read would not pay)
+  std::string prompt_attention;      // the products prompt rows attended with (Runtime's)
   double queue_s = 0.0;              // submission -> admission into a slot
   double prefill_s = 0.0;            // admission -> first token
   double draft_s = 0.0, verify_s = 0.0, catch_up_s = 0.0;  // of the iterations it took part in
@@ -167,6 +171,11 @@ class Scheduler {
   void start_decoding(Request& r, int32_t first, std::vector<SchedulerEvent>& events);
   // One iteration of the decoding sequences; with carry, it also carries a prefill chunk.
   void decode(std::vector<SchedulerEvent>& events, bool carry);
+  // The cost attribution of the iteration decode() just ran (choice c over B sequences, with
+  // carried_rows prompt rows in its verify pass; times in last_times_): what the pacer and the
+  // draft sources' controllers learn from it. Returns the iteration's own seconds, the carried
+  // rows' share left out (what a deferred request weighs against the draft: join_if_pays).
+  double attribute_costs(const Choice& c, int B, int carried_rows);
   // The predicted device time of an iteration (source, B, k) (<= 0: not measured yet).
   double predicted_time(DraftSource source, int B, int k, bool prior = true) const;
   // The last chunk's time to the pacer, the draft's prompt reads to its controller (after a

@@ -99,7 +99,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
     )
     if args.json:
         r = engine.generate(prompt, **kwargs)
-        print(json.dumps({"text": r.text, "token_ids": r.token_ids, "stats": r.stats.as_dict()}))
+        stats = r.stats.as_dict()
+        stats["draft_len"] = str(r.stats.draft_len)  # ("auto" or a fixed k, as text)
+        print(json.dumps({"text": r.text, "token_ids": r.token_ids, "stats": stats}))
         return 0
     stream = engine.generate(prompt, stream=True, **kwargs)
     for piece in stream:
@@ -117,6 +119,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     meta = engine.metadata
     print(repr(engine))
     print(f"kv cache: {engine.kv_cache_dtype}, {engine.kv_bytes / 1e6:.1f} MB (target and draft)")
+    print(f"prompt attention: {engine.prompt_attention} ({engine.weights} weights)")
     print(f"build: {json.dumps(meta['build'])}; producer {meta['producer']}")
     for role, m in meta["models"].items():
         src = m["source"]
@@ -138,7 +141,7 @@ def cmd_info(args: argparse.Namespace) -> int:
         + (f"{rss / 1e6:.1f} MB" if rss is not None else "unknown")
     )
     if args.plan:
-        draft_len = engine.draft_len if engine.has_draft else 0  # (target-only: K = 0)
+        draft_len = engine.max_draft_len if engine.has_draft else 0  # (target-only: K = 0)
         print_launch_plan(args.engine, args.draft_len, draft_len)
         print_waves(meta, engine.max_seq_len)
         print_cost_model(meta, args.draft_len, draft_len, args.acceptance)

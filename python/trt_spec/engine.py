@@ -3,8 +3,9 @@
 The C++ scheduler (``trt_spec._core.Scheduler``) owns every request: validation, the queue and
 KV slots, prefill, speculative iterations, stop ids and stop strings, cancellation and the
 statistics. This layer turns prompts into token ids (tokenizer and chat template from the
-engine's metadata), hands requests over, and turns the scheduler's events into text, results
-and streams.
+engine's metadata) and arguments into the binding's types (a ``_core.Request``: a value that is
+not of its type raises here, a value the engine cannot take raises in ``Scheduler.submit``),
+and turns the scheduler's events (``_core.Event``) into text, results and streams.
 
 Threads: one Engine may be used from several threads at once (``generate``, streams,
 ``logits`` and the properties). Every call's requests join the same scheduler: concurrent calls
@@ -30,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from trt_spec import _core
-from trt_spec.stats import GenerationStats, stats_from_runtime
+from trt_spec.stats import GenerationStats, stats_from_request
 from trt_spec.tokenizer import TextCodec
 
 Message = Mapping[str, Any]
@@ -78,26 +79,26 @@ class GenerationStream(Iterator[str]):
 class _Pending:
     """One submitted request as this layer sees it: its events, text and final result."""
 
-    def __init__(self, ids: list[int], draft: str, draft_len: str) -> None:
+    def __init__(self, ids: list[int]) -> None:
         self.ids = ids
-        self.draft = draft
-        self.draft_len = draft_len
-        self.events: deque[tuple] = deque()
+        self.events: deque[_core.Event] = deque()
         self.tokens: list[int] = []
         self.parts: list[str] = []
         self.utf8 = codecs.getincrementaldecoder("utf-8")("replace")
         self.result: GenerationResult | None = None
 
-    def take(self, event: tuple) -> str:
+    def take(self, event: _core.Event) -> str:
         """Applies one scheduler event; returns the new text."""
-        _, tokens, text, finished, reason, stats = event
-        self.tokens.extend(tokens)
-        piece = self.utf8.decode(text, final=finished)
+        self.tokens.extend(event.tokens)
+        piece = self.utf8.decode(event.text, final=event.finished)
         if piece:
             self.parts.append(piece)
-        if finished:
-            st = stats_from_runtime(stats, reason, self.draft, self.draft_len)
-            self.result = GenerationResult("".join(self.parts), self.tokens, self.ids, reason, st)
+        stats = event.stats  # (None until the request finishes)
+        if stats is not None:
+            st = stats_from_request(stats, event.reason)
+            self.result = GenerationResult(
+                "".join(self.parts), self.tokens, self.ids, event.reason, st
+            )
         return piece
 
 
@@ -148,17 +149,8 @@ class Engine:
         draft_window: int = DEFAULT_DRAFT_WINDOW,
         draft_read_chunk: int = DEFAULT_DRAFT_READ_CHUNK,
     ) -> None:
-        if n_threads is not None and n_threads < 1:
+        if n_threads is not None and n_threads < 1:  # (the runtime takes 0 for one per core)
             raise ValueError(f"n_threads must be >= 1, got {n_threads}")
-        if draft_window < 0:
-            raise ValueError(f"draft_window must be >= 0 (0: the whole prompt), got {draft_window}")
-        if draft_read_chunk < 0:
-            raise ValueError(
-                f"draft_read_chunk must be >= 0 (0: with the prefill), got {draft_read_chunk}"
-            )
-        if kv_cache_dtype not in KV_CACHE_DTYPES:
-            names = ", ".join(KV_CACHE_DTYPES)
-            raise ValueError(f"kv_cache_dtype must be one of {names}, got {kv_cache_dtype!r}")
         self.path = str(path)
         self._rt = _core.Runtime(
             self.path, device, n_threads or 0, verify, prefill_chunk, kv_cache_dtype
@@ -211,6 +203,14 @@ class Engine:
         return self._rt.kv_type
 
     @property
+    def prompt_attention(self) -> str:
+        """The products prompt rows attend with: ``"f32"`` for f32, f16 and bf16 weights (every
+        row as a decode row, the same text on every host); for q8 and q4 weights the CPU's faster
+        ones, ``"bf16"`` where it has AVX512_BF16, else ``"int16"``
+        (``TRT_SPEC_CPU_PROMPT_ATTENTION`` overrides it)."""
+        return self._rt.prompt_attention
+
+    @property
     def kv_bytes(self) -> int:
         """Bytes of the KV caches (target and draft) in that type."""
         return self._rt.kv_bytes
@@ -224,9 +224,10 @@ class Engine:
         return "draft" in self.metadata["models"]
 
     @property
-    def draft_len(self) -> int:
-        """The most draft tokens per iteration this engine allows (0: it never speculates)."""
-        return self._rt.draft_len
+    def max_draft_len(self) -> int:
+        """The most draft tokens per iteration this engine allows (its build's ``--draft-len``;
+        0: it never speculates): the bound of a request's ``draft_len``."""
+        return self._rt.max_draft_len
 
     @property
     def max_batch(self) -> int:
@@ -283,7 +284,7 @@ class Engine:
         if isinstance(prompt, np.ndarray):
             if prompt.ndim != 1 or not np.issubdtype(prompt.dtype, np.integer):
                 raise ValueError("a token-id array must be one-dimensional and integer")
-            return self._checked_ids([int(t) for t in prompt], "the prompt")
+            return self._token_ids([int(t) for t in prompt], "the prompt")
         if isinstance(prompt, Sequence) and len(prompt) > 0 and isinstance(prompt[0], Mapping):
             for m in prompt:
                 if not isinstance(m, Mapping) or "role" not in m or "content" not in m:
@@ -293,16 +294,17 @@ class Engine:
             text = self.tokenizer.apply_chat_template(list(prompt), add_generation_prompt=True)
             return self.tokenizer.encode(text, add_special=False)
         if isinstance(prompt, Sequence):
-            return self._checked_ids(_int_list(prompt, "token ids"), "the prompt")
+            return self._token_ids(_int_list(prompt, "token ids"), "the prompt")
         raise ValueError(
             f"prompt must be a str, a sequence of token ids or a list of chat messages, "
             f"got {type(prompt).__name__}"
         )
 
-    def _checked_ids(self, ids: list[int], what: str) -> list[int]:
-        """Range check here too: ids beyond int32 could not even reach the runtime's check."""
+    def _token_ids(self, ids: list[int], what: str) -> list[int]:
+        """The ids as the binding takes them (int32). The scheduler checks them against the
+        vocabulary; one no int32 holds could not reach that check, and is outside it too."""
         for i, t in enumerate(ids):
-            if not 0 <= t < self.vocab_size:
+            if not -(2**31) <= t < 2**31:
                 raise ValueError(
                     f"{what} holds token id {t} at index {i}, outside the vocabulary "
                     f"[0, {self.vocab_size})"
@@ -356,7 +358,7 @@ class Engine:
         ``"lookup"`` (prompt lookup: continuations of the newest n-gram found earlier in the
         prompt, the text so far or ``prediction``), ``"auto"`` (per iteration, whichever the
         measured costs and acceptance favour, or none) or ``"none"``. ``draft_len`` fixes the
-        draft tokens per iteration (at most the engine's ``draft_len``) or lets ``"auto"`` pick
+        draft tokens per iteration (at most the engine's ``max_draft_len``) or lets ``"auto"`` pick
         them; ``speculate=False`` is ``draft="none"``. ``prediction``: text (or token ids) the
         answer will probably repeat, such as the file being edited (OpenAI's Predicted
         Outputs); lookup drafts from it. The output follows the target's distribution whatever
@@ -377,7 +379,7 @@ class Engine:
             raise ValueError("speculate must be True or False")
         if not isinstance(draft, str):
             raise ValueError(f"draft must be one of {DRAFT_MODES}, got {draft!r}")
-        draft_code = _draft_len_code(draft_len)
+        k = _draft_len(draft_len)
         mode = draft if speculate else "none"
         prompts = self._batch(prompt)
         single = prompts is None
@@ -395,22 +397,20 @@ class Engine:
         rids: list[int] = []
         try:
             for ids, s in zip(encoded, seeds, strict=True):
-                rids.append(
-                    self._submit(
-                        _Pending(ids, mode, "auto" if draft_code < 0 else str(draft_code)),
-                        prompt=ids,
-                        max_new_tokens=max_new_tokens,
-                        temperature=temperature,
-                        top_k=top_k,
-                        top_p=top_p,
-                        seed=s,
-                        stop_ids=stop_ids,
-                        stop_strings=stop_strings,
-                        prediction=pred,
-                        draft=mode,
-                        draft_len=draft_code,
-                    )
+                request = _core.Request(
+                    ids,
+                    max_new_tokens,
+                    temperature=temperature,
+                    top_k=top_k,
+                    top_p=top_p,
+                    seed=s,
+                    stop_ids=stop_ids,
+                    stop_strings=stop_strings,
+                    prediction=pred,
+                    draft=mode,
+                    draft_len=k,
                 )
+                rids.append(self._submit(_Pending(ids), request))
         except BaseException:
             for r in rids:
                 self._abandon(r)
@@ -425,22 +425,22 @@ class Engine:
         return results[0] if single else results
 
     # ---- the scheduler, shared by every thread ---------------------------------------------------
-    def _submit(self, pending: _Pending, **request: Any) -> int:
+    def _submit(self, pending: _Pending, request: _core.Request) -> int:
         with self._lock:
-            rid = self._sched.submit(**request)
+            rid = self._sched.submit(request)
             with self._mu:
                 self._inbox[rid] = pending
         return rid
 
-    def _dispatch(self, events: list[tuple]) -> None:
+    def _dispatch(self, events: list[_core.Event]) -> None:
         with self._mu:
             for ev in events:
-                p = self._inbox.get(ev[0])
+                p = self._inbox.get(ev.id)
                 if p is not None:  # (an abandoned request's last events are dropped)
                     p.events.append(ev)
             self._mu.notify_all()
 
-    def _events(self, rid: int) -> list[tuple]:
+    def _events(self, rid: int) -> list[_core.Event]:
         """Waits for the request's next events, stepping the scheduler when nobody else is.
 
         A caller whose events another caller's step filed takes them at once: it waits on the
@@ -524,7 +524,7 @@ class Engine:
         for s in stops:
             if isinstance(s, bool) or not isinstance(s, (str, int)):
                 raise ValueError(f"stop entries must be strings or token ids, got {s!r}")
-        stop_ids = self._checked_ids([s for s in stops if not isinstance(s, str)], "stop")
+        stop_ids = self._token_ids([s for s in stops if not isinstance(s, str)], "stop")
         if not ignore_eos:
             stop_ids += self._eog
         return [s for s in stops if isinstance(s, str)], stop_ids
@@ -535,7 +535,7 @@ class Engine:
         if isinstance(prediction, str):
             return self.tokenizer.encode(prediction, add_special=False)
         if isinstance(prediction, (list, tuple, np.ndarray)):
-            return self._checked_ids(_int_list(prediction, "prediction ids"), "the prediction")
+            return self._token_ids(_int_list(prediction, "prediction ids"), "the prediction")
         raise ValueError("prediction must be text, a list of token ids, or None")
 
 
@@ -562,14 +562,13 @@ def _int_list(values: Any, what: str) -> list[int]:
     return out
 
 
-def _draft_len_code(draft_len: int | str) -> int:
-    """-1 for auto, else the fixed draft length (range-checked by the scheduler)."""
-    if draft_len == "auto":
-        return -1
+def _draft_len(draft_len: int | str) -> int | None:
+    """The request's draft_len: None for auto, else the fixed draft length (its range is the
+    scheduler's check)."""
+    if isinstance(draft_len, str) and draft_len == "auto":
+        return None
     if isinstance(draft_len, (int, np.integer)) and not isinstance(draft_len, bool):
-        if not 0 <= int(draft_len) < 2**31:
-            raise ValueError(f"draft_len must be 'auto' or an integer >= 0, got {draft_len}")
-        return int(draft_len)
+        return _int(draft_len, "draft_len")
     raise ValueError(f"draft_len must be 'auto' or an integer, got {draft_len!r}")
 
 

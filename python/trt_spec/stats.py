@@ -1,11 +1,13 @@
-"""Per-request generation statistics, from the scheduler's counters and token times (C++)."""
+"""Per-request generation statistics: the scheduler's counters and token times
+(``_core.RequestStats``, engine/scheduler.h) and the rates and latencies derived from them."""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
 
 import numpy as np
+
+from trt_spec import _core
 
 
 @dataclass(frozen=True)
@@ -23,8 +25,8 @@ class GenerationStats:
     itl_p99_ms: float
     stop_reason: str
     # Speculation (zero / empty without it)
-    draft: str = "none"  # the draft source asked for: auto, model, lookup or none
-    draft_len: str = "0"  # what was asked: "auto", or a fixed k
+    draft: str = "none"  # the request's draft source: auto, model, lookup or none
+    draft_len: int | str = 0  # the request's draft_len: "auto", or a fixed k
     spec_iterations: int = 0  # iterations that verified draft tokens
     drafted: int = 0  # draft tokens verified
     accepted: int = 0  # draft tokens kept
@@ -44,6 +46,8 @@ class GenerationStats:
     # draft="auto" left the draft model out: reading the prompt (and, after the first tokens,
     # the text so far) was not expected to pay
     draft_model_skipped: bool = False
+    # the products prompt rows attended with: f32, or bf16 / int16 (q8 / q4 weights on a CPU)
+    prompt_attention: str = "f32"
     itl_ms: tuple[float, ...] = field(default=(), repr=False)  # each inter-token latency
 
     def as_dict(self) -> dict:
@@ -83,54 +87,47 @@ def _percentile(values: np.ndarray, q: float) -> float:
     return float(np.percentile(values, q)) if values.size else 0.0
 
 
-def stats_from_runtime(
-    r: dict[str, Any], stop_reason: str, draft: str = "none", draft_len: str = "0"
-) -> GenerationStats:
-    """GenerationStats of a finished request from the scheduler's counters (engine/scheduler.h
-    RequestStats)."""
-    times = np.asarray(r.get("token_times", ()), dtype=np.float64)
+def stats_from_request(r: _core.RequestStats, stop_reason: str) -> GenerationStats:
+    """GenerationStats of a finished request from the scheduler's statistics."""
+    times = np.asarray(r.token_times, dtype=np.float64)
     n = int(times.size)
-    total = float(r.get("total_s", 0.0))
+    total = r.total_s
     first = float(times[0]) if n else total
     itl = np.diff(times) * 1e3
     after_first = float(times[-1] - times[0]) if n > 1 else 0.0
-    drafted, accepted = int(r.get("drafted", 0)), int(r.get("accepted", 0))
-    iterations = int(r.get("iterations", 0))
-    prompt = int(r.get("prompt_tokens", 0))
     return GenerationStats(
-        prompt_tokens=prompt,
+        prompt_tokens=r.prompt_tokens,
         new_tokens=n,
-        iterations=iterations,
+        iterations=r.iterations,
         ttft_s=first,
         total_s=total,
         tokens_per_s=n / total if total > 0 else 0.0,
         decode_tokens_per_s=(n - 1) / after_first if after_first > 0 else 0.0,
-        prefill_tokens_per_s=prompt / first if first > 0 else 0.0,
+        prefill_tokens_per_s=r.prompt_tokens / first if first > 0 else 0.0,
         itl_p50_ms=_percentile(itl, 50),
         itl_p95_ms=_percentile(itl, 95),
         itl_p99_ms=_percentile(itl, 99),
         stop_reason=stop_reason,
-        draft=draft,
-        draft_len=draft_len,
-        spec_iterations=int(r.get("spec_iterations", 0)),
-        drafted=drafted,
-        accepted=accepted,
-        acceptance_rate=accepted / drafted if drafted else 0.0,
-        tokens_per_iteration=int(r.get("emitted", 0)) / iterations if iterations else 0.0,
-        accepted_hist=tuple(r.get("accepted_hist", ())),
+        draft=r.draft,
+        draft_len="auto" if r.draft_len is None else r.draft_len,
+        spec_iterations=r.spec_iterations,
+        drafted=r.drafted,
+        accepted=r.accepted,
+        acceptance_rate=r.accepted / r.drafted if r.drafted else 0.0,
+        tokens_per_iteration=r.emitted / r.iterations if r.iterations else 0.0,
+        accepted_hist=tuple(r.accepted_hist),
         accepted_hist_by_source={
-            k: tuple(int(x) for x in v)
-            for k, v in dict(r.get("accepted_hist_by_source", {})).items()
-            if any(v)
+            k: tuple(v) for k, v in r.accepted_hist_by_source.items() if any(v)
         },
-        sources=str(r.get("sources", "")),
-        by_source={k: dict(v) for k, v in dict(r.get("by_source", {})).items()},
-        prediction_accepted=int(r.get("prediction_accepted", 0)),
-        prediction_rejected=int(r.get("prediction_rejected", 0)),
-        queue_s=float(r.get("queue_s", 0.0)),
-        draft_s=float(r.get("draft_s", 0.0)),
-        verify_s=float(r.get("verify_s", 0.0)),
-        catch_up_s=float(r.get("catch_up_s", 0.0)),
-        draft_model_skipped=bool(r.get("draft_model_skipped", False)),
+        sources=r.sources,
+        by_source=r.by_source,
+        prediction_accepted=r.prediction_accepted,
+        prediction_rejected=r.prediction_rejected,
+        queue_s=r.queue_s,
+        draft_s=r.draft_s,
+        verify_s=r.verify_s,
+        catch_up_s=r.catch_up_s,
+        draft_model_skipped=r.draft_model_skipped,
+        prompt_attention=r.prompt_attention,
         itl_ms=tuple(float(x) for x in itl),
     )

@@ -61,23 +61,33 @@ inline float dot(const float* a, const float* b, int n) {
   return s;
 }
 
-// TRT_SPEC_CPU_PROMPT_ATTENTION: auto (unset; bf16 where the CPU runs it, else int16), bf16,
-// int16 or f32 (none).
-std::optional<cpu::PromptMath> default_prompt_math() {
+// The faster products this CPU runs: bf16 where it has AVX512_BF16, else int16.
+cpu::PromptMath fast_prompt_math() {
+  return cpu::attention_bf16_supported() ? cpu::PromptMath::Bf16 : cpu::PromptMath::Int16;
+}
+
+// TRT_SPEC_CPU_PROMPT_ATTENTION: true for auto (unset: by the engine's weights, follow_weights);
+// else *math is the mode asked for: bf16, int16 or f32 (none).
+bool prompt_math_from_env(std::optional<cpu::PromptMath>* math) {
   using cpu::PromptMath;
   const char* env = std::getenv("TRT_SPEC_CPU_PROMPT_ATTENTION");
   const std::string mode = env != nullptr && env[0] != '\0' ? env : "auto";
   const std::string bf16 = cpu::prompt_math_name(PromptMath::Bf16);
   const std::string int16 = cpu::prompt_math_name(PromptMath::Int16);
-  if (mode == "f32") return std::nullopt;
-  if (mode == int16) return PromptMath::Int16;
-  if (mode == "auto") return cpu::attention_bf16_supported() ? PromptMath::Bf16 : PromptMath::Int16;
+  *math = std::nullopt;
+  if (mode == "auto") return true;
+  if (mode == "f32") return false;
+  if (mode == int16) {
+    *math = PromptMath::Int16;
+    return false;
+  }
   if (mode == bf16) {
     if (!cpu::attention_bf16_supported())
       throw Error(
           "TRT_SPEC_CPU_PROMPT_ATTENTION=bf16: this CPU (or TRT_SPEC_CPU_ISA) has no "
           "AVX512_BF16 attention");
-    return PromptMath::Bf16;
+    *math = PromptMath::Bf16;
+    return false;
   }
   throw Error("TRT_SPEC_CPU_PROMPT_ATTENTION=" + mode + ": use auto, " + bf16 + ", " + int16 +
               " or f32");
@@ -86,12 +96,20 @@ std::optional<cpu::PromptMath> default_prompt_math() {
 }  // namespace
 
 CpuBackend::CpuBackend(int n_threads)
-    : pool_(n_threads > 0 ? n_threads : default_threads()),
-      kernels_(checked_kernels()),
-      prompt_math_(default_prompt_math()) {}
+    : pool_(n_threads > 0 ? n_threads : default_threads()), kernels_(checked_kernels()) {
+  prompt_auto_ = prompt_math_from_env(&prompt_math_);
+}
 
 CpuBackend::~CpuBackend() {
   release(qscratch_);
+}
+
+void CpuBackend::follow_weights(bool quantized) {
+  if (prompt_auto_) prompt_math_ = quantized ? std::optional(fast_prompt_math()) : std::nullopt;
+}
+
+std::string CpuBackend::prompt_attention() const {
+  return prompt_math_ ? cpu::prompt_math_name(*prompt_math_) : "f32";
 }
 
 std::string CpuBackend::name() const {

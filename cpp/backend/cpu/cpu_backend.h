@@ -18,16 +18,19 @@ namespace trt_spec {
 
 class CpuBackend : public Backend {  // (tests derive a scripted-clock backend)
  public:
-  // n_threads <= 0: one per available core. Prompt rows (Rows::prompt_from) attend in bf16
-  // where the CPU runs it, else in int16 (kernels/cpu/attention.h: PromptMath), unless
-  // TRT_SPEC_CPU_PROMPT_ATTENTION says bf16 (an error where the CPU cannot), int16 or f32.
-  // Models whose head_dim is not a multiple of 16 keep f32 prompts.
+  // n_threads <= 0: one per available core. Prompt rows (Rows::prompt_from) attend in f32, and
+  // once follow_weights(true) says the engine's weights are q8 / q4, in bf16 where the CPU runs
+  // it, else in int16 (kernels/cpu/attention.h: PromptMath); TRT_SPEC_CPU_PROMPT_ATTENTION
+  // overrides both: bf16 (an error where the CPU cannot), int16 or f32 (auto, or unset: by the
+  // weights). Models whose head_dim is not a multiple of 16 keep f32 prompts.
   explicit CpuBackend(int n_threads);
   ~CpuBackend() override;
 
   std::string name() const override;
   int threads() const override { return pool_.size(); }
   bool runs_on_host() const override { return true; }
+  std::string prompt_attention() const override;
+  void follow_weights(bool quantized) override;
 
   void* alloc(size_t bytes) override;
   void release(void* p) override;
@@ -62,6 +65,7 @@ class CpuBackend : public Backend {  // (tests derive a scripted-clock backend)
 
   ThreadPool pool_;
   const cpu::MatmulKernels& kernels_;
+  bool prompt_auto_ = true;                     // TRT_SPEC_CPU_PROMPT_ATTENTION: auto (or unset)
   std::optional<cpu::PromptMath> prompt_math_;  // none: f32 prompt rows
   void* qscratch_ = nullptr;  // quantized activations, grown to the largest [n, cols] seen
   size_t qscratch_bytes_ = 0;

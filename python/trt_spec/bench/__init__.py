@@ -61,12 +61,12 @@ def inspect_engine(path: str, opts: Options, prompts: list[Prompt]) -> dict[str,
             f"--draft model: {path} has no draft model (build it with --draft, "
             "or bench it with --draft lookup,auto)"
         )
-    if e.draft_len == 0:
-        raise ValueError(f"{path}: this engine does not speculate (its draft_len is 0)")
-    ks = opts.fixed if opts.fixed is not None else list(range(1, e.draft_len + 1))
-    if ks and ks[-1] > e.draft_len:
+    if e.max_draft_len == 0:
+        raise ValueError(f"{path}: this engine does not speculate (built with --draft-len 0)")
+    ks = opts.fixed if opts.fixed is not None else list(range(1, e.max_draft_len + 1))
+    if ks and ks[-1] > e.max_draft_len:
         raise ValueError(
-            f"--draft-lens {','.join(map(str, ks))}: {path} allows K up to {e.draft_len} "
+            f"--draft-lens {','.join(map(str, ks))}: {path} allows K up to {e.max_draft_len} "
             "(its build --draft-len)"
         )
     src = {r: m["source"] for r, m in e.metadata["models"].items()}
@@ -79,7 +79,7 @@ def inspect_engine(path: str, opts: Options, prompts: list[Prompt]) -> dict[str,
     return {
         "path": str(path),
         "weights": e.weights,
-        "draft_len": e.draft_len,
+        "draft_len": e.max_draft_len,
         "has_draft": e.has_draft,
         "target": src["target"].get("name") or src["target"]["path"],
         "draft": (src["draft"].get("name") or src["draft"]["path"]) if "draft" in src else None,

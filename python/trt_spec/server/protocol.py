@@ -307,7 +307,7 @@ def spec_stats(result: GenerationResult) -> dict[str, Any]:
     s = result.stats
     return {
         "draft": s.draft,
-        "draft_len": s.draft_len,
+        "draft_len": str(s.draft_len),  # ("auto" or a fixed k, as text)
         "iterations": s.iterations,
         "drafted": s.drafted,
         "accepted": s.accepted,
