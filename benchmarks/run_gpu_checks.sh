@@ -51,8 +51,9 @@ run() {  # name, command...: runs it, keeps the log, records the exit code
 # the GPU machine lacks (it has no internet: gguf travels in .whl, carried by the device call),
 # then the CUDA build (TRT_SPEC_CUDA=ON fails without nvcc; sm_90 only unless CUDA_ARCHS says),
 # installed without dependencies (`python -m pip`: the `pip` on PATH there belongs to another
-# Python), and whether the GPU answers: OpRunner("cuda") of the test module (built beside _core
-# in build/<tag>) raises with the reason (e.g. "CUDA driver version is insufficient").
+# Python), and whether the GPU answers: OpRunner("cuda") of the test module (TRT_SPEC_BUILD_TESTS:
+# built beside _core in build/<tag>) raises with the reason (e.g. "CUDA driver version is
+# insufficient").
 build_cuda() {  # time limit of the build in seconds
   { nvidia-smi; uname -r; nvcc --version; \
     python -c "import sys, torch; print(sys.version, torch.__version__)"; \
@@ -61,7 +62,8 @@ build_cuda() {  # time limit of the build in seconds
   if compgen -G ".whl/*.whl" > /dev/null; then
     run wheels python -m pip install -q --no-index --no-deps .whl/*.whl
   fi
-  run build timeout "$1" env CMAKE_ARGS="-DTRT_SPEC_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=${CUDA_ARCHS:-90}" \
+  run build timeout "$1" env \
+    CMAKE_ARGS="-DTRT_SPEC_CUDA=ON -DTRT_SPEC_BUILD_TESTS=ON -DCMAKE_CUDA_ARCHITECTURES=${CUDA_ARCHS:-90}" \
     CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" python -m pip install --no-build-isolation --no-deps \
     --no-index -q .
   run cuda_available env PYTHONPATH="$(ls -d build/cp3*)" python -c \

@@ -21,6 +21,7 @@ san="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-fram
 cmake -G Ninja -S "$repo" -B "$out" \
   -DPython_EXECUTABLE="$python" \
   -DTRT_SPEC_CUDA=OFF \
+  -DTRT_SPEC_BUILD_TESTS=ON \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_CXX_FLAGS="$san" \
   -DCMAKE_SHARED_LINKER_FLAGS="$san" \

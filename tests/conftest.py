@@ -3,35 +3,19 @@
 Tests that need the real GGUF files carry ``@pytest.mark.models``; the files come from the
 cache that ``trt-spec fetch-models`` fills (fetched here on first use).
 
-The test-only native module ``_trt_spec_testing`` is built beside ``trt_spec._core`` but not
-installed (the wheel does not ship it): it is found in the package build folder
-(``build/<wheel tag>/``, where ``pip install .`` leaves it) or in ``$TRT_SPEC_TESTING_DIR``.
+The test-only native targets (``_trt_spec_testing``, the CUDA emulation libraries) are built on
+first use by native_build.py, with CMake, in the package's build folder.
 """
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.append(str(REPO / "benchmarks"))  # repository helpers: random_engine, peers
-
-
-def _testing_module_dir() -> Path | None:
-    env = os.environ.get("TRT_SPEC_TESTING_DIR")
-    if env:
-        return Path(env)
-    hits = sorted(REPO.glob("build/*/_trt_spec_testing*.so"), key=lambda p: p.stat().st_mtime)
-    return hits[-1].parent if hits else None
-
-
-_dir = _testing_module_dir()
-if _dir is not None:
-    sys.path.insert(0, str(_dir))
 
 
 def pytest_report_header(config: pytest.Config) -> str:

@@ -63,3 +63,13 @@ def test_every_isa_end_to_end(isa: str, tiny, tmp_path_factory, tmp_path: Path) 
     ref = tiny_models.reference_logits(model, PROMPT)
     ours = np.load(out)
     assert float(np.abs(ours - ref).max() / np.abs(ref).max()) < 1e-4
+
+
+def test_unknown_isa_is_a_clear_error(tiny) -> None:
+    f32, _ = tiny.engine("qwen2", "f32")
+    child = "import sys; from trt_spec import Engine; Engine(sys.argv[1])"
+    env = dict(os.environ, TRT_SPEC_CPU_ISA="sse9")
+    cmd = [sys.executable, "-c", child, str(f32)]
+    run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode != 0
+    assert "TRT_SPEC_CPU_ISA=sse9: unknown ISA or not supported" in run.stderr, run.stderr

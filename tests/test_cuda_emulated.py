@@ -1,54 +1,35 @@
 """The CUDA kernels run on the CPU through a small CUDA emulation (tests/cpp/cuda_emu.h): every
 kernel of cpp/kernels/cuda/ against the CPU backend and exact references, on any machine.
 
-Compiles tests/cpp/cuda_emu_ops.cpp with g++ (the kernels as host code: threads for CUDA threads,
-barriers for __syncthreads and warp shuffles) and calls it through ctypes with the same grids
-and blocks as the CUDA backend. This checks the kernels' indexing, weight decoding, reductions,
-the sampling rule's selection algorithm and the acceptance walk; the GPU tests (test_cuda_ops.py,
-marker gpu) check the real thing.
-"""
+Loads tests/cpp/cuda_emu_ops.cpp, built by CMake (native_build.py; the kernels as host code:
+threads for CUDA threads, barriers for __syncthreads and warp shuffles), and calls it through
+ctypes with the same grids and blocks as the CUDA backend. This checks the kernels' indexing,
+weight decoding, reductions, the sampling rule's selection algorithm and the acceptance walk; the
+GPU tests (test_cuda_ops.py, marker gpu) check the real thing."""
 
 from __future__ import annotations
 
 import ctypes
-import shutil
-import subprocess
-from pathlib import Path
 
+import native_build
 import numpy as np
 import pytest
 from cuda_helpers import RULES, SOURCE, fields, params, random_logits, seq_states
 from native import T as native
 from trt_spec import _core
 
-REPO = Path(__file__).resolve().parents[1]
 TYPES = ["f32", "f16", "bf16", "q8", "q4"]
 STATE = np.dtype(
     [("t", "<f4"), ("k", "<i4"), ("p", "<f4"), ("pad", "<i4"), ("seed", "<u8"), ("step", "<u8")]
 )
 
-pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
-
 
 @pytest.fixture(scope="module")
-def emu(tmp_path_factory: pytest.TempPathFactory):
-    lib = tmp_path_factory.mktemp("cudaemu") / "libcuda_emu.so"
-    cmd = [
-        "g++",
-        "-std=c++20",
-        "-O1",
-        "-pthread",
-        "-shared",
-        "-fPIC",
-        "-DTRT_SPEC_CUDA_EMU",
-        f"-I{REPO / 'cpp'}",
-        f"-I{REPO / 'tests' / 'cpp'}",
-        str(REPO / "tests" / "cpp" / "cuda_emu_ops.cpp"),
-        "-o",
-        str(lib),
-    ]
-    subprocess.run(cmd, check=True)
-    so = ctypes.CDLL(str(lib))
+def emu():
+    try:
+        so = ctypes.CDLL(str(native_build.build("cuda_emu_ops")))
+    except native_build.Unavailable as e:
+        pytest.skip(str(e))
     assert so.emu_sampling_state_bytes() == STATE.itemsize
     assert so.emu_seq_state_bytes() == native.SEQ_STATE_BYTES
     return so

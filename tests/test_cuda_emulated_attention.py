@@ -1,42 +1,34 @@
 """The CUDA attention and KV cache kernels (cpp/kernels/cuda/attention.cuh) on the CPU through the
 CUDA emulation (tests/cpp/cuda_emu.h), against the CPU backend, for every KV cache type.
 
-Compiles tests/cpp/emu_attention.cpp with g++ and calls the header's own plan and launch
-functions through ctypes. Checks: kv_write stores the CPU's bits; attention matches the CPU
-backend for decode rows of different slots, verify blocks, tree rows and prefill chunks (GQA
-groups 1, 2, 6; head_dim 64, 128, 256), with splits and their in-launch combine (granules of
-32 entries dealt round up to 64 splits; up to 16K positions); a row's output is bitwise the
-same alone, in any batch and over caches of any max_seq; a tree row equals the decode row of
-its accepted path bit for bit; the split counters are back to 0; kv_copy.
-"""
+Loads tests/cpp/emu_attention.cpp, built by CMake (native_build.py), and calls the header's own
+plan and launch functions through ctypes. Checks: kv_write stores the CPU's bits; attention matches
+the CPU backend for decode rows of different slots, verify blocks, tree rows and prefill chunks
+(GQA groups 1, 2, 6; head_dim 64, 128, 256), with splits and their in-launch combine (granules of
+32 entries dealt round up to 64 splits; up to 16K positions); a row's output is bitwise the same
+alone, in any batch and over caches of any max_seq; a tree row equals the decode row of its
+accepted path bit for bit; the split counters are back to 0; kv_copy."""
 
 from __future__ import annotations
 
 import ctypes
-import shutil
-import subprocess
-from pathlib import Path
 
+import native_build
 import numpy as np
 import pytest
 from native import T as native
 
-REPO = Path(__file__).resolve().parents[1]
 KV_TYPES = {"f32": 0, "f16": 1, "bf16": 2}
 I32, F32 = ctypes.c_int, ctypes.c_float
 SM = 132  # an H100's SM count: up to 64 splits
 
-pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
-
 
 @pytest.fixture(scope="module")
-def emu(tmp_path_factory: pytest.TempPathFactory):
-    lib = tmp_path_factory.mktemp("emuattn") / "libemu_attention.so"
-    src = REPO / "tests" / "cpp" / "emu_attention.cpp"
-    cmd = ["g++", "-std=c++20", "-O1", "-pthread", "-shared", "-fPIC", "-DTRT_SPEC_CUDA_EMU"]
-    cmd += [f"-I{REPO / 'cpp'}", f"-I{REPO / 'tests' / 'cpp'}", str(src), "-o", str(lib)]
-    subprocess.run(cmd, check=True)
-    return ctypes.CDLL(str(lib))
+def emu():
+    try:
+        return ctypes.CDLL(str(native_build.build("emu_attention")))
+    except native_build.Unavailable as e:
+        pytest.skip(str(e))
 
 
 @pytest.fixture(scope="module")

@@ -12,15 +12,12 @@ from __future__ import annotations
 
 import ctypes
 import os
-import shutil
-import subprocess
-from pathlib import Path
 
+import native_build
 import numpy as np
 import pytest
 from trt_spec import _core
 
-REPO = Path(__file__).resolve().parents[1]
 TYPES = ["f32", "f16", "bf16", "q8", "q4"]
 INS = {"plain": 0, "rmsnorm": 1, "swiglu": 2}
 EPIS = {"store": 0, "accumulate": 1, "rope_kv": 2}
@@ -34,8 +31,6 @@ NS = [1, 2, 3, 5, 9, 16, 17] if FULL else [1, 5, 17]
 EPS = 1e-6
 NH, NKV, HD = 4, 2, 16  # rope-kv: rows (NH + 2 NKV) HD = 128
 SLOTS, LAYERS, LAYER, MAX_SEQ = 3, 2, 1, 64
-
-pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
 
 P = ctypes.c_void_p
 
@@ -75,14 +70,11 @@ class EmuMatmul(ctypes.Structure):
 
 
 @pytest.fixture(scope="module")
-def lib(tmp_path_factory: pytest.TempPathFactory):
-    so = tmp_path_factory.mktemp("emumatmul") / "libemu_matmul.so"
-    cmd = ["g++", "-std=c++20", "-O1", "-pthread", "-shared", "-fPIC", "-DTRT_SPEC_CUDA_EMU"]
-    cmd += [f"-I{REPO / 'cpp'}", f"-I{REPO / 'tests' / 'cpp'}"]
-    subprocess.run(
-        cmd + [str(REPO / "tests" / "cpp" / "emu_matmul.cpp"), "-o", str(so)], check=True
-    )
-    return ctypes.CDLL(str(so))
+def lib():
+    try:
+        return ctypes.CDLL(str(native_build.build("emu_matmul")))
+    except native_build.Unavailable as e:
+        pytest.skip(str(e))
 
 
 def ptr(a: np.ndarray | None) -> int:

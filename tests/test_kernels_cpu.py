@@ -4,12 +4,19 @@
 - quantize_weight / dequantize_weight: the blob layout of kernels/weight_format.h decoded by an
   independent numpy reader, and per-type error bounds (Q8: |err| <= d/2; Q4: |err| <= d/2 where
   the value is not clipped, and the (d, m) search beats plain min/max).
-- cpu_matmul: every weight type, shapes (cols 64 .. 4864, rows not a multiple of the tile, one
-  row), M in {1, 2, 5, 9, 33} (+ a large M), row sub-ranges; a row's bits whatever M (up to 160,
-  several column and activation-row blocks) and whatever rows share the call. The reference is
-  numpy in float64 on the DEQUANTIZED weights (quantization error is not the kernel's error);
-  for Q8/Q4 the activations are quantized in numpy exactly as quantize_acts does, so the results
-  agree to ~1e-5 relative; a looser bound checks them against the exact float activations too.
+- quantize_acts (the Q8 / Q4 kernels' activations): bit for bit against numpy.
+- cpu_matmul: every weight type, shapes (cols 64 .. 8960, rows in partial and whole blocks, one
+  row), every tile height M (1 .. 12, 33, prefill-sized M), row sub-ranges; a row's bits
+  whatever M (up to 160, several column and activation-row blocks) and whatever rows share the
+  call; the repacked weights of the CPU backend (the same bits; another ISA's layout refused).
+  The reference is numpy in float64 on the DEQUANTIZED weights (quantization error is not the
+  kernel's error); for Q8/Q4 the activations are quantized in numpy exactly as quantize_acts
+  does, so the results agree to ~1e-5 relative; a looser bound checks them against the exact
+  float activations too.
+- swiglu_rows against float64, its bits independent of a value's column.
+
+The fast tier (-m "not slow") runs a few shapes and tile heights of each grid; the whole suite
+runs every case.
 """
 
 from __future__ import annotations
@@ -108,7 +115,7 @@ def rand_weights(rows: int, cols: int, seed: int, scale: float = 0.05) -> np.nda
 
 
 def test_cpu_isas():
-    assert "avx2" in ISAS
+    assert ISAS[0] == "avx2"  # the floor, listed first
     assert set(ISAS) <= {"avx2", "avx512"}
 
 
@@ -154,7 +161,9 @@ def _conversion_inputs() -> np.ndarray:
         ],
         dtype=np.uint32,
     )
-    return np.concatenate([special, bits, near]).view(np.float32)
+    halves = np.arange(65536, dtype=np.uint32).astype(np.uint16).view(np.float16)
+    every_half = halves.astype(np.float32).view(np.uint32)  # each encodes back to its own bits
+    return np.concatenate([special, bits, near, every_half]).view(np.float32)
 
 
 def test_f32_to_f16_rne():
@@ -231,10 +240,18 @@ def test_quantize_rejects_bad_cols():
 # ---------------------------------------------------------------------------------------------
 # matmul
 
-# rows: partial and whole blocks of 16 (the AVX-512 tile's Rows16 layout needs whole ones)
-SHAPES = [(1, 64), (7, 64), (3, 192), (9, 320), (5, 448), (33, 896), (130, 1536), (17, 4864),
-          (16, 64), (32, 896), (48, 1536)]  # fmt: skip
-MS = [1, 2, 5, 9, 33]
+# The grid, by what each axis reaches in the kernels (matmul_tiling.h, matmul_*_impl.h):
+# - shapes: cols with a 64-column tail (64, 192, 320, 448), whole 128-column chunks (384, 896,
+#   1536), several column blocks (4864, 8960); rows in partial blocks (1, 3, 5, 7, 9, 17, 33, 130)
+#   and whole blocks of 16 (16, 32, 48: the AVX-512 tile's Rows16 layout needs whole ones);
+# - M: one tile of M activation rows up to 9 (float) or kQuantMt (6 or 8 on AVX2, 12 on
+#   AVX-512), balanced tiles past that, several activation-row blocks past 64;
+# - a row sub-range [r0, r1) (rows outside stay untouched).
+SHAPES = [(1, 64), (7, 64), (3, 192), (9, 320), (6, 384), (5, 448), (33, 896), (130, 1536),
+          (17, 4864), (16, 64), (32, 896), (48, 1536), (32, 4864)]  # fmt: skip
+FAST_SHAPES = {(7, 64), (33, 896), (48, 1536), (17, 4864)}
+MS = list(range(1, 13)) + [33]
+FAST_MS = {1, 5, 12, 33}
 _blob_cache: dict = {}
 
 
@@ -276,33 +293,57 @@ def check_matmul(isa: str, t: str, rows: int, cols: int, M: int, r0: int, r1: in
         np.testing.assert_array_less(np.abs(y - exact), bound * 1.001 + 2e-5 * mag + 1e-30)
 
 
-@pytest.mark.parametrize("sub", [False, True], ids=["all_rows", "row_range"])
-@pytest.mark.parametrize("M", MS)
-@pytest.mark.parametrize("shape", SHAPES, ids=[f"{r}x{c}" for r, c in SHAPES])
+def _row_range(rows: int) -> tuple[int, int]:
+    """A sub-range that cuts a row block at both ends (an empty one for a single row)."""
+    return (0, 0) if rows == 1 else ((1, rows) if rows <= 3 else (1, rows - 2))
+
+
+def _slow_unless(fast: bool, value, id: str | None = None):
+    """One case of a grid: in the fast tier, or marked slow (the full suite runs both)."""
+    return pytest.param(value, marks=() if fast else pytest.mark.slow, id=id)
+
+
+@pytest.mark.parametrize(
+    "shape", [_slow_unless(s in FAST_SHAPES, s, f"{s[0]}x{s[1]}") for s in SHAPES]
+)
 @pytest.mark.parametrize("t", ALL_TYPES)
 @pytest.mark.parametrize("isa", ISAS)
-def test_matmul(isa, t, shape, M, sub):
+def test_matmul_shapes(isa, t, shape):
+    """Every shape at one activation row, a row sub-range of five and nine rows."""
     rows, cols = shape
-    r0, r1 = (1, rows - 2) if sub and rows > 3 else (0, rows)
-    if sub and rows <= 3:
-        r0, r1 = (0, 0) if rows == 1 else (1, rows)
+    check_matmul(isa, t, rows, cols, 1, 0, rows)
+    check_matmul(isa, t, rows, cols, 5, *_row_range(rows))
+    check_matmul(isa, t, rows, cols, 9, 0, rows)
+
+
+@pytest.mark.parametrize("M", [_slow_unless(m in FAST_MS, m) for m in MS])
+@pytest.mark.parametrize("t", ALL_TYPES)
+@pytest.mark.parametrize("isa", ISAS)
+def test_matmul_rows(isa, t, M):
+    """Every tile height (and past it), over partial and whole row blocks."""
+    check_matmul(isa, t, 33, 896, M, *_row_range(33))
+    check_matmul(isa, t, 48, 1536, M, 0, 48)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "rows,cols,M,r0,r1", [(6, 4864, 77, 1, 6), (5, 4864, 130, 0, 5), (40, 8960, 70, 3, 37),
+                          (48, 8960, 30, 5, 43)]
+)  # fmt: skip
+@pytest.mark.parametrize("t", ALL_TYPES)
+@pytest.mark.parametrize("isa", ISAS)
+def test_matmul_large_m(isa, t, rows, cols, M, r0, r1):
+    """Prefill-sized M: tiled over M, in several activation-row and column blocks."""
     check_matmul(isa, t, rows, cols, M, r0, r1)
 
 
-@pytest.mark.parametrize("M", [77, 130])
-@pytest.mark.parametrize("t", ALL_TYPES)
-@pytest.mark.parametrize("isa", ISAS)
-def test_matmul_large_m(isa, t, M):
-    """Prefill-sized M: tiled over M and blocked over columns."""
-    check_matmul(isa, t, 6, 4864, M, 1, 6)
-
-
 @pytest.mark.parametrize("shape", [(5, 100), (3, 7), (9, 33), (4, 1)])
-@pytest.mark.parametrize("M", [1, 3, 12])
 @pytest.mark.parametrize("t", ["F32", "F16", "BF16"])
 @pytest.mark.parametrize("isa", ISAS)
-def test_matmul_float_any_cols(isa, t, M, shape):
-    check_matmul(isa, t, shape[0], shape[1], M, 0, shape[0])
+def test_matmul_float_any_cols(isa, t, shape):
+    """Float weights of any width: columns past the last whole vector step."""
+    for M in (1, 3, 12):
+        check_matmul(isa, t, shape[0], shape[1], M, 0, shape[0])
 
 
 @pytest.mark.parametrize("t", ALL_TYPES)
@@ -314,6 +355,65 @@ def test_isas_agree(isa, t):
     y = T.cpu_matmul(blob, wt(getattr(WT, t)), 130, 1536, x, isa)
     y0 = T.cpu_matmul(blob, wt(getattr(WT, t)), 130, 1536, x, ISAS[0])
     np.testing.assert_allclose(y, y0, rtol=1e-4, atol=1e-4 * np.abs(y0).max())
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_quantize_acts_exact(isa):
+    """quantize_acts bit for bit (np_quantize_acts; ds = d * sum(q) per group, in float32) over
+    ordinary values, a zero group, a constant group and huge and tiny magnitudes."""
+    rng = np.random.default_rng(3)
+    for M, cols in ((1, 64), (13, 4864)):
+        x = rng.standard_normal((M, cols)).astype(np.float32)
+        if M > 4:
+            x[1, :GROUP] = 0
+            x[2, GROUP : 2 * GROUP] = 7.5
+            x[3, 2 * GROUP : 3 * GROUP] *= np.float32(1e30)
+            x[4, 3 * GROUP : 4 * GROUP] *= np.float32(1e-30)
+        q, d, ds = T.cpu_quantize_acts(x, isa)
+        rq, rd = np_quantize_acts(x)
+        assert np.array_equal(q, rq.astype(np.int8))
+        assert np.array_equal(d.view(np.uint32), rd.view(np.uint32))
+        rds = rd * rq.reshape(M, -1, GROUP).sum(axis=2).astype(np.float32)
+        assert np.array_equal(ds.view(np.uint32), rds.view(np.uint32))
+
+
+LAYOUT = {"avx2": 1, "avx512": 2}  # the CodeLayout of each ISA's quantized tile: Rows8, Rows16
+
+
+@pytest.mark.parametrize("t", sorted(QUANT))
+@pytest.mark.parametrize("isa", ISAS)
+def test_repacked_layouts(isa, t):
+    """The CPU backend's repacked copy (lanes=True) is in this ISA's own layout and gives the
+    natural codes' bits; codes repacked for the other ISA's tile are refused, not misread."""
+    rows, cols = 32, 896
+    blob, _ = _weights(t, rows, cols)
+    x = np.random.default_rng(2).standard_normal((5, cols)).astype(np.float32)
+    args = (blob, wt(getattr(WT, t)), rows, cols, x, isa)
+    natural = T.cpu_matmul(*args)
+    own = T.cpu_matmul(*args, lanes=True, layout=LAYOUT[isa])
+    assert np.array_equal(own.view(np.uint32), natural.view(np.uint32))
+    with pytest.raises(ValueError, match="another ISA"):
+        T.cpu_matmul(*args, lanes=True, layout=3 - LAYOUT[isa])
+
+
+def test_swiglu_rows():
+    """silu(g) * u against float64 over ordinary values, the exp clamps (|g| near and past 88)
+    and widths with a partial last vector; a value's bits do not depend on its column."""
+    cpu = T.OpRunner("cpu")
+    rng = np.random.default_rng(7)
+    special = np.array([0.0, -0.0, 1e-30, -87.0, -88.5, -100.0, 87.0, 89.0, 100.0], np.float32)
+    for ffn in (8, 13, 64, 8960 + 3):
+        gu = (4 * rng.standard_normal((3, 2 * ffn))).astype(np.float32)
+        gu[0, : min(ffn, special.size)] = special[:ffn]
+        out = cpu.swiglu(gu)
+        g, u = gu[:, :ffn].astype(np.float64), gu[:, ffn:].astype(np.float64)
+        want = g / (1 + np.exp(-g)) * u
+        np.testing.assert_array_less(np.abs(out - want), 2e-6 * np.abs(want) + 1e-30)
+        # Row 1 one column to the right (gate and up): every value in another lane.
+        shifted = np.full((1, 2 * (ffn + 1)), 0.5, np.float32)
+        shifted[0, 1 : ffn + 1] = gu[1, :ffn]
+        shifted[0, ffn + 2 :] = gu[1, ffn:]
+        assert np.array_equal(cpu.swiglu(shifted)[0, 1:].view(np.uint32), out[1].view(np.uint32))
 
 
 def test_matmul_bad_isa():

@@ -147,7 +147,7 @@ NB_MODULE(_trt_spec_testing, m) {
   m.def(
       "cpu_matmul",
       [](U8Array blob, int type, int64_t rows, int64_t cols, F32Matrix x, const std::string& isa,
-         int64_t r0, int64_t r1, bool lanes) {
+         int64_t r0, int64_t r1, bool lanes, int layout) {
         const WeightType t = static_cast<WeightType>(type);
         check_blob(blob, t, rows, cols);
         if (static_cast<int64_t>(x.shape(1)) != cols)
@@ -160,15 +160,19 @@ NB_MODULE(_trt_spec_testing, m) {
         auto aligned = aligned_copy(blob);
         WeightView w{t, rows, cols, aligned.get()};
         // lanes: the CPU backend's copy, repacked into this ISA's layout where that applies
-        // (repack_lanes.h; e.g. Rows16 needs rows % 16 == 0), else natural as the backend keeps it.
+        // (repack_lanes.h; e.g. Rows16 needs rows % 16 == 0), else natural as the backend keeps it;
+        // layout (a CodeLayout value, 1 or 2): into that layout instead (another ISA's is refused).
         if (lanes && !weight_type_needs_groups(t))
           throw InvalidArgument("lanes: a Q8 / Q4 weight only");
-        if (lanes && cpu::lanes_apply(w, k->lanes)) {
+        if (layout != -1 && (!lanes || layout < 1 || layout > 2))
+          throw InvalidArgument("layout: 1 (Rows8) or 2 (Rows16), with lanes");
+        const CodeLayout want = layout == -1 ? k->lanes : static_cast<CodeLayout>(layout);
+        if (lanes && cpu::lanes_apply(w, want)) {
           auto packed = aligned_copy(blob);
-          cpu::repack_lanes(w, packed.get(), k->lanes);
+          cpu::repack_lanes(w, packed.get(), want);
           aligned = std::move(packed);
           w.data = aligned.get();
-          w.layout = k->lanes;
+          w.layout = want;
         }
         std::vector<float> y(static_cast<size_t>(M) * rows, 0.0f);
         {
@@ -187,9 +191,29 @@ NB_MODULE(_trt_spec_testing, m) {
                                   {static_cast<size_t>(M), static_cast<size_t>(rows)});
       },
       "blob"_a, "t"_a, "rows"_a, "cols"_a, "x"_a, "isa"_a, "r0"_a = 0, "r1"_a = -1,
-      "lanes"_a = false,
+      "lanes"_a = false, "layout"_a = -1,
       "y [M, rows] = x @ W^T with one ISA's kernel (rows outside [r0, r1) stay 0); t: the "
       "WeightType's integer value");
+  m.def(
+      "cpu_quantize_acts",
+      [](F32Matrix x, const std::string& isa) {
+        const cpu::MatmulKernels* k = cpu::matmul_kernels_for(isa.c_str());
+        if (!k) throw InvalidArgument("this CPU cannot run ISA '" + isa + "'");
+        const int M = static_cast<int>(x.shape(0)), cols = static_cast<int>(x.shape(1));
+        if (cols % 32 != 0) throw InvalidArgument("x: cols must be a multiple of 32");
+        std::shared_ptr<void> buf(
+            std::aligned_alloc(64, align_up(cpu::quant_acts_bytes(M, cols), 64)), std::free);
+        const cpu::QuantActs qa = cpu::quant_acts_view(buf.get(), M, cols);
+        k->quantize_acts(x.data(), 0, M, qa);
+        const size_t rows = static_cast<size_t>(M), n = rows * cols, groups = n / 32;
+        return nb::make_tuple(
+            owned_array<int8_t>(std::vector<int8_t>(qa.q, qa.q + n), {rows, size_t(cols)}),
+            owned_array<float>(std::vector<float>(qa.d, qa.d + groups), {rows, size_t(cols / 32)}),
+            owned_array<float>(std::vector<float>(qa.ds, qa.ds + groups),
+                               {rows, size_t(cols / 32)}));
+      },
+      "x"_a, "isa"_a,
+      "One ISA's quantize_acts of x [M, cols]: (q int8 [M, cols], d, ds float32 [M, cols / 32])");
 
   m.def(
       "cpu_attention",

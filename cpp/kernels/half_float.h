@@ -8,7 +8,7 @@
 //   NaN          stays a quiet NaN with its sign and its top payload bits;
 //   f16 / bf16 -> f32 exact.
 // The CUDA kernels use the hardware conversions (__float2half_rn), which give the same bits for
-// every non-NaN input (tests/cpp/test_cpu_kernels.cpp checks these against _Float16).
+// every non-NaN input (tests/test_kernels_cpu.py checks these against numpy's float16).
 #pragma once
 
 #include <cstdint>

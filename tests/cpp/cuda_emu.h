@@ -1,6 +1,6 @@
 // cuda_emu.h: just enough of CUDA to run the kernels of cpp/kernels/cuda/*.cuh on the CPU, for
-// tests on machines without a GPU (tests/test_cuda_emulated.py). Included by common.cuh when
-// TRT_SPEC_CUDA_EMU is defined; compiled with g++ -std=c++20 -pthread.
+// tests on machines without a GPU (tests/test_cuda_emulated*.py). Included by common.cuh when
+// TRT_SPEC_CUDA_EMU is defined; C++17, built by CMake's test targets (TRT_SPEC_BUILD_TESTS).
 //
 // A launch runs its blocks one after another; each block runs blockDim.x std::threads. Shared
 // memory is a function-static variable (one block at a time: the same semantics), __syncthreads
@@ -11,12 +11,13 @@
 // last bits (host libm, no fused intrinsics); token choices and indexing are what this checks.
 #pragma once
 
-#include <barrier>
 #include <cmath>
+#include <condition_variable>
 #include <cstdint>
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <thread>
 #include <type_traits>
 #include <vector>
@@ -55,15 +56,40 @@ inline int max(int a, int b) {
 
 namespace cuda_emu {
 
+// A reusable barrier of n threads (C++20's std::barrier<>::arrive_and_wait): the last thread to
+// arrive starts the next generation and wakes the others.
+class Barrier {
+ public:
+  explicit Barrier(int n) : n_(n) {}
+  void arrive_and_wait() {
+    std::unique_lock<std::mutex> lock(mu_);
+    const uint64_t gen = gen_;
+    if (++arrived_ == n_) {
+      arrived_ = 0;
+      ++gen_;
+      cv_.notify_all();
+      return;
+    }
+    cv_.wait(lock, [&] { return gen_ != gen; });
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  const int n_;
+  int arrived_ = 0;
+  uint64_t gen_ = 0;
+};
+
 struct Warp {
-  std::barrier<> bar{32};
+  Barrier bar{32};
   uint64_t slot[32];
 };
 struct Block {
   explicit Block(int threads) : bar(threads) {
     for (int w = 0; w < (threads + 31) / 32; ++w) warps.push_back(std::make_unique<Warp>());
   }
-  std::barrier<> bar;
+  Barrier bar;
   std::vector<std::unique_ptr<Warp>> warps;
 };
 inline thread_local Block* tl_block = nullptr;

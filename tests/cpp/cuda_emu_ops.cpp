@@ -4,8 +4,7 @@
 // kernels, grids and blocks as CudaBackend does (cpp/backend/cuda/*.cu); the speculative ops call
 // the CUDA SpecOps' own launch functions (cpp/spec/spec_launch.cuh).
 //
-//   g++ -std=c++20 -O1 -pthread -shared -fPIC -DTRT_SPEC_CUDA_EMU -Icpp -Itests/cpp \
-//       tests/cpp/cuda_emu_ops.cpp -o libcuda_emu.so
+// The shared library target cuda_emu_ops of CMakeLists.txt (TRT_SPEC_BUILD_TESTS=ON).
 #include <cstddef>
 
 #include "kernels/cuda/norm_rope.cuh"

@@ -3,8 +3,7 @@
 // tests/test_cuda_emulated_attention.py (ctypes), on host memory. Every call goes through the
 // header's own plan and launch functions, as CudaBackend does.
 //
-//   g++ -std=c++20 -O1 -pthread -shared -fPIC -DTRT_SPEC_CUDA_EMU -Icpp -Itests/cpp \
-//       tests/cpp/emu_attention.cpp -o libemu_attention.so
+// The shared library target emu_attention of CMakeLists.txt (TRT_SPEC_BUILD_TESTS=ON).
 #include <cstddef>
 #include <stdexcept>
 

@@ -2,8 +2,7 @@
 // against cuda_emu.h, behind a C interface for tests/test_cuda_emulated_matmul.py (ctypes), on
 // host memory. It calls plan_matmul and launch_matmul, the host code the CUDA backend runs.
 //
-//   g++ -std=c++20 -O1 -pthread -shared -fPIC -DTRT_SPEC_CUDA_EMU -Icpp -Itests/cpp \
-//       tests/cpp/emu_matmul.cpp -o libemu_matmul.so
+// The shared library target emu_matmul of CMakeLists.txt (TRT_SPEC_BUILD_TESTS=ON).
 #include <cstdint>
 #include <stdexcept>
 

@@ -9,8 +9,7 @@
 //     -128 * d_w * ds per group, as on AVX2); up to 12 activation rows per tile.
 // Only called when __builtin_cpu_supports reports AVX512 F, BW, VL and VNNI (matmul_dispatch.cpp;
 // no BF16 instruction is used, so AVX512_BF16 is not required). Not runnable on AVX2-only
-// machines: tests/cpp/test_cpu_kernels.cpp and tests/test_kernels_cpu.py cover it wherever the
-// CPU has these features.
+// machines: tests/test_kernels_cpu.py covers it wherever the CPU has these features.
 //
 // GCC 12.2's AVX-512 headers trip a false -Wuninitialized at -O3 (GCC bug 105593, fixed in 12.3).
 #if defined(__GNUC__) && !defined(__clang__)
