@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-sys.path.append(str(REPO / "benchmarks"))  # repository helpers: random_engine, peers
+sys.path.append(str(Path(__file__).resolve().parents[1] / "benchmarks"))  # random_engine, peers
 
 
 def pytest_report_header(config: pytest.Config) -> str:
