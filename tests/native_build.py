@@ -108,7 +108,9 @@ def _build(target: str) -> Path:
             cxx = cache.get("CMAKE_CXX_COMPILER", "")
             if not Path(cxx).is_file() and shutil.which(cxx) is None:
                 raise Unavailable(f"the build folder's C++ compiler {cxx!r} is missing")
-            if cache.get("TRT_SPEC_BUILD_TESTS", "OFF").upper() not in ("ON", "TRUE", "1"):
+            tests_on = cache.get("TRT_SPEC_BUILD_TESTS", "OFF").upper() in ("ON", "TRUE", "1")
+            if not tests_on or not Path(cache.get("nanobind_DIR", "")).is_dir():
+                # (pip's nanobind_DIR lies in its build environment, gone after the build)
                 _run([cmake, "-S", str(REPO), "-B", str(folder), *defines], target)
         jobs = os.environ.get("CMAKE_BUILD_PARALLEL_LEVEL") or str(os.cpu_count() or 1)
         _run([cmake, "--build", str(folder), "--target", target, "--parallel", jobs], target)

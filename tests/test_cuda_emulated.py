@@ -150,6 +150,7 @@ def test_sample_grid(emu) -> None:
     assert emu.emu_sample_chunks(I32(700), SMS, T, MIN_CHUNK) == 6
 
 
+@pytest.mark.slow
 def test_sample(emu, cpu) -> None:
     rng = np.random.default_rng(5)
     n, V = 6, 700
@@ -185,6 +186,7 @@ def test_sample_slot_twice(emu, cpu) -> None:
     assert list(st["step"]) == steps == [6, 12]
 
 
+@pytest.mark.slow
 def test_sample_chunking_and_replay(emu) -> None:
     """The same tokens whatever the split (one block per row, several, many), and a second
     launch on the same scratch (as a graph replays) gives the same tokens."""
@@ -205,6 +207,7 @@ def test_sample_chunking_and_replay(emu) -> None:
             assert first[1] < 5
 
 
+@pytest.mark.slow
 def test_sample_scratch_shared_across_shapes(emu, cpu) -> None:
     """One scratch buffer serves launches of any shape, as the backend's does: many rows of one
     chunk each, then a few rows of many chunks with top-k / top-p (the rule-bin histograms), then
@@ -223,6 +226,7 @@ def test_sample_scratch_shared_across_shapes(emu, cpu) -> None:
             assert not counters(emu, buf, 40).any()
 
 
+@pytest.mark.slow
 def test_sample_many_seeds(emu) -> None:
     """Top-p / top-k boundaries and draws over many seeds, one row at a time."""
     rng = np.random.default_rng(6)
@@ -236,6 +240,7 @@ def test_sample_many_seeds(emu) -> None:
         assert out[0] == native.sample_row(logits[0], t, k, p, seed, step), (trial, rule)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rule", [(1.0, 3000, 1.0), (0.8, 0, 0.9), (1.2, 2500, 0.7), (5.0, 0, 0.3)])
 def test_sample_crowded_rule_bins(emu, cpu, rule) -> None:
     """Top-k / top-p thresholds and draws in rule bins (select.cuh) holding more candidates than
@@ -397,7 +402,14 @@ def test_spec_verify_rows(emu, cpu, k: int, source: str) -> None:
     assert n[1] <= 2  # capped
 
 
-@pytest.mark.parametrize("k,source", [(0, "none"), (1, "model"), (3, "model"), (5, "lookup")])
+@pytest.mark.parametrize(
+    "k,source",
+    [(0, "none")]
+    + [
+        pytest.param(k, s, marks=pytest.mark.slow)
+        for k, s in [(1, "model"), (3, "model"), (5, "lookup")]
+    ],
+)
 def test_spec_accept(emu, cpu, k: int, source: str) -> None:
     """Acceptance, commit, history append and cache moves: the emulated kernels against the CPU
     ops, for draft-model chains (dense q) and lookup trees (one-hot), every sampling rule."""

@@ -21,6 +21,7 @@ from native import T as native
 KV_TYPES = {"f32": 0, "f16": 1, "bf16": 2}
 I32, F32 = ctypes.c_int, ctypes.c_float
 SM = 132  # an H100's SM count: up to 64 splits
+SLOW = pytest.mark.slow  # cases left to the whole suite (the fast tier runs one of each grid)
 
 
 @pytest.fixture(scope="module")
@@ -174,7 +175,10 @@ BITS = [~0 & (2**64 - 1)] * 7 + [0b1, 0b11, 0b101, 0b1101]
 
 
 @pytest.mark.parametrize("kv", list(KV_TYPES))
-@pytest.mark.parametrize("group,hd,nkv", [(1, 64, 2), (2, 128, 1), (6, 64, 1), (2, 256, 1)])
+@pytest.mark.parametrize(
+    "group,hd,nkv",
+    [(2, 128, 1)] + [pytest.param(*c, marks=SLOW) for c in [(1, 64, 2), (6, 64, 1), (2, 256, 1)]],
+)
 def test_attention_mixed_rows(emu, cpu, kv: str, group: int, hd: int, nkv: int) -> None:
     c = Case(group * hd + len(kv), kv, group * nkv, nkv, hd, 640, 4)
     qkv = c.qkv(len(POS))
@@ -206,7 +210,9 @@ def test_attention_mixed_rows(emu, cpu, kv: str, group: int, hd: int, nkv: int) 
     np.testing.assert_array_equal(part, out[sub])
 
 
-@pytest.mark.parametrize("kv", list(KV_TYPES))
+@pytest.mark.parametrize(
+    "kv", ["f32", pytest.param("f16", marks=SLOW), pytest.param("bf16", marks=SLOW)]
+)
 def test_tree_row_equals_accepted_decode_row(emu, kv: str) -> None:
     """Tree node 2 (cache index 103; ancestors at 100, 102) gives bitwise the output of the chain
     row at 102 once the accepted path sits at 100, 101, 102 (entries moved, logical order)."""
@@ -234,7 +240,9 @@ def test_tree_row_equals_accepted_decode_row(emu, kv: str) -> None:
     # (kv_write rewrote 102 with the same k, v: the tree row's own values.)
 
 
-@pytest.mark.parametrize("kv", list(KV_TYPES))
+@pytest.mark.parametrize(
+    "kv", [pytest.param("f32", marks=SLOW), "f16", pytest.param("bf16", marks=SLOW)]
+)
 def test_prefill_chunk(emu, cpu, kv: str) -> None:
     """40 rows of one slot (tiles of 8 rows at group 2), across a split boundary."""
     c = Case(11, kv, 4, 2, 64, 512, 2)
@@ -249,6 +257,7 @@ def test_prefill_chunk(emu, cpu, kv: str) -> None:
     np.testing.assert_array_equal(one[0], out[37])
 
 
+@SLOW
 def test_long_context_16k(emu, cpu) -> None:
     """16,384 positions: granules of 32 dealt round 64 splits (8 granules per split for the
     longest row), merged in the launch; rows of 16,384 and 9,001 entries and a short one in a
@@ -264,6 +273,7 @@ def test_long_context_16k(emu, cpu) -> None:
     np.testing.assert_array_equal(one[0], out[1])
 
 
+@SLOW
 @pytest.mark.parametrize("sm", [SM, 16])
 def test_rows_same_bits_whatever_max_seq(emu, cpu, sm: int) -> None:
     """The same entries in caches of 4,096 and 16,384 positions: every row's output is the same

@@ -332,7 +332,18 @@ if not FULL:  # each type with two (transform, epilogue) pairs, all nine pairs c
     ]
 
 
-@pytest.mark.parametrize("wtype,in_mode,epi", MATRIX)
+# The fast tier's cases (-m "not slow"): three types, both transforms, two epilogues.
+FAST_MATRIX = {
+    ("f16", "swiglu", "accumulate"),
+    ("q8", "swiglu", "store"),
+    ("q4", "rmsnorm", "accumulate"),
+}
+SLOW = pytest.mark.slow
+
+
+@pytest.mark.parametrize(
+    "wtype,in_mode,epi", [c if c in FAST_MATRIX else pytest.param(*c, marks=SLOW) for c in MATRIX]
+)
 def test_matmul_matrix(lib, wtype: str, in_mode: str, epi: str) -> None:
     """All n of NS against the reference; every row bitwise equal to the same row in any other
     launch (n = 1 of row 0, the n = 17 launch, a 1-row launch of row 16)."""
@@ -361,7 +372,7 @@ def test_matmul_matrix(lib, wtype: str, in_mode: str, epi: str) -> None:
 
 
 @pytest.mark.parametrize("kv_type", list(KV_TYPES))
-@pytest.mark.parametrize("with_kv_idx", [False, True])
+@pytest.mark.parametrize("with_kv_idx", [pytest.param(False, marks=SLOW), True])
 @pytest.mark.parametrize("wtype", ["f16", "q4"])
 def test_rope_kv_cache(lib, wtype: str, kv_type: str, with_kv_idx: bool) -> None:
     rows = (NH + 2 * NKV) * HD
@@ -397,6 +408,7 @@ if not FULL:
     SPLIT = [("q4", "rope_kv"), ("q8", "accumulate"), ("f16", "store")]
 
 
+@SLOW
 @pytest.mark.parametrize("wtype,epi", SPLIT)
 def test_split_k(lib, wtype: str, epi: str) -> None:
     """96 units per row on 64 SMs: 3 splits; the result against the reference, rows bitwise
@@ -424,7 +436,7 @@ def test_split_k(lib, wtype: str, epi: str) -> None:
         np.testing.assert_array_equal(outs[n], outs[17][:n])
 
 
-@pytest.mark.parametrize("wtype", ["f16", "q4"])
+@pytest.mark.parametrize("wtype", ["f16", pytest.param("q4", marks=SLOW)])
 def test_staging_pieces_and_row_group_reps(lib, wtype: str) -> None:
     """80 units per row: staged in 3 pieces for a 16-row tile and 2 for an 8-row one (1 for one
     row), and 64 row pairs (8 row groups) on 1 SM: row groups per block (reps) 3 for one row
@@ -443,6 +455,7 @@ def test_staging_pieces_and_row_group_reps(lib, wtype: str) -> None:
         np.testing.assert_array_equal(outs[n], outs[17][:n])
 
 
+@SLOW
 @pytest.mark.parametrize("wtype", ["q4", "f16"])
 def test_earlier_grids_behind_the_switch(lib, wtype: str) -> None:
     """plan_matmul's one_wave false (the CUDA backend's set_one_wave(False), for timing both in
@@ -475,6 +488,7 @@ IMMA = [
 ]
 
 
+@SLOW
 @pytest.mark.parametrize("wtype,in_mode,epi,sm_count", IMMA)
 def test_imma_rows_bitwise(lib, wtype: str, in_mode: str, epi: str, sm_count: int) -> None:
     """q8 / q4 products on the tensor-core kernel (matmul_imma.cuh, imma_rows 2: off by default):
@@ -515,7 +529,7 @@ def test_gather(lib, wtype: str) -> None:
 @pytest.mark.parametrize(
     "wtype,cols,x_offset", [("f16", 75, 0), ("f32", 100, 0), ("q8", 128, 4), ("bf16", 128, 8)]
 )
-@pytest.mark.parametrize("epi", ["store", "rope_kv"])
+@pytest.mark.parametrize("epi", ["store", pytest.param("rope_kv", marks=SLOW)])
 def test_fallback(lib, wtype: str, cols: int, x_offset: int, epi: str) -> None:
     """Columns that are no whole units or an unaligned x: the scalar kernel, same results."""
     rows = (NH + 2 * NKV) * HD if epi == "rope_kv" else 30

@@ -48,6 +48,7 @@ def one_request(engine: Engine, i: int) -> None:
         engine.generate(msg, max_new_tokens=4, temperature=0.7, seed=i)
 
 
+@pytest.mark.slow
 def test_rss_is_flat_over_1000_requests(tiny) -> None:
     path, _ = tiny.engine("qwen2", weights="f32", max_seq_len=128, max_batch=2)
     engine = Engine(path, n_threads=2)

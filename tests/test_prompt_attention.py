@@ -130,6 +130,7 @@ def test_greedy_speculation_exact_with_prompts_carried(path, monkeypatch, draft,
 
 
 @pytest.mark.models
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "mode,bound", [pytest.param("bf16", 3e-2, marks=NEEDS_BF16), ("int16", 1e-2)]
 )

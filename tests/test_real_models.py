@@ -45,6 +45,7 @@ def test_05b_logits_match_transformers(engine_05b_f32: Engine, hf_05b, prompts) 
         assert err < 1e-3
 
 
+@pytest.mark.slow
 def test_05b_greedy_64_tokens_on_10_humaneval_prompts(
     engine_05b_f32: Engine, hf_05b, prompts
 ) -> None:
@@ -72,6 +73,7 @@ def test_05b_greedy_64_tokens_on_10_humaneval_prompts(
     assert exact >= 8, f"only {exact}/10 prompts matched exactly"
 
 
+@pytest.mark.slow
 def test_smollm2_llama_gguf_logits_match_transformers(model_smollm2) -> None:
     import tempfile
     from pathlib import Path
@@ -101,6 +103,7 @@ def test_smollm2_llama_gguf_logits_match_transformers(model_smollm2) -> None:
 LOSSY = {"f16": (5e-3, 0.99), "q8": (1.2e-1, 0.95), "q4": (4e-1, 0.85)}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("weights", list(LOSSY))
 def test_05b_lossy_format_accuracy(engines_05b, engine_05b_f32: Engine, prompts, weights) -> None:
     engine = Engine(engines_05b(weights))

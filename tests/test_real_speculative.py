@@ -16,7 +16,8 @@ import pytest
 from trt_spec import Engine, _core, build_engine
 from trt_spec import models as registry
 
-pytestmark = pytest.mark.models
+# Slow: the module fixture builds the real default pair and its reference (minutes on 2 cores).
+pytestmark = [pytest.mark.models, pytest.mark.slow]
 
 N_PROMPTS = int(os.environ.get("TRT_SPEC_EXACT_PROMPTS", "4"))
 N_TOKENS = int(os.environ.get("TRT_SPEC_EXACT_TOKENS", "64"))

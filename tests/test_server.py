@@ -279,6 +279,7 @@ def test_prompt_longer_than_the_context_names_the_limit(server: Server) -> None:
     assert chat.status_code == 400 and "max_seq_len" in chat.json()["error"]["message"]
 
 
+@pytest.mark.slow
 def test_rss_is_flat_over_500_requests(server: Server) -> None:
     proc = psutil.Process(server.proc.pid)
     body = {"model": MODEL, "prompt": "hello there", "max_tokens": 4, "temperature": 0}
@@ -333,6 +334,7 @@ def test_api_key_is_required(small) -> None:
     assert s.client(api_key="sekrit").models.list().data[0].id == MODEL
 
 
+@pytest.mark.slow
 def test_beyond_the_queue_is_429_with_retry_after(small) -> None:
     s, offline = small
     auth = {"Authorization": "Bearer sekrit"}
@@ -357,6 +359,7 @@ def test_beyond_the_queue_is_429_with_retry_after(small) -> None:
     assert ok is not None and ok.status_code == 200
 
 
+@pytest.mark.slow
 def test_disconnect_mid_stream_frees_the_slot(small) -> None:
     # On the small server: its 480-token answer takes long enough that the hang-up lands
     # mid-generation (the module's tiny model can finish 200 tokens before the client has read
@@ -387,6 +390,7 @@ def test_disconnect_mid_stream_frees_the_slot(small) -> None:
     assert ok.status_code == 200
 
 
+@pytest.mark.slow
 def test_sigterm_drains_running_requests_and_exits_0(small_own) -> None:
     s, offline = small_own
     prompt = _long_prompt(offline, LONG)

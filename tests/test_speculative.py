@@ -153,6 +153,7 @@ LOOKUP_CHAIN = [1, 2, 3, 4, 5, 6, 7]
 LOOKUP_TREE = [1, 2, 3, 4, 5, 6, 1, 2, 3, 7, 8, 9, 1, 2, 3, 4, 9, 10]
 
 
+@pytest.mark.slow  # 100k sampled completions per case: minutes each on 2 cores
 @pytest.mark.parametrize(
     "temperature, top_p, draft, k, prediction",
     [
