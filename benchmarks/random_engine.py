@@ -146,6 +146,8 @@ def _write_model(
         "quant_error": {"metric": "none (random weights)", "max": 0.0, "mean": 0.0,
                         "per_tensor": {}},
         "tensors": tensors,
+        # A reduced head (config head_vocab, e.g. a 32k draft vocabulary): the first ids' rows.
+        **({"head_tokens": list(range(cfg["head_vocab"]))} if "head_vocab" in cfg else {}),
     }  # fmt: skip
 
 
@@ -178,8 +180,11 @@ def write_random_engine(
     path = Path(path)
     rnd = _Random(seed, fast)
     tok_json, special = _tokenizer(target["vocab_size"])
+    reduced = any("head_vocab" in c for c in (target, draft) if c is not None)
     meta: dict = {
-        "format_version": _core.ENGINE_FORMAT_VERSION,
+        "format_version": (
+            _core.ENGINE_FORMAT_VERSION if reduced else _core.ENGINE_FORMAT_OLDEST_VERSION
+        ),
         "producer": {"name": "trt-spec random_engine", "version": "0"},
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "build": {

@@ -119,11 +119,12 @@ def test_future_format_version(tmp_path, raw):
 
 def test_previous_format_version_names_both_versions(tmp_path, raw):
     """Version 1 engines (the checksum before XXH64) are refused, not misread."""
-    old, now = _core.ENGINE_FORMAT_VERSION - 1, _core.ENGINE_FORMAT_VERSION
+    old = _core.ENGINE_FORMAT_OLDEST_VERSION - 1
+    lo, now = _core.ENGINE_FORMAT_OLDEST_VERSION, _core.ENGINE_FORMAT_VERSION
     with pytest.raises(
         EngineFileError,
         match=rf"format version {old} \(an older trt-spec built it\); this trt-spec reads "
-        rf"version {now} only: rebuild the engine",
+        rf"versions {lo} to {now} only: rebuild the engine",
     ):
         load_engine_bytes(tmp_path, patched(raw, 8, "<I", old))
 

@@ -164,6 +164,11 @@ class Backend {
   virtual void add(float* x, const float* y, size_t count) = 0;
   // dst [n, dim] = src rows rows[i]
   virtual void gather_rows(const float* src, const int32_t* rows, int n, int dim, float* dst) = 0;
+  // out [n, width]: out[i, c] = src[i, index[c]] where index[c] >= 0, else -inf (src [n,
+  // src_cols], index [width] with entries in [-1, src_cols)): a reduced output head's logits
+  // spread over the whole vocabulary, where no sampling rule draws the tokens it lacks.
+  virtual void expand_columns(const float* src, int src_cols, const int32_t* index, int n,
+                              int width, float* out) = 0;
   // out_tokens[i] = a token drawn from logits [n, vocab] row i by the rule in sampling.h, with
   // the state of slot[i] (its params; step counter used then advanced by one).
   virtual void sample(const float* logits, int n, int vocab, const int32_t* slot,

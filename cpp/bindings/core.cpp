@@ -49,6 +49,7 @@ NB_MODULE(_core, m) {
   // ---- engine schema -------------------------------------------------------------------
   m.attr("ENGINE_MAGIC") = nb::bytes(kEngineMagic, 8);
   m.attr("ENGINE_FORMAT_VERSION") = kEngineFormatVersion;
+  m.attr("ENGINE_FORMAT_OLDEST_VERSION") = kEngineFormatOldestVersion;
   m.attr("ENGINE_HEADER_BYTES") = kEngineHeaderBytes;
   m.attr("DATA_ALIGN") = kDataAlign;
   m.attr("SECTION_ALIGN") = kSectionAlign;
@@ -63,6 +64,9 @@ NB_MODULE(_core, m) {
     nb::dict keys;
     for (const ConfigKey& k : kConfigKeys) keys[k.name] = k.type;
     m.attr("CONFIG_KEYS") = keys;
+    nb::dict optional;
+    for (const ConfigKey& k : kOptionalConfigKeys) optional[k.name] = k.type;
+    m.attr("OPTIONAL_CONFIG_KEYS") = optional;
   }
   m.def(
       "engine_tensors",

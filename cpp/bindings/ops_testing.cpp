@@ -370,6 +370,21 @@ void bind_op_runner(nb::module_& m) {
           },
           "src"_a, "rows"_a)
       .def(
+          "expand_columns",
+          [](OpRunner& r, F2 src, const std::vector<int32_t>& index) {
+            const int n = static_cast<int>(src.shape(0)), cols = static_cast<int>(src.shape(1));
+            const int width = static_cast<int>(index.size());
+            for (int32_t j : index)
+              if (j < -1 || j >= cols) throw InvalidArgument("index entries must be in [-1, cols)");
+            BackendBuffer sb = r.put(src.data(), src.size() * 4), ib = r.put(index);
+            BackendBuffer out(r.be(), static_cast<size_t>(n) * width * 4);
+            r.be().expand_columns(sb.as<float>(), cols, ib.as<int32_t>(), n, width,
+                                  out.as<float>());
+            return to_numpy(r.get<float>(out, static_cast<size_t>(n) * width),
+                            {static_cast<size_t>(n), static_cast<size_t>(width)});
+          },
+          "src"_a, "index"_a)
+      .def(
           "sample",
           [](OpRunner& r, F2 logits, const std::vector<int32_t>& slots, const Params& params) {
             const int n = static_cast<int>(logits.shape(0)), V = static_cast<int>(logits.shape(1));

@@ -329,6 +329,19 @@ void bind_session(nb::module_& m) {
           },
           "role"_a, "slot"_a, "n"_a, "(k, v) [layers, kv_heads, n, head_dim] of one KV slot")
       .def(
+          "prompt_logits",
+          [](Session& s, const std::string& role, const std::vector<int32_t>& tokens) {
+            const int V = s.model(role).config().vocab_size;
+            std::vector<float> out;
+            {
+              nb::gil_scoped_release release;
+              out = s.rt->prompt_logits(tokens, 0, role == "draft");
+            }
+            return owned_array<float>(std::move(out), {tokens.size(), static_cast<size_t>(V)});
+          },
+          "role"_a, "tokens"_a,
+          "A model's logits [n, its vocab] at every position of a prompt run in KV slot 0")
+      .def(
           "time_forward",
           [](Session& s, const std::string& role, int rows, int n_logits, int context, int iters,
              bool graph, bool prompt) {

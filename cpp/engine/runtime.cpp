@@ -170,14 +170,17 @@ Runtime::~Runtime() {
   backend_.reset();
 }
 
-std::vector<float> Runtime::prompt_logits(const std::vector<int32_t>& tokens, int chunk) {
+std::vector<float> Runtime::prompt_logits(const std::vector<int32_t>& tokens, int chunk,
+                                          bool draft) {
+  if (draft && !draft_) throw InvalidArgument("prompt_logits: this engine has no draft model");
+  Model& model = draft ? *draft_ : *target_;
   const int n = static_cast<int>(tokens.size());
   if (n == 0) throw InvalidArgument("prompt_logits needs at least one token");
   if (n > max_seq_)
     throw InvalidArgument("prompt has " + std::to_string(n) + " tokens; max_seq_len is " +
                           std::to_string(max_seq_));
-  check_token_ids(tokens, vocab_size(), "prompt");
-  const int max_rows = target_->limits().max_rows, V = vocab_size();
+  const int max_rows = model.limits().max_rows, V = model.config().vocab_size;
+  check_token_ids(tokens, V, "prompt");
   const int R = chunk > 0 ? std::min(chunk, max_rows) : max_rows;
   Backend& be = *backend_;
   BackendBuffer tok(be, R * 4), pos(be, R * 4), slot(be, R * 4), rows(be, R * 4);
@@ -194,7 +197,7 @@ std::vector<float> Runtime::prompt_logits(const std::vector<int32_t>& tokens, in
     be.upload(pos.as<void>(), p.data(), m * 4);
     Rows prompt_rows{tok.as<int32_t>(), pos.as<int32_t>(), slot.as<int32_t>()};
     prompt_rows.prompt_from = 0;  // as a prefill reads them
-    target_->forward(prompt_rows, m, rows.as<int32_t>(), m, logits.as<float>());
+    model.forward(prompt_rows, m, rows.as<int32_t>(), m, logits.as<float>());
     be.download(out.data() + static_cast<size_t>(start) * V, logits.as<void>(),
                 static_cast<size_t>(m) * V * 4);
   }

@@ -47,8 +47,10 @@ class Runtime {
 
   // Full logits [n, vocab] of a prompt run from position 0 in KV slot 0 (for tests and
   // scoring); overwrites that slot's cache.
-  // chunk: rows per forward (0: the target's row budget).
-  std::vector<float> prompt_logits(const std::vector<int32_t>& tokens, int chunk = 0);
+  // chunk: rows per forward (0: the model's row budget). draft: the draft model's logits
+  // [n, its vocab] (-inf outside a reduced head), from its own cache.
+  std::vector<float> prompt_logits(const std::vector<int32_t>& tokens, int chunk = 0,
+                                   bool draft = false);
 
  private:
   std::unique_ptr<EngineFile> file_;

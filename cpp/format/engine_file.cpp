@@ -80,13 +80,13 @@ EngineFile::EngineFile(const std::string& path, bool verify_checksums) : path_(p
     if (std::memcmp(base_, kEngineMagic, 8) != 0)
       throw EngineFileError(path + " is not a trt-spec engine (wrong magic bytes)");
     uint32_t version = read_le<uint32_t>(base_ + 8);
-    if (version != kEngineFormatVersion)
-      throw EngineFileError(path + " has engine format version " + std::to_string(version) +
-                            (version < kEngineFormatVersion ? " (an older trt-spec built it)"
-                                                            : " (a newer trt-spec built it)") +
-                            "; this trt-spec reads version " +
-                            std::to_string(kEngineFormatVersion) +
-                            " only: rebuild the engine with this trt-spec");
+    if (version < kEngineFormatOldestVersion || version > kEngineFormatVersion)
+      throw EngineFileError(
+          path + " has engine format version " + std::to_string(version) +
+          (version < kEngineFormatOldestVersion ? " (an older trt-spec built it)"
+                                                : " (a newer trt-spec built it)") +
+          "; this trt-spec reads versions " + std::to_string(kEngineFormatOldestVersion) + " to " +
+          std::to_string(kEngineFormatVersion) + " only: rebuild the engine with this trt-spec");
     if (read_le<uint32_t>(base_ + 12) != 0)
       throw EngineFileError(path +
                             " uses engine features this trt-spec does not know (header "
@@ -110,7 +110,7 @@ EngineFile::EngineFile(const std::string& path, bool verify_checksums) : path_(p
     if (checksum64(json_text_.data(), json_text_.size()) != json_sum)
       throw EngineFileError(path + " is corrupt (metadata checksum mismatch)");
     meta_ = Json::parse(json_text_);
-    if (meta_.at("format_version").as_int() != kEngineFormatVersion)
+    if (meta_.at("format_version").as_int() != static_cast<int64_t>(version))
       throw EngineFileError(path + ": metadata format_version disagrees with the header");
 
     for (const auto& [role, model] : meta_.at("models").items()) {
@@ -149,6 +149,11 @@ EngineFile::EngineFile(const std::string& path, bool verify_checksums) : path_(p
                                 name + ": stored " + hex64(e.checksum) + ")");
         table.emplace(name, e);
       }
+      if (version < 3 && model.at("config").has("head_vocab"))
+        throw EngineFileError(path + ": the " + role +
+                              " model has a reduced output head (head_vocab), which needs engine "
+                              "format version 3; the header says " +
+                              std::to_string(version));
     }
     if (!has_model("target")) throw EngineFileError(path + " holds no target model");
   } catch (...) {

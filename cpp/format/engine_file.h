@@ -29,7 +29,11 @@ namespace trt_spec {
 
 constexpr char kEngineMagic[8] = {'T', 'R', 'T', 'S', 'P', 'E', 'C', '\0'};
 // Version 2: checksums are XXH64 (version 1 used an xxHash-like function of its own).
-constexpr uint32_t kEngineFormatVersion = 2;
+// Version 3: a model may have a reduced output head (config head_vocab, the model's head_tokens:
+// schema.h); the builder writes 3 only for such engines, so that others stay readable by
+// versions of trt-spec that read 2.
+constexpr uint32_t kEngineFormatVersion = 3;        // the newest version read and written
+constexpr uint32_t kEngineFormatOldestVersion = 2;  // the oldest version read
 constexpr size_t kEngineHeaderBytes = 64;
 constexpr size_t kDataAlign = 4096;
 

@@ -30,6 +30,13 @@ ModelConfig ModelConfig::from_json(const Json& j) {
   c.head_dim = size("head_dim", 1 << 12);
   c.ffn_dim = size("ffn_dim", 1 << 22);
   c.vocab_size = size("vocab_size", 1 << 24);
+  if (j.has("head_vocab")) {
+    c.head_vocab = size("head_vocab", 1 << 24);
+    if (c.head_vocab >= c.vocab_size)
+      throw EngineFileError("engine metadata: " + j.path() + ".head_vocab is " +
+                            std::to_string(c.head_vocab) + ", not below vocab_size " +
+                            std::to_string(c.vocab_size));
+  }
   const double theta = j.at("rope_theta").as_number(), eps = j.at("rms_eps").as_number();
   if (!(theta > 0 && theta < 1e30) || !(eps > 0 && eps < 1))
     throw EngineFileError("engine metadata: rope_theta must be in (0, 1e30) and rms_eps in (0, 1)");
@@ -63,7 +70,11 @@ std::vector<TensorSpec> engine_tensors(const ModelConfig& c) {
     add(p + "ffn_down.weight", D, F, {p + "ffn_down.weight"});
   }
   add("output_norm.weight", 1, D, {"output_norm.weight"});
-  if (!c.tied_embeddings) add("output.weight", V, D, {"output.weight"});
+  if (c.reduced_head())  // rows of the head (or of the tied table) picked by head_tokens
+    add("output.weight", c.head_vocab, D,
+        {c.tied_embeddings ? "tok_embd.weight" : "output.weight"});
+  else if (!c.tied_embeddings)
+    add("output.weight", V, D, {"output.weight"});
   return out;
 }
 

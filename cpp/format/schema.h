@@ -30,14 +30,25 @@ constexpr ConfigKey kConfigKeys[] = {
     {"rms_eps", "float"}, {"tied_embeddings", "bool"}, {"qkv_bias", "bool"},
 };
 
+// Optional config keys (engine format version 3, engine_file.h):
+//   head_vocab: the output head holds the rows of this many tokens only (a draft's reduced
+//   vocabulary: its most frequent tokens), listed in increasing id order by the model's
+//   "head_tokens" array (metadata models.<role>.head_tokens); the head's logits of every other
+//   token are -inf (model.h). The engine then stores output.weight [head_vocab, dim] whether or
+//   not the checkpoint ties it to the embedding table.
+constexpr ConfigKey kOptionalConfigKeys[] = {{"head_vocab", "int"}};
+
 struct ModelConfig {
   std::string arch;  // one of kArchitectures
   int n_layers = 0, dim = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0, ffn_dim = 0;
   int vocab_size = 0;
+  int head_vocab = 0;  // 0: the head covers the whole vocabulary
   float rope_theta = 10000.0f, rms_eps = 1e-6f;
   bool tied_embeddings = false, qkv_bias = false;
 
   int qkv_dim() const { return (n_heads + 2 * n_kv_heads) * head_dim; }
+  bool reduced_head() const { return head_vocab > 0; }
+  int head_rows() const { return reduced_head() ? head_vocab : vocab_size; }  // output.weight rows
   static ModelConfig from_json(const Json& j);  // validates; throws EngineFileError
 };
 

@@ -46,8 +46,10 @@ Model::Model(const EngineFile& file, const std::string& role, Backend& backend, 
   // (on the CPU the table is read in place; elsewhere it was copied and is dropped already).
   file.drop_pages(tok_embd_.data, file.tensor(role_, "tok_embd.weight").bytes);
   output_norm_ = w.at("output_norm.weight");
-  output_ = cfg_.tied_embeddings ? import(file, file.tensor(role_, "tok_embd.weight"), true)
-                                 : w.at("output.weight");
+  output_ = cfg_.tied_embeddings && !cfg_.reduced_head()
+                ? import(file, file.tensor(role_, "tok_embd.weight"), true)
+                : w.at("output.weight");
+  load_head_tokens(file);
   for (int l = 0; l < cfg_.n_layers; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     Layer L;
@@ -99,6 +101,32 @@ Model::Model(const EngineFile& file, const std::string& role, Backend& backend, 
   sel_ = scratch(D);
 }
 
+void Model::load_head_tokens(const EngineFile& file) {
+  head_tokens_.resize(cfg_.head_rows());
+  if (!cfg_.reduced_head()) {
+    for (int i = 0; i < cfg_.vocab_size; ++i) head_tokens_[i] = i;
+    return;
+  }
+  const Json list = file.meta().at("models").at(role_).at("head_tokens");
+  if (list.size() != static_cast<size_t>(cfg_.head_vocab))
+    throw EngineFileError(list.path() + " lists " + std::to_string(list.size()) +
+                          " tokens for a head_vocab of " + std::to_string(cfg_.head_vocab));
+  std::vector<int32_t> index(cfg_.vocab_size, -1);
+  for (int i = 0; i < cfg_.head_vocab; ++i) {
+    const int64_t t = list.at(i).as_int();
+    if (t < 0 || t >= cfg_.vocab_size || (i > 0 && t <= head_tokens_[i - 1]))
+      throw EngineFileError(list.path() + " must list token ids in [0, " +
+                            std::to_string(cfg_.vocab_size) + ") in increasing order (entry " +
+                            std::to_string(i) + " is " + std::to_string(t) + ")");
+    head_tokens_[i] = static_cast<int32_t>(t);
+    index[t] = i;
+  }
+  head_index_ = BackendBuffer(be_, index.size() * sizeof(int32_t));
+  be_.upload(head_index_.as<void>(), index.data(), index.size() * sizeof(int32_t));
+  head_logits_ =
+      BackendBuffer(be_, static_cast<size_t>(limits_.max_rows) * cfg_.head_vocab * sizeof(float));
+}
+
 size_t kv_cache_bytes(const ModelConfig& cfg, const ModelLimits& limits) {
   return 2 * static_cast<size_t>(limits.max_batch) * cfg.n_layers * cfg.n_kv_heads *
          limits.max_seq * cfg.head_dim * kv_type_bytes(limits.kv_type);
@@ -129,8 +157,16 @@ void Model::forward(const Rows& rows, int n, const int32_t* logit_rows, int n_lo
   }
   if (n_logits == 0) return;
   // The selected rows' final norm and the head: [n_logits, V].
-  be_.norm_linear(x, logit_rows, output_norm_, cfg_.rms_eps, output_, WeightView{}, n_logits,
-                  logits_out, sel);
+  if (!cfg_.reduced_head()) {
+    be_.norm_linear(x, logit_rows, output_norm_, cfg_.rms_eps, output_, WeightView{}, n_logits,
+                    logits_out, sel);
+    return;
+  }
+  float* head = head_logits_.as<float>();  // [n_logits, head_vocab]
+  be_.norm_linear(x, logit_rows, output_norm_, cfg_.rms_eps, output_, WeightView{}, n_logits, head,
+                  sel);
+  be_.expand_columns(head, cfg_.head_vocab, head_index_.as<int32_t>(), n_logits, cfg_.vocab_size,
+                     logits_out);  // [n_logits, vocab], -inf outside the head
 }
 
 }  // namespace trt_spec

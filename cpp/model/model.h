@@ -37,8 +37,12 @@ class Model {
   size_t kv_bytes() const;
 
   // n rows (backend memory). Writes logits [n_logits, vocab] for the rows listed in
-  // logit_rows [n_logits] (backend memory) to logits_out.
+  // logit_rows [n_logits] (backend memory) to logits_out. With a reduced head (ModelConfig
+  // head_vocab) the logits of the tokens outside it are -inf: no sampling rule draws them.
   void forward(const Rows& rows, int n, const int32_t* logit_rows, int n_logits, float* logits_out);
+
+  // The tokens the head has rows for, in increasing id order (every id without a reduced head).
+  const std::vector<int32_t>& head_tokens() const { return head_tokens_; }
 
   KvCache& kv() { return kv_; }
 
@@ -51,6 +55,8 @@ class Model {
   // The backend's view of one tensor (for the matmul, or any op); where the backend copied it
   // into its own memory, the file's pages of it are dropped from the resident set.
   WeightView import(const EngineFile& file, const TensorEntry& e, bool matmul);
+  // head_tokens_ (and with a reduced head, its index and logits buffers) from the metadata.
+  void load_head_tokens(const EngineFile& file);
 
   std::string role_;
   Backend& be_;
@@ -59,6 +65,10 @@ class Model {
   AttentionShape attn_;
   WeightView tok_embd_, output_norm_, output_;
   std::vector<Layer> layers_;
+  std::vector<int32_t> head_tokens_;  // [head_rows]
+  // A reduced head: its logits [max_rows, head_vocab] and, per token id, its head row or -1
+  // ([vocab], Backend::expand_columns).
+  BackendBuffer head_logits_, head_index_;
   size_t weight_bytes_ = 0;
   KvCache kv_;
   BackendBuffer k_buf_, v_buf_;

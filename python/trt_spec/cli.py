@@ -59,6 +59,8 @@ def cmd_build(args: argparse.Namespace) -> int:
             max_batch=args.max_batch,
             weights=args.weights,
             draft_len=args.draft_len,
+            draft_vocab=args.draft_vocab,
+            draft_vocab_corpus=args.draft_vocab_corpus,
             progress=out.info,
             on_tensor=lambda role, done, total, line: out.step(role, done, total, line, "tensor"),
             threads=args.threads,
@@ -131,6 +133,8 @@ def cmd_info(args: argparse.Namespace) -> int:
             f"  weights {m['weight_bytes'] / 1e6:.1f} MB {m['tensor_type_counts']}, relative error "
             f"mean {m['quant_error']['mean']:.2e} max {m['quant_error']['max']:.2e}"
         )
+        if "draft_vocab" in m:
+            print("  " + draft_vocab_line(m))
     weights = sum(m["weight_bytes"] for m in meta["models"].values())
     rss = bench.common.proc_status_bytes(["VmRSS"]).get("VmRSS")
     print(
@@ -148,6 +152,20 @@ def cmd_info(args: argparse.Namespace) -> int:
     elif args.acceptance:
         raise SystemExit("info: --acceptance goes with --plan")
     return 0
+
+
+def draft_vocab_line(model: dict) -> str:
+    """A reduced head's size and the share of its corpus's tokens it covered."""
+    dv, c = model["draft_vocab"], model["draft_vocab"]["corpus"]
+    held = dv.get("held_out_coverage")
+    return (
+        f"draft vocabulary: {dv['size']} of {model['config']['vocab_size']} tokens in the head, "
+        f"covering {100 * dv['coverage']:.2f}% of the {c['tokens']} tokens of its corpus "
+        f"({c['source']}: {c['path']}, {c['files']} files, {c['bytes'] / 1e6:.1f} MB, "
+        f"{c['distinct_tokens']} distinct tokens"
+        + (f"; {100 * held:.2f}% of held-out text" if held is not None else "")
+        + ")"
+    )
 
 
 def print_waves(meta: dict, max_seq: int, sm_count: int = 132) -> None:
@@ -351,6 +369,21 @@ def make_parser() -> argparse.ArgumentParser:
         default=DEFAULT_DRAFT_LEN,
         help=f"most draft tokens per iteration, from the draft model or prompt lookup (default "
         f"{DEFAULT_DRAFT_LEN}; 0: never speculate)",
+    )
+    b.add_argument(
+        "--draft-vocab",
+        type=int,
+        default=None,
+        metavar="N",
+        help="keep the draft head's rows of the N most frequent tokens only (a cheaper draft "
+        "step; the output is unchanged); frequencies from the Python standard library's sources "
+        "unless --draft-vocab-corpus is given",
+    )
+    b.add_argument(
+        "--draft-vocab-corpus",
+        default=None,
+        metavar="FILE",
+        help="UTF-8 text whose token frequencies choose the --draft-vocab set",
     )
     b.add_argument(
         "--weights",

@@ -46,6 +46,11 @@ void emu_rope(float* qkv, const int32_t* pos, int n, int nh, int nkv, int hd, co
   launch_rope(nullptr, qkv, pos, n, nh, nkv, hd, cos_t, sin_t);
 }
 
+void emu_expand_columns(const float* src, int src_cols, const int32_t* index, int n, int width,
+                        float* out) {
+  launch_expand_columns(nullptr, src, src_cols, index, n, width, out);
+}
+
 void emu_swiglu(const float* gate_up, int n, int ffn, float* out) {
   launch_swiglu(nullptr, gate_up, n, ffn, out);
 }

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <numeric>
 #include <string>
 #include <thread>
@@ -368,6 +369,18 @@ void CpuBackend::swiglu(const float* gate_up, int n, int ffn, float* out) {
 
 void CpuBackend::add(float* x, const float* y, size_t count) {
   for (size_t i = 0; i < count; ++i) x[i] += y[i];
+}
+
+void CpuBackend::expand_columns(const float* src, int src_cols, const int32_t* index, int n,
+                                int width, float* out) {
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  pool_.parallel_for(width, 16384, [&](int64_t c0, int64_t c1) {
+    for (int i = 0; i < n; ++i) {
+      const float* s = src + static_cast<int64_t>(i) * src_cols;
+      float* o = out + static_cast<int64_t>(i) * width;
+      for (int64_t c = c0; c < c1; ++c) o[c] = index[c] >= 0 ? s[index[c]] : kNegInf;
+    }
+  });
 }
 
 void CpuBackend::gather_rows(const float* src, const int32_t* rows, int n, int dim, float* dst) {

@@ -55,6 +55,8 @@ class CpuBackend : public Backend {  // (tests derive a scripted-clock backend)
   void swiglu(const float* gate_up, int n, int ffn, float* out) override;
   void add(float* x, const float* y, size_t count) override;
   void gather_rows(const float* src, const int32_t* rows, int n, int dim, float* dst) override;
+  void expand_columns(const float* src, int src_cols, const int32_t* index, int n, int width,
+                      float* out) override;
   void sample(const float* logits, int n, int vocab, const int32_t* slot, SamplingState* states,
               int32_t* out_tokens) override;
 

@@ -499,6 +499,13 @@ void CudaBackend::add(float* x, const float* y, size_t count) {
   check_launch("add");
 }
 
+void CudaBackend::expand_columns(const float* src, int src_cols, const int32_t* index, int n,
+                                 int width, float* out) {
+  if (sizing() || n <= 0) return;
+  cuda::launch_expand_columns(stream_, src, src_cols, index, n, width, out);
+  check_launch("expand_columns");
+}
+
 void CudaBackend::gather_rows(const float* src, const int32_t* rows, int n, int dim, float* dst) {
   if (sizing() || n <= 0) return;
   cuda::launch_gather_rows(stream_, src, rows, n, dim, dst);

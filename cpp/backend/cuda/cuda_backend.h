@@ -73,6 +73,8 @@ class CudaBackend final : public Backend {
   void swiglu(const float* gate_up, int n, int ffn, float* out) override;
   void add(float* x, const float* y, size_t count) override;
   void gather_rows(const float* src, const int32_t* rows, int n, int dim, float* dst) override;
+  void expand_columns(const float* src, int src_cols, const int32_t* index, int n, int width,
+                      float* out) override;
   // Fused layer ops (cuda_matmul.cu): one launch each.
   void norm_linear(const float* x, const int32_t* in_rows, WeightView norm, float eps, WeightView w,
                    WeightView bias, int n, float* out, float* tmp) override;

@@ -81,6 +81,20 @@ __global__ void __launch_bounds__(kRowThreads)
   for (int c = threadIdx.x; c < dim; c += blockDim.x) d[c] = s[c];
 }
 
+// out [n, width]: out[i, c] = src[i, index[c]] where index[c] >= 0, else -inf (Backend::
+// expand_columns). Grid-stride over the n * width elements.
+__global__ void expand_columns_kernel(const float* __restrict__ src, int src_cols,
+                                      const int32_t* __restrict__ index, int64_t n, int width,
+                                      float* __restrict__ out) {
+  const int64_t total = n * width;
+  for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t i = e / width;
+    const int j = index[e - i * width];
+    out[e] = j >= 0 ? src[i * src_cols + j] : -INFINITY;
+  }
+}
+
 // Blocks for a grid-stride elementwise kernel over `count` elements.
 inline unsigned elementwise_blocks(int64_t count, int threads) {
   const int64_t b = (count + threads - 1) / threads;
@@ -114,6 +128,13 @@ inline void launch_swiglu(cudaStream_t stream, const float* gate_up, int n, int 
 
 inline void launch_add(cudaStream_t stream, float* x, const float* y, int64_t count) {
   TRT_SPEC_LAUNCH(add_kernel, elementwise_blocks(count, 256), 256, stream, x, y, count);
+}
+
+inline void launch_expand_columns(cudaStream_t stream, const float* src, int src_cols,
+                                  const int32_t* index, int n, int width, float* out) {
+  const int64_t count = static_cast<int64_t>(n) * width;
+  TRT_SPEC_LAUNCH(expand_columns_kernel, elementwise_blocks(count, 256), 256, stream, src, src_cols,
+                  index, static_cast<int64_t>(n), width, out);
 }
 
 inline void launch_gather_rows(cudaStream_t stream, const float* src, const int32_t* rows, int n,

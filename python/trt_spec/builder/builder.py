@@ -32,6 +32,12 @@ from pathlib import Path
 import numpy as np
 
 from trt_spec import _core
+from trt_spec.builder.draft_vocab import (
+    DraftVocab,
+    choose_draft_vocab,
+    file_corpus,
+    stdlib_corpus,
+)
 from trt_spec.builder.schema import engine_tensors
 from trt_spec.builder.source import BuildError, ModelSource, open_source, sha256_file
 from trt_spec.builder.writer import EngineWriter
@@ -57,10 +63,10 @@ class BuildReport:
     models: dict[str, dict] = field(default_factory=dict)  # role -> summary
 
 
-def _plan(src: ModelSource) -> list[tuple[str, list[str]]]:
+def _plan(config: dict) -> list[tuple[str, list[str]]]:
     """Engine tensors in file order: (engine name, source parts concatenated along rows), by the
     schema (trt_spec.builder.schema, defined in C++)."""
-    return [(t.name, list(t.sources)) for t in engine_tensors(src.config)]
+    return [(t.name, list(t.sources)) for t in engine_tensors(config)]
 
 
 def choose_type(
@@ -146,11 +152,21 @@ class _Encoded:
     error: float | None
 
 
-def _encode_tensor(src: ModelSource, role: str, weights: str, name: str, parts: list[str]):
-    """Reads, fuses and encodes one engine tensor (runs on a worker thread)."""
+def _encode_tensor(
+    src: ModelSource,
+    role: str,
+    weights: str,
+    name: str,
+    parts: list[str],
+    head_rows: np.ndarray | None = None,
+) -> _Encoded:
+    """Reads, fuses and encodes one engine tensor (runs on a worker thread); ``head_rows``: the
+    output head's rows to keep (a reduced draft vocabulary; the tied table's if tied)."""
     arrays = [_load(src, p) for p in parts]
     w = arrays[0] if len(arrays) == 1 else np.concatenate(arrays, axis=0)
     del arrays
+    if head_rows is not None and name == "output.weight":
+        w = w[head_rows]
     bits = max(src.tensors[p].source_bits for p in parts)
     head = name == "output.weight" or (name == "tok_embd.weight" and src.config["tied_embeddings"])
     type_name = choose_type(weights, name, w.shape, bits, head, lean=role == "draft")
@@ -168,24 +184,30 @@ def _write_model(
     on_tensor: TensorProgress,
     pool: ThreadPoolExecutor,
     ahead: int,
+    vocab: DraftVocab | None = None,
 ) -> dict:
-    """Encodes a model's tensors on the pool, up to ``ahead`` tensors ahead of the writer, and
-    writes them in plan order: the bytes do not depend on the number of threads."""
-    plan = _plan(src)
+    """One model's tensors and metadata entry, encoded on the pool up to ``ahead`` tensors ahead
+    of the writer and written in plan order (the bytes do not depend on the number of threads);
+    with ``vocab``, a reduced output head of those tokens' rows (draft_vocab.py)."""
+    config = dict(src.config)
+    if vocab is not None:
+        config["head_vocab"] = int(vocab.tokens.size)
+    plan = _plan(config)
     sha = pool.submit(sha256_file, src.path) if src.path.is_file() else None
     tensors: dict[str, dict] = {}
     errors: dict[str, float] = {}
     types: dict[str, int] = {}
     weight_bytes = 0
     todo = iter(plan)
+    rows = vocab.tokens if vocab is not None else None
     pending = deque(
-        pool.submit(_encode_tensor, src, role, weights, *item) for item in islice(todo, ahead)
+        pool.submit(_encode_tensor, src, role, weights, *item, rows) for item in islice(todo, ahead)
     )
     for k in range(len(plan)):
         enc = pending.popleft().result()
         nxt = next(todo, None)
         if nxt is not None:
-            pending.append(pool.submit(_encode_tensor, src, role, weights, *nxt))
+            pending.append(pool.submit(_encode_tensor, src, role, weights, *nxt, rows))
         tensors[enc.name] = writer.add(enc.blob, enc.type_name, enc.shape)
         weight_bytes += enc.blob.size
         types[enc.type_name] = types.get(enc.type_name, 0) + 1
@@ -203,6 +225,9 @@ def _write_model(
             ),
         )
     mats = list(errors.values())
+    extra = {}
+    if vocab is not None:
+        extra = {"head_tokens": vocab.tokens.tolist(), "draft_vocab": vocab.metadata()}
     return {
         "source": {
             "path": str(src.path.name),
@@ -212,7 +237,7 @@ def _write_model(
             "context_length": src.context_length,
             "tensor_types": sorted({t.source_type for t in src.tensors.values()}),
         },
-        "config": src.config,
+        "config": config,
         "weights": weights,
         "weight_bytes": weight_bytes,
         "tensor_type_counts": types,
@@ -223,6 +248,7 @@ def _write_model(
             "per_tensor": errors,
         },
         "tensors": tensors,
+        **extra,
     }
 
 
@@ -252,6 +278,8 @@ def build_engine(
     max_batch: int = DEFAULT_MAX_BATCH,
     weights: str = "q4",
     draft_len: int = DEFAULT_DRAFT_LEN,
+    draft_vocab: int | None = None,
+    draft_vocab_corpus: str | Path | None = None,
     progress: Progress | None = None,
     on_tensor: TensorProgress | None = None,
     threads: int | None = None,
@@ -261,6 +289,10 @@ def build_engine(
     ``draft_len`` is the most draft tokens an iteration may propose, from the draft model or
     from prompt lookup (which needs no draft model); the runtime sizes its verify pass for it,
     and requests choose any length up to it. 0 builds an engine that never speculates.
+
+    ``draft_vocab`` keeps the draft head's rows of that many tokens only, the most frequent in
+    ``draft_vocab_corpus`` (a text file) or by default in the Python standard library's sources
+    (``draft_vocab.py``): a cheaper draft step, the same output.
 
     ``progress`` receives status lines (reading, writing); ``on_tensor`` is called after each
     tensor is encoded. Without ``on_tensor``, its per-tensor lines go to ``progress`` too.
@@ -285,6 +317,10 @@ def build_engine(
     low = 1 if draft is not None else 0
     if not low <= draft_len <= _core.MAX_DRAFT_LEN:
         raise BuildError(f"draft_len must be in [{low}, {_core.MAX_DRAFT_LEN}], got {draft_len}")
+    if draft_vocab is not None and draft is None:
+        raise BuildError("--draft-vocab needs --draft: it reduces the draft model's head")
+    if draft_vocab_corpus is not None and draft_vocab is None:
+        raise BuildError("--draft-vocab-corpus needs --draft-vocab N")
     t0 = time.perf_counter()
     say(f"reading target {target}")
     tgt = open_source(target)
@@ -302,11 +338,28 @@ def build_engine(
         raise BuildError(f"{output} is a folder")
     if not output.parent.exists():
         raise BuildError(f"output folder {output.parent} does not exist")
+    hot = None
+    if draft_vocab is not None:
+        assert dft is not None
+        shared = min(tgt.config["vocab_size"], dft.config["vocab_size"])
+        corpus = (
+            file_corpus(draft_vocab_corpus) if draft_vocab_corpus is not None else stdlib_corpus()
+        )
+        say(f"draft vocabulary: counting tokens in {corpus.path} ({corpus.bytes / 1e6:.1f} MB)")
+        hot = choose_draft_vocab(draft_vocab, tgt.tokenizer_json, tgt.special, shared, corpus)
+        say(
+            f"draft vocabulary: {hot.tokens.size} tokens, {100 * hot.coverage:.2f}% of the "
+            f"corpus's {hot.corpus_tokens} tokens"
+        )
 
     from trt_spec import __version__
 
     meta: dict = {
-        "format_version": _core.ENGINE_FORMAT_VERSION,
+        # Version 3 only where the file needs it (a reduced head): others stay readable by
+        # readers of version 2 (cpp/format/engine_file.h).
+        "format_version": (
+            _core.ENGINE_FORMAT_VERSION if hot is not None else _core.ENGINE_FORMAT_OLDEST_VERSION
+        ),
         "producer": {"name": "trt-spec", "version": __version__},
         "created": _created(),
         "build": {
@@ -325,7 +378,7 @@ def build_engine(
             )
             if dft is not None:
                 meta["models"]["draft"] = _write_model(
-                    writer, "draft", dft, weights, tensor_done, pool, workers + 1
+                    writer, "draft", dft, weights, tensor_done, pool, workers + 1, hot
                 )
         except BaseException:
             pool.shutdown(wait=True, cancel_futures=True)

@@ -1,8 +1,8 @@
 """The engine schema as the builder and the checkpoint readers see it.
 
 Defined once, in C++ (``cpp/format/schema.h``), and read from ``trt_spec._core``: the
-supported architectures, the model config keys and, for a config, the engine's tensors (their
-names, shapes and the checkpoint tensors each is concatenated from).
+supported architectures, the model config keys (required and optional) and, for a config, the
+engine's tensors (their names, shapes and the checkpoint tensors each is concatenated from).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from trt_spec import _core
 
 ARCHITECTURES: tuple[str, ...] = tuple(_core.ARCHITECTURES)
 CONFIG_KEYS: dict[str, str] = dict(_core.CONFIG_KEYS)  # name -> "str" | "int" | "float" | "bool"
+OPTIONAL_CONFIG_KEYS: dict[str, str] = dict(_core.OPTIONAL_CONFIG_KEYS)  # e.g. head_vocab
 
 _PY_TYPES = {"str": (str,), "int": (int,), "float": (float, int), "bool": (bool,)}
 
@@ -35,6 +36,11 @@ def config_problems(config: dict) -> list[str]:
             out.append(f"{key} must be {kind}")
         elif not isinstance(config[key], _PY_TYPES[kind]):
             out.append(f"{key} must be {kind}, got {type(config[key]).__name__}")
+    for key, kind in OPTIONAL_CONFIG_KEYS.items():
+        if key in config and (
+            isinstance(config[key], bool) or not isinstance(config[key], _PY_TYPES[kind])
+        ):
+            out.append(f"{key} must be {kind}")
     return out
 
 

@@ -61,7 +61,7 @@ class EngineWriter:
         self._f.write(text)
         header = _core.ENGINE_MAGIC + struct.pack(
             "<IIQQQQQQ",
-            _core.ENGINE_FORMAT_VERSION,
+            int(metadata["format_version"]),
             0,
             json_offset,
             len(text),
