@@ -38,8 +38,8 @@ from trt_spec.builder.draft_vocab import (
 )
 from trt_spec.builder.source import BuildError
 
-# Prompt rows in f32, as decode rows (the distribution test's oracle is Engine.logits).
-pytestmark = pytest.mark.usefixtures("f32_prompt_attention")
+# The engines here are f32: their prompt rows attend in f32, as decode rows (the distribution
+# test's oracle is Engine.logits).
 
 N_V384 = 100  # of 384 tokens
 CORPUS_V384 = "".join(tiny_models.TEXT) * 3
@@ -335,11 +335,14 @@ def test_the_draft_proposes_inside_the_set_only(root, temperature: float) -> Non
     path = reduced(root, "noisy", N_V384)
     inside = set(head_tokens(path).tolist())
     s = T.Session(str(path), "cpu", 2)
-    rids = [s.submit(p, 48, temperature, 0, 1.0, 7, [], [], [], "model", 4) for p in PROMPTS[:3]]
+    rids = [
+        s.submit(p, 48, temperature=temperature, seed=7, draft="model", draft_len=4)
+        for p in PROMPTS[:3]
+    ]
     seen, out = 0, {r: [] for r in rids}
     while s.has_work:
-        for rid, toks, *_ in s.step():
-            out[rid] += toks
+        for ev in s.step():
+            out[ev.id] += list(ev.tokens)
         for rid in rids:
             if s.slot_of(rid) < 0:
                 continue
