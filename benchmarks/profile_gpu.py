@@ -70,7 +70,7 @@ def ensure_engine(path: Path) -> Path:
     tmp = path.with_suffix(".partial")
     write_random_engine(
         tmp, SHAPES["qwen2.5-1.5b"], draft=SHAPES["qwen2.5-0.5b"], weights="q4",
-        max_seq_len=2048, max_batch=1, draft_len=8, fast=True,
+        max_seq_len=2048, max_batch=1, draft_len=8, data="random",
     )  # fmt: skip
     tmp.rename(path)
     return path

@@ -94,23 +94,43 @@ def _init(name: str, shape: tuple[int, ...], cfg: dict, rnd: _Random, source: in
     return x * (1.0 / np.sqrt(shape[1]))
 
 
+def _tensor_type(name: str, shape: tuple[int, ...], cfg: dict, weights: str) -> str:
+    head = name == "output.weight" or (name == "tok_embd.weight" and cfg["tied_embeddings"])
+    return choose_type(weights, name, shape, 16.0, head)
+
+
+def _random_table(cfg: dict, weights: str) -> dict[str, dict]:
+    """The tensor table of a model made at load (no data: type, shape and size only)."""
+    table = {}
+    for name, shape in tensor_shapes(cfg):
+        type_name = _tensor_type(name, shape, cfg, weights)
+        rows, cols = (1, shape[0]) if len(shape) == 1 else shape
+        nbytes = _core.weight_blob_bytes(_core.weight_type_from_name(type_name), rows, cols)
+        table[name] = {"type": type_name, "shape": list(shape), "bytes": int(nbytes)}
+    return table
+
+
 def _write_model(
-    writer: EngineWriter, role: str, cfg: dict, weights: str, rnd: _Random, progress
+    writer: EngineWriter | None, role: str, cfg: dict, weights: str, rnd: _Random, progress
 ) -> dict:
     tensors: dict[str, dict] = {}
     types: dict[str, int] = {}
     total = 0
+    if writer is None:  # data="random": the runtime makes every tensor (engine format 4)
+        tensors = _random_table(cfg, weights)
+        for t in tensors.values():
+            types[t["type"]] = types.get(t["type"], 0) + 1
+            total += t["bytes"]
 
     def blob(name: str, shape: tuple[int, ...], source: int) -> tuple[np.ndarray, str]:
         w = _init(name, shape, cfg, rnd, source)
-        head = name == "output.weight" or (name == "tok_embd.weight" and cfg["tied_embeddings"])
-        type_name = choose_type(weights, name, shape, 16.0, head)
+        type_name = _tensor_type(name, shape, cfg, weights)
         w2 = np.ascontiguousarray(w.reshape(1, -1) if w.ndim == 1 else w, dtype=np.float32)
         return _core.quantize_weight(w2, _core.weight_type_from_name(type_name)), type_name
 
     # Tensors are generated and quantized on every core (numpy and quantize_weight release the
     # GIL) and written in file order; a bounded window keeps memory to a few tensors per thread.
-    jobs = [(name, shape, rnd.source()) for name, shape in tensor_shapes(cfg)]
+    jobs = [(n, shape, rnd.source()) for n, shape in tensor_shapes(cfg)] if writer else []
     workers = max(1, min(16, os.cpu_count() or 1))
     pending: deque = deque()
 
@@ -146,6 +166,7 @@ def _write_model(
         "quant_error": {"metric": "none (random weights)", "max": 0.0, "mean": 0.0,
                         "per_tensor": {}},
         "tensors": tensors,
+        **({"random_weights": {"seed": rnd.source() % 2**62}} if writer is None else {}),
         # A reduced head (config head_vocab, e.g. a 32k draft vocabulary): the first ids' rows.
         **({"head_tokens": list(range(cfg["head_vocab"]))} if "head_vocab" in cfg else {}),
     }  # fmt: skip
@@ -174,17 +195,29 @@ def write_random_engine(
     draft_len: int = 8,
     seed: int = 0,
     fast: bool = False,
+    data: str = "file",
     progress=None,
 ) -> Path:
-    """Write an engine of random weights: `target` (and `draft`) are configs like SHAPES'."""
+    """Write an engine of random weights: `target` (and `draft`) are configs like SHAPES'.
+
+    data="file" writes the weights (drawn here, quantized to `weights`); data="random" writes
+    none: the runtime makes each tensor where it runs (on a GPU, on the device) from the seed
+    (engine format 4, kernels/random_fill.h), so a 7B engine is written in a second, not a
+    minute. Timing runs need only the shapes and the format.
+    """
+    if data not in ("file", "random"):
+        raise ValueError(f"data must be 'file' or 'random', got {data!r}")
     path = Path(path)
     rnd = _Random(seed, fast)
     tok_json, special = _tokenizer(target["vocab_size"])
     reduced = any("head_vocab" in c for c in (target, draft) if c is not None)
+    version = (
+        _core.ENGINE_FORMAT_RANDOM_WEIGHTS_VERSION if data == "random"
+        else _core.ENGINE_FORMAT_HEAD_VOCAB_VERSION if reduced
+        else _core.ENGINE_FORMAT_OLDEST_VERSION
+    )  # fmt: skip
     meta: dict = {
-        "format_version": (
-            _core.ENGINE_FORMAT_VERSION if reduced else _core.ENGINE_FORMAT_OLDEST_VERSION
-        ),
+        "format_version": version,
         "producer": {"name": "trt-spec random_engine", "version": "0"},
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "build": {
@@ -197,8 +230,9 @@ def write_random_engine(
         "models": {},
     }
     with EngineWriter(path) as writer:
-        meta["models"]["target"] = _write_model(writer, "target", target, weights, rnd, progress)
+        w = writer if data == "file" else None
+        meta["models"]["target"] = _write_model(w, "target", target, weights, rnd, progress)
         if draft is not None:
-            meta["models"]["draft"] = _write_model(writer, "draft", draft, weights, rnd, progress)
+            meta["models"]["draft"] = _write_model(w, "draft", draft, weights, rnd, progress)
         writer.finish(meta)
     return path

@@ -165,7 +165,7 @@ def _real_pair(tmp_path_factory: pytest.TempPathFactory, weights: str, max_batch
     path = tmp_path_factory.mktemp("realshape") / f"qwen-pair-{weights}.engine"
     return write_random_engine(
         path, SHAPES["qwen2.5-1.5b"], draft=SHAPES["qwen2.5-0.5b"], weights=weights,
-        max_seq_len=512, max_batch=max_batch, draft_len=8, fast=True,
+        max_seq_len=512, max_batch=max_batch, draft_len=8, data="random",
     )  # fmt: skip
 
 

@@ -120,7 +120,7 @@ def tensor_f32(path: Path, role: str, name: str) -> np.ndarray:
 def test_engine_records_the_most_frequent_tokens(root) -> None:
     path = reduced(root, "noisy", N_V384)
     raw = path.read_bytes()
-    assert parse_header(raw)["version"] == 3 == _core.ENGINE_FORMAT_VERSION
+    assert parse_header(raw)["version"] == 3 == _core.ENGINE_FORMAT_HEAD_VOCAB_VERSION
     meta = read_metadata(raw)
     d, t = meta["models"]["draft"], meta["models"]["target"]
     assert d["config"]["head_vocab"] == N_V384 and "head_vocab" not in t["config"]

@@ -54,7 +54,7 @@ def test_names_are_defined_once_in_the_native_core() -> None:
 def test_engine_schema_comes_from_the_native_core() -> None:
     assert _core.ENGINE_MAGIC == b"TRTSPEC\0"
     # 2: XXH64 checksums (tests/test_checksum_xxh64.py); 3: reduced heads (test_draft_vocab.py)
-    assert (_core.ENGINE_FORMAT_OLDEST_VERSION, _core.ENGINE_FORMAT_VERSION) == (2, 3)
+    assert (_core.ENGINE_FORMAT_OLDEST_VERSION, _core.ENGINE_FORMAT_VERSION) == (2, 4)
     names = [_core.weight_type_name(t) for t in _core.WeightType]
     assert tuple(names) == trt_spec.WEIGHT_FORMATS
     assert _core.weight_type_from_name("q4") == _core.WeightType.Q4

@@ -26,6 +26,7 @@
 #include <utility>
 
 #include "kernels/kv_format.h"
+#include "kernels/random_fill.h"
 #include "kernels/sampling.h"
 #include "kernels/weight_format.h"
 
@@ -121,6 +122,12 @@ class Backend {
   // the output head), which a backend may store in its matmul's own layout. Default:
   // import_weight. The CPU backend repacks Q8 / Q4 codes (kernels/cpu/repack_lanes.h).
   virtual WeightView import_matmul_weight(const WeightView& host) { return import_weight(host); }
+  // A [rows, cols] weight of type t holding random values (kernels/random_fill.h), made in the
+  // backend's own memory (a GPU fills it on the device): an engine model with random_weights has
+  // no tensor data. matmul: as import_matmul_weight. The same fill gives the same bits on every
+  // backend.
+  virtual WeightView random_weight(WeightType t, int64_t rows, int64_t cols, const RandomFill& fill,
+                                   bool matmul) = 0;
 
   // Graphs: capture(issue_ops) records the ops issue_ops() issues (without running them) and
   // returns them as a graph to launch any number of times; nullptr where the backend has no

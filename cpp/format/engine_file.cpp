@@ -115,6 +115,14 @@ EngineFile::EngineFile(const std::string& path, bool verify_checksums) : path_(p
 
     for (const auto& [role, model] : meta_.at("models").items()) {
       auto& table = tensors_[role];
+      const bool random = model.has("random_weights");
+      if (random && version < kEngineFormatRandomWeightsVersion)
+        throw EngineFileError(path + ": the " + role +
+                              " model has random weights, which need engine format version 4; "
+                              "the header says " +
+                              std::to_string(version));
+      const uint64_t seed =
+          random ? static_cast<uint64_t>(model.at("random_weights").at("seed").as_int()) : 0;
       for (const auto& [name, t] : model.at("tensors").items()) {
         TensorEntry e;
         e.name = name;
@@ -129,9 +137,15 @@ EngineFile::EngineFile(const std::string& path, bool verify_checksums) : path_(p
         } else {
           throw EngineFileError("tensor " + name + " has rank " + std::to_string(shape.size()));
         }
-        e.offset = static_cast<uint64_t>(t.at("offset").as_int());
         e.bytes = static_cast<uint64_t>(t.at("bytes").as_int());
-        e.checksum = parse_hex64(t.at("checksum").as_string(), name);
+        e.random = random;
+        if (random) {
+          const std::string id = role + "/" + name;
+          e.random_key = xxh64(id.data(), id.size(), seed);
+        } else {
+          e.offset = static_cast<uint64_t>(t.at("offset").as_int());
+          e.checksum = parse_hex64(t.at("checksum").as_string(), name);
+        }
         if (e.rows <= 0 || e.cols <= 0)
           throw EngineFileError("tensor " + name + " has an empty shape");
         if (e.rows > kMaxDim || e.cols > kMaxDim)  // keeps rows * cols * 4 far from overflow
@@ -140,6 +154,10 @@ EngineFile::EngineFile(const std::string& path, bool verify_checksums) : path_(p
           throw EngineFileError("tensor " + name + ": quantized columns must be a multiple of 64");
         if (e.bytes != weight_blob_bytes(e.type, e.rows, e.cols))
           throw EngineFileError("tensor " + name + ": byte size does not match its shape and type");
+        if (random) {
+          table.emplace(name, e);
+          continue;
+        }
         if (e.offset % kSectionAlign != 0 || e.offset > data_bytes_ ||
             e.bytes > data_bytes_ - e.offset)
           throw EngineFileError(path + " is truncated or corrupt (tensor " + name +
@@ -149,7 +167,7 @@ EngineFile::EngineFile(const std::string& path, bool verify_checksums) : path_(p
                                 name + ": stored " + hex64(e.checksum) + ")");
         table.emplace(name, e);
       }
-      if (version < 3 && model.at("config").has("head_vocab"))
+      if (version < kEngineFormatHeadVocabVersion && model.at("config").has("head_vocab"))
         throw EngineFileError(path + ": the " + role +
                               " model has a reduced output head (head_vocab), which needs engine "
                               "format version 3; the header says " +

@@ -32,8 +32,14 @@ constexpr char kEngineMagic[8] = {'T', 'R', 'T', 'S', 'P', 'E', 'C', '\0'};
 // Version 3: a model may have a reduced output head (config head_vocab, the model's head_tokens:
 // schema.h); the builder writes 3 only for such engines, so that others stay readable by
 // versions of trt-spec that read 2.
-constexpr uint32_t kEngineFormatVersion = 3;        // the newest version read and written
-constexpr uint32_t kEngineFormatOldestVersion = 2;  // the oldest version read
+// Version 4: a model may hold random weights instead of tensor data (its "random_weights":
+// {"seed": S}; its tensors have no offset or checksum, and the backend makes each one with
+// kernels/random_fill.h at load): engines for timing runs, written without their gigabytes of
+// data (benchmarks/random_engine.py writes them; the builder never does).
+constexpr uint32_t kEngineFormatVersion = 4;               // the newest version read and written
+constexpr uint32_t kEngineFormatOldestVersion = 2;         // the oldest version read
+constexpr uint32_t kEngineFormatHeadVocabVersion = 3;      // the first with reduced heads
+constexpr uint32_t kEngineFormatRandomWeightsVersion = 4;  // the first with random weights
 constexpr size_t kEngineHeaderBytes = 64;
 constexpr size_t kDataAlign = 4096;
 
@@ -53,6 +59,8 @@ struct TensorEntry {
   uint64_t offset = 0;  // from data_offset
   uint64_t bytes = 0;
   uint64_t checksum = 0;
+  bool random = false;      // no data: made from random_key at load (version 4)
+  uint64_t random_key = 0;  // XXH64 of "role/name", seeded with the model's random seed
   WeightView view(const uint8_t* data_base) const { return {type, rows, cols, data_base + offset}; }
 };
 

@@ -21,7 +21,37 @@ WeightView Model::weight(const EngineFile& file, const std::string& name, int64_
   return import(file, e, matmul);
 }
 
+namespace {
+
+// The values of a random weight (an engine model with random_weights, kernels/random_fill.h),
+// uniform and in the ranges that keep activations and logits realistic through every layer:
+// norms about 1, small biases, an embedding (and a tied head) giving logits of about 3, and
+// projections of standard deviation 1 / sqrt(cols).
+RandomFill random_fill_of(const TensorEntry& e, const ModelConfig& cfg) {
+  constexpr float kSqrt3 = 1.7320508f;  // a uniform [-s, s] has standard deviation s / sqrt(3)
+  const auto ends_with = [&](const std::string& tail) {
+    return e.name.size() >= tail.size() &&
+           e.name.compare(e.name.size() - tail.size(), tail.size(), tail) == 0;
+  };
+  RandomFill f;
+  f.key = e.random_key;
+  if (ends_with("norm.weight")) {
+    f.offset = 1.0f;
+    f.scale = 0.1f * kSqrt3;
+  } else if (ends_with(".bias")) {
+    f.scale = 0.1f * kSqrt3;
+  } else if (e.name == "tok_embd.weight") {
+    f.scale = 3.0f * kSqrt3 / std::sqrt(static_cast<float>(cfg.dim));
+  } else {
+    f.scale = kSqrt3 / std::sqrt(static_cast<float>(e.cols));
+  }
+  return f;
+}
+
+}  // namespace
+
 WeightView Model::import(const EngineFile& file, const TensorEntry& e, bool matmul) {
+  if (e.random) return be_.random_weight(e.type, e.rows, e.cols, random_fill_of(e, cfg_), matmul);
   const WeightView host = e.view(file.data());
   const WeightView w = matmul ? be_.import_matmul_weight(host) : be_.import_weight(host);
   if (w.data != host.data) file.drop_pages(host.data, e.bytes);  // (re-read if used again)

@@ -8,6 +8,7 @@
 #include <cstddef>
 
 #include "kernels/cuda/norm_rope.cuh"
+#include "kernels/cuda/random_fill.cuh"
 #include "kernels/cuda/sampling.cuh"
 #include "spec/spec_launch.cuh"
 
@@ -24,6 +25,24 @@ DevWeight host_weight(int type, const uint8_t* blob, int64_t rows, int64_t cols)
 }  // namespace
 
 extern "C" {
+
+// A random weight blob (kernels/random_fill.h) of weight_blob_bytes(type, rows, cols) at dst:
+// device = 1 through the CUDA kernel (random_fill.cuh, emulated), 0 through the host loop the
+// CPU backend runs.
+void emu_random_fill(int device, int type, int64_t rows, int64_t cols, uint64_t key, float offset,
+                     float scale, uint8_t* dst) {
+  const RandomFill f{key, offset, scale};
+  const auto t = static_cast<WeightType>(type);
+  if (device) {
+    launch_random_fill(nullptr, t, rows, cols, f, dst);
+    return;
+  }
+  SectionFill sections[3];
+  const int n = random_fill_sections(t, rows, cols, f, sections);
+  for (int s = 0; s < n; ++s)
+    random_fill_host(f, sections[s], static_cast<uint32_t>(s), 0, (sections[s].bytes + 15) / 16,
+                     dst);
+}
 
 int emu_sampling_state_bytes() {
   return static_cast<int>(sizeof(DevSamplingState));

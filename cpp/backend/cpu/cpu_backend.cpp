@@ -193,6 +193,28 @@ WeightView CpuBackend::import_matmul_weight(const WeightView& host) {
   return w;
 }
 
+WeightView CpuBackend::random_weight(WeightType t, int64_t rows, int64_t cols,
+                                     const RandomFill& fill, bool matmul) {
+  const size_t bytes = weight_blob_bytes(t, rows, cols);
+  std::unique_ptr<uint8_t, void (*)(void*)> blob(
+      static_cast<uint8_t*>(std::aligned_alloc(kSectionAlign, align_up(bytes, kSectionAlign))),
+      std::free);
+  if (!blob)
+    throw Error("out of host memory making a random weight of " + std::to_string(bytes) + " bytes");
+  SectionFill sections[3];
+  const int n = random_fill_sections(t, rows, cols, fill, sections);
+  for (int s = 0; s < n; ++s) {
+    const int64_t blocks = static_cast<int64_t>((sections[s].bytes + 15) / 16);
+    pool_.parallel_for(blocks, 4096, [&](int64_t b, int64_t e) {
+      random_fill_host(fill, sections[s], static_cast<uint32_t>(s), b, e, blob.get());
+    });
+  }
+  const WeightView host{t, rows, cols, blob.get()};
+  WeightView w = matmul ? import_matmul_weight(host) : host;
+  if (w.data == host.data) repacked_.push_back(std::move(blob));  // else the repacked copy is kept
+  return w;
+}
+
 void CpuBackend::embed(WeightView table, const int32_t* tokens, int n, float* out) {
   pool_.parallel_for(n, 1, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {

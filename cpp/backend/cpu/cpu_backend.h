@@ -40,6 +40,8 @@ class CpuBackend : public Backend {  // (tests derive a scripted-clock backend)
   WeightView import_weight(const WeightView& host) override { return host; }
   // Q8 / Q4: a repacked copy in the matmul's row-block layout (owned by the backend); else host.
   WeightView import_matmul_weight(const WeightView& host) override;
+  WeightView random_weight(WeightType t, int64_t rows, int64_t cols, const RandomFill& fill,
+                           bool matmul) override;
 
   void embed(WeightView table, const int32_t* tokens, int n, float* out) override;
   void rmsnorm(const float* x, WeightView w, float eps, int n, int dim, float* out) override;
@@ -73,7 +75,8 @@ class CpuBackend : public Backend {  // (tests derive a scripted-clock backend)
   size_t qscratch_bytes_ = 0;
   std::mutex map_mu_;
   std::unordered_map<void*, size_t> mapped_;  // mmap-ed allocations and their sizes
-  std::vector<std::unique_ptr<uint8_t, void (*)(void*)>> repacked_;  // import_matmul_weight's
+  // import_matmul_weight's and random_weight's blobs
+  std::vector<std::unique_ptr<uint8_t, void (*)(void*)>> repacked_;
 };
 
 // Draws one token from logits [vocab] by the rule in kernels/sampling.h (exposed for tests).

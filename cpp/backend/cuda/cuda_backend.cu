@@ -15,6 +15,7 @@
 #include "common/errors.h"
 #include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/norm_rope.cuh"
+#include "kernels/cuda/random_fill.cuh"
 
 namespace trt_spec {
 
@@ -327,6 +328,27 @@ WeightView CudaBackend::import_weight(const WeightView& host) {
              "import_weight");
   cuda_check(cudaStreamSynchronize(stream_), "import_weight (synchronize)");
   WeightView v = host;
+  v.data = static_cast<const uint8_t*>(p);
+  return v;
+}
+
+WeightView CudaBackend::random_weight(WeightType t, int64_t rows, int64_t cols,
+                                      const RandomFill& fill, bool /*matmul*/) {
+  WeightView v{t, rows, cols, nullptr};
+  if (planning_) return v;  // (never read: nothing runs)
+  use_device();
+  const size_t bytes = weight_blob_bytes(t, rows, cols);
+  void* p = nullptr;
+  const cudaError_t e = cudaMalloc(&p, bytes);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    throw Error("out of GPU memory making the random weights (" + std::to_string(bytes) +
+                " more bytes; " + cudaGetErrorString(e) + ")");
+  }
+  weights_.push_back(p);
+  cuda::launch_random_fill(stream_, t, rows, cols, fill, static_cast<uint8_t*>(p));
+  check_launch("random_fill");
+  cuda_check(cudaStreamSynchronize(stream_), "random_weight (synchronize)");
   v.data = static_cast<const uint8_t*>(p);
   return v;
 }

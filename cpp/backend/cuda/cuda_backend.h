@@ -55,6 +55,9 @@ class CudaBackend final : public Backend {
   void download(void* dst, const void* src, size_t bytes) override;
   void synchronize() override;
   WeightView import_weight(const WeightView& host) override;
+  // Filled on the device (kernels/cuda/random_fill.cuh).
+  WeightView random_weight(WeightType t, int64_t rows, int64_t cols, const RandomFill& fill,
+                           bool matmul) override;
 
   bool supports_graphs() const override { return true; }
   std::unique_ptr<BackendGraph> capture(const std::function<void()>& issue_ops) override;

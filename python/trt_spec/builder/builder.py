@@ -358,7 +358,9 @@ def build_engine(
         # Version 3 only where the file needs it (a reduced head): others stay readable by
         # readers of version 2 (cpp/format/engine_file.h).
         "format_version": (
-            _core.ENGINE_FORMAT_VERSION if hot is not None else _core.ENGINE_FORMAT_OLDEST_VERSION
+            _core.ENGINE_FORMAT_HEAD_VOCAB_VERSION
+            if hot is not None
+            else _core.ENGINE_FORMAT_OLDEST_VERSION
         ),
         "producer": {"name": "trt-spec", "version": __version__},
         "created": _created(),
