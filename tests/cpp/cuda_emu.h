@@ -2,23 +2,26 @@
 // tests on machines without a GPU (tests/test_cuda_emulated*.py). Included by common.cuh when
 // TRT_SPEC_CUDA_EMU is defined; C++17, built by CMake's test targets (TRT_SPEC_BUILD_TESTS).
 //
-// A launch runs its blocks one after another; each block runs blockDim.x std::threads. Shared
-// memory is a function-static variable (one block at a time: the same semantics), __syncthreads
-// is a barrier over the block, and warp shuffles / ballots exchange values through a per-warp
-// buffer between two barriers of the warp's 32 threads. Every warp-level primitive must
+// A launch runs its blocks one after another; each block runs blockDim.x threads as fibers on
+// the launching thread (below). Shared memory is a function-static variable (one block at a
+// time: the same semantics), __syncthreads is a barrier over the block, and warp shuffles /
+// ballots exchange values through a per-warp buffer between two barriers of the warp's 32
+// threads. Every warp-level primitive must
 // therefore be reached by all 32 lanes of the warp, which the kernels guarantee anyway (they are
 // called with the full mask). Atomics are GCC atomics. Float results differ from a GPU in the
 // last bits (host libm, no fused intrinsics); token choices and indexing are what this checks.
 #pragma once
 
+#include <sys/mman.h>
+#include <ucontext.h>
+
 #include <cmath>
-#include <condition_variable>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <memory>
-#include <mutex>
-#include <thread>
 #include <type_traits>
 #include <vector>
 
@@ -56,26 +59,23 @@ inline int max(int a, int b) {
 
 namespace cuda_emu {
 
-// A reusable barrier of n threads (C++20's std::barrier<>::arrive_and_wait): the last thread to
-// arrive starts the next generation and wakes the others.
+// A block's threads are fibers on the launching OS thread (ucontext): each runs until it waits
+// at a barrier (of the block, or of its warp for shuffles, ballots and __syncwarp), then hands
+// over to the next unfinished thread in thread order. No OS threads, locks or wake-ups: a
+// barrier of 128 threads costs 128 user-space switches.
+constexpr size_t kFiberStack = 256 * 1024;  // bytes of stack per thread (mapped lazily)
+
+struct Block;
+inline thread_local Block* tl_block = nullptr;
+
+// A reusable barrier of n threads: the last to arrive starts the next generation; the others
+// hand over until it has.
 class Barrier {
  public:
   explicit Barrier(int n) : n_(n) {}
-  void arrive_and_wait() {
-    std::unique_lock<std::mutex> lock(mu_);
-    const uint64_t gen = gen_;
-    if (++arrived_ == n_) {
-      arrived_ = 0;
-      ++gen_;
-      cv_.notify_all();
-      return;
-    }
-    cv_.wait(lock, [&] { return gen_ != gen; });
-  }
+  inline void arrive_and_wait();
 
  private:
-  std::mutex mu_;
-  std::condition_variable cv_;
   const int n_;
   int arrived_ = 0;
   uint64_t gen_ = 0;
@@ -85,14 +85,65 @@ struct Warp {
   Barrier bar{32};
   uint64_t slot[32];
 };
+
+struct Fiber {
+  ucontext_t ctx;
+  bool done = false;
+};
+
 struct Block {
-  explicit Block(int threads) : bar(threads) {
+  Block(int threads, const std::function<void()>& body) : bar(threads), body(body) {
     for (int w = 0; w < (threads + 31) / 32; ++w) warps.push_back(std::make_unique<Warp>());
+    fibers.resize(threads);
+    live = threads;
   }
   Barrier bar;
   std::vector<std::unique_ptr<Warp>> warps;
+  const std::function<void()>& body;
+  std::vector<Fiber> fibers;
+  ucontext_t main;
+  int current = 0;
+  int live = 0;
+
+  // Switches to the next unfinished thread after the current one (the current one included
+  // last: a thread alone at a barrier would wait forever, which is a kernel bug).
+  void yield() {
+    const int n = static_cast<int>(fibers.size());
+    int next = current;
+    do {
+      next = (next + 1) % n;
+    } while (fibers[next].done && next != current);
+    if (next == current) {
+      std::fprintf(stderr, "cuda_emu: thread %d waits at a barrier no other thread reaches\n",
+                   current);
+      std::abort();
+    }
+    const int prev = current;
+    current = next;
+    threadIdx = dim3(static_cast<unsigned>(next));
+    swapcontext(&fibers[prev].ctx, &fibers[next].ctx);
+  }
+
+  static void entry() {
+    Block* b = tl_block;
+    b->body();
+    b->fibers[b->current].done = true;
+    if (--b->live == 0) {
+      setcontext(&b->main);
+    }
+    b->yield();  // (never comes back: this fiber is done)
+  }
 };
-inline thread_local Block* tl_block = nullptr;
+
+inline void Barrier::arrive_and_wait() {
+  const uint64_t gen = gen_;
+  if (++arrived_ == n_) {
+    arrived_ = 0;
+    ++gen_;
+    return;
+  }
+  while (gen_ == gen) tl_block->yield();
+}
 
 inline int lane() {
   return static_cast<int>(threadIdx.x & 31);
@@ -122,27 +173,52 @@ T exchange(T v, int src) {
   return r;
 }
 
+// Stacks for `threads` fibers, reused by every block of a launch.
+class Stacks {
+ public:
+  explicit Stacks(int threads) : bytes_(kFiberStack * static_cast<size_t>(threads)) {
+    base_ = mmap(nullptr, bytes_, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (base_ == MAP_FAILED) {
+      std::perror("cuda_emu: mmap of fiber stacks");
+      std::abort();
+    }
+  }
+  ~Stacks() { munmap(base_, bytes_); }
+  void* at(int t) const { return static_cast<char*>(base_) + kFiberStack * t; }
+
+ private:
+  size_t bytes_;
+  void* base_;
+};
+
 // Runs kernel(args...) over grid x block threads, block by block.
 template <class Kernel, class... Args>
 void launch(dim3 grid, dim3 block, Kernel kernel, Args... args) {
   const int threads = static_cast<int>(block.x);
+  Stacks stacks(threads);
+  const std::function<void()> body = [&] { kernel(args...); };
+  Block* const outer = tl_block;
   for (unsigned by = 0; by < grid.y; ++by) {
     for (unsigned bx = 0; bx < grid.x; ++bx) {
-      Block blk(threads);
-      std::vector<std::thread> pool;
-      pool.reserve(threads);
-      for (int t = 0; t < threads; ++t)
-        pool.emplace_back([&, t] {
-          threadIdx = dim3(t);
-          blockIdx = dim3(bx, by);
-          blockDim = block;
-          gridDim = grid;
-          tl_block = &blk;
-          kernel(args...);
-        });
-      for (auto& th : pool) th.join();
+      Block blk(threads, body);
+      blockIdx = dim3(bx, by);
+      blockDim = block;
+      gridDim = grid;
+      tl_block = &blk;
+      for (int t = 0; t < threads; ++t) {
+        ucontext_t& c = blk.fibers[t].ctx;
+        getcontext(&c);
+        c.uc_stack.ss_sp = stacks.at(t);
+        c.uc_stack.ss_size = kFiberStack;
+        c.uc_link = nullptr;
+        makecontext(&c, &Block::entry, 0);
+      }
+      threadIdx = dim3(0);
+      swapcontext(&blk.main, &blk.fibers[0].ctx);
     }
   }
+  tl_block = outer;
 }
 
 }  // namespace cuda_emu
