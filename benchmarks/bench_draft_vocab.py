@@ -27,8 +27,9 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from native_testing import testing_module
 from trt_spec import Engine
-from trt_spec.bench.common import environment, loadavg, testing_module, write_report
+from trt_spec.bench.common import environment, loadavg, write_report
 from trt_spec.bench.prompts import load_prompts
 
 REPO = Path(__file__).resolve().parents[1]

@@ -114,8 +114,19 @@ def server(engine_file: Path) -> Iterator[Server]:
     s.stop()
 
 
+_long_prompts: dict[tuple[str, int], str] = {}
+
+
 def _long_prompt(offline: Engine, n: int) -> str:
-    """A prompt whose greedy answer runs to n tokens (no end-of-generation token before)."""
+    """A prompt whose greedy answer runs to n tokens (no end-of-generation token before); found
+    once per engine file."""
+    key = (str(offline.path), n)
+    if key not in _long_prompts:
+        _long_prompts[key] = _find_long_prompt(offline, n)
+    return _long_prompts[key]
+
+
+def _find_long_prompt(offline: Engine, n: int) -> str:
     for i in range(40):
         p = f"count {i} {i * 7} {i * 13}"
         r = offline.generate(p, max_new_tokens=n, temperature=0.0)
@@ -124,11 +135,13 @@ def _long_prompt(offline: Engine, n: int) -> str:
     raise AssertionError("no prompt of the tiny model runs to the token limit")
 
 
-def test_models_health_and_metrics_routes(server: Server) -> None:
+def test_models_health_and_metrics_routes(server: Server, offline: Engine) -> None:
     models = server.client().models.list()
     assert [m.id for m in models.data] == [MODEL]
     assert httpx.get(server.url + "/health", timeout=10).json() == {"status": "ok"}
     assert "trt_spec:num_requests_running" in httpx.get(server.url + "/metrics", timeout=10).text
+    card = httpx.get(server.url + "/v1/models", timeout=10).json()["data"][0]
+    assert card["root"] == MODEL and card["max_model_len"] == offline.max_seq_len
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -221,6 +234,71 @@ def test_prediction_is_accepted_and_reported(server: Server, offline: Engine) ->
     assert sum(kept) == n_acc and kept[0] > 0
     assert all(a >= b for a, b in zip(kept, kept[1:], strict=False))
     assert not any(dict(k).get("source") == "model" for k in pos_after)  # no draft model here
+
+
+def _families(server: Server) -> dict:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = httpx.get(server.url + "/metrics", timeout=10).text
+    return {f.name: f for f in text_string_to_metric_families(text)}
+
+
+def _value(families: dict, name: str, sample: str | None = None, **labels: str) -> float:
+    fam = families[name]
+    return sum(
+        s.value
+        for s in fam.samples
+        if (sample is None or s.name == sample)
+        and all(s.labels.get(k) == v for k, v in labels.items())
+    )
+
+
+def test_model_server_protocol_metrics(server: Server, offline: Engine) -> None:
+    """The gauges routers read (gateway-api-inference-extension's model-server protocol, vLLM's
+    production stack) under vLLM's names, with vLLM's types, and vLLM's counters agreeing with
+    the engine's own."""
+    from trt_spec.server.metrics import PROTOCOL_GAUGES, VLLM_NAMES
+
+    fams = _families(server)
+    for name in PROTOCOL_GAUGES:
+        assert fams[name].type == "gauge", name
+    usage = _value(fams, "vllm:kv_cache_usage_perc")
+    assert 0.0 <= usage <= 1.0 and usage == _value(fams, "vllm:gpu_cache_usage_perc")
+    (info,) = fams["vllm:cache_config_info"].samples
+    assert info.labels["block_size"] == str(offline.max_seq_len)
+    assert info.labels["num_gpu_blocks"] == str(offline.max_batch)
+    # A drafted request moves vLLM's counters as it moves the engine's own (summed over sources).
+    prompt = "x = 10\ny = 20\n"
+    want = offline.generate(prompt, max_new_tokens=16, temperature=0.0)
+    before = _families(server)
+    r = server.post(
+        "/v1/completions",
+        {
+            "model": MODEL, "prompt": prompt, "max_tokens": 16, "temperature": 0,
+            "draft": "lookup", "draft_len": 4,
+            "prediction": {"type": "content", "content": want.text},
+        },
+    )  # fmt: skip
+    assert r.status_code == 200, r.text
+    after = _families(server)
+    exposed = {s.name for f in after.values() for s in f.samples}
+    for name in VLLM_NAMES:  # every name, as the exposition writes it
+        assert name in exposed or name in after, name
+
+    def delta(name: str, sample: str, **labels: str) -> float:
+        return _value(after, name, sample, **labels) - _value(before, name, sample, **labels)
+
+    for tail in ("num_drafts", "num_draft_tokens", "num_accepted_tokens"):
+        ours = delta(f"trt_spec:spec_decode_{tail}", f"trt_spec:spec_decode_{tail}_total")
+        theirs = delta(f"vllm:spec_decode_{tail}", f"vllm:spec_decode_{tail}_total")
+        assert ours == theirs, tail
+    assert (
+        delta("vllm:spec_decode_num_accepted_tokens", "vllm:spec_decode_num_accepted_tokens_total")
+        == r.json()["trt_spec"]["accepted"]
+    )
+    assert delta("vllm:generation_tokens", "vllm:generation_tokens_total") == len(want.token_ids)
+    assert delta("vllm:prompt_tokens", "vllm:prompt_tokens_total") == len(want.prompt_token_ids)
+    assert delta("vllm:time_to_first_token_seconds", "vllm:time_to_first_token_seconds_count") == 1
 
 
 def test_32_concurrent_streams_equal_their_offline_outputs(server: Server, offline: Engine) -> None:

@@ -71,7 +71,10 @@ def create_app(
     admission = _Admission(engine.max_batch + max(0, max_queue))
     limiter = anyio.CapacityLimiter(admission.capacity + 4)
     metrics = ServerMetrics(
-        running=lambda: engine.running_requests, waiting=lambda: engine.waiting_requests
+        running=lambda: engine.running_requests,
+        waiting=lambda: engine.waiting_requests,
+        max_batch=engine.max_batch,
+        max_seq_len=engine.max_seq_len,
     )
     app.state.engine = engine
     app.state.admission = admission
@@ -116,6 +119,8 @@ def create_app(
                     "object": "model",
                     "created": int(time.time()),
                     "owned_by": "trt-spec",
+                    "root": model_name,
+                    "parent": None,
                     "max_model_len": engine.max_seq_len,
                 }
             ],
