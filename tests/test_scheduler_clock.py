@@ -148,8 +148,8 @@ def test_auto_leaves_the_prompt_unread_when_the_draft_does_not_pay(
     else:
         assert skipped == [False] + [True] * 7 + [False, True]
         assert read == [0 if k else 4 for k in skipped]
-    for draft, draft_len in (("model", None), ("auto", 2)):
-        stats, rows, _ = _drive(s, [21, 2, 3, 4, 5], 24, draft=draft, draft_len=draft_len)
+    for first, draft, draft_len in ((21, "model", None), (22, "auto", 2)):  # (nothing cached)
+        stats, rows, _ = _drive(s, [first, 2, 3, 4, 5], 24, draft=draft, draft_len=draft_len)
         assert not stats.draft_model_skipped and rows == 4
 
 
@@ -185,8 +185,9 @@ def test_auto_drafts_with_lookup_where_its_catch_ups_are_cheap(same_pair, clock:
     (TF + 7 TR = 17 ms) plus, later, one catch-up of the draft over those 7 tokens (DF + 7 DR =
     3.4 ms): 2.9 ms a token against the model's 6 draft steps and pass (30.4 ms, 4.3 a token),
     so auto drafts with lookup. Priced as seven one-token catch-ups (2.2 ms each, the per-token
-    charge before), lookup's iteration read 32.4 ms and the model won every iteration."""
-    s = T.Session(str(same_pair), "cpu", 1, clock=clock)
+    charge before), lookup's iteration read 32.4 ms and the model won every iteration. (The
+    prompt cache off: each of the three requests of one prompt reads it.)"""
+    s = T.Session(str(same_pair), "cpu", 1, clock=clock, prompt_cache=False)
     s.script_costs(TF, TR, DF, DR, capture=CAPTURE, first_launch=FIRST_LAUNCH)
     prompt = [1, 2, 3, 4, 5]
     _, rows, expect = _drive(s, prompt, 64, draft="model")  # the costs, and the answer

@@ -236,6 +236,27 @@ def test_prediction_is_accepted_and_reported(server: Server, offline: Engine) ->
     assert not any(dict(k).get("source") == "model" for k in pos_after)  # no draft model here
 
 
+def test_second_turn_reports_cached_prompt_tokens(server: Server, offline: Engine) -> None:
+    """usage.prompt_tokens_details.cached_tokens: the prompt tokens the prompt cache held."""
+    client = server.client()
+    history = [{"role": "user", "content": "Tell me about the number 4096 and its factors."}]
+    first = client.chat.completions.create(
+        model=MODEL, messages=history, max_tokens=8, temperature=0
+    )
+    history += [
+        {"role": "assistant", "content": first.choices[0].message.content},
+        {"role": "user", "content": "And 8192?"},
+    ]
+    second = client.chat.completions.create(
+        model=MODEL, messages=history, max_tokens=8, temperature=0
+    )
+    cached = second.usage.prompt_tokens_details.cached_tokens
+    assert 0 < cached < second.usage.prompt_tokens
+    assert cached >= first.usage.prompt_tokens - 8  # the first turn's prompt, as rendered again
+    want = offline.generate(history, max_new_tokens=8, temperature=0.0)
+    assert second.choices[0].message.content == want.text
+
+
 def _families(server: Server) -> dict:
     from prometheus_client.parser import text_string_to_metric_families
 

@@ -442,8 +442,9 @@ def test_auto_runs_and_reports(root) -> None:
 
 def test_auto_stops_drafting_with_a_draft_that_always_misses(root) -> None:
     """Once the long-run acceptance says drafting never pays, auto decodes target-only and
-    probes drafting only right after a prefill (no long catch-up), with backoff."""
-    e = pair(root, "negated", draft_len=4, max_batch=1)
+    probes drafting only right after a prefill (no long catch-up), with backoff. (The prompt
+    cache off: each of the requests of one prompt is prefilled whole.)"""
+    e = Engine(spec_pairs.make_pair(root, "negated", draft_len=4, max_batch=1), prompt_cache=False)
     base = e.generate(PROMPTS[1], max_new_tokens=60, speculate=False, ignore_eos=True)
     for _ in range(3):
         r = e.generate(PROMPTS[1], max_new_tokens=60, draft="model", ignore_eos=True)

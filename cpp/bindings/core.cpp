@@ -308,8 +308,9 @@ NB_MODULE(_core, m) {
           "__init__",
           [](Scheduler* self, Runtime& rt, const std::vector<nb::bytes>& token_bytes,
              int prefill_chunk, int interleave_chunk, bool carry_prefill, int draft_window,
-             int draft_read_chunk) {
+             int draft_read_chunk, bool prompt_cache) {
             SchedulerOptions o;
+            o.prompt_cache = prompt_cache;
             o.prefill_chunk = prefill_chunk;
             o.interleave_chunk = interleave_chunk;
             o.carry_prefill = carry_prefill;
@@ -323,10 +324,12 @@ NB_MODULE(_core, m) {
           "runtime"_a, "token_bytes"_a = std::vector<nb::bytes>{}, "prefill_chunk"_a = 256,
           "interleave_chunk"_a = 64, "carry_prefill"_a = true,
           "draft_window"_a = kDefaultDraftWindow, "draft_read_chunk"_a = kDefaultDraftReadChunk,
-          nb::keep_alive<1, 2>())
+          "prompt_cache"_a = true, nb::keep_alive<1, 2>())
       .def("submit", &Scheduler::submit, "request"_a,
            "Validates and queues a request (ValueError naming the bad field); returns its id")
       .def("cancel", &Scheduler::cancel, "id"_a, "Ends a request at the next step")
+      .def("clear_prompt_cache", &Scheduler::clear_prompt_cache,
+           "Forgets what the slots' caches hold (before writing a slot's cache directly)")
       .def("step", &Scheduler::step, nb::call_guard<nb::gil_scoped_release>(),
            "One scheduling step: an Event per request that produced something")
       .def_prop_ro("has_work", &Scheduler::has_work)

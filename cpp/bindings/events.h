@@ -103,6 +103,8 @@ inline void bind_scheduler_types(nb::module_& m) {
       .def_ro("prompt_attention", &RequestStats::prompt_attention,
               "The products prompt rows attended with (f32, bf16 or int16)")
       .def_ro("prompt_tokens", &RequestStats::prompt_tokens)
+      .def_ro("cached_tokens", &RequestStats::cached_tokens,
+              "Prompt tokens the prompt cache held (not prefilled)")
       .def_ro("iterations", &RequestStats::iterations,
               "Decode iterations the request took part in (the prefill excluded)")
       .def_ro("spec_iterations", &RequestStats::spec_iterations,

@@ -67,7 +67,8 @@ void bind_session(nb::module_& m) {
           "__init__",
           [](Session* self, const std::string& path, const std::string& device, int n_threads,
              int prefill_chunk, int interleave_chunk, const std::vector<nb::bytes>& token_bytes,
-             const std::string& clock, bool carry_prefill, int draft_window, int draft_read_chunk) {
+             const std::string& clock, bool carry_prefill, int draft_window, int draft_read_chunk,
+             bool prompt_cache) {
             RuntimeOptions o;
             o.device = device;
             o.n_threads = n_threads;
@@ -78,6 +79,7 @@ void bind_session(nb::module_& m) {
             so.carry_prefill = carry_prefill;
             so.draft_window = draft_window;
             so.draft_read_chunk = draft_read_chunk;
+            so.prompt_cache = prompt_cache;
             for (const nb::bytes& b : token_bytes) so.token_bytes.emplace_back(b.c_str(), b.size());
             if (!clock.empty() && (device != "cpu" || (clock != "host" && clock != "graphs")))
               throw InvalidArgument("clock: 'host' or 'graphs', on the cpu device");
@@ -98,10 +100,10 @@ void bind_session(nb::module_& m) {
           "path"_a, "device"_a = "cpu", "n_threads"_a = 0, "prefill_chunk"_a = 256,
           "interleave_chunk"_a = 64, "token_bytes"_a = std::vector<nb::bytes>{}, "clock"_a = "",
           "carry_prefill"_a = true, "draft_window"_a = kDefaultDraftWindow,
-          "draft_read_chunk"_a = kDefaultDraftReadChunk,
+          "draft_read_chunk"_a = kDefaultDraftReadChunk, "prompt_cache"_a = true,
           "clock: '' (the device's own), or a CPU backend with a scripted clock, 'host' "
           "(synchronous, like the CPU) or 'graphs' (asynchronous with graphs, like a GPU); "
-          "carry_prefill, draft_window, draft_read_chunk: SchedulerOptions'")
+          "carry_prefill, draft_window, draft_read_chunk, prompt_cache: SchedulerOptions'")
       .def(
           "script_costs",
           [](Session& s, double target_fixed, double target_row, double draft_fixed,

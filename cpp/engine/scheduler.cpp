@@ -44,6 +44,8 @@ Scheduler::Scheduler(Runtime& rt, SchedulerOptions opts)
                           std::to_string(opts_.draft_read_chunk));
   if (proposers_.model) proposers_.model->set_prompt_window(opts_.draft_window);
   slots_.assign(B, nullptr);
+  held_.assign(B, {});
+  released_.assign(B, 0);
   Backend& be = rt.backend();
   const int R = rt.target().limits().max_rows;
   tok_ = BackendBuffer(be, R * 4);
@@ -120,6 +122,11 @@ void Scheduler::finish(Request& r, FinishReason why, SchedulerEvent& ev, double 
   if (r.draft_deferred && r.deferred_tokens[0] + r.deferred_tokens[1] >= kDeferTokens)
     proposers_.model->controller().observe_deferral(false);
   if (r.slot >= 0) {
+    if (opts_.prompt_cache) {  // the prompt rows it left in the cache, for the slot's next request
+      const int kept = std::min(r.prefilled, static_cast<int>(r.req.prompt.size()));
+      held_[r.slot].assign(r.req.prompt.begin(), r.req.prompt.begin() + kept);
+      released_[r.slot] = ++releases_;
+    }
     if (proposers_.model) proposers_.model->end(r.slot);
     if (proposers_.lookup) proposers_.lookup->end(r.slot);
     slots_[r.slot] = nullptr;
@@ -189,20 +196,41 @@ void Scheduler::admit(std::vector<SchedulerEvent>& events) {
       queue_.pop_front();
       continue;
     }
-    const auto free = std::find(slots_.begin(), slots_.end(), nullptr);
-    if (free == slots_.end()) break;
+    int cached = 0;
+    const int slot = pick_slot(head.req.prompt, &cached);
+    if (slot < 0) break;
     std::unique_ptr<Request> r = std::move(queue_.front());
     queue_.pop_front();
-    r->slot = static_cast<int>(free - slots_.begin());
+    r->slot = slot;
+    r->prefilled = cached;  // positions [0, cached): the slot's cache holds them
+    r->stats.cached_tokens = cached;
     r->t_admit = now_s();
     r->stats.queue_s = r->t_admit - r->t_submit;
     r->tokens = r->req.prompt;
-    *free = r.get();
+    slots_[slot] = r.get();
     admit_draft(*r);
-    if (proposers_.model) proposers_.model->begin(r->slot, r->req.prompt);
-    if (proposers_.lookup) proposers_.lookup->begin(r->slot, r->req.prompt);
+    if (proposers_.model) proposers_.model->begin(r->slot, r->req.prompt, cached);
+    if (proposers_.lookup) proposers_.lookup->begin(r->slot, r->req.prompt, cached);
     live_[r->id] = std::move(r);
   }
+}
+
+int Scheduler::pick_slot(const std::vector<int32_t>& prompt, int* cached) const {
+  const int cap = static_cast<int>(prompt.size()) - 1;
+  int best = -1, best_len = 0;
+  for (int s = 0; s < static_cast<int>(slots_.size()); ++s) {
+    if (slots_[s]) continue;
+    const std::vector<int32_t>& h = held_[s];
+    const int n = std::min(cap, static_cast<int>(h.size()));
+    int len = 0;
+    while (len < n && h[len] == prompt[len]) ++len;
+    if (best < 0 || len > best_len || (len == best_len && released_[s] < released_[best])) {
+      best = s;
+      best_len = len;
+    }
+  }
+  *cached = best < 0 ? 0 : best_len;
+  return best;
 }
 
 Scheduler::Chunk Scheduler::plan_chunk(int budget) {

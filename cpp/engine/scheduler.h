@@ -63,6 +63,12 @@ struct SchedulerOptions {
   // token is the target's prefill alone, and the draft still sees the whole prompt: the read's
   // cost moves to the first steps' inter-token latency instead (read_pending_prompts).
   int draft_read_chunk = kDefaultDraftReadChunk;
+  // The prompt cache: a request takes the free slot whose cache still holds the longest prefix
+  // of its prompt (left by the slot's previous request's prompt, as llama-server's cache_prompt)
+  // and prefills only the rest; the draft model keeps what it read of that prefix. Only prompt
+  // rows are kept (a generated token's row has a decode row's bits; a prompt row's may differ:
+  // prompt attention), so the output is the same with the cache on or off.
+  bool prompt_cache = true;
   // The text of each token id (UTF-8 bytes; empty for special tokens); stop strings need it.
   std::vector<std::string> token_bytes;
 };
@@ -71,6 +77,7 @@ struct RequestStats {
   std::string draft;             // the request's draft source: auto, model, lookup or none
   std::optional<int> draft_len;  // the request's draft tokens per iteration (none: auto)
   int prompt_tokens = 0;
+  int cached_tokens = 0;          // prompt tokens the prompt cache held (not prefilled)
   int iterations = 0;             // decode iterations the request took part in (prefill excluded)
   int spec_iterations = 0;        // ... that verified draft tokens for it
   int drafted = 0, accepted = 0;  // draft tokens verified / kept
@@ -113,6 +120,11 @@ class Scheduler {
   std::vector<SchedulerEvent> step();
 
   bool has_work() const { return !queue_.empty() || !live_.empty(); }
+  // Forgets what the slots' caches hold (the prompt cache): for a caller about to write a
+  // slot's cache itself (Runtime::prompt_logits borrows slot 0).
+  void clear_prompt_cache() {
+    for (std::vector<int32_t>& h : held_) h.clear();
+  }
   int running() const;  // requests holding a slot
   int waiting() const { return static_cast<int>(queue_.size()); }
   const RequestLimits& limits() const { return limits_; }
@@ -150,6 +162,10 @@ class Scheduler {
     std::vector<Request*> completing;  // the requests whose prompt the chunk completes
   };
   void admit(std::vector<SchedulerEvent>& events);
+  // The free slot for a prompt: the one holding the longest prefix of it (at most all but its
+  // last token, whose row gives the first token's logits), the least recently used among
+  // equals; -1 when none is free. *cached: the prefix's length.
+  int pick_slot(const std::vector<int32_t>& prompt, int* cached) const;
   // Whether an admitted request's draft model reads its prompt, skips it, or waits
   // (draft_choice.cpp).
   void admit_draft(Request& r);
@@ -200,6 +216,11 @@ class Scheduler {
   std::deque<std::unique_ptr<Request>> queue_;
   std::map<uint64_t, std::unique_ptr<Request>> live_;  // requests holding a slot
   std::vector<Request*> slots_;                        // [max_batch]
+  // The prompt cache (SchedulerOptions::prompt_cache), per slot: the prompt tokens whose target
+  // cache entries (positions [0, size)) the slot's last request left, and when it left them.
+  std::vector<std::vector<int32_t>> held_;
+  std::vector<uint64_t> released_;
+  uint64_t releases_ = 0;
   std::vector<uint64_t> cancels_;
   std::vector<int32_t> iter_slots_;  // the slots the iteration was last set up for
   std::vector<SeqState> seqs_;       // read back after each iteration

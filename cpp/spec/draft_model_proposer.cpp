@@ -20,12 +20,22 @@ DraftModelProposer::DraftModelProposer(Backend& be, Model& draft, int max_batch,
   row_slot_ = BackendBuffer(be, R * 4);
 }
 
-void DraftModelProposer::begin(int slot, const std::vector<int32_t>& prompt) {
+void DraftModelProposer::begin(int slot, const std::vector<int32_t>& prompt, int cached) {
   SlotState& s = slots_[slot];
   const int rows = static_cast<int>(prompt.size()) - 1;  // (the first iteration feeds P - 1)
   s.off = window_ > 0 ? std::max(0, rows - window_) : 0;
-  s.draft_valid = s.off;  // read_prompt() counts what the prefill reads
+  // The positions the target keeps, as far as the draft read them as prompt rows (the same
+  // tokens: the target keeps only a common prefix); read_prompt() continues from there.
+  const int kept = s.off == 0 ? std::min(cached, s.prompt_kept) : 0;
+  s.draft_valid = std::max(s.off, kept);
+  s.prompt_read = kept;
+  s.prompt_kept = 0;
   s.est = controller_.prior();
+}
+
+void DraftModelProposer::end(int slot) {
+  SlotState& s = slots_[slot];
+  s.prompt_kept = s.off == 0 ? s.prompt_read : 0;
 }
 
 int DraftModelProposer::prompt_rows_for(int prompt_len) const {
@@ -58,6 +68,7 @@ void DraftModelProposer::read_prompt(int slot, const int32_t* tokens, int first_
     prompt_rows_read_ += end - from;
   }
   s.draft_valid = std::max(end, s.off);  // (the scheduler feeds the chunks in order)
+  if (s.off == 0 && first_pos == s.prompt_read) s.prompt_read = end;
 }
 
 void DraftModelProposer::take_read_times() {

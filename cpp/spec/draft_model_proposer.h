@@ -38,10 +38,11 @@ class DraftModelProposer final : public Proposer {
 
   DraftSource source() const override { return DraftSource::kModel; }
   bool proposes_trees() const override { return false; }  // chains
-  void begin(int slot, const std::vector<int32_t>& prompt) override;
+  void begin(int slot, const std::vector<int32_t>& prompt, int cached) override;
   void prepare(int slot, const std::vector<int32_t>& tokens, const SeqState& seq) override;
   void issue_propose(IterationContext& ctx, int k) override;
   void commit(int slot, const SeqState& seq, bool used) override;
+  void end(int slot) override;
   int lag(int slot, int n_past) const override;
   double take_prepare_seconds(int slot) override;
 
@@ -77,6 +78,11 @@ class DraftModelProposer final : public Proposer {
   struct SlotState {
     int draft_valid = 0;  // positions [off, draft_valid) are in the draft's cache
     int off = 0;          // the prompt window's start (0: none)
+    // Without a window: positions [0, prompt_read) hold the prompt, read as prompt rows (a
+    // catch-up's rows are decode rows, with other bits); at end(), what the next request of the
+    // slot may keep (prompt_kept) of the positions the target keeps.
+    int prompt_read = 0;
+    int prompt_kept = 0;
     AcceptanceEstimate est;
   };
   // prompt: the rows read the prompt (Rows::prompt_from; a catch-up's rows do not).

@@ -6,7 +6,7 @@ namespace trt_spec {
 LookupProposer::LookupProposer(int max_batch, int max_k, const DraftController* model)
     : controller_(max_batch, max_k, model), est_(max_batch) {}
 
-void LookupProposer::begin(int slot, const std::vector<int32_t>& prompt) {
+void LookupProposer::begin(int slot, const std::vector<int32_t>& prompt, int /*cached*/) {
   for (int c = 0; c < LookupController::kNgramClasses; ++c)
     est_[slot][c] = controller_.prior(c + kNgramMin);
 }

@@ -20,7 +20,7 @@ class LookupProposer final : public Proposer {
   LookupProposer(int max_batch, int max_k, const DraftController* model);
 
   DraftSource source() const override { return DraftSource::kLookup; }
-  void begin(int slot, const std::vector<int32_t>& prompt) override;
+  void begin(int slot, const std::vector<int32_t>& prompt, int cached) override;
   void issue_after_accept(IterationContext& ctx) override;
   void commit(int slot, const SeqState& seq, bool used) override;
 

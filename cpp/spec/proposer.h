@@ -2,8 +2,10 @@
 // program (iteration.h) and the scheduler call these hooks and know nothing else of it.
 //
 // Life of a request in KV slot `slot`, as seen by a proposer:
-//   begin(slot, prompt)        the request takes the slot (before its prefill; the draft model
-//                              reads the prompt with the target's prefill chunks)
+//   begin(slot, prompt, cached) the request takes the slot (before its prefill; the draft
+//                              model reads the prompt with the target's prefill chunks);
+//                              cached: the prompt positions the slot's target cache still holds
+//                              from the slot's previous request (the scheduler's prompt cache)
 //   then, per iteration:
 //     prepare(slot, ..)        work issued before an iteration that uses this proposer, outside
 //                              the iteration graph (the draft model's catch-up), timed
@@ -50,7 +52,10 @@ class Proposer {
   // node's cache entry is already at its position, so the iteration moves none (no kv_copy).
   virtual bool proposes_trees() const { return true; }
 
-  virtual void begin(int slot, const std::vector<int32_t>& prompt) {}
+  // Positions [0, cached) of the prompt are in the target's cache already, left there as prompt
+  // rows by the slot's previous request (whose prompt began with the same tokens): a proposer
+  // with a cache of its own may keep what it holds of them.
+  virtual void begin(int slot, const std::vector<int32_t>& prompt, int cached) {}
   // tokens: the sequence so far (prompt, generated, `last`); seq: its state after the last
   // iteration.
   virtual void prepare(int slot, const std::vector<int32_t>& tokens, const SeqState& seq) {}

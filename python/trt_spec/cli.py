@@ -269,6 +269,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         kv_cache_dtype=args.kv_cache_dtype,
         draft_window=args.draft_window,
         draft_read_chunk=args.draft_read_chunk,
+        prompt_cache=not args.no_prompt_cache,
         drain_timeout=args.drain_timeout,
         log_level=args.log_level,
     )
@@ -471,6 +472,12 @@ def make_parser() -> argparse.ArgumentParser:
         "--drain-timeout", type=float, default=30.0, help="seconds SIGTERM waits for requests"
     )
     s.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info"])
+    s.add_argument(
+        "--no-prompt-cache",
+        action="store_true",
+        help="prefill every prompt whole (default: a request reuses the longest prefix of its "
+        "prompt that a free slot's cache holds, as llama-server's cache_prompt)",
+    )
     add_kv_cache_flag(s)
     add_draft_prompt_flags(s)
     s.set_defaults(func=cmd_serve)

@@ -133,6 +133,11 @@ class Engine:
             lookup); then it catches up and drafts. The time to first token is the target's
             prefill alone and the draft still sees the whole prompt; the first steps' inter-token
             latency carries the read instead.
+        prompt_cache: a request takes the free KV slot whose cache still holds the longest
+            prefix of its prompt, left by the slot's previous request's prompt (a multi-turn
+            chat's history, an agent's system prompt and tools), and prefills only the rest;
+            the draft model keeps what it read of it. The output is the same either way
+            (``stats.cached_tokens`` counts what was reused).
     """
 
     def __init__(
@@ -148,6 +153,7 @@ class Engine:
         kv_cache_dtype: str = "auto",
         draft_window: int = DEFAULT_DRAFT_WINDOW,
         draft_read_chunk: int = DEFAULT_DRAFT_READ_CHUNK,
+        prompt_cache: bool = True,
     ) -> None:
         if n_threads is not None and n_threads < 1:  # (the runtime takes 0 for one per core)
             raise ValueError(f"n_threads must be >= 1, got {n_threads}")
@@ -177,6 +183,7 @@ class Engine:
             carry_prefill,
             draft_window,
             draft_read_chunk,
+            bool(prompt_cache),
         )
         self._prefill_chunk = prefill_chunk
         self._lock = threading.Lock()  # the scheduler: one caller at a time
@@ -323,6 +330,7 @@ class Engine:
         with self._lock:
             while self._sched.has_work:
                 self._dispatch(self._sched.step())
+            self._sched.clear_prompt_cache()  # slot 0's cache is about to hold these rows
             return self._rt.prompt_logits(ids, self._prefill_chunk)
 
     # ---- generation ---------------------------------------------------------------------------

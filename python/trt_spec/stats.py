@@ -48,6 +48,7 @@ class GenerationStats:
     draft_model_skipped: bool = False
     # the products prompt rows attended with: f32, or bf16 / int16 (q8 / q4 weights on a CPU)
     prompt_attention: str = "f32"
+    cached_tokens: int = 0  # prompt tokens the prompt cache held (not prefilled)
     itl_ms: tuple[float, ...] = field(default=(), repr=False)  # each inter-token latency
 
     def as_dict(self) -> dict:
@@ -97,6 +98,7 @@ def stats_from_request(r: _core.RequestStats, stop_reason: str) -> GenerationSta
     after_first = float(times[-1] - times[0]) if n > 1 else 0.0
     return GenerationStats(
         prompt_tokens=r.prompt_tokens,
+        cached_tokens=r.cached_tokens,
         new_tokens=n,
         iterations=r.iterations,
         ttft_s=first,

@@ -29,6 +29,7 @@ def serve(
     kv_cache_dtype: str = "auto",
     draft_window: int = DEFAULT_DRAFT_WINDOW,
     draft_read_chunk: int = DEFAULT_DRAFT_READ_CHUNK,
+    prompt_cache: bool = True,
     drain_timeout: float = 30.0,
     log_level: str = "info",
 ) -> None:
@@ -56,6 +57,7 @@ def serve(
         kv_cache_dtype=kv_cache_dtype,
         draft_window=draft_window,
         draft_read_chunk=draft_read_chunk,
+        prompt_cache=prompt_cache,
     )
     name = model_name or Path(engine_path).stem
     app = create_app(engine, model_name=name, max_queue=max_queue, api_key=api_key)

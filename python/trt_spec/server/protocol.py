@@ -295,6 +295,7 @@ def usage(result: GenerationResult) -> dict[str, Any]:
         "prompt_tokens": s.prompt_tokens,
         "completion_tokens": s.new_tokens,
         "total_tokens": s.prompt_tokens + s.new_tokens,
+        "prompt_tokens_details": {"cached_tokens": s.cached_tokens},
         "completion_tokens_details": {
             "accepted_prediction_tokens": s.prediction_accepted,
             "rejected_prediction_tokens": s.prediction_rejected,
