@@ -85,6 +85,26 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> TinyFactory:
 
 
 @pytest.fixture(scope="session")
+def default_pair_engine(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The default pair built by `trt-spec build` with its defaults (2 threads, SOURCE_DATE_EPOCH
+    set): built once for the tests that read it (test_build_reproducible, test_real_speculative)."""
+    import os
+
+    target, draft = registry.fetch_default_pair()
+    path = tmp_path_factory.mktemp("default_pair") / "pair.engine"
+    before = os.environ.get("SOURCE_DATE_EPOCH")
+    os.environ["SOURCE_DATE_EPOCH"] = "1700000000"
+    try:
+        build_engine(target, path, draft=draft, threads=2)
+    finally:
+        if before is None:
+            del os.environ["SOURCE_DATE_EPOCH"]
+        else:
+            os.environ["SOURCE_DATE_EPOCH"] = before
+    return path
+
+
+@pytest.fixture(scope="session")
 def model_05b() -> Path:
     return registry.fetch_model(TARGET_05B)
 

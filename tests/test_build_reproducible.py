@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 from bench_build import engine_sections
 from trt_spec import build_engine
-from trt_spec import models as registry
 from trt_spec.builder.source import BuildError
 
 # The default pair built with `trt-spec build` defaults by the builder at 4a88724: the sha256 of
@@ -53,12 +52,9 @@ def test_build_threads_must_be_positive(tiny, tmp_path: Path, threads) -> None:
 
 @pytest.mark.models
 @pytest.mark.slow
-def test_default_pair_engine_keeps_its_bytes(tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")
-    target, draft = registry.fetch_default_pair()
-    out = tmp_path / "pair.engine"
-    build_engine(target, out, draft=draft, threads=2)
-    meta, data_sha, data_bytes = engine_sections(out)
+def test_default_pair_engine_keeps_its_bytes(default_pair_engine: Path) -> None:
+    """(The engine: conftest's default_pair_engine, built with SOURCE_DATE_EPOCH 1700000000.)"""
+    meta, data_sha, data_bytes = engine_sections(default_pair_engine)
     assert (data_sha, data_bytes) == (PAIR_DATA_SHA256, PAIR_DATA_BYTES)
     for role, (err_max, err_mean) in PAIR_QUANT_ERROR.items():
         q = meta["models"][role]["quant_error"]

@@ -260,6 +260,7 @@ def test_bad_corpus_and_flag_combinations(root) -> None:
 
 def test_cli_reports_a_bad_size_in_one_line(root, capsys) -> None:
     target, draft = pair_paths(root, "noisy")
+    capsys.readouterr()  # (making the checkpoints may print library warnings)
     args = ["build", "--target", str(target), "--draft", str(draft), "-o", str(root / "z.engine")]
     assert cli.main([*args, "--draft-vocab", "0", "--quiet"]) == 1
     err = capsys.readouterr().err.strip().splitlines()

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from trt_spec import Engine, _core, build_engine
+from trt_spec import Engine, _core
 from trt_spec import models as registry
 
 # Slow: the module fixture builds the real default pair and its reference (minutes on 2 cores).
@@ -24,11 +24,9 @@ N_TOKENS = int(os.environ.get("TRT_SPEC_EXACT_TOKENS", "64"))
 
 
 @pytest.fixture(scope="module")
-def pair_engine(tmp_path_factory: pytest.TempPathFactory) -> Engine:
-    target, draft = (registry.fetch_model(n) for n in registry.DEFAULT_PAIR)
-    path = tmp_path_factory.mktemp("pair") / "pair-q4.engine"
-    build_engine(target, path, draft=draft, draft_len=8, max_batch=4, max_seq_len=1024)
-    return Engine(path)
+def pair_engine(default_pair_engine) -> Engine:
+    """The default pair as `trt-spec build` makes it (draft_len 8, max_batch 4; conftest)."""
+    return Engine(default_pair_engine)
 
 
 @pytest.fixture(scope="module")
