@@ -3,6 +3,9 @@ layout exported by the test module), sampling parameter sets."""
 
 from __future__ import annotations
 
+import ctypes
+
+import native_build
 import numpy as np
 import pytest
 from native import T
@@ -27,6 +30,15 @@ SEQ = np.dtype(
     }
 )
 SOURCE = {name: i for i, name in enumerate(_core.DRAFT_SOURCES)}
+
+
+def emulation_library(target: str) -> ctypes.CDLL:
+    """A CUDA emulation library (tests/cpp/, built by native_build.py), loaded; the calling test
+    skips, with the reason, where it cannot be built."""
+    try:
+        return ctypes.CDLL(str(native_build.build(target)))
+    except native_build.Unavailable as e:
+        pytest.skip(str(e))
 
 
 def seq_states(n_slots: int, **fields) -> np.ndarray:

@@ -11,10 +11,17 @@ from __future__ import annotations
 
 import ctypes
 
-import native_build
 import numpy as np
 import pytest
-from cuda_helpers import RULES, SOURCE, fields, params, random_logits, seq_states
+from cuda_helpers import (
+    RULES,
+    SOURCE,
+    emulation_library,
+    fields,
+    params,
+    random_logits,
+    seq_states,
+)
 from native import T as native
 from trt_spec import _core
 
@@ -26,10 +33,7 @@ STATE = np.dtype(
 
 @pytest.fixture(scope="module")
 def emu():
-    try:
-        so = ctypes.CDLL(str(native_build.build("cuda_emu_ops")))
-    except native_build.Unavailable as e:
-        pytest.skip(str(e))
+    so = emulation_library("cuda_emu_ops")
     assert so.emu_sampling_state_bytes() == STATE.itemsize
     assert so.emu_seq_state_bytes() == native.SEQ_STATE_BYTES
     return so

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import ctypes
 
-import native_build
 import numpy as np
 import pytest
+from cuda_helpers import emulation_library
 from native import T as native
 
 KV_TYPES = {"f32": 0, "f16": 1, "bf16": 2}
@@ -26,10 +26,7 @@ SLOW = pytest.mark.slow  # cases left to the whole suite (the fast tier runs one
 
 @pytest.fixture(scope="module")
 def emu():
-    try:
-        return ctypes.CDLL(str(native_build.build("emu_attention")))
-    except native_build.Unavailable as e:
-        pytest.skip(str(e))
+    return emulation_library("emu_attention")
 
 
 @pytest.fixture(scope="module")

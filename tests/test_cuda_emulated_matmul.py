@@ -13,9 +13,9 @@ from __future__ import annotations
 import ctypes
 import os
 
-import native_build
 import numpy as np
 import pytest
+from cuda_helpers import emulation_library
 from trt_spec import _core
 
 TYPES = ["f32", "f16", "bf16", "q8", "q4"]
@@ -71,10 +71,7 @@ class EmuMatmul(ctypes.Structure):
 
 @pytest.fixture(scope="module")
 def lib():
-    try:
-        return ctypes.CDLL(str(native_build.build("emu_matmul")))
-    except native_build.Unavailable as e:
-        pytest.skip(str(e))
+    return emulation_library("emu_matmul")
 
 
 def ptr(a: np.ndarray | None) -> int:

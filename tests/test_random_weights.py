@@ -9,9 +9,9 @@ import ctypes
 import json
 import struct
 
-import native_build
 import numpy as np
 import pytest
+from cuda_helpers import emulation_library
 from random_engine import SHAPES, write_random_engine
 from trt_spec import Engine, EngineFileError, _core
 
@@ -95,10 +95,7 @@ def test_real_shapes_write_in_a_moment(tmp_path) -> None:
 # ---- the fill itself: device kernel against the host loop ------------------------------------
 @pytest.fixture(scope="module")
 def emu():
-    try:
-        so = ctypes.CDLL(str(native_build.build("cuda_emu_ops")))
-    except native_build.Unavailable as e:
-        pytest.skip(str(e))
+    so = emulation_library("cuda_emu_ops")
     so.emu_random_fill.argtypes = [
         ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint64,
         ctypes.c_float, ctypes.c_float, ctypes.c_void_p,

@@ -312,10 +312,8 @@ void CudaBackend::synchronize() {
   cuda_check(cudaStreamSynchronize(stream_), "synchronize");
 }
 
-WeightView CudaBackend::import_weight(const WeightView& host) {
-  if (planning_) return host;  // (never read: nothing runs)
+void* CudaBackend::weight_memory(size_t bytes) {
   use_device();
-  const size_t bytes = weight_blob_bytes(host.type, host.rows, host.cols);
   void* p = nullptr;
   const cudaError_t e = cudaMalloc(&p, bytes);
   if (e != cudaSuccess) {
@@ -324,6 +322,13 @@ WeightView CudaBackend::import_weight(const WeightView& host) {
                 " more bytes; " + cudaGetErrorString(e) + ")");
   }
   weights_.push_back(p);
+  return p;
+}
+
+WeightView CudaBackend::import_weight(const WeightView& host) {
+  if (planning_) return host;  // (never read: nothing runs)
+  const size_t bytes = weight_blob_bytes(host.type, host.rows, host.cols);
+  void* p = weight_memory(bytes);
   cuda_check(cudaMemcpyAsync(p, host.data, bytes, cudaMemcpyHostToDevice, stream_),
              "import_weight");
   cuda_check(cudaStreamSynchronize(stream_), "import_weight (synchronize)");
@@ -336,16 +341,7 @@ WeightView CudaBackend::random_weight(WeightType t, int64_t rows, int64_t cols,
                                       const RandomFill& fill, bool /*matmul*/) {
   WeightView v{t, rows, cols, nullptr};
   if (planning_) return v;  // (never read: nothing runs)
-  use_device();
-  const size_t bytes = weight_blob_bytes(t, rows, cols);
-  void* p = nullptr;
-  const cudaError_t e = cudaMalloc(&p, bytes);
-  if (e != cudaSuccess) {
-    cudaGetLastError();
-    throw Error("out of GPU memory making the random weights (" + std::to_string(bytes) +
-                " more bytes; " + cudaGetErrorString(e) + ")");
-  }
-  weights_.push_back(p);
+  void* p = weight_memory(weight_blob_bytes(t, rows, cols));
   cuda::launch_random_fill(stream_, t, rows, cols, fill, static_cast<uint8_t*>(p));
   check_launch("random_fill");
   cuda_check(cudaStreamSynchronize(stream_), "random_weight (synchronize)");

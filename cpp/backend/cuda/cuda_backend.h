@@ -118,6 +118,8 @@ class CudaBackend final : public Backend {
   void use_device() const;
   // Throws Error when the last launch failed.
   void check_launch(const char* what) const;
+  // Device memory for one weight, owned by the backend (weights_); throws when out of memory.
+  void* weight_memory(size_t bytes);
 
  private:
   // Split partials and counters (zeroed when allocated, left zero) of the multi-block kernels.
