@@ -34,6 +34,7 @@ def prompts() -> list[str]:
     return [p["prompt"] for p in registry.humaneval_prompts(10)]
 
 
+@pytest.mark.slow  # (about a minute: the f32 engine's build and transformers' own load)
 def test_05b_logits_match_transformers(engine_05b_f32: Engine, hf_05b, prompts) -> None:
     for text in prompts[:3]:
         ids = engine_05b_f32.encode(text)
