@@ -360,7 +360,7 @@ def test_spec_draft_sample(emu, cpu, vocab: int, common: int) -> None:
 
 def _tree_seqs(rng: np.random.Generator, B: int, V: int, n_nodes: int) -> np.ndarray:
     """SeqStates holding random one-hot (lookup) trees: parents before children, siblings with
-    distinct tokens, lookup_n = n_nodes."""
+    distinct tokens, ready_n = n_nodes."""
     seqs = seq_states(
         B,
         n_past=12,
@@ -369,7 +369,7 @@ def _tree_seqs(rng: np.random.Generator, B: int, V: int, n_nodes: int) -> np.nda
         n_gen=np.arange(B) * 3 + 2,
         max_nodes=16,
         sources=(1 << SOURCE["model"]) | (1 << SOURCE["lookup"]),
-        lookup_n=n_nodes,
+        ready_n=n_nodes,
     )
     f = fields(seqs)
     for b in range(B):
@@ -511,12 +511,12 @@ def test_spec_lookup(emu, cpu, seed: int) -> None:
     f = fields(want)
     for b in range(B):
         if not f[b]["sources"]:
-            assert f[b]["lookup_n"] == 0
+            assert f[b]["ready_n"] == 0
             continue
         n = f[b]["n_past"] + 1
         tok, par, _, _, ngram = native.lookup_propose(
             list(hist[b, :n]), list(pred[b, : m[b]]), int(f[b]["max_nodes"])
         )
-        assert f[b]["lookup_n"] == len(tok) and f[b]["lookup_ngram"] == ngram
+        assert f[b]["ready_n"] == len(tok) and f[b]["tree_tag"] == (ngram if tok else 0)
         assert list(f[b]["tree_token"][: len(tok)]) == tok
         assert list(f[b]["tree_parent"][: len(tok)]) == par

@@ -163,15 +163,16 @@ def _run(s, prompt: list[int], n: int, draft: str) -> tuple[list[int], list[tupl
             break
         f = fields(s.seq_state(rid))[0]
         if f["source"] == SOURCE["lookup"] and f["n_drafted"] > 0:
-            lookups.append((ahead, int(f["tree_ngram"])))
-        ahead = int(f["lookup_ngram"])
+            lookups.append((ahead, int(f["last_tag"])))
+        ahead = int(f["tree_tag"]) if f["ready_n"] > 0 else 0
     return tokens, lookups
 
 
 def test_a_lookup_iteration_verifies_the_ngram_read_back_before_it(pair) -> None:
-    """On a scheduler: the length read back with a proposal (SeqState.lookup_ngram) is the one
-    its iteration reports (tree_ngram), so each proposal's outcome feeds its length's estimate;
-    1-gram proposals are verified (rows cheap: 0.1 of a step) and the output is the target's."""
+    """On a scheduler: the length read back with a proposal (its tree's tag, DraftTree.tag) is
+    the one its iteration reports (SeqState.last_tag), so each proposal's outcome feeds its
+    length's estimate; 1-gram proposals are verified (rows cheap: 0.1 of a step) and the output
+    is the target's."""
     s = T.Session(str(pair), "cpu", 1, clock="host")
     s.script_costs(10e-3, 1e-3, 2e-3, 0.2e-3, capture=1000.0, first_launch=500.0)
     prompt = [7] + [(3 * i) % 50 + 2 for i in range(39)]

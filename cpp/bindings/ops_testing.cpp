@@ -22,6 +22,8 @@
 #include "common/errors.h"
 #include "engine/request.h"
 #include "engine/runtime.h"
+#include "spec/draft_model_ops.h"
+#include "spec/lookup_ops.h"
 #include "spec/spec_ops.h"
 
 namespace nb = nanobind;
@@ -56,6 +58,19 @@ class OpRunner {
       spec_ = make_spec_ops(*be_, spec_B_, spec_k_, spec_V_);
     }
     return *spec_;
+  }
+  // The draft model proposer's ops, for B sequences over rows of V ids.
+  DraftModelOps& draft_ops(int B, int V) {
+    if (!draft_ || B > draft_B_ || V > draft_V_) {
+      draft_B_ = std::max(B, draft_B_);
+      draft_V_ = std::max(V, draft_V_);
+      draft_ = make_draft_model_ops(*be_, draft_B_, draft_V_);
+    }
+    return *draft_;
+  }
+  LookupOps& lookup_ops() {
+    if (!lookup_) lookup_ = make_lookup_ops(*be_);
+    return *lookup_;
   }
 
   // Backend memory holding a copy of host data.
@@ -102,6 +117,9 @@ class OpRunner {
   std::unique_ptr<Backend> be_;
   std::unique_ptr<SpecOps> spec_;
   int spec_B_ = 0, spec_k_ = 0, spec_V_ = 0;
+  std::unique_ptr<DraftModelOps> draft_;
+  int draft_B_ = 0, draft_V_ = 0;
+  std::unique_ptr<LookupOps> lookup_;
   std::vector<std::shared_ptr<uint8_t>> keep_;
 };
 
@@ -415,8 +433,8 @@ void bind_op_runner(nb::module_& m) {
               throw InvalidArgument("spec_draft_sample arguments");
             SpecArgs a = spec_args(r, s, st, {}, {}, 1);
             BackendBuffer lb = r.put(logits.data(), logits.size() * 4), slb = r.put(slots);
-            r.spec(B, j + 1, V)
-                .draft_sample(a.st, slb.as<int32_t>(), B, j, lb.as<float>(), V, vocab_common);
+            r.draft_ops(B, V).draft_sample(a.st, slb.as<int32_t>(), B, j, lb.as<float>(), V,
+                                           vocab_common);
             return std::make_tuple(
                 to_numpy(r.get<float>(lb, logits.size()), {logits.shape(0), logits.shape(1)}),
                 seqs_to(r.get<SeqState>(a.seqs, s.size())));
@@ -434,7 +452,7 @@ void bind_op_runner(nb::module_& m) {
             BackendBuffer slb = r.put(slots), tok(r.be(), rows * 4), pos(r.be(), rows * 4),
                           rs(r.be(), rows * 4);
             RowBuffers out{tok.as<int32_t>(), pos.as<int32_t>(), rs.as<int32_t>()};
-            r.spec(B, j + 1, 1).draft_rows(a.st, slb.as<int32_t>(), B, j, out);
+            r.draft_ops(B, 1).draft_rows(a.st, slb.as<int32_t>(), B, j, out);
             return std::make_tuple(r.get<int32_t>(tok, rows), r.get<int32_t>(pos, rows),
                                    r.get<int32_t>(rs, rows));
           },
@@ -507,9 +525,9 @@ void bind_op_runner(nb::module_& m) {
             std::vector<int32_t> p(prediction.data(), prediction.data() + prediction.size());
             SpecArgs a = spec_args(r, s, {}, h, p, static_cast<int>(history.shape(1)));
             BackendBuffer slb = r.put(slots);
-            r.spec(B, 1, 1).lookup(a.st, slb.as<int32_t>(), B);
+            r.lookup_ops().lookup(a.st, slb.as<int32_t>(), B);
             return seqs_to(r.get<SeqState>(a.seqs, s.size()));
           },
           "seqs"_a, "slots"_a, "history"_a, "prediction"_a,
-          "seqs with each sequence's lookup tree and lookup_n");
+          "seqs with each sequence's lookup tree and ready_n");
 }

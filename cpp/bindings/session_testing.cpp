@@ -22,6 +22,7 @@
 #include "common/errors.h"
 #include "engine/runtime.h"
 #include "engine/scheduler.h"
+#include "spec/draft_model_proposer.h"
 #ifdef TRT_SPEC_WITH_CUDA
 #include "backend/cuda/cuda_api.h"
 #endif
@@ -46,9 +47,12 @@ struct Session {
     if (!scripted) throw InvalidArgument("this session has no scripted clock");
     return *scripted;
   }
-  DraftController& model_controller() {
-    if (!sch->model_proposer()) throw InvalidArgument("this engine has no draft model");
-    return sch->model_proposer()->controller();
+  DraftModelProposer* model_proposer() const {
+    return dynamic_cast<DraftModelProposer*>(sch->proposer(DraftSource::kModel));
+  }
+  DraftController& model_controller() const {
+    if (!model_proposer()) throw InvalidArgument("this engine has no draft model");
+    return model_proposer()->controller();
   }
 
   Model& model(const std::string& role) {
@@ -151,7 +155,7 @@ void bind_session(nb::module_& m) {
           "elements of its kv type)")
       .def_prop_ro("draft_prompt_rows",
                    [](Session& s) {
-                     const DraftModelProposer* p = s.sch->model_proposer();
+                     const DraftModelProposer* p = s.model_proposer();
                      return p ? p->prompt_rows_read() : int64_t{0};
                    })
       .def_prop_ro("read_per_row", [](Session& s) { return s.model_controller().read_per_row(); })
@@ -291,10 +295,10 @@ void bind_session(nb::module_& m) {
       .def(
           "predicted_time",
           [](Session& s, const std::string& source, int B, int k) {
-            if (source == "model" && s.sch->model_proposer())
-              return s.sch->model_proposer()->controller().predicted_time(B, k);
-            if (source == "lookup" && s.sch->lookup_proposer())
-              return s.sch->lookup_proposer()->controller().predicted_time(B, k);
+            for (int i = 1; i < kDraftSourceCount; ++i) {
+              const Proposer* p = s.sch->proposer(static_cast<DraftSource>(i));
+              if (p && source == draft_source_name(p->source())) return p->predicted_time(B, k);
+            }
             throw InvalidArgument("no controller for '" + source + "'");
           },
           "source"_a, "batch"_a, "k"_a, "A controller's model of an iteration's seconds")

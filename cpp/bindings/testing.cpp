@@ -35,6 +35,7 @@
 #include "kernels/philox.h"
 #include "spec/acceptance.h"
 #include "spec/draft_controller.h"
+#include "spec/draft_model_ops.h"
 #include "spec/lookup.h"
 #include "spec/lookup_controller.h"
 #include "spec/spec_ops.h"
@@ -60,7 +61,8 @@ using KvArray = nb::ndarray<nb::ndim<4>, nb::c_contig, nb::device::cpu, nb::ro>;
 
 // One sequence on the CPU's speculative ops, for acceptance trials on fixed logits.
 struct Trial {
-  explicit Trial(int k, int V) : be(1), ops(make_spec_ops(be, 1, k, V)), k_(k) {
+  explicit Trial(int k, int V)
+      : be(1), ops(make_spec_ops(be, 1, k, V)), draft_ops(make_draft_model_ops(be, 1, V)), k_(k) {
     hist.assign(kMaxDraftNodes + 4, 0);
     pred.assign(hist.size(), 0);
     st = SpecState{&seq, &sampling, hist.data(), pred.data(), static_cast<int>(hist.size())};
@@ -84,6 +86,7 @@ struct Trial {
   }
   CpuBackend be;
   std::unique_ptr<SpecOps> ops;
+  std::unique_ptr<DraftModelOps> draft_ops;
   int k_;
   SeqState seq;
   SamplingState sampling;
@@ -123,11 +126,11 @@ NB_MODULE(_trt_spec_testing, m) {
     SEQ_FIELD(depth);
     SEQ_FIELD(pred_acc);
     SEQ_FIELD(pred_rej);
-    SEQ_FIELD(lookup_n);
-    SEQ_FIELD(lookup_ngram);
-    SEQ_FIELD(tree_ngram);
+    SEQ_FIELD(ready_n);
+    SEQ_FIELD(last_tag);
 #undef SEQ_FIELD
     add("tree_n", tree + offsetof(DraftTree, n), "<i4", 1);
+    add("tree_tag", tree + offsetof(DraftTree, tag), "<i4", 1);
     add("tree_token", tree + offsetof(DraftTree, token), "<i4", kMaxDraftNodes);
     add("tree_parent", tree + offsetof(DraftTree, parent), "i1", kMaxDraftNodes);
     add("tree_depth", tree + offsetof(DraftTree, depth), "u1", kMaxDraftNodes);
@@ -373,8 +376,8 @@ NB_MODULE(_trt_spec_testing, m) {
             tr.seq.n_past = 1;
             std::memcpy(q.data(), draft_logits.data(), q.size() * 4);
             for (int j = 0; j < k; ++j)
-              tr.ops->draft_sample(tr.st, &slot, 1, j, q.data() + static_cast<size_t>(j) * Vd, Vd,
-                                   std::min(V, Vd));
+              tr.draft_ops->draft_sample(tr.st, &slot, 1, j, q.data() + static_cast<size_t>(j) * Vd,
+                                         Vd, std::min(V, Vd));
             tr.accept(DraftSource::kModel, target_logits.data(), V, q.data(), Vd);
             int32_t* row = out.data() + static_cast<size_t>(t) * (k + 2);
             for (int i = 0; i < tr.seq.n_new; ++i) row[i] = tr.seq.out[i];
@@ -426,7 +429,7 @@ NB_MODULE(_trt_spec_testing, m) {
             tr.seq = SeqState{};
             tr.seq.sources = draft_source_bit(DraftSource::kLookup);
             tr.seq.max_nodes = n;
-            tr.seq.lookup_n = n;
+            tr.seq.ready_n = n;
             tr.seq.n_past = 1;
             tr.seq.tree = tree;
             tr.accept(DraftSource::kLookup, row_logits.data(), V, nullptr, 0);

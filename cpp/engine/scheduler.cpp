@@ -35,14 +35,14 @@ Scheduler::Scheduler(Runtime& rt, SchedulerOptions opts)
   limits_ =
       RequestLimits{rt.vocab_size(), rt.max_seq_len(), rt.max_draft_len(), rt.draft() != nullptr};
   const int B = rt.max_batch(), K = rt.max_draft_len();
-  proposers_ = attach_proposers(iter_, rt.backend(), rt.draft(), B, K, rt.vocab_size());
   if (opts_.draft_window < 0)
     throw InvalidArgument("draft_window must be >= 0 (0: the whole prompt), got " +
                           std::to_string(opts_.draft_window));
   if (opts_.draft_read_chunk < 0)
     throw InvalidArgument("draft_read_chunk must be >= 0 (0: with the prefill), got " +
                           std::to_string(opts_.draft_read_chunk));
-  if (proposers_.model) proposers_.model->set_prompt_window(opts_.draft_window);
+  proposers_ = attach_proposers(iter_, rt.backend(), rt.draft(), B, K, rt.vocab_size(),
+                                ProposerOptions{opts_.draft_window, opts_.draft_read_chunk});
   slots_.assign(B, nullptr);
   held_.assign(B, {});
   released_.assign(B, 0);
@@ -69,7 +69,7 @@ uint64_t Scheduler::submit(GenerateRequest req) {
     throw InvalidArgument("stop strings need the engine's tokenizer (no token text table given)");
   auto r = std::make_unique<Request>();
   r->id = next_id_++;
-  r->sources = request_sources(req, limits_);
+  r->allowed = request_sources(req, limits_);
   r->max_nodes = request_max_nodes(req, limits_);
   r->stop = StopMatcher(req.stop_strings);
   r->stats.draft = req.draft;
@@ -117,18 +117,17 @@ void Scheduler::finish(Request& r, FinishReason why, SchedulerEvent& ev, double 
   ev.reason = why;
   ev.text += r.stop.ready(true);
   r.stats.total_s = now - r.t_submit;
+  if (r.slot >= 0)
+    for (const std::unique_ptr<Proposer>& p : proposers_)
+      r.stats.draft_model_skipped = r.stats.draft_model_skipped || p->declined(r.slot);
   ev.stats = r.stats;
-  // A request that waited for the draft model and ended without it, once past its first tokens.
-  if (r.draft_deferred && r.deferred_tokens[0] + r.deferred_tokens[1] >= kDeferTokens)
-    proposers_.model->controller().observe_deferral(false);
   if (r.slot >= 0) {
     if (opts_.prompt_cache) {  // the prompt rows it left in the cache, for the slot's next request
       const int kept = std::min(r.prefilled, static_cast<int>(r.req.prompt.size()));
       held_[r.slot].assign(r.req.prompt.begin(), r.req.prompt.begin() + kept);
       released_[r.slot] = ++releases_;
     }
-    if (proposers_.model) proposers_.model->end(r.slot);
-    if (proposers_.lookup) proposers_.lookup->end(r.slot);
+    for (const std::unique_ptr<Proposer>& p : proposers_) p->end(r.slot);
     slots_[r.slot] = nullptr;
   }
 }
@@ -208,9 +207,22 @@ void Scheduler::admit(std::vector<SchedulerEvent>& events) {
     r->stats.queue_s = r->t_admit - r->t_submit;
     r->tokens = r->req.prompt;
     slots_[slot] = r.get();
-    admit_draft(*r);
-    if (proposers_.model) proposers_.model->begin(r->slot, r->req.prompt, cached);
-    if (proposers_.lookup) proposers_.lookup->begin(r->slot, r->req.prompt, cached);
+    // B: the batch it will decode in, the requests in slots and those still queued behind it
+    // (a burst is judged at its size, not as B = 1).
+    const int taken =
+        static_cast<int>(slots_.size() - std::count(slots_.begin(), slots_.end(), nullptr));
+    const int P = static_cast<int>(r->req.prompt.size());
+    Admission a{r->req.prompt};
+    a.cached = cached;
+    a.automatic = r->req.draft == "auto" && !r->req.draft_len;
+    a.batch = std::min(static_cast<int>(slots_.size()), taken + static_cast<int>(queue_.size()));
+    a.new_tokens = std::min(r->req.max_new_tokens, rt_.max_seq_len() - P);
+    for (const std::unique_ptr<Proposer>& p : proposers_) {
+      a.allowed = (r->allowed & p->source_bit()) != 0;
+      a.others = (r->allowed & ~p->source_bit()) != 0;
+      p->begin(r->slot, a);
+    }
+    sync_sources(*r);
     live_[r->id] = std::move(r);
   }
 }
@@ -261,29 +273,23 @@ Scheduler::Chunk Scheduler::plan_chunk(int budget) {
 }
 
 void Scheduler::chunk_done(const Chunk& c, bool others_decoding) {
-  // The draft model reads the same rows, those of its prompt window (positions up to P - 2:
-  // the first iteration feeds P - 1 itself; read_prompt skips the rest), and a prompt's last
-  // chunk after its first token (read_pending_prompts). With a window and nothing else decoding,
-  // the whole window waits for the first token too (nobody but this request waits for its read);
-  // while others decode, its rows are read as the chunks pass, so that no step of theirs reads
-  // it all. With draft_read_chunk, every row waits for the first token (read_pending_prompts).
-  const bool defer =
-      proposers_.model &&
-      (opts_.draft_read_chunk > 0 || (!others_decoding && proposers_.model->prompt_window() > 0));
   for (const Chunk::Piece& p : c.pieces) {
     Request& r = *p.r;
     r.prefilled += p.n;
-    if (!proposers_.model || !(r.sources & draft_source_bit(DraftSource::kModel))) continue;
-    const int P = static_cast<int>(r.req.prompt.size());
-    const int upto = std::min(p.first + p.n, P - 1);
-    const int next = proposers_.model->prompt_read_upto(r.slot);
-    if (r.prefilled == P) {
-      r.draft_read_first = next;
-      r.draft_read_n = std::max(0, upto - next);
-    } else if (!defer && upto > next) {
-      proposers_.model->read_prompt(r.slot, r.req.prompt.data() + next, next, upto - next);
-    }
+    for (const std::unique_ptr<Proposer>& q : proposers_)
+      q->prompt_done(r.slot, r.req.prompt, p.first, p.n, others_decoding);
   }
+}
+
+void Scheduler::sync_sources(Request& r) {
+  int32_t s = 0;
+  for (const std::unique_ptr<Proposer>& p : proposers_)
+    if ((r.allowed & p->source_bit()) && p->active(r.slot)) s |= p->source_bit();
+  if (s == r.sources) return;
+  r.sources = s;
+  if (!r.decoding) return;
+  r.seq.sources = s;
+  iter_.set_sources(r.slot, s);
 }
 
 void Scheduler::first_tokens(const Chunk& c, const float* logits,
@@ -336,28 +342,15 @@ int Scheduler::prefill(std::vector<SchedulerEvent>& events, bool others_decoding
   return static_cast<int>(c.completing.size());
 }
 
-void Scheduler::read_pending_prompts(const std::vector<Request*>& active) {
-  // All of the rows, or with draft_read_chunk at most that many per step; a request whose draft
-  // has read them all gets the draft model back (its lag, the tokens generated meanwhile, is
-  // read by the proposer's catch-up before its first drafting iteration).
+void Scheduler::before_iteration(const std::vector<Request*>& active) {
   for (Request* r : active) {
-    if (r->draft_read_n == 0) continue;
-    const int n = opts_.draft_read_chunk > 0 ? std::min(r->draft_read_n, opts_.draft_read_chunk)
-                                             : r->draft_read_n;
-    proposers_.model->read_prompt(r->slot, r->req.prompt.data() + r->draft_read_first,
-                                  r->draft_read_first, n);
-    r->draft_read_first += n;
-    r->draft_read_n -= n;
-    if (r->draft_read_n == 0 && r->draft_reading) {
-      r->draft_reading = false;
-      r->sources |= draft_source_bit(DraftSource::kModel);
-      iter_.set_sources(r->slot, r->sources);
-    }
+    for (const std::unique_ptr<Proposer>& p : proposers_) p->before_iteration(r->slot, r->tokens);
+    sync_sources(*r);
   }
 }
 
 void Scheduler::take_prefill_time() {
-  if (proposers_.model) proposers_.model->take_read_times();
+  for (const std::unique_ptr<Proposer>& p : proposers_) p->synchronised();
   if (prefill_timed_rows_ == 0) return;
   pacer_.observe_prefill(prefill_timed_rows_, prefill_timer_->seconds());
   prefill_timed_rows_ = 0;
@@ -365,20 +358,16 @@ void Scheduler::take_prefill_time() {
 
 void Scheduler::start_decoding(Request& r, int32_t first, std::vector<SchedulerEvent>& events) {
   const int P = static_cast<int>(r.req.prompt.size());
-  const int32_t model_bit = draft_source_bit(DraftSource::kModel);
-  if (opts_.draft_read_chunk > 0 && r.draft_read_n > 0 && (r.sources & model_bit)) {
-    r.sources &= ~model_bit;  // until the draft has read the prompt (read_pending_prompts)
-    r.draft_reading = true;
-  }
+  sync_sources(r);
   SeqState s{};
   s.sources = r.sources;
   s.max_nodes = r.max_nodes;
   s.pred_len = static_cast<int32_t>(r.req.prediction.size());
-  s.draft_off = proposers_.model ? proposers_.model->draft_off(r.slot) : 0;
   s.n_past = P;
   s.last = first;
   s.prev = r.req.prompt.back();
   s.n_gen = 1;
+  for (const std::unique_ptr<Proposer>& p : proposers_) p->start(r.slot, s);
   r.seq = s;
   r.tokens.push_back(first);
   r.decoding = true;
@@ -402,7 +391,7 @@ void Scheduler::decode(std::vector<SchedulerEvent>& events, bool carry) {
   for (Request* r : slots_)
     if (r && r->decoding && r->reason == FinishReason::kNone) active.push_back(r);
   if (active.empty()) return;
-  read_pending_prompts(active);
+  before_iteration(active);
   const int B = static_cast<int>(active.size());
   const Choice c = choose(active);
   // The proposer's work before its iteration (the draft model's catch-up), timed on the device.
@@ -465,10 +454,8 @@ void Scheduler::decode(std::vector<SchedulerEvent>& events, bool carry) {
       st.prediction_accepted += s.pred_acc;
       st.prediction_rejected += s.pred_rej;
     }
-    if (proposers_.model)
-      proposers_.model->commit(r.slot, s, src == static_cast<int>(DraftSource::kModel));
-    if (proposers_.lookup)
-      proposers_.lookup->commit(r.slot, s, src == static_cast<int>(DraftSource::kLookup));
+    for (const std::unique_ptr<Proposer>& p : proposers_)
+      p->commit(r.slot, s, src == static_cast<int>(p->source()));
     SchedulerEvent& ev = event_for(r, events);
     bool open = true;
     for (int i = 0; i < s.n_new; ++i) {
@@ -487,15 +474,17 @@ void Scheduler::decode(std::vector<SchedulerEvent>& events, bool carry) {
       continue;
     }
     ev.text += r.stop.ready();
-    // (A warm-up's time holds one-time work: not this request's cost of going without the draft.)
-    if (r.draft_deferred && !iter_.warm_up()) join_if_pays(r, B, own_s);
+    const int left =
+        std::min(r.req.max_new_tokens - r.generated, rt_.max_seq_len() - 1 - r.seq.n_past);
+    const AfterIteration after{r.seq, r.tokens, B, own_s, left, iter_.warm_up()};
+    for (const std::unique_ptr<Proposer>& p : proposers_) p->after_iteration(r.slot, after);
+    sync_sources(r);
   }
   if (!chunk.completing.empty()) first_tokens(chunk, iter_.carried_logits(), events);
 }
 
 double Scheduler::attribute_costs(const Choice& c, int B, int carried_rows) {
-  // The controllers learn the cost of what ran (a warm-up's times hold one-time work: not).
-  DraftController* mc = proposers_.model ? &proposers_.model->controller() : nullptr;
+  // The proposers learn the cost of what ran (a warm-up's times hold one-time work: not).
   // A carried chunk's rows are in the verify time: where the iteration's own cost is predicted,
   // the rest is the chunk's (the pacer learns it) and the controllers learn nothing; else they
   // learn the time less the rows at the pacer's separate-chunk rate (an estimate that later
@@ -519,13 +508,10 @@ double Scheduler::attribute_costs(const Choice& c, int B, int carried_rows) {
     learn = learn && rows_s > 0.0 && verify_s > 0.0;
   }
   if (learn) pacer_.observe_decode(decode_s);
-  const int rows = iter_.last_rows();  // (fewer than B (k + 1) where padding was skipped)
-  if (learn && c.source == DraftSource::kLookup) {
-    proposers_.lookup->controller().observe(B, c.k, decode_s, rows);
-    if (mc) mc->observe_verify(B, c.k + 1, verify_s, rows);
-  } else if (learn) {
-    if (mc) mc->observe(B, c.k, decode_s, last_times_.draft_s, verify_s, rows);
-    if (proposers_.lookup && c.k == 0) proposers_.lookup->controller().observe_plain(B, decode_s);
+  if (learn) {
+    IterationCost cost{c.source, B, c.k, decode_s, last_times_.draft_s, verify_s};
+    cost.rows = iter_.last_rows();  // (fewer than B (k + 1) where padding was skipped)
+    for (const std::unique_ptr<Proposer>& p : proposers_) p->observe_iteration(cost);
   }
   return decode_s;
 }

@@ -10,13 +10,15 @@
 //      (prefill_chunk rows; while other sequences decode, as many rows as cost about one of
 //      their iterations, at most interleave_chunk: engine/prefill_pacer.h, so that a long
 //      prompt does not stall them, and on a host backend carried by their iteration's verify
-//      pass, step 4); the draft model reads the same rows (draft="auto": where it is expected
-//      to pay, draft_choice.cpp, possibly later; with draft_read_chunk, after the first token,
-//      a piece per step); a request whose prompt is complete gets its first token;
+//      pass, step 4); the proposers see the same rows (Proposer::prompt_done: the draft model
+//      reads them, or declines or defers an automatic request, draft_model_proposer.h); a
+//      request whose prompt is complete gets its first token;
 //   4. runs one speculative iteration for every decoding sequence: the draft source and length
-//      chosen from the proposers' offers (the draft model's and prompt lookup's controllers, or a
-//      plain target step), then the tokens that became final, cut at stop ids, stop strings and
-//      max_new_tokens;
+//      chosen from the proposers' offers, "no draft" (a plain target step) among them
+//      (draft_choice.cpp), then the tokens that became final, cut at stop ids, stop strings and
+//      max_new_tokens.
+// The scheduler knows proposers only through proposer.h: which ones exist is the registry's
+// (spec/proposer_registry.cpp).
 // and returns one event per request that produced something. A finished request's event
 // carries its statistics, and the scheduler forgets it. Not thread-safe: one caller at a time
 // (the Python Engine serialises them).
@@ -35,7 +37,7 @@
 #include "engine/runtime.h"
 #include "engine/stop_strings.h"
 #include "spec/iteration.h"
-#include "spec/proposer_set.h"
+#include "spec/proposer_registry.h"
 
 namespace trt_spec {
 
@@ -136,8 +138,8 @@ class Scheduler {
   DraftSource last_source() const { return last_source_; }
   const PhaseTimes& last_times() const { return last_times_; }
   Iteration& iteration() { return iter_; }
-  DraftModelProposer* model_proposer() { return proposers_.model.get(); }
-  LookupProposer* lookup_proposer() { return proposers_.lookup.get(); }
+  // The proposer of a draft source (null: the engine has none).
+  Proposer* proposer(DraftSource s) const { return iter_.proposer(s); }
   // Rows of the last prefill chunk (0 before any), and the pacer that sized it.
   int last_prefill_rows() const { return last_prefill_rows_; }
   const PrefillPacer& pacer() const { return pacer_; }
@@ -166,15 +168,11 @@ class Scheduler {
   // last token, whose row gives the first token's logits), the least recently used among
   // equals; -1 when none is free. *cached: the prefix's length.
   int pick_slot(const std::vector<int32_t>& prompt, int* cached) const;
-  // Whether an admitted request's draft model reads its prompt, skips it, or waits
-  // (draft_choice.cpp).
-  void admit_draft(Request& r);
-  // A waiting request after an iteration of B sequences that cost it `seconds`: the draft model
-  // reads its rows so far and joins once they are worth it, judged after kDeferTokens tokens.
-  void join_if_pays(Request& r, int B, double seconds);
-  static constexpr int kDeferTokens = 12;
+  // The request's draft sources now: those it allows that their proposers let it use
+  // (Proposer::active); the sequence's device state follows once it decodes.
+  void sync_sources(Request& r);
   Chunk plan_chunk(int budget);
-  // After the chunk's target rows ran: the prompt rows counted, the draft model's reads.
+  // After the chunk's target rows ran: the prompt rows counted, the proposers told.
   void chunk_done(const Chunk& c, bool others_decoding);
   // The first tokens of the requests the chunk completed, sampled from their logits
   // [completing, vocab] (backend memory); they start decoding.
@@ -182,8 +180,8 @@ class Scheduler {
   // One prefill chunk as its own forward; returns how many requests it finished (their first
   // tokens are in events).
   int prefill(std::vector<SchedulerEvent>& events, bool others_decoding);
-  // The draft model reads the prompt rows left from each request's last prefill chunk.
-  void read_pending_prompts(const std::vector<Request*>& active);
+  // The proposers' work before the choice (prompt rows left from the prefill).
+  void before_iteration(const std::vector<Request*>& active);
   void start_decoding(Request& r, int32_t first, std::vector<SchedulerEvent>& events);
   // One iteration of the decoding sequences; with carry, it also carries a prefill chunk.
   void decode(std::vector<SchedulerEvent>& events, bool carry);
@@ -194,7 +192,7 @@ class Scheduler {
   double attribute_costs(const Choice& c, int B, int carried_rows);
   // The predicted device time of an iteration (source, B, k) (<= 0: not measured yet).
   double predicted_time(DraftSource source, int B, int k, bool prior = true) const;
-  // The last chunk's time to the pacer, the draft's prompt reads to its controller (after a
+  // The last chunk's time to the pacer; the proposers read their timers (after a
   // synchronisation).
   void take_prefill_time();
   Choice choose(const std::vector<Request*>& active);
@@ -211,7 +209,7 @@ class Scheduler {
   std::unique_ptr<Backend::Timer> prefill_timer_;
   int prefill_timed_rows_ = 0;  // rows of the chunk timed and not read yet (0: none)
   int last_prefill_rows_ = 0;
-  ProposerSet proposers_;
+  Proposers proposers_;
   uint64_t next_id_ = 1;
   std::deque<std::unique_ptr<Request>> queue_;
   std::map<uint64_t, std::unique_ptr<Request>> live_;  // requests holding a slot

@@ -3,15 +3,18 @@
 #include "spec/draft_model_proposer.h"
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 
 namespace trt_spec {
 
 DraftModelProposer::DraftModelProposer(Backend& be, Model& draft, int max_batch, int max_k,
-                                       int vocab_target)
+                                       int vocab_target, ProposerOptions opts)
     : be_(be),
       draft_(draft),
+      ops_(make_draft_model_ops(be, max_batch, draft.config().vocab_size)),
       vocab_common_(std::min(vocab_target, draft.config().vocab_size)),
+      opts_(opts),
       controller_(max_batch, max_k),
       slots_(max_batch) {
   const int R = draft.limits().max_rows;
@@ -20,27 +23,117 @@ DraftModelProposer::DraftModelProposer(Backend& be, Model& draft, int max_batch,
   row_slot_ = BackendBuffer(be, R * 4);
 }
 
-void DraftModelProposer::begin(int slot, const std::vector<int32_t>& prompt, int cached) {
+bool DraftModelProposer::begin(int slot, const Admission& a) {
   SlotState& s = slots_[slot];
-  const int rows = static_cast<int>(prompt.size()) - 1;  // (the first iteration feeds P - 1)
-  s.off = window_ > 0 ? std::max(0, rows - window_) : 0;
+  const int rows = static_cast<int>(a.prompt.size()) - 1;  // (the first iteration feeds P - 1)
+  const int window = opts_.draft_window;
+  s.off = window > 0 ? std::max(0, rows - window) : 0;
   // The positions the target keeps, as far as the draft read them as prompt rows (the same
   // tokens: the target keeps only a common prefix); read_prompt() continues from there.
-  const int kept = s.off == 0 ? std::min(cached, s.prompt_kept) : 0;
+  const int kept = s.off == 0 ? std::min(a.cached, s.prompt_kept) : 0;
   s.draft_valid = std::max(s.off, kept);
   s.prompt_read = kept;
   s.prompt_kept = 0;
+  s.read_first = s.read_n = 0;
+  s.deferred_s[0] = s.deferred_s[1] = 0.0;
+  s.deferred_tokens[0] = s.deferred_tokens[1] = 0;
   s.est = controller_.prior();
+  s.mode = a.allowed ? Mode::kActive : Mode::kOff;
+  if (!a.allowed || !a.automatic) return a.allowed;
+  // A fully automatic request has the draft read its prompt only where drafting is expected to
+  // save more than the read costs (DraftController::reads_prompt); otherwise it decodes with the
+  // other sources and plain steps. Where the read pays against plain steps and the request may
+  // use another source, it may wait (DraftController::defers): prompt lookup may beat the draft
+  // on this request (an edit that copies its input), which only the request's own iterations
+  // tell (after_iteration).
+  using Read = DraftController::PromptRead;
+  const int read_rows = prompt_rows_for(static_cast<int>(a.prompt.size()));
+  const Read read = controller_.reads_prompt(a.batch, read_rows, a.new_tokens);
+  if (read == Read::kPays && a.others && controller_.defers(a.batch, read_rows, kDeferTokens))
+    s.mode = Mode::kDeferred;
+  else if (read == Read::kSkip)
+    s.mode = Mode::kDeclined;
+  return s.mode == Mode::kActive;
+}
+
+bool DraftModelProposer::declined(int slot) const {
+  const Mode m = slots_[slot].mode;
+  return m == Mode::kDeclined || m == Mode::kDeferred;
+}
+
+void DraftModelProposer::prompt_done(int slot, const std::vector<int32_t>& prompt, int first, int n,
+                                     bool others_decoding) {
+  // The draft reads the same rows, those of its prompt window (positions up to P - 2: the first
+  // iteration feeds P - 1 itself; read_prompt skips the rest), and a prompt's last chunk after
+  // its first token (before_iteration). With a window and nothing else decoding, the whole
+  // window waits for the first token too (nobody but this request waits for its read); while
+  // others decode, its rows are read as the chunks pass, so that no step of theirs reads it
+  // all. With draft_read_chunk, every row waits for the first token, and the request decodes
+  // without the draft until it has read them.
+  SlotState& s = slots_[slot];
+  if (s.mode != Mode::kActive) return;
+  const bool wait = opts_.draft_read_chunk > 0 || (!others_decoding && opts_.draft_window > 0);
+  const int P = static_cast<int>(prompt.size());
+  const int upto = std::min(first + n, P - 1);
+  const int next = s.draft_valid;
+  if (first + n == P) {
+    s.read_first = next;
+    s.read_n = std::max(0, upto - next);
+    if (opts_.draft_read_chunk > 0 && s.read_n > 0) s.mode = Mode::kReading;
+  } else if (!wait && upto > next) {
+    read_prompt(slot, prompt.data() + next, next, upto - next);
+  }
+}
+
+void DraftModelProposer::before_iteration(int slot, const std::vector<int32_t>& tokens) {
+  // The rows left from the prefill: all of them, or with draft_read_chunk at most that many per
+  // step; once they are read the draft is back (its lag, the tokens generated meanwhile, is read
+  // by the catch-up before its first drafting iteration).
+  SlotState& s = slots_[slot];
+  if (s.read_n == 0) return;
+  const int n = opts_.draft_read_chunk > 0 ? std::min(s.read_n, opts_.draft_read_chunk) : s.read_n;
+  read_prompt(slot, tokens.data() + s.read_first, s.read_first, n);
+  s.read_first += n;
+  s.read_n -= n;
+  if (s.read_n == 0 && s.mode == Mode::kReading) s.mode = Mode::kActive;
+}
+
+void DraftModelProposer::after_iteration(int slot, const AfterIteration& a) {
+  // A request waiting to join, after an iteration that cost it a.seconds: once past its first
+  // kDeferTokens tokens, the draft reads its rows so far and joins where that is worth it.
+  // (A warm-up's time holds one-time work: not this request's cost of going without the draft.)
+  SlotState& s = slots_[slot];
+  if (s.mode != Mode::kDeferred || a.warm_up) return;
+  const int i = a.seq.source == static_cast<int32_t>(DraftSource::kNone) ? 0 : 1;
+  s.deferred_s[i] += a.seconds;
+  s.deferred_tokens[i] += a.seq.n_new;
+  if (s.deferred_tokens[0] + s.deferred_tokens[1] < kDeferTokens) return;
+  const double per_token = controller_.join_saving(a.B, s.deferred_s[0], s.deferred_tokens[0],
+                                                   s.deferred_s[1], s.deferred_tokens[1]);
+  // Positions [0, n_past - 1) (those of its prompt window): then the first draft step reads
+  // [prev, last] as usual.
+  const int upto = a.seq.n_past - 1;
+  if (a.tokens_left <= 0 || upto > static_cast<int>(a.tokens.size()) ||
+      !controller_.catch_up_pays(a.B, rows_up_to(slot, upto), a.tokens_left * per_token))
+    return;
+  controller_.observe_deferral(true);
+  read_prompt(slot, a.tokens.data(), 0, upto);
+  s.mode = Mode::kActive;
 }
 
 void DraftModelProposer::end(int slot) {
   SlotState& s = slots_[slot];
+  // A request that waited for the draft and ended without it, once past its first tokens.
+  if (s.mode == Mode::kDeferred && s.deferred_tokens[0] + s.deferred_tokens[1] >= kDeferTokens)
+    controller_.observe_deferral(false);
   s.prompt_kept = s.off == 0 ? s.prompt_read : 0;
+  s.mode = Mode::kOff;
+  s.read_n = 0;
 }
 
 int DraftModelProposer::prompt_rows_for(int prompt_len) const {
   const int rows = std::max(0, prompt_len - 1);
-  return window_ > 0 ? std::min(rows, window_) : rows;
+  return opts_.draft_window > 0 ? std::min(rows, opts_.draft_window) : rows;
 }
 
 void DraftModelProposer::forward_rows(const int32_t* tokens, int n, int first_pos, int slot,
@@ -71,7 +164,7 @@ void DraftModelProposer::read_prompt(int slot, const int32_t* tokens, int first_
   if (s.off == 0 && first_pos == s.prompt_read) s.prompt_read = end;
 }
 
-void DraftModelProposer::take_read_times() {
+void DraftModelProposer::synchronised() {
   for (TimedRows& r : reads_) {
     controller_.observe_read(r.rows, r.timer->seconds());
     spare_timers_.push_back(std::move(r.timer));
@@ -135,15 +228,15 @@ void DraftModelProposer::drop_catch_up(int slot) {
 void DraftModelProposer::issue_propose(IterationContext& ctx, int k) {
   const int B = ctx.B;
   for (int j = 0; j < k; ++j) {
-    float* qj = ctx.q + static_cast<size_t>(j) * B * ctx.vocab_draft;   // [B, vocab_draft]
-    if (j == 0) ctx.ops.draft_rows(ctx.st, ctx.slots, B, j, ctx.rows);  // (later steps: below)
+    float* qj = ctx.q + static_cast<size_t>(j) * B * ctx.vocab_draft;  // [B, vocab_draft]
+    if (j == 0) ops_->draft_rows(ctx.st, ctx.slots, B, j, ctx.rows);   // (later steps: below)
     if (j == 0)  // [B, 2] rows: prev, last; the logits of `last` (rows 1, 3, 5, ..)
       draft_.forward(ctx.rows.rows(false), 2 * B, ctx.odd, B, qj);
     else  // [B, 1] rows: node j - 1
       draft_.forward(ctx.rows.rows(false), B, ctx.identity, B, qj);
     // ... and the rows of step j + 1 (node j), written as node j is drawn.
-    ctx.ops.draft_sample(ctx.st, ctx.slots, B, j, qj, ctx.vocab_draft, vocab_common_,
-                         j + 1 < k ? &ctx.rows : nullptr);
+    ops_->draft_sample(ctx.st, ctx.slots, B, j, qj, ctx.vocab_draft, vocab_common_,
+                       j + 1 < k ? &ctx.rows : nullptr);
   }
 }
 
@@ -156,6 +249,68 @@ void DraftModelProposer::commit(int slot, const SeqState& seq, bool used) {
   } else {
     s.est.relax(controller_.long_run_alpha());  // nothing observed: back toward the mean
   }
+}
+
+bool DraftModelProposer::alphas(const OfferQuery& q, std::vector<double>& a, int* lags) const {
+  a.assign(q.B(), 0.0);
+  *lags = 0;
+  bool any = false;
+  for (int b = 0; b < q.B(); ++b) {
+    const OfferSeq& s = q.seqs[b];
+    if (!s.uses(*this)) continue;
+    any = true;
+    a[b] = alpha(s.slot);
+    *lags += lag(s.slot, s.seq->n_past);
+  }
+  return any;
+}
+
+Offer DraftModelProposer::offer(const OfferQuery& q) {
+  std::vector<double> a;
+  int lag_total = 0;
+  if (!alphas(q, a, &lag_total)) return {};
+  const int B = q.B();
+  // The controller weighs every k against a plain step (k = 0) itself.
+  const int k = controller_.choose(B, a, q.limit, lag_total);
+  if (k == 0) return {};
+  double tokens = 0.0;
+  for (double x : a) tokens += expected_tokens(x, k);
+  return Offer{k, tokens, controller_.predicted_time(B, k), false, true};
+}
+
+Offer DraftModelProposer::offer_fixed(const OfferQuery& q, int k) {
+  std::vector<double> a;
+  int lag_total = 0;
+  if (!alphas(q, a, &lag_total)) return {};
+  double tokens = 0.0;
+  for (double x : a) tokens += expected_tokens(x, k);
+  return Offer{k, tokens, controller_.predicted_time(q.B(), k), false, true};
+}
+
+double DraftModelProposer::charge(const OfferQuery& q, double tokens) const {
+  // Tokens emitted without the draft cost it a catch-up later, while drafting pays: a draft
+  // forward over each sequence's share, cheaper per token the more tokens it reads at once.
+  const int B = q.B();
+  bool any = false;
+  for (const OfferSeq& s : q.seqs) any = any || s.uses(*this);
+  if (!any || !controller_.drafting_pays(B)) return 0.0;
+  const int each = std::max(1, static_cast<int>(std::ceil(tokens / B)));
+  return B * controller_.catch_up_time(each);
+}
+
+void DraftModelProposer::observe_iteration(const IterationCost& c) {
+  // Its own iterations and plain steps price its model; another source's iteration is a verify
+  // pass of k + 1 rows per sequence like its own.
+  if (c.source == source() || c.k == 0)
+    controller_.observe(c.B, c.k, c.total_s, c.draft_s, c.verify_s, c.rows);
+  else
+    controller_.observe_verify(c.B, c.k + 1, c.verify_s, c.rows);
+}
+
+std::unique_ptr<Proposer> make_draft_model_proposer(const ProposerEnv& env) {
+  if (!env.draft || env.max_k == 0) return nullptr;
+  return std::make_unique<DraftModelProposer>(env.be, *env.draft, env.max_batch, env.max_k,
+                                              env.vocab_target, env.opts);
 }
 
 }  // namespace trt_spec

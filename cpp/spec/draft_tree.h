@@ -56,6 +56,8 @@ enum DraftNodeFlags : uint8_t {
 
 struct DraftTree {
   int32_t n = 0;                       // nodes
+  int32_t tag = 0;                     // its proposer's note on it (prompt lookup: the n-gram
+                                       // length it continues; 0: none), reported with its outcome
   int32_t token[kMaxDraftNodes] = {};  // node tokens
   int8_t parent[kMaxDraftNodes] = {};  // -1: the root; else a lower node index
   uint8_t depth[kMaxDraftNodes] = {};  // 1 + the parent's depth (the root's depth is 0)
@@ -75,8 +77,10 @@ TRT_SPEC_HD uint64_t tree_row_mask(const DraftTree& t, int node) {
   return bits;
 }
 
-// Makes node i of a chain: parent i - 1, depth i + 1.
+// Makes node i of a chain, its last so far: parent i - 1, depth i + 1 (n = i + 1; untagged).
 TRT_SPEC_HD void tree_set_chain_node(DraftTree& t, int i, int32_t token, uint8_t flags) {
+  t.n = i + 1;
+  if (i == 0) t.tag = 0;
   t.token[i] = token;
   t.parent[i] = static_cast<int8_t>(i - 1);
   t.depth[i] = static_cast<uint8_t>(i + 1);

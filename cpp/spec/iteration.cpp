@@ -69,7 +69,6 @@ IterationContext Iteration::context() {
   RowBuffers rows{tok_.as<int32_t>(),    pos_.as<int32_t>(),       row_slots_.as<int32_t>(),
                   kv_idx_.as<int32_t>(), tree_base_.as<int32_t>(), tree_bits_.as<uint64_t>()};
   return IterationContext{be_,
-                          *ops_,
                           st_,
                           slots_.as<int32_t>(),
                           B_,

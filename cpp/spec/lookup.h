@@ -30,7 +30,7 @@ namespace trt_spec {
 
 // The n-gram lengths that may propose. A shorter match is right less often (a 1-gram's first
 // node about a third of the time on code, a 4-gram's most of the time): the proposal's length
-// (SeqState::lookup_ngram) goes with it, and acceptance is estimated per length
+// (the tree's tag, DraftTree::tag) goes with it, and acceptance is estimated per length
 // (lookup_proposer.h), so that the controller verifies as many of its nodes as pay, or none.
 constexpr int kNgramMin = 1;
 constexpr int kNgramMax = 4;

@@ -1,5 +1,5 @@
 // lookup_controller.h: prompt lookup's draft-length controller: how many of the nodes lookup has
-// ready (SeqState::lookup_n) to verify, from measured costs and each sequence's running
+// ready (SeqState::ready_n) to verify, from measured costs and each sequence's running
 // acceptance of lookup proposals.
 //
 // Model: a sequence with lookup acceptance a (its acceptance of proposals that continued an n-gram

@@ -1,24 +1,74 @@
-// lookup_proposer.cpp: prompt lookup's hooks (lookup_proposer.h).
+// lookup_proposer.cpp: prompt lookup's hooks and offers (lookup_proposer.h).
 #include "spec/lookup_proposer.h"
 
 namespace trt_spec {
 
-LookupProposer::LookupProposer(int max_batch, int max_k, const DraftController* model)
-    : controller_(max_batch, max_k, model), est_(max_batch) {}
+LookupProposer::LookupProposer(Backend& be, int max_batch, int max_k, const DraftController* model)
+    : ops_(make_lookup_ops(be)), controller_(max_batch, max_k, model), est_(max_batch) {}
 
-void LookupProposer::begin(int slot, const std::vector<int32_t>& prompt, int /*cached*/) {
+bool LookupProposer::begin(int slot, const Admission& a) {
   for (int c = 0; c < LookupController::kNgramClasses; ++c)
     est_[slot][c] = controller_.prior(c + kNgramMin);
+  return a.allowed;
+}
+
+bool LookupProposer::ready(const OfferQuery& q, std::vector<double>& a,
+                           std::vector<int>& avail) const {
+  a.assign(q.B(), 0.0);
+  avail.assign(q.B(), 0);
+  bool any = false;
+  for (int b = 0; b < q.B(); ++b) {
+    const SeqState& s = *q.seqs[b].seq;
+    if (!q.seqs[b].uses(*this) || s.ready_n <= 0) continue;
+    any = true;
+    a[b] = alpha(q.seqs[b].slot, s.tree.tag);
+    avail[b] = std::min(s.ready_n, q.seqs[b].max_nodes);
+  }
+  return any;
+}
+
+Offer LookupProposer::offer(const OfferQuery& q) {
+  std::vector<double> a;
+  std::vector<int> avail;
+  if (!ready(q, a, avail)) return {};
+  const LookupController::Offer o = controller_.offer(q.B(), a, avail, q.limit, q.compact);
+  if (o.k == 0) return {};
+  return Offer{o.k, o.tokens, o.seconds, o.seconds <= 0.0, false};
+}
+
+Offer LookupProposer::offer_fixed(const OfferQuery& q, int k) {
+  std::vector<double> a;
+  std::vector<int> avail;
+  if (!ready(q, a, avail)) return {};
+  double tokens = 0.0;  // (a sequence with nothing ready emits one token)
+  for (int b = 0; b < q.B(); ++b)
+    tokens += avail[b] > 0 ? expected_tokens(a[b], std::min(k, avail[b])) : 1.0;
+  return Offer{k, tokens, controller_.predicted_time(q.B(), k), false, false};
+}
+
+void LookupProposer::observe_iteration(const IterationCost& c) {
+  if (c.source == source())
+    controller_.observe(c.B, c.k, c.total_s, c.rows);
+  else if (c.k == 0)
+    controller_.observe_plain(c.B, c.total_s);
 }
 
 void LookupProposer::issue_after_accept(IterationContext& ctx) {
-  ctx.ops.lookup(ctx.st, ctx.slots, ctx.B);
+  ops_->lookup(ctx.st, ctx.slots, ctx.B);
 }
 
 void LookupProposer::commit(int slot, const SeqState& seq, bool used) {
   if (!used || seq.n_drafted == 0) return;
-  est_[slot][LookupController::ngram_class(seq.tree_ngram)].observe(seq.n_acc, seq.depth);
-  controller_.observe_acceptance(seq.tree_ngram, seq.n_acc, seq.depth);
+  est_[slot][LookupController::ngram_class(seq.last_tag)].observe(seq.n_acc, seq.depth);
+  controller_.observe_acceptance(seq.last_tag, seq.n_acc, seq.depth);
+}
+
+std::unique_ptr<Proposer> make_lookup_proposer(const ProposerEnv& env) {
+  if (env.max_k == 0) return nullptr;
+  const DraftController* costs = nullptr;
+  for (const std::unique_ptr<Proposer>& p : env.made)
+    if (!costs) costs = p->verify_costs();
+  return std::make_unique<LookupProposer>(env.be, env.max_batch, env.max_k, costs);
 }
 
 }  // namespace trt_spec

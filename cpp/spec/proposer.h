@@ -1,39 +1,48 @@
-// proposer.h: a source of draft tokens. A new draft method is a new Proposer: the iteration
-// program (iteration.h) and the scheduler call these hooks and know nothing else of it.
+// proposer.h: a source of draft tokens. A new draft method is a new Proposer (its own files) and
+// one line in the registry (proposer_registry.cpp): the scheduler, the iteration program
+// (iteration.h) and the launch planner call these hooks and know nothing else of it.
 //
-// Life of a request in KV slot `slot`, as seen by a proposer:
-//   begin(slot, prompt, cached) the request takes the slot (before its prefill; the draft
-//                              model reads the prompt with the target's prefill chunks);
-//                              cached: the prompt positions the slot's target cache still holds
-//                              from the slot's previous request (the scheduler's prompt cache)
-//   then, per iteration:
-//     prepare(slot, ..)        work issued before an iteration that uses this proposer, outside
-//                              the iteration graph (the draft model's catch-up), timed
-//     issue_propose(ctx, k)    device ops that fill each sequence's tree (seq_state.h) with up
-//                              to k nodes, inside the graph (draft model steps; nothing for
-//                              lookup, whose tree is ready)
-//     issue_after_accept(ctx)  device ops after acceptance, every iteration (prompt lookup
-//                              computes the next proposal here)
-//     commit(slot, seq, used)  host bookkeeping from the state read back after the iteration
-//   end(slot)                  the request is gone
-// Each proposer has its own draft-length controller (draft_controller.h, lookup_controller.h);
-// the scheduler compares their offers.
+// A proposer serves one public draft source (DraftSource: "model" is the engine's draft,
+// whatever its kind; "lookup" is prompt lookup). Life of a request in KV slot `slot`:
+//   begin(slot, admission)       the request takes the slot, before its prefill; the proposer
+//                                says whether the request uses it from the start
+//   prompt_done(slot, ..)        a prefill chunk's rows of the prompt went through the target
+//   start(slot, seq)             the prompt is complete: the sequence's device state is made
+//   then, per iteration of the decoding sequences:
+//     before_iteration(slot, ..) host-issued work that must precede the choice (a prompt read
+//                                left from the prefill)
+//     offer(query)               what it proposes for the batch: size, tokens, seconds
+//     prepare(slot, ..)          work before an iteration that uses it, outside the iteration
+//                                graph (the draft model's catch-up), timed
+//     issue_propose(ctx, k)      device ops that fill each sequence's tree (seq_state.h) with up
+//                                to k nodes, inside the graph
+//     issue_after_accept(ctx)    device ops after acceptance, every iteration (prompt lookup
+//                                computes the next proposal here)
+//     observe_iteration(cost)    what the iteration cost (whichever source ran)
+//     commit(slot, seq, used)    host bookkeeping from the state read back after the iteration
+//     after_iteration(slot, ..)  the sequence goes on: a proposer waiting to join may join
+//   end(slot)                    the request is gone
+// active(slot) says, at any time, whether the slot's sequence may use the proposer now (the
+// scheduler keeps SeqState::sources in step with it).
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "backend/backend.h"
+#include "model/model.h"
 #include "spec/draft_tree.h"
 #include "spec/seq_state.h"
 #include "spec/spec_ops.h"
 
 namespace trt_spec {
 
+class DraftController;
+
 // What the device ops of one iteration work on (backend memory).
 struct IterationContext {
   Backend& be;
-  SpecOps& ops;
   const SpecState& st;
   const int32_t* slots;  // [B]
   int B;
@@ -44,18 +53,120 @@ struct IterationContext {
   int vocab_draft;          // 0 without a draft model
 };
 
+// A request as it takes its slot.
+struct Admission {
+  const std::vector<int32_t>& prompt;
+  int cached = 0;          // prompt positions [0, cached) the slot's target cache still holds
+  bool allowed = false;    // the request allows this proposer's source
+  bool automatic = false;  // draft="auto" and draft_len="auto": the proposer may decline
+  bool others = false;     // the request allows other draft sources too
+  int batch = 1;           // the batch it will decode in (slots taken and requests queued)
+  int new_tokens = 0;      // the most tokens it can generate
+};
+
+// One decoding sequence, as offers see it.
+struct OfferSeq {
+  int slot = 0;
+  const SeqState* seq = nullptr;  // its state after the last iteration
+  int max_nodes = 0;              // the request's cap on draft nodes per iteration
+  int32_t sources = 0;            // the draft sources it may use now (bits draft_source_bit)
+  bool uses(const class Proposer& p) const;
+};
+
+// The decoding sequences of the next iteration.
+struct OfferQuery {
+  std::vector<OfferSeq> seqs;  // [B]
+  int limit = 0;               // the most nodes any iteration may draft now (>= 1)
+  bool compact = false;        // the verify pass skips padding rows (Iteration::skips_padding)
+  int B() const { return static_cast<int>(seqs.size()); }
+};
+
+// What a proposer offers for one iteration of the query's sequences.
+struct Offer {
+  int k = 0;                   // nodes per sequence; 0: nothing to offer
+  double tokens = 0.0;         // expected tokens emitted (all B sequences)
+  double seconds = -1.0;       // predicted device time of the iteration (<= 0: not known)
+  bool probe = false;          // the cost is unknown: run it to measure it
+  bool weighed_plain = false;  // the proposer already weighed k against a plain step
+};
+
+// The device time of an iteration that ran, as its proposers learn it (source: what ran).
+struct IterationCost {
+  DraftSource source = DraftSource::kNone;
+  int B = 0, k = 0;
+  double total_s = 0.0;  // the iteration's own time (a carried prefill chunk's share left out)
+  double draft_s = 0.0, verify_s = 0.0;
+  int rows = -1;  // verify rows its pass computed (< 0: B (k + 1))
+};
+
+// A sequence that goes on after an iteration (Proposer::after_iteration).
+struct AfterIteration {
+  const SeqState& seq;
+  const std::vector<int32_t>& tokens;  // prompt and every token so far, `last` included
+  int B = 0;                           // the iteration's batch
+  double seconds = 0.0;                // the iteration's own device time
+  int tokens_left = 0;                 // the most tokens the request may still emit
+  bool warm_up = false;                // its times hold one-time work (iteration.h)
+};
+
+// What an engine's proposers are made from (proposer_registry.cpp).
+struct ProposerOptions {
+  int draft_window = 0;      // SchedulerOptions::draft_window
+  int draft_read_chunk = 0;  // SchedulerOptions::draft_read_chunk
+};
+class Proposer;
+struct ProposerEnv {
+  Backend& be;
+  Model* draft;  // the engine's draft model (null: none)
+  int max_batch = 0, max_k = 0;
+  int vocab_target = 0;
+  ProposerOptions opts;
+  const std::vector<std::unique_ptr<Proposer>>& made;  // the proposers made before, in order
+};
+
 class Proposer {
  public:
   virtual ~Proposer() = default;
   virtual DraftSource source() const = 0;
+  int32_t source_bit() const { return draft_source_bit(source()); }
   // Whether its drafts can branch (siblings at one position). Chains only (false): every accepted
   // node's cache entry is already at its position, so the iteration moves none (no kv_copy).
   virtual bool proposes_trees() const { return true; }
 
-  // Positions [0, cached) of the prompt are in the target's cache already, left there as prompt
-  // rows by the slot's previous request (whose prompt began with the same tokens): a proposer
-  // with a cache of its own may keep what it holds of them.
-  virtual void begin(int slot, const std::vector<int32_t>& prompt, int cached) {}
+  // Requests. begin() returns whether the request uses the proposer from the start (an
+  // automatic one it may decline, or join later: active()).
+  virtual bool begin(int slot, const Admission& a) { return a.allowed; }
+  virtual bool active(int slot) const { return true; }
+  // Whether the proposer declined the slot's request (statistics).
+  virtual bool declined(int slot) const { return false; }
+  // Prompt rows [first, first + n) of the slot's prompt went through the target (a prefill
+  // chunk; the prompt is complete when first + n == prompt.size()); others_decoding: other
+  // sequences decode meanwhile.
+  virtual void prompt_done(int slot, const std::vector<int32_t>& prompt, int first, int n,
+                           bool others_decoding) {}
+  // The sequence's first device state, before it is uploaded (fields of its own).
+  virtual void start(int slot, SeqState& seq) {}
+  // tokens: the sequence so far (prompt, generated, `last`).
+  virtual void before_iteration(int slot, const std::vector<int32_t>& tokens) {}
+  virtual void after_iteration(int slot, const AfterIteration& a) {}
+  virtual void end(int slot) {}
+
+  // Offers. offer(): the best k of its own choosing; offer_fixed(): exactly k (every request
+  // fixed its draft length). Sequences whose sources lack source_bit() take no part.
+  virtual Offer offer(const OfferQuery& q) { return {}; }
+  virtual Offer offer_fixed(const OfferQuery& q, int k) { return {}; }
+  // Seconds that `tokens` tokens emitted by an iteration that does not use this proposer cost
+  // it later (the draft model's catch-up), charged to every other offer; 0: nothing.
+  virtual double charge(const OfferQuery& q, double tokens) const { return 0.0; }
+  // Predicted device time of an iteration of B sequences with k nodes from this proposer, or of a
+  // plain step (k = 0) where it measures those (<= 0: unknown). prior: cross-B priors allowed.
+  virtual double predicted_time(int B, int k, bool prior = true) const { return -1.0; }
+  // The controller that measures the target's verify passes, for proposers that price
+  // theirs on it (prompt lookup on the draft model's); null: none.
+  virtual const DraftController* verify_costs() const { return nullptr; }
+  virtual void observe_iteration(const IterationCost& c) {}
+
+  // Iterations.
   // tokens: the sequence so far (prompt, generated, `last`); seq: its state after the last
   // iteration.
   virtual void prepare(int slot, const std::vector<int32_t>& tokens, const SeqState& seq) {}
@@ -63,14 +174,15 @@ class Proposer {
   virtual void issue_after_accept(IterationContext& ctx) {}
   // used: this iteration's tree came from this proposer.
   virtual void commit(int slot, const SeqState& seq, bool used) {}
-  virtual void end(int slot) {}
-
-  // Tokens this proposer has still to read before it can propose for the slot, whose target
-  // cache holds n_past positions (the draft model's lag; 0 for proposers that need nothing).
-  virtual int lag(int slot, int n_past) const { return 0; }
   // Device seconds of the slot's prepare() work for the last iteration (0: none), timed with a
   // backend timer: read them after the iteration's read-back, which is when they are known.
   virtual double take_prepare_seconds(int slot) { return 0.0; }
+  // The backend synchronised: timers of work issued before it can be read.
+  virtual void synchronised() {}
 };
+
+inline bool OfferSeq::uses(const Proposer& p) const {
+  return (sources & p.source_bit()) != 0;
+}
 
 }  // namespace trt_spec

@@ -3,8 +3,9 @@
 //
 // One iteration, for a sequence whose caches hold positions [0, n_past) and whose newest token
 // `last` is not yet in them:
-//   propose: a draft tree of up to k nodes (draft_tree.h) from one source: the draft model's
-//            chain, or prompt lookup's tree (ready from the end of the previous iteration);
+//   propose: a draft tree of up to k nodes (draft_tree.h) from one source: made by its
+//            proposer's ops (the draft model's chain), or left ready in the state at the end of
+//            the previous iteration (prompt lookup's tree, ready_n nodes);
 //   verify:  the target scores the root and every node in one pass (k + 1 rows);
 //   accept:  the walk of accept.h keeps a path of nodes and emits one more token (a correction
 //            or a bonus), so every emitted token is distributed exactly as target-only decoding
@@ -51,17 +52,17 @@ struct SeqState {
   int32_t prev = 0;    // the token at position n_past - 1
   int32_t n_gen = 0;   // tokens generated so far: the generation index of the next token
   // The last iteration.
-  int32_t source = 0;        // its DraftSource for this sequence (kNone when it proposed nothing)
-  int32_t n_new = 0;         // tokens emitted (accepted + 1)
-  int32_t n_acc = 0;         // draft tokens accepted
-  int32_t n_drafted = 0;     // nodes proposed (tree.n)
-  int32_t depth = 0;         // the longest path the tree offered (its deepest node)
-  int32_t pred_acc = 0;      // accepted nodes copied from the predicted output
-  int32_t pred_rej = 0;      // proposed nodes copied from it and not accepted
-  int32_t lookup_n = 0;      // nodes prompt lookup found for the next iteration (0: no match)
-  int32_t lookup_ngram = 0;  // the n-gram length those nodes continue (lookup.h; 0: none)
-  int32_t tree_ngram = 0;    // the last iteration's: the n-gram its lookup tree continued (0: none)
-  DraftTree tree;            // this iteration's proposal (lookup writes the next one after accept)
+  int32_t source = 0;     // its DraftSource for this sequence (kNone when it proposed nothing)
+  int32_t n_new = 0;      // tokens emitted (accepted + 1)
+  int32_t n_acc = 0;      // draft tokens accepted
+  int32_t n_drafted = 0;  // nodes proposed (tree.n)
+  int32_t depth = 0;      // the longest path the tree offered (its deepest node)
+  int32_t pred_acc = 0;   // accepted nodes copied from the predicted output
+  int32_t pred_rej = 0;   // proposed nodes copied from it and not accepted
+  int32_t ready_n = 0;    // nodes a proposer left ready in `tree` for the next iteration (prompt
+                          // lookup, after acceptance; 0: none); tree.tag is theirs
+  int32_t last_tag = 0;   // the last iteration's tree's tag (DraftTree::tag; 0: no nodes)
+  DraftTree tree;         // this iteration's proposal (or the next one, made ready after accept)
   int32_t out[kMaxDraftNodes + 1] = {};  // tokens emitted by the last iteration
   int32_t path[kMaxDraftNodes] = {};     // the accepted nodes, by depth
 };
@@ -90,8 +91,7 @@ TRT_SPEC_HD void spec_commit(SeqState& s, int accepted) {
   for (int d = 0; d < accepted; ++d) pred_acc += (s.tree.flags[s.path[d]] & kNodePredicted) ? 1 : 0;
   for (int i = 0; i < s.tree.n; ++i) pred_all += (s.tree.flags[i] & kNodePredicted) ? 1 : 0;
   s.n_drafted = s.tree.n;
-  s.tree_ngram =
-      s.source == static_cast<int32_t>(DraftSource::kLookup) && s.tree.n > 0 ? s.lookup_ngram : 0;
+  s.last_tag = s.tree.n > 0 ? s.tree.tag : 0;
   s.depth = tree_max_depth(s.tree, s.tree.n);
   s.pred_acc = pred_acc;
   s.pred_rej = pred_all - pred_acc;

@@ -1,97 +1,21 @@
-// spec_kernels.cuh: the CUDA kernels of the speculative iteration's ops (spec_ops.h), header-only
-// so that tests run them on the CPU through the host emulation (tests/cpp/cuda_emu.h). The rules
-// are the shared host/device functions of accept.h, lookup.h and seq_state.h; the token draws
+// spec_kernels.cuh: the CUDA kernels of the ops every speculative iteration shares (spec_ops.h),
+// header-only so that tests run them on the CPU through the host emulation (tests/cpp/cuda_emu.h).
+// The rules are the shared host/device functions of accept.h and seq_state.h; the token draws
 // are the sampling rule's kernels (kernels/cuda/sampling.cuh), the same Philox draws as the CPU.
+// (Proposers' own kernels: draft_model_kernels.cuh, lookup_kernels.cuh.)
 //
-//   draft_rows_kernel     chain rows of draft step j                    grid-stride
-//   draft_sample_kernel   node j of each chain (and q_j in place)       grid (chunks, B) x 3
 //   verify_rows_kernel    the tree of each sequence, its verify rows    grid B
 //   accept_rows_kernel    t(row) or the dense p of each verify row      grid (chunks, B (k+1)) x 3
 //   accept_walk_kernel    walk, emitted token, commit, history, moves   grid B
-//   lookup_kernel         prompt lookup: matches by the whole block,
-//                         the tree by one thread                         grid B
 #pragma once
 
 #include "kernels/cuda/sampling.cuh"
 #include "spec/accept.h"
-#include "spec/lookup.h"
 #include "spec/seq_state.h"
 
 namespace trt_spec::cuda {
 
 constexpr int kSpecThreads = kSampleThreads;
-
-// Rows of draft step j (see SpecOps::draft_rows).
-__global__ void draft_rows_kernel(const SeqState* __restrict__ seqs,
-                                  const int32_t* __restrict__ slots, int B, int j,
-                                  int32_t* __restrict__ tokens, int32_t* __restrict__ pos,
-                                  int32_t* __restrict__ row_slots) {
-  const int per = j == 0 ? 2 : 1;
-  for (int row = blockIdx.x * blockDim.x + threadIdx.x; row < B * per;
-       row += gridDim.x * blockDim.x) {
-    const int b = row / per, r = row % per;
-    const SeqState& s = seqs[slots[b]];
-    if (j == 0) {
-      tokens[row] = r == 0 ? s.prev : s.last;
-      pos[row] = spec_draft_pos(s, s.n_past - 1 + r);
-    } else {
-      tokens[row] = s.tree.token[j - 1];
-      pos[row] = spec_draft_pos(s, s.n_past + j);
-    }
-    row_slots[row] = slots[b];
-  }
-}
-
-// The rows of the next draft step (draft_rows_kernel's j + 1 output), or all null.
-struct NextRows {
-  int32_t* tokens;
-  int32_t* pos;
-  int32_t* slot;
-};
-
-// Node j of each chain from logits_q [B, vocab]; sampling rows become q_j in place.
-// grid (chunks, B), three launches: phase 0 the maxima over [0, vocab_common) (greedy: the
-// node), phase 1 the kept mass, phase 2 q_j and the node drawn from it (sample_dense); phase 2
-// also writes the next step's row b (node j at n_past + j + 1) when `next` is given.
-__global__ void __launch_bounds__(kSpecThreads)
-    draft_sample_kernel(int phase, float* logits_q, int vocab, int vocab_common, int chunk, int j,
-                        SeqState* seqs, const int32_t* __restrict__ slots,
-                        const DevSamplingState* __restrict__ states, SampleScratch sc,
-                        NextRows next) {
-  const int b = blockIdx.y;
-  SeqState* s = seqs + slots[b];
-  const SamplingParams p = states[slots[b]].params;
-  float* row = logits_q + static_cast<int64_t>(b) * vocab;
-  auto write_next = [&](int32_t node) {
-    if (!next.tokens) return;
-    next.tokens[b] = node;
-    next.pos[b] = spec_draft_pos(*s, s->n_past + j + 1);
-    next.slot[b] = slots[b];
-  };
-  if (phase == 0) {
-    const ArgMax a = rows_max_pass(row, vocab_common, chunk, sc, b);
-    if (a.i < 0 || threadIdx.x != 0) return;
-    sc.row(b).mx = a.v;
-    if (is_greedy(p)) tree_set_chain_node(s->tree, j, a.i, kNodeDense);
-    return;
-  }
-  if (is_greedy(p)) {
-    if (phase == 2 && blockIdx.x == 0 && threadIdx.x == 0) write_next(s->tree.token[j]);
-    return;
-  }
-  if (phase == 1) {
-    rows_rule_pass(row, vocab_common, chunk, p, sc.row(b).mx, sc, b);
-    return;
-  }
-  const RowStat rs = sc.row(b);
-  const ProbsSum ps = rows_probs_pass(row, vocab_common, vocab, chunk, p, rs, row);
-  const int d = rows_dense_draw(row, vocab, chunk, ps,
-                                spec_uniform(p.seed, s->n_gen + j, kStreamDraft), sc, b);
-  if (d >= 0 && threadIdx.x == 0) {
-    tree_set_chain_node(s->tree, j, d, kNodeDense);
-    write_next(d);
-  }
-}
 
 // Each sequence's tree for (source, k) and its k + 1 verify rows.  grid B, block >= 32.
 __global__ void verify_rows_kernel(SeqState* seqs, const int32_t* __restrict__ slots, int k,
@@ -104,10 +28,7 @@ __global__ void verify_rows_kernel(SeqState* seqs, const int32_t* __restrict__ s
   __shared__ int n_shared;
   if (threadIdx.x == 0) {
     int n = 0;
-    if (k > 0 && (s->sources & (1 << source))) {
-      n = min(k, s->max_nodes);
-      if (source == static_cast<int>(DraftSource::kLookup)) n = min(n, s->lookup_n);
-    }
+    if (k > 0 && (s->sources & (1 << source))) n = min(min(k, s->max_nodes), s->tree.n);
     s->tree.n = n;
     s->source = n > 0 ? source : static_cast<int>(DraftSource::kNone);
     n_shared = n;
@@ -242,74 +163,6 @@ __global__ void __launch_bounds__(kSpecThreads)
     mv_slot[e] = slots[b];
     mv_src[e] = d < w.accepted ? past + 1 + s->path[d] : -1;
     mv_dst[e] = past + 1 + d;
-  }
-}
-
-// Block max of non-negative ints.
-__device__ __forceinline__ int block_max_int(int v) {
-  return static_cast<int>(block_argmax(ArgMax{static_cast<float>(v), 0}).v);
-}
-
-// Appends the ends e (thread order) with hit to matches, up to kMaxMatches in all.
-__device__ __forceinline__ void collect_matches(bool hit, const int32_t* src, int e, int end,
-                                                bool predicted, LookupMatch* matches,
-                                                int* n_found) {
-  unsigned long long total = 0;
-  const int rank = static_cast<int>(block_exclusive_scan_u64(hit ? 1ull : 0ull, &total));
-  const int base = *n_found;
-  if (hit && base + rank < kMaxMatches) matches[base + rank] = LookupMatch{src, e, end, predicted};
-  __syncthreads();
-  if (threadIdx.x == 0) *n_found = min(kMaxMatches, base + static_cast<int>(total));
-  __syncthreads();
-}
-
-// Prompt lookup (lookup.h) for each sequence that allows it: the same matches, in the same
-// order, as lookup_propose_serial, then its tree.  grid B.
-__global__ void __launch_bounds__(kSpecThreads)
-    lookup_kernel(SeqState* seqs, const int32_t* __restrict__ slots,
-                  const int32_t* __restrict__ history, const int32_t* __restrict__ prediction,
-                  int max_seq) {
-  __shared__ LookupMatch matches[kMaxMatches];
-  __shared__ int n_found;
-  const int b = blockIdx.x;
-  SeqState* s = seqs + slots[b];
-  if (!(s->sources & draft_source_bit(DraftSource::kLookup))) {
-    if (threadIdx.x == 0) {
-      s->lookup_n = 0;
-      s->lookup_ngram = 0;
-    }
-    return;
-  }
-  const int32_t* h = history + static_cast<int64_t>(slots[b]) * max_seq;
-  const int32_t* pred = prediction + static_cast<int64_t>(slots[b]) * max_seq;
-  const int len = min(s->n_past + 1, max_seq), m = s->pred_len, max_nodes = s->max_nodes;
-  int local = 0;
-  for (int e = threadIdx.x; e < m; e += blockDim.x)
-    local = max(local, lookup_match_len(pred, e, h, len));
-  for (int e = threadIdx.x; e < len; e += blockDim.x)
-    local = max(local, lookup_match_len(h, e, h, len));
-  const int best = block_max_int(local);
-  if (threadIdx.x == 0) n_found = 0;
-  __syncthreads();
-  if (best >= kNgramMin && max_nodes > 0) {
-    for (int base = 0; base < m && n_found < kMaxMatches; base += blockDim.x) {
-      const int e = base + static_cast<int>(threadIdx.x);
-      collect_matches(e < m && lookup_match_len(pred, e, h, len) == best, pred, e, m, true, matches,
-                      &n_found);
-    }
-    for (int base = len - 1; base >= 0 && n_found < kMaxMatches; base -= blockDim.x) {
-      const int e = base - static_cast<int>(threadIdx.x);
-      collect_matches(e >= 0 && lookup_match_len(h, e, h, len) == best, h, e, len, false, matches,
-                      &n_found);
-    }
-  }
-  if (threadIdx.x == 0) {
-    if (n_found > 0)
-      lookup_build_tree(matches, n_found, max_nodes, s->tree);
-    else
-      s->tree.n = 0;
-    s->lookup_n = s->tree.n;
-    s->lookup_ngram = s->tree.n > 0 ? best : 0;
   }
 }
 

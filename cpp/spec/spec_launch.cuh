@@ -1,4 +1,4 @@
-// spec_launch.cuh: the host launch code of the speculative iteration's CUDA kernels
+// spec_launch.cuh: the host launch code of the shared speculative ops' CUDA kernels
 // (spec_kernels.cuh): grids, blocks and scratch layout, one function per SpecOps op. The CUDA
 // SpecOps (spec_ops_cuda.cu) calls these; so do the emulated tests (tests/cpp/cuda_emu_ops.cpp),
 // which therefore check the launch code too, not a copy of it.
@@ -18,30 +18,10 @@ struct AcceptScratch {
   SampleScratch rows;
 };
 
-// Rows of the multi-block row scratch the ops need: draft_sample B, accept B (k + 1) (they run
-// one after the other on one stream and share it): sample_scratch_bytes(spec_sample_rows(..))
-// bytes, counters zeroed once.
+// Rows of the multi-block row scratch accept needs, B (k + 1):
+// sample_scratch_bytes(spec_sample_rows(..)) bytes, counters zeroed once.
 inline int spec_sample_rows(int max_batch, int max_k) {
   return max_batch * (max_k + 1);
-}
-
-inline void launch_draft_rows(cudaStream_t stream, const SeqState* seqs, const int32_t* slots,
-                              int B, int j, int32_t* tokens, int32_t* pos, int32_t* row_slots) {
-  const int rows = B * (j == 0 ? 2 : 1), threads = 128;
-  const int blocks = std::max(1, std::min(64, (rows + threads - 1) / threads));
-  TRT_SPEC_LAUNCH(draft_rows_kernel, blocks, threads, stream, seqs, slots, B, j, tokens, pos,
-                  row_slots);
-}
-
-// Three launches over grid (g.chunks, B), g = sample_grid(vocab, SMs).
-inline void launch_draft_sample(cudaStream_t stream, const SampleGrid& g, float* logits_q, int B,
-                                int vocab, int vocab_common, int j, SeqState* seqs,
-                                const int32_t* slots, const DevSamplingState* states,
-                                SampleScratch rows, NextRows next = {}) {
-  const dim3 grid(static_cast<unsigned>(g.chunks), static_cast<unsigned>(B));
-  for (int phase = 0; phase < 3; ++phase)
-    TRT_SPEC_LAUNCH(draft_sample_kernel, grid, g.threads, stream, phase, logits_q, vocab,
-                    vocab_common, g.chunk, j, seqs, slots, states, rows, next);
 }
 
 inline void launch_verify_rows(cudaStream_t stream, SeqState* seqs, const int32_t* slots, int B,
@@ -65,12 +45,6 @@ inline void launch_accept(cudaStream_t stream, const SampleGrid& g, const float*
   TRT_SPEC_LAUNCH(accept_walk_kernel, B, g.threads, stream, logits, q, B, k, vocab, vocab_draft,
                   seqs, slots, states, scratch.P, scratch.best, history, max_seq, mv_slot, mv_src,
                   mv_dst);
-}
-
-inline void launch_lookup(cudaStream_t stream, SeqState* seqs, const int32_t* slots, int B,
-                          const int32_t* history, const int32_t* prediction, int max_seq,
-                          int threads = kSpecThreads) {
-  TRT_SPEC_LAUNCH(lookup_kernel, B, threads, stream, seqs, slots, history, prediction, max_seq);
 }
 
 }  // namespace trt_spec::cuda

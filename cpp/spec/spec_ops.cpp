@@ -1,12 +1,7 @@
 // spec_ops.cpp: make_spec_ops (spec_ops.h): the SpecOps of the backend's kind.
 #include "spec/spec_ops.h"
 
-#include "backend/cpu/cpu_backend.h"
-#include "common/errors.h"
-
-#ifdef TRT_SPEC_WITH_CUDA
-#include "backend/cuda/cuda_backend.h"
-#endif
+#include "spec/backend_ops.h"
 
 namespace trt_spec {
 
@@ -16,13 +11,9 @@ std::unique_ptr<SpecOps> make_cuda_spec_ops(CudaBackend& be, int max_batch, int 
 #endif
 
 std::unique_ptr<SpecOps> make_spec_ops(Backend& be, int max_batch, int max_k, int vocab) {
-  if (auto* cpu = dynamic_cast<CpuBackend*>(&be))
-    return make_cpu_spec_ops(*cpu, max_batch, max_k, vocab);
-#ifdef TRT_SPEC_WITH_CUDA
-  if (auto* gpu = dynamic_cast<CudaBackend*>(&be))
-    return make_cuda_spec_ops(*gpu, max_batch, max_k, vocab);
-#endif
-  throw Error("speculative decoding has no ops for the backend '" + be.name() + "'");
+  return make_backend_ops<SpecOps, int, int, int>(be, "speculative decoding", make_cpu_spec_ops,
+                                                  TRT_SPEC_CUDA_MAKER(make_cuda_spec_ops),
+                                                  max_batch, max_k, vocab);
 }
 
 }  // namespace trt_spec

@@ -1,11 +1,13 @@
-// spec_ops.h: the device ops of the speculative iteration, one implementation per kind of
-// backend (spec_ops_cpu.cpp, spec_ops_cuda.cu), so that backends stay tensor ops only.
+// spec_ops.h: the device ops every speculative iteration shares, whichever proposer drafted:
+// the verify rows, acceptance and the cache moves' list, one implementation per kind of backend
+// (spec_ops_cpu.cpp, spec_ops_cuda.cu), so that backends stay tensor ops only. A proposer's own
+// ops are its own (draft_model_ops.h, lookup_ops.h).
 //
 // Every op reads and writes backend memory only (the sequences' SeqState, their sampling state,
 // the token history), never host data written between ops: the iteration program
 // (iteration.h) issues them with the models' forwards and a backend with graphs captures the
 // whole iteration. The rules they apply are the shared host/device functions of accept.h
-// (acceptance), lookup.h (prompt lookup) and seq_state.h (commit, random numbers).
+// (acceptance) and seq_state.h (commit, random numbers).
 //
 // Shapes: B sequences per op, rows b = 0 .. B-1 being slots[b]; k the iteration's draft length
 // (tree nodes); q the draft model's dense distributions [k, B, vocab_draft]; the verify pass's
@@ -63,28 +65,16 @@ class SpecOps {
  public:
   virtual ~SpecOps() = default;
 
-  // Draft model step j: the chain rows of each sequence: j = 0: [prev, last] at positions
-  // n_past - 1, n_past (2 rows per sequence); j >= 1: [node j - 1] at n_past + j.
-  virtual void draft_rows(const SpecState& st, const int32_t* slots, int B, int j,
-                          const RowBuffers& out) = 0;
-  // Node j of each sequence's chain, drawn from the draft's logits [B, vocab] (ids below
-  // vocab_common only); for sampling sequences the row becomes, in place, q_j: the dense
-  // distribution it was drawn from. With `next`, also the rows of draft step j + 1 (what
-  // draft_rows(j + 1) writes: node j at n_past + j + 1), so that step needs no rows op.
-  virtual void draft_sample(const SpecState& st, const int32_t* slots, int B, int j,
-                            float* logits_q, int vocab, int vocab_common,
-                            const RowBuffers* next = nullptr) = 0;
   // Fixes each sequence's tree for an iteration of `source` with k nodes (fewer where the
-  // request caps them, the source is not allowed, or lookup found fewer) and writes the verify
-  // rows [B, k + 1] (tree rows: kv_idx and mask set; nodes past the tree pad the block).
+  // request caps them or the tree holds fewer: the source's proposer left tree.n nodes; none
+  // where the source is not allowed) and writes the verify rows [B, k + 1] (tree rows: kv_idx
+  // and mask set; nodes past the tree pad the block).
   virtual void verify_rows(const SpecState& st, const int32_t* slots, int B, int k,
                            DraftSource source, const RowBuffers& out) = 0;
   // Acceptance (accept.h), the emitted tokens, the commit (seq_state.h), the history append
   // and the cache moves of the accepted nodes.
   virtual void accept(const SpecState& st, const int32_t* slots, int B, int k, const float* logits,
                       int vocab, const float* q, int vocab_draft, const KvMoves& moves) = 0;
-  // Prompt lookup (lookup.h) for each sequence that allows it: its next tree and lookup_n.
-  virtual void lookup(const SpecState& st, const int32_t* slots, int B) = 0;
 };
 
 // The SpecOps of a backend (CPU or CUDA), with scratch for max_batch sequences of up to max_k
@@ -95,12 +85,6 @@ std::unique_ptr<SpecOps> make_spec_ops(Backend& be, int max_batch, int max_k, in
 // The sizes a SpecOps was made for; both backends refuse calls beyond them (InvalidArgument).
 struct SpecOpsLimits {
   int max_batch, max_k, vocab;
-  void check_draft_sample(int B, int j, int row_vocab, int vocab_common) const {
-    if (j < 0 || j >= kMaxDraftNodes || vocab_common <= 0 || vocab_common > row_vocab)
-      throw InvalidArgument("draft_sample: bad draft index or vocabulary");
-    if (B > max_batch || row_vocab > vocab)
-      throw InvalidArgument("draft_sample: batch or vocabulary beyond the scratch");
-  }
   void check_accept(int B, int k, int row_vocab) const {
     if (B > max_batch || k > max_k || row_vocab > vocab)
       throw InvalidArgument("accept: batch, draft length or vocabulary beyond the scratch");

@@ -1,13 +1,11 @@
-// spec_ops_cpu.cpp: SpecOps on the CPU backend (spec_ops.h): the speculative iteration's ops
-// over host memory, with the backend's thread pool for the per-row work and the shared rules
-// of accept.h and lookup.h.
+// spec_ops_cpu.cpp: SpecOps on the CPU backend (spec_ops.h): the shared speculative ops over host
+// memory, with the backend's thread pool for the per-row work and the rules of accept.h.
 #include <algorithm>
 #include <memory>
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
 #include "spec/accept.h"
-#include "spec/lookup.h"
 #include "spec/spec_ops.h"
 
 namespace trt_spec {
@@ -37,61 +35,12 @@ class CpuSpecOps final : public SpecOps {
         best_(static_cast<size_t>(max_batch) * (max_k + 1)),
         limits_{max_batch, max_k, vocab} {}
 
-  void draft_rows(const SpecState& st, const int32_t* slots, int B, int j,
-                  const RowBuffers& out) override {
-    for (int b = 0; b < B; ++b) {
-      const SeqState& s = st.seqs[slots[b]];
-      if (j == 0) {
-        out.tokens[2 * b] = s.prev;
-        out.pos[2 * b] = spec_draft_pos(s, s.n_past - 1);
-        out.tokens[2 * b + 1] = s.last;
-        out.pos[2 * b + 1] = spec_draft_pos(s, s.n_past);
-        out.slot[2 * b] = out.slot[2 * b + 1] = slots[b];
-      } else {
-        out.tokens[b] = s.tree.token[j - 1];
-        out.pos[b] = spec_draft_pos(s, s.n_past + j);
-        out.slot[b] = slots[b];
-      }
-    }
-  }
-
-  void draft_sample(const SpecState& st, const int32_t* slots, int B, int j, float* logits_q,
-                    int vocab, int vocab_common, const RowBuffers* next) override {
-    limits_.check_draft_sample(B, j, vocab, vocab_common);
-    pool_.parallel_for(B, 1, [&](int64_t b0, int64_t b1) {
-      thread_local std::vector<float> q;
-      for (int64_t b = b0; b < b1; ++b) {
-        SeqState& s = st.seqs[slots[b]];
-        const SamplingParams& p = st.states[slots[b]].params;
-        float* row = logits_q + b * vocab;
-        int32_t d;
-        if (sampling_is_greedy(p)) {
-          d = argmax_row(row, vocab_common);
-        } else {
-          q.resize(vocab);
-          sampling_probs(row, vocab_common, vocab, p, q.data());
-          std::copy(q.begin(), q.end(), row);
-          d = sample_dense(row, vocab, spec_uniform(p.seed, s.n_gen + j, kStreamDraft));
-        }
-        tree_set_chain_node(s.tree, j, d, kNodeDense);
-        if (next) {  // draft step j + 1's row: node j
-          next->tokens[b] = d;
-          next->pos[b] = spec_draft_pos(s, s.n_past + j + 1);
-          next->slot[b] = slots[b];
-        }
-      }
-    });
-  }
-
   void verify_rows(const SpecState& st, const int32_t* slots, int B, int k, DraftSource source,
                    const RowBuffers& out) override {
     for (int b = 0; b < B; ++b) {
       SeqState& s = st.seqs[slots[b]];
       int n = 0;
-      if (k > 0 && (s.sources & draft_source_bit(source))) {
-        n = std::min(k, s.max_nodes);
-        if (source == DraftSource::kLookup) n = std::min(n, s.lookup_n);
-      }
+      if (k > 0 && (s.sources & draft_source_bit(source))) n = std::min({k, s.max_nodes, s.tree.n});
       s.tree.n = n;
       s.source = static_cast<int32_t>(n > 0 ? source : DraftSource::kNone);
       for (int r = 0; r <= k; ++r) {
@@ -175,24 +124,6 @@ class CpuSpecOps final : public SpecOps {
           moves.src[e] = d < w.accepted ? old_past + 1 + s.path[d] : -1;
           moves.dst[e] = old_past + 1 + d;
         }
-      }
-    });
-  }
-
-  void lookup(const SpecState& st, const int32_t* slots, int B) override {
-    pool_.parallel_for(B, 1, [&](int64_t b0, int64_t b1) {
-      for (int64_t b = b0; b < b1; ++b) {
-        SeqState& s = st.seqs[slots[b]];
-        if (!(s.sources & draft_source_bit(DraftSource::kLookup))) {
-          s.lookup_n = 0;
-          s.lookup_ngram = 0;
-          continue;
-        }
-        const size_t off = static_cast<size_t>(slots[b]) * st.max_seq;
-        const int len = std::min(s.n_past + 1, st.max_seq);
-        s.lookup_ngram = lookup_propose_serial(st.history + off, len, st.prediction + off,
-                                               s.pred_len, s.max_nodes, s.tree);
-        s.lookup_n = s.tree.n;
       }
     });
   }

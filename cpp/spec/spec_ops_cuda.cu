@@ -29,25 +29,6 @@ class CudaSpecOps final : public SpecOps {
         rows_(be, cuda::sample_scratch_bytes(cuda::spec_sample_rows(max_batch, max_k))),
         limits_{max_batch, max_k, vocab} {}
 
-  void draft_rows(const SpecState& st, const int32_t* slots, int B, int j,
-                  const RowBuffers& out) override {
-    if (be_.sizing() || B <= 0) return;
-    cuda::launch_draft_rows(be_.stream(), st.seqs, slots, B, j, out.tokens, out.pos, out.slot);
-    be_.check_launch("draft_rows");
-  }
-
-  void draft_sample(const SpecState& st, const int32_t* slots, int B, int j, float* logits_q,
-                    int vocab, int vocab_common, const RowBuffers* next) override {
-    limits_.check_draft_sample(B, j, vocab, vocab_common);
-    if (be_.sizing() || B <= 0) return;
-    cuda::launch_draft_sample(
-        be_.stream(), grid(vocab), logits_q, B, vocab, vocab_common, j, st.seqs, slots,
-        dev_states(st.states), rows(),
-        cuda::NextRows{next ? next->tokens : nullptr, next ? next->pos : nullptr,
-                       next ? next->slot : nullptr});
-    be_.check_launch("draft_sample");
-  }
-
   void verify_rows(const SpecState& st, const int32_t* slots, int B, int k, DraftSource source,
                    const RowBuffers& out) override {
     if (be_.sizing() || B <= 0) return;
@@ -67,17 +48,10 @@ class CudaSpecOps final : public SpecOps {
     be_.check_launch("accept");
   }
 
-  void lookup(const SpecState& st, const int32_t* slots, int B) override {
-    if (be_.sizing() || B <= 0) return;
-    cuda::launch_lookup(be_.stream(), st.seqs, slots, B, st.history, st.prediction, st.max_seq);
-    be_.check_launch("lookup");
-  }
-
  private:
   // The grid of a row of `vocab` ids: the draft's vocabulary may be smaller than the target's.
   cuda::SampleGrid grid(int vocab) const { return cuda::sample_grid(vocab, be_.sm_count()); }
-  // The multi-block rows' scratch (fixed per-row records: draft_sample's B rows and accept's
-  // B (k + 1) rows share it).
+  // The multi-block rows' scratch (fixed per-row records: accept's B (k + 1) rows).
   cuda::SampleScratch rows() { return cuda::sample_scratch(rows_.as<void>()); }
 
   CudaBackend& be_;

@@ -10,6 +10,8 @@
 #include "kernels/cuda/norm_rope.cuh"
 #include "kernels/cuda/random_fill.cuh"
 #include "kernels/cuda/sampling.cuh"
+#include "spec/draft_model_kernels.cuh"
+#include "spec/lookup_kernels.cuh"
 #include "spec/spec_launch.cuh"
 
 using namespace trt_spec;
@@ -104,7 +106,8 @@ void emu_sample(const float* logits, int n, int vocab, const int32_t* slot, void
                 sample_scratch(scratch));
 }
 
-// The speculative ops, through the CUDA SpecOps' launch functions (spec_launch.cuh).
+// The speculative ops, through their CUDA launch functions (spec_launch.cuh, and the
+// proposers' draft_model_kernels.cuh and lookup_kernels.cuh).
 void emu_spec_draft_rows(const void* seqs, const int32_t* slots, int B, int j, int32_t* tokens,
                          int32_t* pos, int32_t* row_slots) {
   launch_draft_rows(nullptr, static_cast<const SeqState*>(seqs), slots, B, j, tokens, pos,
