@@ -80,6 +80,8 @@ def engine_plan(args) -> dict[str, tuple[str, str | None, str]]:
     if not args.skip_7b:
         for w in args.big_formats:  # the 7B target with the 0.5B draft (its vocabulary narrower)
             plan[f"pair7b-{w}"] = ("qwen2.5-7b", "qwen2.5-0.5b", w)
+    if not args.skip_pard:  # the 1.5B target with the 0.5B draft as a PARD parallel draft
+        plan[f"pard-{args.iter_weights}"] = ("qwen2.5-1.5b", "qwen2.5-0.5b", args.iter_weights)
     return plan
 
 
@@ -103,6 +105,7 @@ def make_engines(workdir: Path, args) -> dict[str, Path]:
                 max_batch=1,
                 draft_len=8,
                 data="random",
+                pard_token=SHAPES[draft]["vocab_size"] - 1 if name.startswith("pard-") else None,
             )
             tmp.rename(path)  # (an engine cut off by a time limit is never taken for whole)
             log(f"  {path.stat().st_size / 1e3:.0f} KB in {time.perf_counter() - t0:.1f} s")
@@ -123,6 +126,8 @@ def decode_steps(engines: dict[str, Path], bw_gbps: float | None, args, save) ->
     plan = engine_plan(args)
     cases = []
     for name, (target, draft, weights) in plan.items():
+        if name.startswith("pard-"):  # (the same models as pair-: timed there)
+            continue
         cases.append((name, "target", target, weights))
         if name.startswith("pair-") and draft:
             cases.append((name, "draft", draft, weights))
@@ -426,6 +431,11 @@ def main() -> int:
     ap.add_argument("--iter-weights", default="q4", help="the pairs' format for the K sweep")
     ap.add_argument("--skip-7b", action="store_true")
     ap.add_argument(
+        "--skip-pard",
+        action="store_true",
+        help="leave out the 1.5B target with the 0.5B draft as a PARD parallel draft",
+    )
+    ap.add_argument(
         "--ks",
         type=lambda v: [int(k) for k in v.split(",")],
         default=list(range(1, 9)),
@@ -506,7 +516,8 @@ def main() -> int:
         except Exception:
             r["errors"].append(f"decode_steps: {traceback.format_exc()[-1500:]}")
             log(r["errors"][-1])
-        for name in (f"pair-{args.iter_weights}", f"pair7b-{args.iter_weights}"):
+        w = args.iter_weights
+        for name in (f"pair-{w}", f"pair7b-{w}", f"pard-{w}"):
             if name not in engines:
                 continue
             try:
@@ -514,6 +525,9 @@ def main() -> int:
             except Exception:
                 r["errors"].append(f"iterations {name}: {traceback.format_exc()[-1500:]}")
                 log(r["errors"][-1])
+                continue
+            if name.startswith("pard-"):  # (beside the chain; no acceptance histogram of its own)
+                save()
                 continue
             target, _, weights = engine_plan(args)[name]
             step = next(

@@ -197,8 +197,12 @@ def write_random_engine(
     fast: bool = False,
     data: str = "file",
     progress=None,
+    pard_token: int | None = None,
 ) -> Path:
     """Write an engine of random weights: `target` (and `draft`) are configs like SHAPES'.
+
+    pard_token marks the draft a PARD parallel draft with that mask token
+    (cpp/spec/pard_proposer.h): one forward drafts k tokens.
 
     data="file" writes the weights (drawn here, quantized to `weights`); data="random" writes
     none: the runtime makes each tensor where it runs (on a GPU, on the device) from the seed
@@ -234,5 +238,7 @@ def write_random_engine(
         meta["models"]["target"] = _write_model(w, "target", target, weights, rnd, progress)
         if draft is not None:
             meta["models"]["draft"] = _write_model(w, "draft", draft, weights, rnd, progress)
+            if pard_token is not None:
+                meta["models"]["draft"]["pard"] = {"token": int(pard_token)}
         writer.finish(meta)
     return path

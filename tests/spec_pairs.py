@@ -68,6 +68,33 @@ def _pad_vocab(folder: Path, extra: int) -> None:
     (folder / "config.json").write_text(json.dumps(cfg))
 
 
+def make_markov_target(root: Path) -> Path:
+    """A tiny target whose next token is mostly a function of the current one (a random
+    permutation's successor): attention and MLP outputs scaled down, the head's row of
+    perm[x] along x's embedding. A random tiny model's continuations are a random function of
+    the whole context, which no draft learns from a few thousand examples; these are
+    learnable, as a trained model's largely are, while the layers still perturb them (the
+    first positions after a prompt most). For drafts trained in the tests (Medusa, PARD)."""
+    folder = root / "target-markov"
+    if (folder / "config.json").exists():
+        return folder
+    make_checkpoint(root, folder.name, seed=3, small_vocab=False)
+
+    def markov(t: dict) -> None:
+        g = torch.Generator().manual_seed(4)
+        emb = t["model.embed_tokens.weight"]
+        perm = torch.randperm(emb.shape[0], generator=g)
+        head = torch.empty_like(t["lm_head.weight"])
+        head[perm] = 4.0 * emb / emb.norm(dim=1, keepdim=True)
+        t["lm_head.weight"] = head.contiguous()
+        for name in list(t):
+            if name.endswith(("o_proj.weight", "down_proj.weight")):
+                t[name] = (0.1 * t[name]).contiguous()
+
+    _edit_weights(folder, markov)
+    return folder
+
+
 def make_draft(root: Path, target: Path, kind: str, *, small_vocab: bool) -> Path:
     folder = root / f"{target.name}-draft-{kind}"
     if (folder / "config.json").exists():

@@ -53,8 +53,10 @@ def test_names_are_defined_once_in_the_native_core() -> None:
 
 def test_engine_schema_comes_from_the_native_core() -> None:
     assert _core.ENGINE_MAGIC == b"TRTSPEC\0"
-    # 2: XXH64 checksums (tests/test_checksum_xxh64.py); 3: reduced heads (test_draft_vocab.py)
-    assert (_core.ENGINE_FORMAT_OLDEST_VERSION, _core.ENGINE_FORMAT_VERSION) == (2, 4)
+    # 2: XXH64 checksums (tests/test_checksum_xxh64.py); 3: reduced heads (test_draft_vocab.py);
+    # 4: random weights (test_random_weights.py); 5: draft heads (test_medusa.py)
+    assert (_core.ENGINE_FORMAT_OLDEST_VERSION, _core.ENGINE_FORMAT_VERSION) == (2, 5)
+    assert _core.ENGINE_FORMAT_DRAFT_HEADS_VERSION == 5
     names = [_core.weight_type_name(t) for t in _core.WeightType]
     assert tuple(names) == trt_spec.WEIGHT_FORMATS
     assert _core.weight_type_from_name("q4") == _core.WeightType.Q4

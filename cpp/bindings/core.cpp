@@ -52,6 +52,7 @@ NB_MODULE(_core, m) {
   m.attr("ENGINE_FORMAT_OLDEST_VERSION") = kEngineFormatOldestVersion;
   m.attr("ENGINE_FORMAT_HEAD_VOCAB_VERSION") = kEngineFormatHeadVocabVersion;
   m.attr("ENGINE_FORMAT_RANDOM_WEIGHTS_VERSION") = kEngineFormatRandomWeightsVersion;
+  m.attr("ENGINE_FORMAT_DRAFT_HEADS_VERSION") = kEngineFormatDraftHeadsVersion;
   m.attr("ENGINE_HEADER_BYTES") = kEngineHeaderBytes;
   m.attr("DATA_ALIGN") = kDataAlign;
   m.attr("SECTION_ALIGN") = kSectionAlign;

@@ -24,6 +24,8 @@
 #include "engine/runtime.h"
 #include "spec/draft_model_ops.h"
 #include "spec/lookup_ops.h"
+#include "spec/medusa_ops.h"
+#include "spec/pard_ops.h"
 #include "spec/spec_ops.h"
 
 namespace nb = nanobind;
@@ -67,6 +69,13 @@ class OpRunner {
       draft_ = make_draft_model_ops(*be_, draft_B_, draft_V_);
     }
     return *draft_;
+  }
+  MedusaOps& medusa_ops(int B) {
+    if (!medusa_ || B > medusa_B_) {
+      medusa_B_ = std::max(B, medusa_B_);
+      medusa_ = make_medusa_ops(*be_, medusa_B_);
+    }
+    return *medusa_;
   }
   LookupOps& lookup_ops() {
     if (!lookup_) lookup_ = make_lookup_ops(*be_);
@@ -120,6 +129,8 @@ class OpRunner {
   std::unique_ptr<DraftModelOps> draft_;
   int draft_B_ = 0, draft_V_ = 0;
   std::unique_ptr<LookupOps> lookup_;
+  std::unique_ptr<MedusaOps> medusa_;
+  int medusa_B_ = 0;
   std::vector<std::shared_ptr<uint8_t>> keep_;
 };
 
@@ -480,6 +491,59 @@ void bind_op_runner(nb::module_& m) {
           },
           "seqs"_a, "slots"_a, "k"_a, "source"_a,
           "(tokens, pos, row_slots, kv_idx, tree_base, tree_bits, seqs) of the verify rows")
+      .def(
+          "spec_pard_rows",
+          [](OpRunner& r, I2 seqs, const std::vector<int32_t>& slots, int k, int32_t mask) {
+            std::vector<SeqState> s = seqs_from(seqs);
+            check_slots(slots, s.size());
+            if (k < 1 || k > kMaxDraftLen) throw InvalidArgument("spec_pard_rows arguments");
+            const int B = static_cast<int>(slots.size()), rows = B * (k + 1);
+            SpecArgs a = spec_args(r, s, {}, {}, {}, 1);
+            BackendBuffer slb = r.put(slots), tok(r.be(), rows * 4), pos(r.be(), rows * 4),
+                          rs(r.be(), rows * 4);
+            RowBuffers out{tok.as<int32_t>(), pos.as<int32_t>(), rs.as<int32_t>()};
+            make_pard_ops(r.be())->rows(a.st, slb.as<int32_t>(), B, k, mask, out);
+            return std::make_tuple(r.get<int32_t>(tok, rows), r.get<int32_t>(pos, rows),
+                                   r.get<int32_t>(rs, rows));
+          },
+          "seqs"_a, "slots"_a, "k"_a, "mask"_a,
+          "(tokens, positions, slots) of a parallel draft's [B, k + 1] rows")
+      .def(
+          "spec_medusa_tree",
+          [](OpRunner& r, HostArray<float, 3> logits, int k, I2 seqs,
+             const std::vector<int32_t>& slots) {
+            std::vector<SeqState> s = seqs_from(seqs);
+            check_slots(slots, s.size());
+            const int H = static_cast<int>(logits.shape(0)), B = static_cast<int>(logits.shape(1));
+            const int V = static_cast<int>(logits.shape(2));
+            if (static_cast<int>(slots.size()) != B)
+              throw InvalidArgument("spec_medusa_tree: logits [heads, B, vocab]");
+            SpecArgs a = spec_args(r, s, {}, {}, {}, 1);
+            BackendBuffer lb = r.put(logits.data(), logits.size() * 4), slb = r.put(slots);
+            r.medusa_ops(static_cast<int>(s.size()))
+                .tree(a.st, slb.as<int32_t>(), B, k, lb.as<float>(), H, V);
+            return seqs_to(r.get<SeqState>(a.seqs, s.size()));
+          },
+          "logits"_a, "k"_a, "seqs"_a, "slots"_a,
+          "seqs with each sequence's Medusa tree from the heads' logits [heads, B, vocab]")
+      .def(
+          "spec_medusa_keep",
+          [](OpRunner& r, F2 hidden, int k, I2 seqs, const std::vector<int32_t>& slots) {
+            std::vector<SeqState> s = seqs_from(seqs);
+            check_slots(slots, s.size());
+            const int B = static_cast<int>(slots.size()), D = static_cast<int>(hidden.shape(1));
+            if (static_cast<int>(hidden.shape(0)) != B * (k + 1))
+              throw InvalidArgument("spec_medusa_keep: hidden [B (k + 1), dim]");
+            SpecArgs a = spec_args(r, s, {}, {}, {}, 1);
+            BackendBuffer hb = r.put(hidden.data(), hidden.size() * 4), slb = r.put(slots);
+            BackendBuffer kept(r.be(), s.size() * D * 4);
+            r.medusa_ops(static_cast<int>(s.size()))
+                .keep(a.st, slb.as<int32_t>(), B, k, hb.as<float>(), D, kept.as<float>());
+            return to_numpy<float>(r.get<float>(kept, s.size() * D),
+                                   {s.size(), static_cast<size_t>(D)});
+          },
+          "hidden"_a, "k"_a, "seqs"_a, "slots"_a,
+          "kept [slots, dim]: each listed slot's stop-row hidden state (others zero)")
       .def(
           "spec_accept",
           [](OpRunner& r, F2 logits, F2 q, int k, I2 seqs, const std::vector<int32_t>& slots,

@@ -23,6 +23,7 @@
 #include "engine/runtime.h"
 #include "engine/scheduler.h"
 #include "spec/draft_model_proposer.h"
+#include "spec/medusa_proposer.h"
 #ifdef TRT_SPEC_WITH_CUDA
 #include "backend/cuda/cuda_api.h"
 #endif
@@ -347,6 +348,57 @@ void bind_session(nb::module_& m) {
           },
           "role"_a, "tokens"_a,
           "A model's logits [n, its vocab] at every position of a prompt run in KV slot 0")
+      .def(
+          "medusa_head_logits",
+          [](Session& s, HostArray<float, 2> hidden) {
+            auto* p = dynamic_cast<MedusaProposer*>(s.sch->proposer(DraftSource::kModel));
+            if (!p) throw InvalidArgument("this engine has no Medusa heads");
+            const int n = static_cast<int>(hidden.shape(0));
+            std::vector<float> h(hidden.data(), hidden.data() + hidden.size()), out;
+            {
+              nb::gil_scoped_release release;
+              out = p->head_logits(h, n);
+            }
+            const size_t V = out.size() / (static_cast<size_t>(p->heads()) * n);
+            return owned_array<float>(std::move(out),
+                                      {static_cast<size_t>(p->heads()), static_cast<size_t>(n), V});
+          },
+          "hidden"_a, "The Medusa heads' logits [heads, n, vocab] of hidden states [n, dim]")
+      .def(
+          "hidden_states",
+          [](Session& s, const std::vector<int32_t>& tokens) {
+            // The target's final normed hidden states [n, dim] of a prompt run in KV slot 0.
+            Runtime& rt = *s.rt;
+            Model& m = rt.target();
+            const int n = static_cast<int>(tokens.size()), D = m.config().dim;
+            if (n < 1 || n > m.limits().max_rows)
+              throw InvalidArgument("hidden_states: 1 to max_rows tokens");
+            check_token_ids(tokens, m.config().vocab_size, "tokens");
+            std::vector<float> out(static_cast<size_t>(n) * D);
+            {
+              nb::gil_scoped_release release;
+              Backend& be = rt.backend();
+              std::vector<int32_t> pos(n), rows(n), slot(n, 0);
+              std::iota(pos.begin(), pos.end(), 0);
+              std::iota(rows.begin(), rows.end(), 0);
+              BackendBuffer tb(be, n * 4), pb(be, n * 4), sb(be, n * 4), rb(be, n * 4);
+              BackendBuffer lg(be, static_cast<size_t>(n) * m.config().vocab_size * 4);
+              BackendBuffer hd(be, out.size() * 4);
+              be.upload(tb.as<void>(), tokens.data(), n * 4);
+              be.upload(pb.as<void>(), pos.data(), n * 4);
+              be.upload(sb.as<void>(), slot.data(), n * 4);
+              be.upload(rb.as<void>(), rows.data(), n * 4);
+              Rows r{tb.as<int32_t>(), pb.as<int32_t>(), sb.as<int32_t>()};
+              m.forward(r, n, rb.as<int32_t>(), n, lg.as<float>(), hd.as<float>());
+              be.download(out.data(), hd.as<void>(), out.size() * 4);
+              be.synchronize();
+            }
+            return owned_array<float>(std::move(out),
+                                      {static_cast<size_t>(n), static_cast<size_t>(D)});
+          },
+          "tokens"_a,
+          "The target's final normed hidden states [n, dim] of a prompt run in KV slot 0 (its "
+          "decode-row bits)")
       .def(
           "time_forward",
           [](Session& s, const std::string& role, int rows, int n_logits, int context, int iters,

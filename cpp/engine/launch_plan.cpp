@@ -62,7 +62,7 @@ LaunchPlan cuda_launch_plan(const std::string& engine_path, int batch, int draft
   // One iteration as the scheduler builds it (attach_proposers), graphs on.
   const int B = rt.max_batch(), K = rt.max_draft_len();
   Iteration iter(be, rt.target(), rt.draft(), B, K, rt.max_seq_len());
-  const Proposers proposers = attach_proposers(iter, be, rt.draft(), B, K, rt.vocab_size());
+  const Proposers proposers = attach_proposers(iter, be, rt.file(), rt.target(), rt.draft(), B, K);
   std::vector<int32_t> slots(batch);
   std::iota(slots.begin(), slots.end(), 0);
   iter.set_slots(slots.data(), batch);

@@ -127,18 +127,21 @@ Runtime::Runtime(const std::string& path, const RuntimeOptions& opts,
   backend_->follow_weights(weights == "q8" || weights == "q4");
   const Json models = file_->meta().at("models");
   const bool has_draft = models.has("draft");
+  const bool any_draft = has_draft || file_->meta().has("draft_heads");  // (a model, or heads)
   // The most draft tokens per iteration, any source. Engines from before --draft-len was stored
   // drafted 4 tokens at most with a draft model, and none without.
   const int64_t draft_len = build.get_int("draft_len", has_draft ? 4 : 0);
   max_draft_len_ = static_cast<int>(std::clamp<int64_t>(draft_len, -1, kMaxDraftLen + 1));
-  if (max_draft_len_ < (has_draft ? 1 : 0) || max_draft_len_ > kMaxDraftLen)
+  if (max_draft_len_ < (any_draft ? 1 : 0) || max_draft_len_ > kMaxDraftLen)
     throw EngineFileError("engine metadata: draft_len must be in [" +
-                          std::to_string(has_draft ? 1 : 0) + ", " + std::to_string(kMaxDraftLen) +
+                          std::to_string(any_draft ? 1 : 0) + ", " + std::to_string(kMaxDraftLen) +
                           "]");
   const int chunk = std::min(opts.prefill_chunk, max_seq_);
   ModelLimits lim{max_seq_, max_batch_, std::max(chunk, max_batch_ * (max_draft_len_ + 1)),
                   kv_type_};
-  ModelLimits dlim{max_seq_, max_batch_, std::max(chunk, 2 * max_batch_), kv_type_};
+  // (a draft reads up to k + 1 rows per sequence at once: a parallel draft's forward)
+  ModelLimits dlim{max_seq_, max_batch_, std::max(chunk, max_batch_ * (max_draft_len_ + 1)),
+                   kv_type_};
   // Refuse KV caches larger than this machine's memory before touching them.
   double kv_bytes = static_cast<double>(
       kv_cache_bytes(ModelConfig::from_json(models.at("target").at("config")), lim));

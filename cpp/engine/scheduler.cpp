@@ -41,8 +41,10 @@ Scheduler::Scheduler(Runtime& rt, SchedulerOptions opts)
   if (opts_.draft_read_chunk < 0)
     throw InvalidArgument("draft_read_chunk must be >= 0 (0: with the prefill), got " +
                           std::to_string(opts_.draft_read_chunk));
-  proposers_ = attach_proposers(iter_, rt.backend(), rt.draft(), B, K, rt.vocab_size(),
+  proposers_ = attach_proposers(iter_, rt.backend(), rt.file(), rt.target(), rt.draft(), B, K,
                                 ProposerOptions{opts_.draft_window, opts_.draft_read_chunk});
+  // draft="model" asks for the engine's draft, whatever its kind.
+  limits_.has_draft_model = proposer(DraftSource::kModel) != nullptr;
   slots_.assign(B, nullptr);
   held_.assign(B, {});
   released_.assign(B, 0);

@@ -113,7 +113,18 @@ EngineFile::EngineFile(const std::string& path, bool verify_checksums) : path_(p
     if (meta_.at("format_version").as_int() != static_cast<int64_t>(version))
       throw EngineFileError(path + ": metadata format_version disagrees with the header");
 
-    for (const auto& [role, model] : meta_.at("models").items()) {
+    // The models' tensors, and those of the engine's draft heads (version 5) under their own
+    // role, "draft_heads".
+    std::vector<std::pair<std::string, Json>> roles;
+    for (const auto& [role, model] : meta_.at("models").items()) roles.emplace_back(role, model);
+    if (meta_.has("draft_heads")) {
+      if (version < kEngineFormatDraftHeadsVersion)
+        throw EngineFileError(path + ": draft heads need engine format version " +
+                              std::to_string(kEngineFormatDraftHeadsVersion) +
+                              "; the header says " + std::to_string(version));
+      roles.emplace_back("draft_heads", meta_.at("draft_heads"));
+    }
+    for (const auto& [role, model] : roles) {
       auto& table = tensors_[role];
       const bool random = model.has("random_weights");
       if (random && version < kEngineFormatRandomWeightsVersion)

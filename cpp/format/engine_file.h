@@ -36,10 +36,14 @@ constexpr char kEngineMagic[8] = {'T', 'R', 'T', 'S', 'P', 'E', 'C', '\0'};
 // {"seed": S}; its tensors have no offset or checksum, and the backend makes each one with
 // kernels/random_fill.h at load): engines for timing runs, written without their gigabytes of
 // data (benchmarks/random_engine.py writes them; the builder never does).
-constexpr uint32_t kEngineFormatVersion = 4;               // the newest version read and written
+// Version 5: the engine's draft may be feature-level heads instead of a draft model (metadata
+// "draft_heads": {"kind": "medusa", "config", "tensors", ...}; spec/medusa_proposer.h); the
+// builder writes 5 only for such engines.
+constexpr uint32_t kEngineFormatVersion = 5;               // the newest version read and written
 constexpr uint32_t kEngineFormatOldestVersion = 2;         // the oldest version read
 constexpr uint32_t kEngineFormatHeadVocabVersion = 3;      // the first with reduced heads
 constexpr uint32_t kEngineFormatRandomWeightsVersion = 4;  // the first with random weights
+constexpr uint32_t kEngineFormatDraftHeadsVersion = 5;     // the first with draft heads
 constexpr size_t kEngineHeaderBytes = 64;
 constexpr size_t kDataAlign = 4096;
 
@@ -79,7 +83,7 @@ class EngineFile {
   const uint8_t* data() const { return base_ + data_offset_; }
   uint64_t file_bytes() const { return size_; }
 
-  // Tensors of one model ("target" or "draft").
+  // Tensors of one model ("target" or "draft"), or of the draft heads ("draft_heads").
   bool has_model(const std::string& role) const;
   const std::map<std::string, TensorEntry>& tensors(const std::string& role) const;
   const TensorEntry& tensor(const std::string& role, const std::string& name) const;

@@ -167,7 +167,7 @@ size_t Model::kv_bytes() const {
 }
 
 void Model::forward(const Rows& rows, int n, const int32_t* logit_rows, int n_logits,
-                    float* logits_out) {
+                    float* logits_out, float* hidden_out) {
   if (n <= 0 || n > limits_.max_rows || n_logits < 0 || n_logits > n)
     throw InvalidArgument("forward: bad row count");
   float *x = x_.as<float>(), *h = h_.as<float>(), *qkv = qkv_.as<float>(), *att = att_.as<float>(),
@@ -186,6 +186,10 @@ void Model::forward(const Rows& rows, int n, const int32_t* logit_rows, int n_lo
     be_.swiglu_linear_residual(L.ffn_down, gate_up, n, x, act, proj);  // x += swiglu @ Wd^T
   }
   if (n_logits == 0) return;
+  if (hidden_out) {  // [n_logits, D]: the selected rows, normed
+    be_.gather_rows(x, logit_rows, n_logits, cfg_.dim, sel);
+    be_.rmsnorm(sel, output_norm_, cfg_.rms_eps, n_logits, cfg_.dim, hidden_out);
+  }
   // The selected rows' final norm and the head: [n_logits, V].
   if (!cfg_.reduced_head()) {
     be_.norm_linear(x, logit_rows, output_norm_, cfg_.rms_eps, output_, WeightView{}, n_logits,

@@ -39,7 +39,10 @@ class Model {
   // n rows (backend memory). Writes logits [n_logits, vocab] for the rows listed in
   // logit_rows [n_logits] (backend memory) to logits_out. With a reduced head (ModelConfig
   // head_vocab) the logits of the tokens outside it are -inf: no sampling rule draws them.
-  void forward(const Rows& rows, int n, const int32_t* logit_rows, int n_logits, float* logits_out);
+  // hidden_out (optional): the same rows' final hidden states [n_logits, dim], after the final
+  // norm, as the head reads them (what feature-level draft heads read: Medusa).
+  void forward(const Rows& rows, int n, const int32_t* logit_rows, int n_logits, float* logits_out,
+               float* hidden_out = nullptr);
 
   // The tokens the head has rows for, in increasing id order (every id without a reduced head).
   const std::vector<int32_t>& head_tokens() const { return head_tokens_; }

@@ -245,7 +245,7 @@ void DraftModelProposer::commit(int slot, const SeqState& seq, bool used) {
   if (used && seq.n_drafted > 0) {
     s.est.observe(seq.n_acc, seq.depth);
     controller_.observe_acceptance(seq.n_acc, seq.depth);
-    s.draft_valid = seq.n_past - 1;
+    s.draft_valid = valid_after(seq);
   } else {
     s.est.relax(controller_.long_run_alpha());  // nothing observed: back toward the mean
   }

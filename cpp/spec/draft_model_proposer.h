@@ -36,7 +36,7 @@
 
 namespace trt_spec {
 
-class DraftModelProposer final : public Proposer {
+class DraftModelProposer : public Proposer {
  public:
   DraftModelProposer(Backend& be, Model& draft, int max_batch, int max_k, int vocab_target,
                      ProposerOptions opts = {});
@@ -93,6 +93,16 @@ class DraftModelProposer final : public Proposer {
   // An automatic request that waits to join decides after this many tokens.
   static constexpr int kDeferTokens = 12;
 
+ protected:
+  // The draft's positions [off, this) that hold the sequence after an iteration that drafted
+  // with it (seq: the state read back): a chain's steps wrote every accepted node's entry.
+  virtual int valid_after(const SeqState& seq) const { return seq.n_past - 1; }
+
+  Backend& be_;
+  Model& draft_;
+  std::unique_ptr<DraftModelOps> ops_;
+  int vocab_common_;
+
  private:
   // A request's use of the draft: not allowed; drafting; declined at admission (its prompt read
   // would not pay); waiting to join (the read pays against plain steps, maybe not against prompt
@@ -124,10 +134,6 @@ class DraftModelProposer final : public Proposer {
   // prompt: the rows read the prompt (Rows::prompt_from; a catch-up's rows do not).
   void forward_rows(const int32_t* tokens, int n, int first_pos, int slot, bool prompt);
 
-  Backend& be_;
-  Model& draft_;
-  std::unique_ptr<DraftModelOps> ops_;
-  int vocab_common_;
   ProposerOptions opts_;
   DraftController controller_;
   std::vector<SlotState> slots_;

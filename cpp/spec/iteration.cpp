@@ -65,6 +65,15 @@ Iteration::Iteration(Backend& be, Model& target, Model* draft, int max_batch, in
   verify_timer_ = be.timer();
 }
 
+void Iteration::set_proposer(DraftSource s, Proposer* p) {
+  proposers_[static_cast<int>(s)] = p;
+  if (p && p->reads_hidden() && !hidden_.as<void>()) {
+    const size_t rows = std::max<size_t>(static_cast<size_t>(max_batch_) * (max_k_ + 1),
+                                         static_cast<size_t>(target_.limits().max_rows));
+    hidden_ = BackendBuffer(be_, rows * target_.config().dim * sizeof(float));
+  }
+}
+
 IterationContext Iteration::context() {
   RowBuffers rows{tok_.as<int32_t>(),    pos_.as<int32_t>(),       row_slots_.as<int32_t>(),
                   kv_idx_.as<int32_t>(), tree_base_.as<int32_t>(), tree_bits_.as<uint64_t>()};
@@ -246,9 +255,10 @@ void Iteration::issue_verify(DraftSource source, int k, int rows, int carried, i
   const int n = B * (k + 1);  // [B, k + 1] verify rows (`rows` of them laid out), then carried
   float* logits = logits_.as<float>();
   Rows all = ctx.rows.rows(true);
-  all.prompt_from = rows;  // the carried rows read prompts
+  all.prompt_from = rows;               // the carried rows read prompts
+  float* hidden = hidden_.as<float>();  // (null: no proposer reads them)
   target_.forward(all, rows + carried, carried > 0 ? carry_logit_rows_.as<int32_t>() : ctx.identity,
-                  rows + carried_logits, logits);
+                  rows + carried_logits, logits, hidden);
   if (rows < n) {
     // Compacted (host memory): the logits [rows + carried_logits, vocab] spread to the
     // [B, k + 1] layout and the carried ones after it. Each row moves up (its destination is
@@ -259,7 +269,13 @@ void Iteration::issue_verify(DraftSource source, int k, int rows, int carried, i
     for (int j = rows - 1; j >= 0; --j)
       if (live_dest_[j] != j)
         std::memmove(logits + live_dest_[j] * V, logits + j * V, V * sizeof(float));
+    const size_t D = target_.config().dim;  // (the verify rows' hidden states likewise)
+    for (int j = rows - 1; hidden && j >= 0; --j)
+      if (live_dest_[j] != j)
+        std::memmove(hidden + live_dest_[j] * D, hidden + j * D, D * sizeof(float));
   }
+  ctx.hidden = hidden;  // [B, k + 1, D]
+  ctx.k = k;
   ops_->accept(st_, ctx.slots, B, k, logits_.as<float>(), vocab_t_, q_.as<float>(), vocab_d_,
                KvMoves{mv_slot_.as<int32_t>(), mv_src_.as<int32_t>(), mv_dst_.as<int32_t>()});
   if (k > 0 && proposer(source)->proposes_trees())  // (a chain's accepted nodes stay in place)

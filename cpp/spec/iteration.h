@@ -61,8 +61,9 @@ class Iteration {
   // draft may be null (no draft model). max_k: the engine's draft length (nodes).
   Iteration(Backend& be, Model& target, Model* draft, int max_batch, int max_k, int max_seq);
 
-  // The proposer of each source (not owned); a source without one is never run.
-  void set_proposer(DraftSource s, Proposer* p) { proposers_[static_cast<int>(s)] = p; }
+  // The proposer of each source (not owned); a source without one is never run. Set them before
+  // the first run (one that reads hidden states makes every verify pass keep them).
+  void set_proposer(DraftSource s, Proposer* p);
   Proposer* proposer(DraftSource s) const { return proposers_[static_cast<int>(s)]; }
 
   const SpecState& state() const { return st_; }
@@ -156,6 +157,7 @@ class Iteration {
   BackendBuffer identity_, odd_;  // logit rows 0, 1, 2, .. and 1, 3, 5, ..
   BackendBuffer q_;               // draft logits -> q  [max_k, max_batch, vocab_d]
   BackendBuffer logits_;  // verify logits [max_batch, max_k + 1, vocab_t], then carried ones
+  BackendBuffer hidden_;  // their final hidden states (a proposer reads them), [rows, dim_t]
   BackendBuffer carry_logit_rows_;  // [max rows] logit rows of a verify that carries rows
   PromptRows carry_;                // for the next run()
   const float* carried_logits_ = nullptr;

@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "format/engine_file.h"
 #include "model/model.h"
 #include "spec/draft_tree.h"
 #include "spec/seq_state.h"
@@ -51,6 +52,11 @@ struct IterationContext {
   const int32_t* odd;       // 1, 3, 5, ..
   float* q;                 // [max_k, max_batch, vocab_draft]: the draft model's logits -> q
   int vocab_draft;          // 0 without a draft model
+  // After acceptance (issue_after_accept), for proposers that read them (reads_hidden): the
+  // verify pass's final hidden states [B, k + 1, dim] (rows as its logits), k its draft length;
+  // null where no verify pass ran (a sequence's start).
+  const float* hidden = nullptr;
+  int k = 0;
 };
 
 // A request as it takes its slot.
@@ -117,6 +123,8 @@ struct ProposerOptions {
 class Proposer;
 struct ProposerEnv {
   Backend& be;
+  const EngineFile& file;  // the engine (a proposer's own weights: its draft heads)
+  const Model& target;
   Model* draft;  // the engine's draft model (null: none)
   int max_batch = 0, max_k = 0;
   int vocab_target = 0;
@@ -132,6 +140,8 @@ class Proposer {
   // Whether its drafts can branch (siblings at one position). Chains only (false): every accepted
   // node's cache entry is already at its position, so the iteration moves none (no kv_copy).
   virtual bool proposes_trees() const { return true; }
+  // Whether it reads the target's final hidden states (IterationContext::hidden).
+  virtual bool reads_hidden() const { return false; }
 
   // Requests. begin() returns whether the request uses the proposer from the start (an
   // automatic one it may decline, or join later: active()).

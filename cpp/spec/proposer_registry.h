@@ -21,14 +21,17 @@ struct ProposerEntry {
   ProposerFactory make;
 };
 
-// The table, in the order the scheduler asks for offers (ties go to the earlier).
+// The table, in the order the scheduler asks for offers (ties go to the earlier); a draft
+// source is served by the first entry that applies to the engine (a PARD draft before the plain
+// draft model).
 const std::vector<ProposerEntry>& proposer_registry();
 
 using Proposers = std::vector<std::unique_ptr<Proposer>>;
 
 // Makes the proposers that apply to an engine (at most one per draft source) and sets them on
-// iter. draft may be null; vocab_target: the target's vocabulary.
-Proposers attach_proposers(Iteration& iter, Backend& be, Model* draft, int max_batch, int max_k,
-                           int vocab_target, const ProposerOptions& opts = {});
+// iter. draft (the engine's draft model) may be null.
+Proposers attach_proposers(Iteration& iter, Backend& be, const EngineFile& file,
+                           const Model& target, Model* draft, int max_batch, int max_k,
+                           const ProposerOptions& opts = {});
 
 }  // namespace trt_spec

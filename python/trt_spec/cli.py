@@ -68,6 +68,9 @@ def cmd_build(args: argparse.Namespace) -> int:
     finally:
         out.close()
     for role, m in report.models.items():
+        if "kind" in m:  # draft heads
+            print(f"{role}: {m['kind']} heads, {m['weight_bytes'] / 1e6:.1f} MB {m['types']}")
+            continue
         print(
             f"{role}: {m['arch']}, {m['weight_bytes'] / 1e6:.1f} MB of weights {m['types']}, "
             f"relative weight error mean {m['quant_error_mean']:.2e} max {m['quant_error_max']:.2e}"
@@ -135,7 +138,17 @@ def cmd_info(args: argparse.Namespace) -> int:
         )
         if "draft_vocab" in m:
             print("  " + draft_vocab_line(m))
+    heads = meta.get("draft_heads")
+    print(f"draft kind: {engine.draft_kind or 'none'}")
+    if heads:
+        src = heads["source"]
+        print(
+            f"draft: {heads['kind']} heads {src['name']} ({src['format']} layout, {src['path']}) "
+            f"config {json.dumps(heads['config'])}, weights {heads['weight_bytes'] / 1e6:.1f} MB "
+            f"{heads['tensor_type_counts']}"
+        )
     weights = sum(m["weight_bytes"] for m in meta["models"].values())
+    weights += heads["weight_bytes"] if heads else 0
     rss = bench.common.proc_status_bytes(["VmRSS"]).get("VmRSS")
     print(
         f"memory: weights {weights / 1e6:.1f} MB (target and draft, as in the file); KV cache "

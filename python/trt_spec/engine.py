@@ -228,7 +228,19 @@ class Engine:
 
     @property
     def has_draft(self) -> bool:
-        return "draft" in self.metadata["models"]
+        """Whether the engine holds a draft (a draft model or draft heads; ``draft="model"``
+        asks for it)."""
+        return "draft" in self.metadata["models"] or "draft_heads" in self.metadata
+
+    @property
+    def draft_kind(self) -> str | None:
+        """The kind of the engine's draft: ``"model"`` (a draft model), ``"pard"`` (a PARD
+        parallel draft model), ``"medusa"`` (Medusa heads), or None without one."""
+        draft = self.metadata["models"].get("draft")
+        if draft is not None:
+            return "pard" if "pard" in draft else "model"
+        heads = self.metadata.get("draft_heads")
+        return str(heads["kind"]) if heads else None
 
     @property
     def max_draft_len(self) -> int:

@@ -12,6 +12,8 @@
 #include "kernels/cuda/sampling.cuh"
 #include "spec/draft_model_kernels.cuh"
 #include "spec/lookup_kernels.cuh"
+#include "spec/medusa_kernels.cuh"
+#include "spec/pard_kernels.cuh"
 #include "spec/spec_launch.cuh"
 
 using namespace trt_spec;
@@ -143,6 +145,28 @@ void emu_spec_accept(const float* logits, const float* q, int B, int k, int voca
                 slots, static_cast<const DevSamplingState*>(states),
                 AcceptScratch{P, best, sample_scratch(scratch)}, history, max_seq, mv_slot, mv_src,
                 mv_dst);
+}
+
+void emu_spec_pard_rows(const void* seqs, const int32_t* slots, int B, int k, int32_t mask,
+                        int32_t* tokens, int32_t* pos, int32_t* row_slots) {
+  launch_pard_rows(nullptr, static_cast<const SeqState*>(seqs), slots, B, k, mask, tokens, pos,
+                   row_slots);
+}
+
+// top: scratch of B MedusaTopK records (emu_medusa_topk_bytes(B)).
+void emu_spec_medusa_tree(void* seqs, const int32_t* slots, int B, int k, const float* logits,
+                          int heads, int vocab, void* top, int threads) {
+  launch_medusa_tree(nullptr, static_cast<SeqState*>(seqs), slots, B, k, logits, heads, vocab,
+                     static_cast<MedusaTopK*>(top), threads);
+}
+
+size_t emu_medusa_topk_bytes(int B) {
+  return sizeof(MedusaTopK) * static_cast<size_t>(B);
+}
+
+void emu_spec_medusa_keep(const void* seqs, const int32_t* slots, int B, int k, const float* hidden,
+                          int dim, float* kept) {
+  launch_medusa_keep(nullptr, static_cast<const SeqState*>(seqs), slots, B, k, hidden, dim, kept);
 }
 
 void emu_spec_lookup(void* seqs, const int32_t* slots, int B, const int32_t* history,

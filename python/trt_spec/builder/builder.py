@@ -38,6 +38,7 @@ from trt_spec.builder.draft_vocab import (
     file_corpus,
     stdlib_corpus,
 )
+from trt_spec.builder.medusa_source import HeadsSource, engine_arrays, is_medusa, open_medusa
 from trt_spec.builder.schema import engine_tensors
 from trt_spec.builder.source import BuildError, ModelSource, open_source, sha256_file
 from trt_spec.builder.writer import EngineWriter
@@ -225,9 +226,11 @@ def _write_model(
             ),
         )
     mats = list(errors.values())
-    extra = {}
+    extra: dict = {}
     if vocab is not None:
         extra = {"head_tokens": vocab.tokens.tolist(), "draft_vocab": vocab.metadata()}
+    if role == "draft" and "pard_token" in src.extra:  # a parallel draft (pard_proposer.h)
+        extra["pard"] = {"token": int(src.extra["pard_token"])}
     return {
         "source": {
             "path": str(src.path.name),
@@ -250,6 +253,43 @@ def _write_model(
         "tensors": tensors,
         **extra,
     }
+
+
+def _write_heads(
+    writer: EngineWriter, src: HeadsSource, weights: str, on_tensor: TensorProgress
+) -> dict:
+    """The draft heads' tensors (medusa_source.engine_arrays) and metadata entry."""
+    c = src.config
+    total = c["n_heads"] * (2 * c["n_layers"] + 1)
+    tensors: dict[str, dict] = {}
+    types: dict[str, int] = {}
+    weight_bytes = 0
+    for k, (name, w, head) in enumerate(engine_arrays(src)):
+        type_name = choose_type(weights, name, w.shape, 16.0, head, lean=True)
+        blob, err = _encode(w, type_name)
+        tensors[name] = writer.add(blob, type_name, tuple(int(d) for d in w.shape))
+        weight_bytes += blob.size
+        types[type_name] = types.get(type_name, 0) + 1
+        on_tensor("draft", k + 1, total, f"draft: [{k + 1}/{total}] {name} -> {type_name}")
+    return {
+        "kind": src.kind,
+        "source": {"path": src.path.name, "format": src.layout, "name": src.name},
+        "config": dict(c),
+        "weights": weights,
+        "weight_bytes": weight_bytes,
+        "tensor_type_counts": types,
+        "tensors": tensors,
+    }
+
+
+def check_heads(target: ModelSource, heads: HeadsSource) -> None:
+    """Draft heads read the target's hidden state and score its vocabulary: both must fit."""
+    t, h = target.config, heads.config
+    if h["dim"] != t["dim"] or h["vocab_size"] != t["vocab_size"]:
+        raise BuildError(
+            f"{heads.path}: {heads.kind} heads of hidden size {h['dim']} and vocabulary "
+            f"{h['vocab_size']} do not fit the target's ({t['dim']}, {t['vocab_size']})"
+        )
 
 
 def _available_cpus() -> int:
@@ -317,15 +357,21 @@ def build_engine(
     low = 1 if draft is not None else 0
     if not low <= draft_len <= _core.MAX_DRAFT_LEN:
         raise BuildError(f"draft_len must be in [{low}, {_core.MAX_DRAFT_LEN}], got {draft_len}")
-    if draft_vocab is not None and draft is None:
-        raise BuildError("--draft-vocab needs --draft: it reduces the draft model's head")
+    heads_dir = draft is not None and is_medusa(draft)
+    if draft_vocab is not None and (draft is None or heads_dir):
+        raise BuildError("--draft-vocab needs --draft with a draft model: it reduces its head")
     if draft_vocab_corpus is not None and draft_vocab is None:
         raise BuildError("--draft-vocab-corpus needs --draft-vocab N")
     t0 = time.perf_counter()
     say(f"reading target {target}")
     tgt = open_source(target)
     dft = None
-    if draft is not None:
+    heads = None
+    if draft is not None and heads_dir:
+        say(f"reading draft heads {draft}")
+        heads = open_medusa(draft)
+        check_heads(tgt, heads)
+    elif draft is not None:
         say(f"reading draft {draft}")
         dft = open_source(draft)
         check_pair(tgt, dft)
@@ -358,7 +404,9 @@ def build_engine(
         # Version 3 only where the file needs it (a reduced head): others stay readable by
         # readers of version 2 (cpp/format/engine_file.h).
         "format_version": (
-            _core.ENGINE_FORMAT_HEAD_VOCAB_VERSION
+            _core.ENGINE_FORMAT_DRAFT_HEADS_VERSION
+            if heads is not None
+            else _core.ENGINE_FORMAT_HEAD_VOCAB_VERSION
             if hot is not None
             else _core.ENGINE_FORMAT_OLDEST_VERSION
         ),
@@ -382,6 +430,8 @@ def build_engine(
                 meta["models"]["draft"] = _write_model(
                     writer, "draft", dft, weights, tensor_done, pool, workers + 1, hot
                 )
+            if heads is not None:
+                meta["draft_heads"] = _write_heads(writer, heads, weights, tensor_done)
         except BaseException:
             pool.shutdown(wait=True, cancel_futures=True)
             raise
@@ -394,6 +444,12 @@ def build_engine(
             "quant_error_max": m["quant_error"]["max"],
             "quant_error_mean": m["quant_error"]["mean"],
             "types": m["tensor_type_counts"],
+        }
+    if heads is not None:
+        report.models["draft"] = {
+            "kind": heads.kind,
+            "weight_bytes": meta["draft_heads"]["weight_bytes"],
+            "types": meta["draft_heads"]["tensor_type_counts"],
         }
     say(f"wrote {output} ({report.file_bytes / 1e6:.1f} MB) in {report.seconds:.1f} s")
     return report

@@ -162,6 +162,12 @@ def _open_hf(folder: Path, hf: dict) -> ModelSource:
         tok_json, special = tokenizer_json_from_hf(folder)
     except ValueError as e:
         raise BuildError(str(e)) from e
+    extra = {}
+    if hf.get("spd_type") == "pard" or "pard_token" in hf:  # a PARD parallel draft
+        token = hf.get("pard_token")
+        if not isinstance(token, int) or not 0 <= token < config["vocab_size"]:
+            raise BuildError(f"{folder}: PARD draft's pard_token {token!r} is not a token id")
+        extra["pard_token"] = token
     src = ModelSource(
         path=folder,
         format="hf",
@@ -171,6 +177,7 @@ def _open_hf(folder: Path, hf: dict) -> ModelSource:
         tokenizer_json=tok_json,
         special=special,
         context_length=int(hf.get("max_position_embeddings", 4096)),
+        extra=extra,
     )
     src.check()
     return src
