@@ -163,6 +163,23 @@ def _prompts(seed: int, n: int) -> list[list[int]]:
     return [rng.integers(0, 383, 6).tolist() for _ in range(n)]
 
 
+def greedy_runs(eng: Engine, prompts: list[list[int]], k: int = 3) -> tuple[float, float]:
+    """Each prompt greedy with draft="model", its length chosen and fixed to k, both equal to
+    target-only; returns the fixed length's acceptance and tokens per iteration (the chosen
+    length follows the host's timing)."""
+    drafted = accepted = iters = emitted = 0
+    for p in prompts:
+        want = eng.generate(p, max_new_tokens=40, draft="none")
+        chosen = eng.generate(p, max_new_tokens=40, draft="model")
+        got = eng.generate(p, max_new_tokens=40, draft="model", draft_len=k)
+        assert got.token_ids == chosen.token_ids == want.token_ids
+        drafted += got.stats.drafted
+        accepted += got.stats.accepted
+        iters += got.stats.iterations
+        emitted += got.stats.new_tokens - 1  # (the first token is the prefill's)
+    return accepted / max(drafted, 1), emitted / iters
+
+
 def test_greedy_equals_target_only_with_acceptance_far_above_chance(setup) -> None:
     """On prompts the heads never saw: draft="model" (the Medusa heads) emits target-only's
     tokens, its length chosen or fixed, and at a fixed length (the chosen one follows the host's
@@ -170,19 +187,8 @@ def test_greedy_equals_target_only_with_acceptance_far_above_chance(setup) -> No
     _, _, _, _, engines = setup
     eng = Engine(engines["fasterdecoding"], device="cpu")
     assert eng.draft_kind == "medusa" and eng.has_draft
-    drafted = accepted = iters = emitted = 0
-    for p in _prompts(99, 6):
-        want = eng.generate(p, max_new_tokens=40, draft="none")
-        chosen = eng.generate(p, max_new_tokens=40, draft="model")
-        got = eng.generate(p, max_new_tokens=40, draft="model", draft_len=3)
-        assert got.token_ids == chosen.token_ids == want.token_ids
-        st = got.stats
-        drafted += st.drafted
-        accepted += st.accepted
-        iters += st.iterations
-        emitted += st.new_tokens - 1  # (the first token is the prefill's)
-    assert drafted > 0 and accepted / drafted > 0.3, (accepted, drafted)
-    assert emitted / iters > 1.6, (emitted, iters)
+    acceptance, per_iteration = greedy_runs(eng, _prompts(99, 6))
+    assert acceptance > 0.3 and per_iteration > 1.6, (acceptance, per_iteration)
 
 
 @pytest.mark.parametrize("draft_len", [1, 4, 6])

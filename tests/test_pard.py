@@ -19,7 +19,7 @@ import spec_pairs
 import tiny_models
 import torch
 from native import T
-from test_medusa import _prompts, _target_outputs
+from test_medusa import _prompts, _target_outputs, greedy_runs
 from test_spec_acceptance import ALPHA, chi2_matches
 from test_speculative import _exact_joint, _first_tokens
 from trt_spec import Engine, _core, build_engine
@@ -88,19 +88,8 @@ def engines(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 def test_greedy_equals_target_only_with_acceptance_far_above_chance(engines) -> None:
     eng = Engine(engines["pard"], device="cpu")
     assert eng.draft_kind == "pard"
-    drafted = accepted = iters = emitted = 0
-    for p in _prompts(99, 6):
-        want = eng.generate(p, max_new_tokens=40, draft="none")
-        chosen = eng.generate(p, max_new_tokens=40, draft="model")  # (length: the host's timing)
-        got = eng.generate(p, max_new_tokens=40, draft="model", draft_len=3)
-        assert got.token_ids == chosen.token_ids == want.token_ids
-        st = got.stats
-        drafted += st.drafted
-        accepted += st.accepted
-        iters += st.iterations
-        emitted += st.new_tokens - 1  # (the first token is the prefill's)
-    assert drafted > 0 and accepted / drafted > 0.5, (accepted, drafted)
-    assert emitted / iters > 2.0, (emitted, iters)
+    acceptance, per_iteration = greedy_runs(eng, _prompts(99, 6))
+    assert acceptance > 0.5 and per_iteration > 2.0, (acceptance, per_iteration)
 
 
 def test_batch_auto_and_sampled_seeds(engines) -> None:

@@ -85,6 +85,25 @@ def _header(file: Path) -> tuple[dict, int]:
     return header, 8 + n
 
 
+def safetensors_tensors(file: Path) -> dict[str, SourceTensor]:
+    """Every tensor of a safetensors file, by its name, decoded to float32 on demand."""
+    header, data_start = _header(file)
+    out: dict[str, SourceTensor] = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        dtype, shape = info["dtype"], tuple(info["shape"])
+        if dtype not in _BITS:
+            raise BuildError(f"{file}: tensor {name} has dtype {dtype}, not supported")
+        if dtype == "BF16":
+            begin, end = info["data_offsets"]
+            load = _bf16_loader(file, shape, data_start + begin, end - begin)
+        else:
+            load = _loader(file, name)
+        out[name] = SourceTensor(shape, dtype, _BITS[dtype], load)
+    return out
+
+
 def open_hf(folder: Path) -> ModelSource:
     cfg_path = folder / "config.json"
     if not cfg_path.is_file():
@@ -123,22 +142,10 @@ def _open_hf(folder: Path, hf: dict) -> ModelSource:
         raise BuildError(f"{folder}: no *.safetensors files")
     tensors: dict[str, SourceTensor] = {}
     for file in files:
-        header, data_start = _header(file)
-        for name, info in header.items():
-            if name == "__metadata__":
-                continue
+        for name, t in safetensors_tensors(file).items():
             canon = _canonical(name)
-            if canon is None:
-                continue
-            dtype, shape = info["dtype"], tuple(info["shape"])
-            if dtype not in _BITS:
-                raise BuildError(f"{file}: tensor {name} has dtype {dtype}, not supported")
-            if dtype == "BF16":
-                begin, end = info["data_offsets"]
-                load = _bf16_loader(file, shape, data_start + begin, end - begin)
-            else:
-                load = _loader(file, name)
-            tensors[canon] = SourceTensor(shape, dtype, _BITS[dtype], load)
+            if canon is not None:
+                tensors[canon] = t
     tied = bool(hf.get("tie_word_embeddings", False)) or "output.weight" not in tensors
     config = {
         "arch": model_type,

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from trt_spec.builder.hf_source import _BITS, _bf16_loader, _header, _loader
+from trt_spec.builder.hf_source import safetensors_tensors
 from trt_spec.builder.source import BuildError
 
 KIND = "medusa"
@@ -86,19 +86,8 @@ def _tensors(files: list[Path]) -> dict[str, tuple[tuple[int, ...], Loader]]:
     out: dict[str, tuple[tuple[int, ...], Loader]] = {}
     for file in files:
         if file.suffix == ".safetensors":
-            header, start = _header(file)
-            for name, info in header.items():
-                if name == "__metadata__":
-                    continue
-                dtype, shape = info["dtype"], tuple(info["shape"])
-                if dtype not in _BITS:
-                    raise BuildError(f"{file}: tensor {name} has dtype {dtype}, not supported")
-                if dtype == "BF16":
-                    begin, end = info["data_offsets"]
-                    load = _bf16_loader(file, shape, start + begin, end - begin)
-                else:
-                    load = _loader(file, name)
-                out[_strip(name)] = (shape, load)
+            for name, t in safetensors_tensors(file).items():
+                out[_strip(name)] = (tuple(t.shape), t.load)
             continue
         try:
             import torch
