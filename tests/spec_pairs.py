@@ -1,6 +1,8 @@
 """Tiny target/draft pairs for the speculative-decoding tests.
 
-Drafts come in kinds that pin down acceptance: ``random`` (another random model: accepts some),
+Drafts come in kinds that pin down acceptance (and two other kinds of draft: ``pard``, a random
+draft marked a PARD parallel draft, and ``medusa``, three random Medusa heads): ``random``
+(another random model: accepts some),
 ``same`` (the target's own weights: accepts everything greedy), ``negated`` (the target with its
 output head negated: its argmax is the target's argmin, so greedy never accepts) and
 ``padded`` (a random model whose embedding and head have extra rows, the tokenizer unchanged) and
@@ -101,6 +103,27 @@ def make_draft(root: Path, target: Path, kind: str, *, small_vocab: bool) -> Pat
         return folder
     if kind == "random":
         return make_checkpoint(root, folder.name, seed=7, small_vocab=small_vocab, layers=1)
+    if kind == "pard":  # a random 1-layer draft marked PARD (exactness needs no training)
+        folder = make_checkpoint(root, folder.name, seed=7, small_vocab=small_vocab, layers=1)
+        cfg = json.loads((folder / "config.json").read_text())
+        cfg.update(pard_token=cfg["vocab_size"] - 2, spd_type="pard")
+        (folder / "config.json").write_text(json.dumps(cfg))
+        return folder
+    if kind == "medusa":  # 3 random Medusa heads, FasterDecoding's layout
+        cfg = json.loads((target / "config.json").read_text())
+        dim, vocab = cfg["hidden_size"], cfg["vocab_size"]
+        gen = torch.Generator().manual_seed(13)
+        state = {}
+        for h in range(3):
+            state[f"{h}.0.linear.weight"] = 0.05 * torch.randn(dim, dim, generator=gen)
+            state[f"{h}.0.linear.bias"] = 0.05 * torch.randn(dim, generator=gen)
+            state[f"{h}.1.weight"] = 0.1 * torch.randn(vocab, dim, generator=gen)
+        folder.mkdir(parents=True, exist_ok=True)
+        save_file(state, str(folder / "medusa_lm_head.safetensors"))
+        (folder / "config.json").write_text(
+            json.dumps({"medusa_num_heads": 3, "medusa_num_layers": 1})
+        )
+        return folder
     if kind == "padded":
         folder = make_checkpoint(root, folder.name, seed=7, small_vocab=small_vocab, layers=1)
         _pad_vocab(folder, 24)
