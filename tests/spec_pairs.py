@@ -97,6 +97,21 @@ def make_markov_target(root: Path) -> Path:
     return folder
 
 
+def write_medusa_heads(folder: Path, heads: list[tuple[torch.Tensor, ...]]) -> Path:
+    """Medusa heads of one residual block each, (W, b, output head) per head, in FasterDecoding's
+    layout: medusa_lm_head.safetensors ({h}.0.linear.*, {h}.1.weight) and config.json."""
+    folder.mkdir(parents=True, exist_ok=True)
+    state = {}
+    for h, (w, b, out) in enumerate(heads):
+        state[f"{h}.0.linear.weight"] = w.detach().clone().contiguous()
+        state[f"{h}.0.linear.bias"] = b.detach().clone().contiguous()
+        state[f"{h}.1.weight"] = out.detach().clone().contiguous()
+    save_file(state, str(folder / "medusa_lm_head.safetensors"))
+    cfg = {"medusa_num_heads": len(heads), "medusa_num_layers": 1}
+    (folder / "config.json").write_text(json.dumps(cfg))
+    return folder
+
+
 def make_draft(root: Path, target: Path, kind: str, *, small_vocab: bool) -> Path:
     folder = root / f"{target.name}-draft-{kind}"
     if (folder / "config.json").exists():
@@ -113,17 +128,15 @@ def make_draft(root: Path, target: Path, kind: str, *, small_vocab: bool) -> Pat
         cfg = json.loads((target / "config.json").read_text())
         dim, vocab = cfg["hidden_size"], cfg["vocab_size"]
         gen = torch.Generator().manual_seed(13)
-        state = {}
-        for h in range(3):
-            state[f"{h}.0.linear.weight"] = 0.05 * torch.randn(dim, dim, generator=gen)
-            state[f"{h}.0.linear.bias"] = 0.05 * torch.randn(dim, generator=gen)
-            state[f"{h}.1.weight"] = 0.1 * torch.randn(vocab, dim, generator=gen)
-        folder.mkdir(parents=True, exist_ok=True)
-        save_file(state, str(folder / "medusa_lm_head.safetensors"))
-        (folder / "config.json").write_text(
-            json.dumps({"medusa_num_heads": 3, "medusa_num_layers": 1})
-        )
-        return folder
+        heads = [
+            (
+                0.05 * torch.randn(dim, dim, generator=gen),
+                0.05 * torch.randn(dim, generator=gen),
+                0.1 * torch.randn(vocab, dim, generator=gen),
+            )
+            for _ in range(3)
+        ]
+        return write_medusa_heads(folder, heads)
     if kind == "padded":
         folder = make_checkpoint(root, folder.name, seed=7, small_vocab=small_vocab, layers=1)
         _pad_vocab(folder, 24)

@@ -19,7 +19,6 @@ import spec_pairs
 import torch
 from cuda_helpers import SOURCE, emulation_library, fields, random_logits, seq_states
 from native import T
-from safetensors.torch import save_file
 from trt_spec import BuildError, Engine, build_engine
 
 HEADS, LAYERS = 3, 1
@@ -83,16 +82,8 @@ def _train(model, steps: int = 150) -> Heads:
 
 
 def _save_fasterdecoding(heads: Heads, folder: Path) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    state = {}
-    for h in range(HEADS):
-        state[f"{h}.0.linear.weight"] = heads.res[h].weight.detach().clone()
-        state[f"{h}.0.linear.bias"] = heads.res[h].bias.detach().clone()
-        state[f"{h}.1.weight"] = heads.out[h].weight.detach().clone()
-    save_file(state, str(folder / "medusa_lm_head.safetensors"))
-    cfg = {"medusa_num_heads": HEADS, "medusa_num_layers": LAYERS, "base_model_name_or_path": "t"}
-    (folder / "config.json").write_text(json.dumps(cfg))
-    return folder
+    blocks = [(r.weight, r.bias, o.weight) for r, o in zip(heads.res, heads.out, strict=True)]
+    return spec_pairs.write_medusa_heads(folder, blocks)
 
 
 def _save_vllm(heads: Heads, folder: Path, dim: int, vocab: int) -> Path:

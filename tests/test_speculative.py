@@ -147,6 +147,25 @@ def _exact_joint(e: Engine, temperature: float, top_p: float) -> tuple[np.ndarra
     return j12, j23
 
 
+def assert_sampled_follows_target(
+    path, n: int, draft: str, k: int, temperature: float, top_p: float, prediction: list[int]
+) -> None:
+    """n sampled completions of [1, 2, 3] (_first_tokens): the joint distributions of tokens
+    (1, 2) and (2, 3) match the target's exact ones (chi-square)."""
+    e = Engine(path)
+    j12, j23 = _exact_joint(e, temperature, top_p)
+    V = e.vocab_size
+    toks = _first_tokens(path, n, draft, k, temperature, top_p, prediction)
+    c12 = np.bincount(toks[:, 0] * V + toks[:, 1], minlength=V * V)
+    c23 = np.bincount(toks[:, 1] * V + toks[:, 2], minlength=V * V)
+    # Merge sparse cells (expected < 5) into one so the chi-square approximation holds.
+    for counts, probs in ((c12, j12.ravel()), (c23, j23.ravel())):
+        small = probs * n < 5
+        c = np.append(counts[~small], counts[small].sum())
+        p = np.append(probs[~small], probs[small].sum())
+        assert chi2_matches(c, p) > ALPHA, (draft, k, temperature)
+
+
 # Predictions (16-token vocabulary) that make lookup propose, after the prompt [1, 2, 3]: a chain
 # (one continuation of "1 2 3"), or trees branching at the first and at the second token.
 LOOKUP_CHAIN = [1, 2, 3, 4, 5, 6, 7]
@@ -173,19 +192,7 @@ def test_sampled_distribution_is_the_targets(
     exact ones (chi-square), without speculation, with the draft model's chains, and with
     prompt lookup's one-hot chains and trees."""
     path = spec_pairs.make_pair(root, "random", draft_len=4, max_batch=4, small_vocab=True)
-    e = Engine(path)
-    j12, j23 = _exact_joint(e, temperature, top_p)
-    V = e.vocab_size
-    n = 100_000
-    toks = _first_tokens(path, n, draft, k, temperature, top_p, prediction)
-    c12 = np.bincount(toks[:, 0] * V + toks[:, 1], minlength=V * V)
-    c23 = np.bincount(toks[:, 1] * V + toks[:, 2], minlength=V * V)
-    # Merge sparse cells (expected < 5) into one so the chi-square approximation holds.
-    for counts, probs in ((c12, j12.ravel()), (c23, j23.ravel())):
-        small = probs * n < 5
-        c = np.append(counts[~small], counts[small].sum())
-        p = np.append(probs[~small], probs[small].sum())
-        assert chi2_matches(c, p) > ALPHA, (draft, k, temperature)
+    assert_sampled_follows_target(path, 100_000, draft, k, temperature, top_p, prediction)
 
 
 def test_sampling_same_seed_same_output(root) -> None:

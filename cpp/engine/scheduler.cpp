@@ -32,8 +32,6 @@ Scheduler::Scheduler(Runtime& rt, SchedulerOptions opts)
   if (!opts_.token_bytes.empty() && static_cast<int>(opts_.token_bytes.size()) != rt.vocab_size())
     throw InvalidArgument("the token byte table has " + std::to_string(opts_.token_bytes.size()) +
                           " entries for a vocabulary of " + std::to_string(rt.vocab_size()));
-  limits_ =
-      RequestLimits{rt.vocab_size(), rt.max_seq_len(), rt.max_draft_len(), rt.draft() != nullptr};
   const int B = rt.max_batch(), K = rt.max_draft_len();
   if (opts_.draft_window < 0)
     throw InvalidArgument("draft_window must be >= 0 (0: the whole prompt), got " +
@@ -44,7 +42,8 @@ Scheduler::Scheduler(Runtime& rt, SchedulerOptions opts)
   proposers_ = attach_proposers(iter_, rt.backend(), rt.file(), rt.target(), rt.draft(), B, K,
                                 ProposerOptions{opts_.draft_window, opts_.draft_read_chunk});
   // draft="model" asks for the engine's draft, whatever its kind.
-  limits_.has_draft_model = proposer(DraftSource::kModel) != nullptr;
+  limits_ =
+      RequestLimits{rt.vocab_size(), rt.max_seq_len(), K, proposer(DraftSource::kModel) != nullptr};
   slots_.assign(B, nullptr);
   held_.assign(B, {});
   released_.assign(B, 0);

@@ -16,12 +16,11 @@
 //   4. runs one speculative iteration for every decoding sequence: the draft source and length
 //      chosen from the proposers' offers, "no draft" (a plain target step) among them
 //      (draft_choice.cpp), then the tokens that became final, cut at stop ids, stop strings and
-//      max_new_tokens.
-// The scheduler knows proposers only through proposer.h: which ones exist is the registry's
-// (spec/proposer_registry.cpp).
+//      max_new_tokens;
 // and returns one event per request that produced something. A finished request's event
 // carries its statistics, and the scheduler forgets it. Not thread-safe: one caller at a time
-// (the Python Engine serialises them).
+// (the Python Engine serialises them). The scheduler knows proposers only through proposer.h:
+// which ones exist is the registry's (spec/proposer_registry.cpp).
 #pragma once
 
 #include <cstdint>

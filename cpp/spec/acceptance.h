@@ -45,6 +45,17 @@ inline double expected_tokens(double alpha, int k) {
   return (1.0 - std::pow(alpha, k + 1)) / (1.0 - alpha);
 }
 
+// Mean tokens an iteration of k nodes emits over a batch whose sequence b has available[b]
+// nodes ready at acceptance alphas[b]: it verifies min(k, available[b]) of them, and a sequence
+// with none emits one token.
+inline double expected_batch_tokens(const std::vector<double>& alphas,
+                                    const std::vector<int>& available, int k) {
+  double t = 0.0;
+  for (size_t b = 0; b < alphas.size(); ++b)
+    t += available[b] > 0 ? expected_tokens(alphas[b], std::min(k, available[b])) : 1.0;
+  return t;
+}
+
 // Running average of a measured cost; a negative slot is unset. Robust to the stalls of a
 // shared machine: a sample counts at most twice the current value (one iteration stalled for
 // seconds cannot inflate a cost for good), and a sample below half the current value replaces

@@ -23,7 +23,7 @@ DraftModelProposer::DraftModelProposer(Backend& be, Model& draft, int max_batch,
   row_slot_ = BackendBuffer(be, R * 4);
 }
 
-bool DraftModelProposer::begin(int slot, const Admission& a) {
+void DraftModelProposer::begin(int slot, const Admission& a) {
   SlotState& s = slots_[slot];
   const int rows = static_cast<int>(a.prompt.size()) - 1;  // (the first iteration feeds P - 1)
   const int window = opts_.draft_window;
@@ -39,7 +39,7 @@ bool DraftModelProposer::begin(int slot, const Admission& a) {
   s.deferred_tokens[0] = s.deferred_tokens[1] = 0;
   s.est = controller_.prior();
   s.mode = a.allowed ? Mode::kActive : Mode::kOff;
-  if (!a.allowed || !a.automatic) return a.allowed;
+  if (!a.allowed || !a.automatic) return;
   // A fully automatic request has the draft read its prompt only where drafting is expected to
   // save more than the read costs (DraftController::reads_prompt); otherwise it decodes with the
   // other sources and plain steps. Where the read pays against plain steps and the request may
@@ -53,7 +53,6 @@ bool DraftModelProposer::begin(int slot, const Admission& a) {
     s.mode = Mode::kDeferred;
   else if (read == Read::kSkip)
     s.mode = Mode::kDeclined;
-  return s.mode == Mode::kActive;
 }
 
 bool DraftModelProposer::declined(int slot) const {
@@ -310,7 +309,7 @@ void DraftModelProposer::observe_iteration(const IterationCost& c) {
 std::unique_ptr<Proposer> make_draft_model_proposer(const ProposerEnv& env) {
   if (!env.draft || env.max_k == 0) return nullptr;
   return std::make_unique<DraftModelProposer>(env.be, *env.draft, env.max_batch, env.max_k,
-                                              env.vocab_target, env.opts);
+                                              env.target.config().vocab_size, env.opts);
 }
 
 }  // namespace trt_spec

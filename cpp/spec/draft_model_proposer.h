@@ -43,7 +43,7 @@ class DraftModelProposer : public Proposer {
 
   DraftSource source() const override { return DraftSource::kModel; }
   bool proposes_trees() const override { return false; }  // chains
-  bool begin(int slot, const Admission& a) override;
+  void begin(int slot, const Admission& a) override;
   bool active(int slot) const override { return slots_[slot].mode == Mode::kActive; }
   bool declined(int slot) const override;
   void prompt_done(int slot, const std::vector<int32_t>& prompt, int first, int n,

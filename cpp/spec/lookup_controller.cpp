@@ -58,12 +58,7 @@ LookupController::Offer LookupController::offer(int B, const std::vector<double>
   for (int m : available) most = std::max(most, m);
   k_limit = std::min({k_limit, max_k_, most});
   if (k_limit <= 0) return best;
-  auto tokens = [&](int k) {
-    double t = 0.0;
-    for (size_t b = 0; b < alphas.size(); ++b)
-      t += available[b] > 0 ? expected_tokens(alphas[b], std::min(k, available[b])) : 1.0;
-    return t;
-  };
+  auto tokens = [&](int k) { return expected_batch_tokens(alphas, available, k); };
   // The iteration's time with k nodes; where the pass skips padding rows and k pads some
   // sequence, that of the rows it computes.
   auto time = [&](int k) {

@@ -6,10 +6,9 @@ namespace trt_spec {
 LookupProposer::LookupProposer(Backend& be, int max_batch, int max_k, const DraftController* model)
     : ops_(make_lookup_ops(be)), controller_(max_batch, max_k, model), est_(max_batch) {}
 
-bool LookupProposer::begin(int slot, const Admission& a) {
+void LookupProposer::begin(int slot, const Admission& a) {
   for (int c = 0; c < LookupController::kNgramClasses; ++c)
     est_[slot][c] = controller_.prior(c + kNgramMin);
-  return a.allowed;
 }
 
 bool LookupProposer::ready(const OfferQuery& q, std::vector<double>& a,
@@ -40,10 +39,8 @@ Offer LookupProposer::offer_fixed(const OfferQuery& q, int k) {
   std::vector<double> a;
   std::vector<int> avail;
   if (!ready(q, a, avail)) return {};
-  double tokens = 0.0;  // (a sequence with nothing ready emits one token)
-  for (int b = 0; b < q.B(); ++b)
-    tokens += avail[b] > 0 ? expected_tokens(a[b], std::min(k, avail[b])) : 1.0;
-  return Offer{k, tokens, controller_.predicted_time(q.B(), k), false, false};
+  return Offer{k, expected_batch_tokens(a, avail, k), controller_.predicted_time(q.B(), k), false,
+               false};
 }
 
 void LookupProposer::observe_iteration(const IterationCost& c) {

@@ -22,7 +22,7 @@ class LookupProposer final : public Proposer {
   LookupProposer(Backend& be, int max_batch, int max_k, const DraftController* model);
 
   DraftSource source() const override { return DraftSource::kLookup; }
-  bool begin(int slot, const Admission& a) override;
+  void begin(int slot, const Admission& a) override;
   Offer offer(const OfferQuery& q) override;
   Offer offer_fixed(const OfferQuery& q, int k) override;
   double predicted_time(int B, int k, bool prior = true) const override {

@@ -67,10 +67,9 @@ MedusaProposer::MedusaProposer(Backend& be, const EngineFile& file, const Model&
   logits_ = BackendBuffer(be, static_cast<size_t>(heads_) * B * vocab_ * 4);
 }
 
-bool MedusaProposer::begin(int slot, const Admission& a) {
+void MedusaProposer::begin(int slot, const Admission& a) {
   est_[slot] = long_run_.with_weight(4.0);
   ready_[slot] = 0;
-  return a.allowed;
 }
 
 bool MedusaProposer::pick(const OfferQuery& q, std::vector<double>& a,
@@ -95,10 +94,7 @@ Offer MedusaProposer::offer(const OfferQuery& q) {
   if (!measured_[B]) {  // no Medusa iteration of B sequences yet: its heads' cost is unknown
     const int k = std::min(
         {LookupController::kFirstK, q.limit, *std::max_element(avail.begin(), avail.end())});
-    double tokens = 0.0;
-    for (int b = 0; b < B; ++b)
-      tokens += avail[b] > 0 ? expected_tokens(a[b], std::min(k, avail[b])) : 1.0;
-    return Offer{k, tokens, -1.0, true, false};
+    return Offer{k, expected_batch_tokens(a, avail, k), -1.0, true, false};
   }
   const LookupController::Offer o = controller_.offer(B, a, avail, q.limit, q.compact);
   if (o.k == 0) return {};
@@ -109,10 +105,8 @@ Offer MedusaProposer::offer_fixed(const OfferQuery& q, int k) {
   std::vector<double> a;
   std::vector<int> avail;
   if (!pick(q, a, avail)) return {};
-  double tokens = 0.0;
-  for (int b = 0; b < q.B(); ++b)
-    tokens += avail[b] > 0 ? expected_tokens(a[b], std::min(k, avail[b])) : 1.0;
-  return Offer{k, tokens, controller_.predicted_time(q.B(), k), false, false};
+  return Offer{k, expected_batch_tokens(a, avail, k), controller_.predicted_time(q.B(), k), false,
+               false};
 }
 
 void MedusaProposer::observe_iteration(const IterationCost& c) {

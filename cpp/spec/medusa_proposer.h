@@ -39,7 +39,7 @@ class MedusaProposer final : public Proposer {
 
   DraftSource source() const override { return DraftSource::kModel; }
   bool reads_hidden() const override { return true; }
-  bool begin(int slot, const Admission& a) override;
+  void begin(int slot, const Admission& a) override;
   bool active(int slot) const override { return ready_[slot]; }
 
   Offer offer(const OfferQuery& q) override;

@@ -59,7 +59,8 @@ std::unique_ptr<Proposer> make_pard_proposer(const ProposerEnv& env) {
   if (!draft.has("pard")) return nullptr;
   const int64_t mask = draft.at("pard").at("token").as_int();
   return std::make_unique<PardProposer>(env.be, *env.draft, env.max_batch, env.max_k,
-                                        env.vocab_target, env.opts, static_cast<int32_t>(mask));
+                                        env.target.config().vocab_size, env.opts,
+                                        static_cast<int32_t>(mask));
 }
 
 }  // namespace trt_spec

@@ -4,8 +4,8 @@
 //
 // A proposer serves one public draft source (DraftSource: "model" is the engine's draft,
 // whatever its kind; "lookup" is prompt lookup). Life of a request in KV slot `slot`:
-//   begin(slot, admission)       the request takes the slot, before its prefill; the proposer
-//                                says whether the request uses it from the start
+//   begin(slot, admission)       the request takes the slot, before its prefill (an automatic
+//                                request the proposer may decline, now or for a while)
 //   prompt_done(slot, ..)        a prefill chunk's rows of the prompt went through the target
 //   start(slot, seq)             the prompt is complete: the sequence's device state is made
 //   then, per iteration of the decoding sequences:
@@ -127,7 +127,6 @@ struct ProposerEnv {
   const Model& target;
   Model* draft;  // the engine's draft model (null: none)
   int max_batch = 0, max_k = 0;
-  int vocab_target = 0;
   ProposerOptions opts;
   const std::vector<std::unique_ptr<Proposer>>& made;  // the proposers made before, in order
 };
@@ -143,9 +142,9 @@ class Proposer {
   // Whether it reads the target's final hidden states (IterationContext::hidden).
   virtual bool reads_hidden() const { return false; }
 
-  // Requests. begin() returns whether the request uses the proposer from the start (an
-  // automatic one it may decline, or join later: active()).
-  virtual bool begin(int slot, const Admission& a) { return a.allowed; }
+  // Requests. After begin(), active() says whether the request uses the proposer (an automatic
+  // one it may decline, or join later).
+  virtual void begin(int slot, const Admission& a) {}
   virtual bool active(int slot) const { return true; }
   // Whether the proposer declined the slot's request (statistics).
   virtual bool declined(int slot) const { return false; }

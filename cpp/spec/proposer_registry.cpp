@@ -23,8 +23,7 @@ Proposers attach_proposers(Iteration& iter, Backend& be, const EngineFile& file,
                            const Model& target, Model* draft, int max_batch, int max_k,
                            const ProposerOptions& opts) {
   Proposers made;
-  const ProposerEnv e{be,   file, target, draft, max_batch, max_k, target.config().vocab_size,
-                      opts, made};
+  const ProposerEnv e{be, file, target, draft, max_batch, max_k, opts, made};
   for (const ProposerEntry& entry : proposer_registry()) {
     std::unique_ptr<Proposer> p = entry.make(e);
     if (!p || iter.proposer(p->source())) continue;  // (a source's first applicable one serves)
