@@ -1,7 +1,8 @@
 """Tiny target/draft pairs for the speculative-decoding tests.
 
-Drafts come in kinds that pin down acceptance (and two other kinds of draft: ``pard``, a random
-draft marked a PARD parallel draft, and ``medusa``, three random Medusa heads): ``random``
+Drafts come in kinds that pin down acceptance (and three other kinds of draft: ``pard``, a random
+draft marked a PARD parallel draft, ``medusa``, three random Medusa heads, and ``eagle3``, a
+random EAGLE-3 head with a reduced draft vocabulary): ``random``
 (another random model: accepts some),
 ``same`` (the target's own weights: accepts everything greedy), ``negated`` (the target with its
 output head negated: its argmax is the target's argmin, so greedy never accepts) and
@@ -112,6 +113,61 @@ def write_medusa_heads(folder: Path, heads: list[tuple[torch.Tensor, ...]]) -> P
     return folder
 
 
+def write_random_eagle3_head(
+    folder: Path, target: Path, *, draft_vocab: int, taps: list[int], seed: int = 17
+) -> Path:
+    """A random EAGLE-3 head for `target` in the published layout (config.json with
+    LlamaForCausalLMEagle3, model.safetensors with fc, midlayer.*, norm, lm_head, d2t, t2d):
+    its draft vocabulary every other token id from 0, its taps given."""
+    folder.mkdir(parents=True, exist_ok=True)
+    cfg = json.loads((target / "config.json").read_text())
+    D, V, F = cfg["hidden_size"], cfg["vocab_size"], 2 * cfg["hidden_size"]
+    H, KV, hd = 4, 2, cfg["hidden_size"] // 4
+    gen = torch.Generator().manual_seed(seed)
+
+    def w(*shape: int, scale: float = 0.08) -> torch.Tensor:
+        return scale * torch.randn(*shape, generator=gen)
+
+    ids = torch.arange(0, 2 * draft_vocab, 2)
+    t2d = torch.zeros(V, dtype=torch.bool)
+    t2d[ids] = True
+    m = "midlayer."
+    state = {
+        "fc.weight": w(D, 3 * D),
+        m + "input_layernorm.weight": 1.0 + w(D, scale=0.1),
+        m + "hidden_norm.weight": 1.0 + w(D, scale=0.1),
+        m + "post_attention_layernorm.weight": 1.0 + w(D, scale=0.1),
+        m + "self_attn.q_proj.weight": w(H * hd, 2 * D),
+        m + "self_attn.k_proj.weight": w(KV * hd, 2 * D),
+        m + "self_attn.v_proj.weight": w(KV * hd, 2 * D),
+        m + "self_attn.o_proj.weight": w(D, H * hd),
+        m + "mlp.gate_proj.weight": w(F, D),
+        m + "mlp.up_proj.weight": w(F, D),
+        m + "mlp.down_proj.weight": w(D, F),
+        "norm.weight": 1.0 + w(D, scale=0.1),
+        "lm_head.weight": w(draft_vocab, D, scale=0.3),
+        "d2t": ids - torch.arange(draft_vocab),
+        "t2d": t2d,
+    }
+    save_file({k: v.contiguous() for k, v in state.items()}, str(folder / "model.safetensors"))
+    head_cfg = {
+        "architectures": ["LlamaForCausalLMEagle3"],
+        "hidden_size": D,
+        "intermediate_size": F,
+        "num_attention_heads": H,
+        "num_key_value_heads": KV,
+        "head_dim": hd,
+        "num_hidden_layers": 1,
+        "vocab_size": V,
+        "draft_vocab_size": draft_vocab,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 10000.0,
+        "eagle_config": {"eagle_aux_hidden_state_layer_ids": taps},
+    }
+    (folder / "config.json").write_text(json.dumps(head_cfg))
+    return folder
+
+
 def make_draft(root: Path, target: Path, kind: str, *, small_vocab: bool) -> Path:
     folder = root / f"{target.name}-draft-{kind}"
     if (folder / "config.json").exists():
@@ -137,6 +193,9 @@ def make_draft(root: Path, target: Path, kind: str, *, small_vocab: bool) -> Pat
             for _ in range(3)
         ]
         return write_medusa_heads(folder, heads)
+    if kind == "eagle3":  # a random EAGLE-3 head reading all three of the target's depths
+        vocab = json.loads((target / "config.json").read_text())["vocab_size"]
+        return write_random_eagle3_head(folder, target, draft_vocab=vocab // 2, taps=[0, 1, 2])
     if kind == "padded":
         folder = make_checkpoint(root, folder.name, seed=7, small_vocab=small_vocab, layers=1)
         _pad_vocab(folder, 24)

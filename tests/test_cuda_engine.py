@@ -102,7 +102,7 @@ def test_greedy_and_sampled_generation_match_cpu(root, weights: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "kind", ["same", "noisy", "negated", "padded", "random", "narrow", "pard", "medusa"]
+    "kind", ["same", "noisy", "negated", "padded", "random", "narrow", "pard", "medusa", "eagle3"]
 )
 @pytest.mark.parametrize("batch", [1, 4])
 def test_greedy_speculation_equals_target_only(root, kind: str, batch: int) -> None:
@@ -120,17 +120,17 @@ def test_greedy_speculation_equals_target_only(root, kind: str, batch: int) -> N
         assert s.acceptance_rate == 1.0
 
 
-@pytest.mark.parametrize("kind", ["pard", "medusa"])
+@pytest.mark.parametrize("kind", ["pard", "medusa", "eagle3"])
 def test_pard_and_medusa_match_cpu(root, kind: str) -> None:
     """The engine's draft of each other kind, on the GPU (its ops, one graph per iteration):
-    greedy output equals the CPU engine's; Medusa's sampled output equals target-only's for the
-    seed (one-hot nodes)."""
+    greedy output equals the CPU engine's; the heads' sampled output equals target-only's for
+    the seed (one-hot nodes)."""
     g, c = both(spec_pairs.make_pair(root, kind, draft_len=6, max_batch=4, weights="f32"))
     for k in (2, 6):
         a = g.generate(PROMPTS, max_new_tokens=32, draft="model", draft_len=k, ignore_eos=True)
         b = c.generate(PROMPTS, max_new_tokens=32, draft="model", draft_len=k, ignore_eos=True)
         assert [r.token_ids for r in a] == [r.token_ids for r in b], (kind, k)
-    if kind == "medusa":
+    if kind in ("medusa", "eagle3"):
         want = g.generate(PROMPTS, max_new_tokens=32, draft="none", seed=5, **SAMPLING)
         got = g.generate(PROMPTS, max_new_tokens=32, draft="model", draft_len=4, seed=5, **SAMPLING)
         assert [r.token_ids for r in got] == [r.token_ids for r in want]

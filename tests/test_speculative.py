@@ -40,7 +40,7 @@ def run(session, ids: list[int]) -> dict[int, tuple[list[int], str, object]]:
 
 
 # ---- greedy exactness ------------------------------------------------------------------------
-@pytest.mark.parametrize("kind", ["same", "noisy", "negated", "padded", "pard", "medusa"])
+@pytest.mark.parametrize("kind", ["same", "noisy", "negated", "padded", "pard", "medusa", "eagle3"])
 @pytest.mark.parametrize("batch", [1, 4])
 @pytest.mark.parametrize("draft", ["model", "lookup", "auto"])
 def test_greedy_speculation_equals_target_only(root, kind: str, batch: int, draft: str) -> None:

@@ -23,6 +23,7 @@
 #include "engine/request.h"
 #include "engine/runtime.h"
 #include "spec/draft_model_ops.h"
+#include "spec/eagle3_ops.h"
 #include "spec/lookup_ops.h"
 #include "spec/medusa_ops.h"
 #include "spec/pard_ops.h"
@@ -76,6 +77,13 @@ class OpRunner {
       medusa_ = make_medusa_ops(*be_, medusa_B_);
     }
     return *medusa_;
+  }
+  Eagle3Ops& eagle3_ops(int B) {
+    if (!eagle3_ || B > eagle3_B_) {
+      eagle3_B_ = std::max(B, eagle3_B_);
+      eagle3_ = make_eagle3_ops(*be_, eagle3_B_);
+    }
+    return *eagle3_;
   }
   LookupOps& lookup_ops() {
     if (!lookup_) lookup_ = make_lookup_ops(*be_);
@@ -131,6 +139,8 @@ class OpRunner {
   std::unique_ptr<LookupOps> lookup_;
   std::unique_ptr<MedusaOps> medusa_;
   int medusa_B_ = 0;
+  std::unique_ptr<Eagle3Ops> eagle3_;
+  int eagle3_B_ = 0;
   std::vector<std::shared_ptr<uint8_t>> keep_;
 };
 
@@ -544,6 +554,61 @@ void bind_op_runner(nb::module_& m) {
           },
           "hidden"_a, "k"_a, "seqs"_a, "slots"_a,
           "kept [slots, dim]: each listed slot's stop-row hidden state (others zero)")
+      .def(
+          "spec_eagle3_absorb",
+          [](OpRunner& r, int k, int max_seq, I2 seqs, const std::vector<int32_t>& slots) {
+            std::vector<SeqState> s = seqs_from(seqs);
+            check_slots(slots, s.size());
+            const int B = static_cast<int>(slots.size()), R = B * (k + 1);
+            SpecArgs a = spec_args(r, s, {}, {}, {}, 1);
+            BackendBuffer slb = r.put(slots);
+            BackendBuffer tok(r.be(), R * 4), pos(r.be(), R * 4), sl(r.be(), R * 4),
+                src(r.be(), R * 4), last(r.be(), B * 4);
+            r.eagle3_ops(static_cast<int>(s.size()))
+                .absorb_rows(a.st, slb.as<int32_t>(), B, k, max_seq,
+                             Eagle3Rows{tok.as<int32_t>(), pos.as<int32_t>(), sl.as<int32_t>(),
+                                        src.as<int32_t>()},
+                             last.as<int32_t>());
+            std::vector<int32_t> out;
+            for (const BackendBuffer* b : {&tok, &pos, &sl, &src}) {
+              const std::vector<int32_t> v = r.get<int32_t>(*b, R);
+              out.insert(out.end(), v.begin(), v.end());
+            }
+            return nb::make_tuple(to_numpy<int32_t>(std::move(out), {4, static_cast<size_t>(R)}),
+                                  to_numpy<int32_t>(r.get<int32_t>(last, B), {size_t(B)}));
+          },
+          "k"_a, "max_seq"_a, "seqs"_a, "slots"_a,
+          "The EAGLE-3 head's absorbed rows after acceptance: ([tokens, pos, slot, src] "
+          "[4, B (k + 1)], last [B])")
+      .def(
+          "spec_eagle3_chain",
+          [](OpRunner& r, HostArray<float, 2> logits, int j, int max_seq,
+             const std::vector<int32_t>& tokens, I2 seqs, const std::vector<int32_t>& slots) {
+            std::vector<SeqState> s = seqs_from(seqs);
+            check_slots(slots, s.size());
+            const int B = static_cast<int>(logits.shape(0)), Vd = static_cast<int>(logits.shape(1));
+            if (static_cast<int>(slots.size()) != B || static_cast<int>(tokens.size()) != Vd)
+              throw InvalidArgument(
+                  "spec_eagle3_chain: logits [B, draft_vocab], tokens [draft_vocab]");
+            SpecArgs a = spec_args(r, s, {}, {}, {}, 1);
+            BackendBuffer lb = r.put(logits.data(), logits.size() * 4), slb = r.put(slots),
+                          tb = r.put(tokens);
+            BackendBuffer tok(r.be(), B * 4), pos(r.be(), B * 4), sl(r.be(), B * 4);
+            r.eagle3_ops(static_cast<int>(s.size()))
+                .chain_step(a.st, slb.as<int32_t>(), B, j, max_seq, lb.as<float>(), Vd,
+                            tb.as<int32_t>(),
+                            Eagle3Rows{tok.as<int32_t>(), pos.as<int32_t>(), sl.as<int32_t>()});
+            std::vector<int32_t> next;
+            for (const BackendBuffer* b : {&tok, &pos, &sl}) {
+              const std::vector<int32_t> v = r.get<int32_t>(*b, B);
+              next.insert(next.end(), v.begin(), v.end());
+            }
+            return nb::make_tuple(seqs_to(r.get<SeqState>(a.seqs, s.size())),
+                                  to_numpy<int32_t>(std::move(next), {3, static_cast<size_t>(B)}));
+          },
+          "logits"_a, "j"_a, "max_seq"_a, "tokens"_a, "seqs"_a, "slots"_a,
+          "(seqs with node j of each tree from the head's logits [B, draft_vocab], the next rows "
+          "[tokens, pos, slot] [3, B])")
       .def(
           "spec_accept",
           [](OpRunner& r, F2 logits, F2 q, int k, I2 seqs, const std::vector<int32_t>& slots,

@@ -23,6 +23,7 @@
 #include "engine/runtime.h"
 #include "engine/scheduler.h"
 #include "spec/draft_model_proposer.h"
+#include "spec/eagle3_proposer.h"
 #include "spec/medusa_proposer.h"
 #ifdef TRT_SPEC_WITH_CUDA
 #include "backend/cuda/cuda_api.h"
@@ -364,6 +365,23 @@ void bind_session(nb::module_& m) {
                                       {static_cast<size_t>(p->heads()), static_cast<size_t>(n), V});
           },
           "hidden"_a, "The Medusa heads' logits [heads, n, vocab] of hidden states [n, dim]")
+      .def(
+          "eagle3_logits",
+          [](Session& s, const std::vector<int32_t>& tokens, int32_t next) {
+            auto* p = dynamic_cast<Eagle3Proposer*>(s.sch->proposer(DraftSource::kModel));
+            if (!p) throw InvalidArgument("this engine has no EAGLE-3 head");
+            check_token_ids(tokens, s.rt->target().config().vocab_size, "tokens");
+            std::vector<float> out;
+            {
+              nb::gil_scoped_release release;
+              out = p->prompt_logits(tokens, next);
+            }
+            return owned_array<float>(std::move(out),
+                                      {tokens.size(), static_cast<size_t>(p->draft_vocab())});
+          },
+          "tokens"_a, "next"_a,
+          "The EAGLE-3 head's logits [n, draft_vocab] over a prompt run in KV slot 0, row p "
+          "reading the token at p + 1 (next after the last)")
       .def(
           "hidden_states",
           [](Session& s, const std::vector<int32_t>& tokens) {

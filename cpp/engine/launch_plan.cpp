@@ -8,6 +8,7 @@
 
 #include "common/errors.h"
 #include "engine/runtime.h"
+#include "spec/draft_heads.h"
 #include "spec/iteration.h"
 #include "spec/proposer_registry.h"
 #ifdef TRT_SPEC_WITH_CUDA
@@ -44,10 +45,11 @@ LaunchPlan cuda_launch_plan(const std::string& engine_path, int batch, int draft
   if (batch < 1 || batch > rt.max_batch())
     throw InvalidArgument("plan: batch " + std::to_string(batch) + " outside [1, " +
                           std::to_string(rt.max_batch()) + "] (the engine's max_batch)");
-  if (draft_len < 0 || draft_len > rt.max_draft_len() || (draft_len > 0 && !rt.draft()))
+  const bool has_draft = rt.draft() || !draft_heads_kind(rt.file()).empty();
+  if (draft_len < 0 || draft_len > rt.max_draft_len() || (draft_len > 0 && !has_draft))
     throw InvalidArgument("plan: draft length " + std::to_string(draft_len) +
-                          (rt.draft() ? " outside [0, " + std::to_string(rt.max_draft_len()) + "]"
-                                      : " needs a draft model; this engine has none"));
+                          (has_draft ? " outside [0, " + std::to_string(rt.max_draft_len()) + "]"
+                                     : " needs a draft; this engine has none"));
   LaunchPlan plan;
   plan.batch = batch;
   plan.draft_len = draft_len;

@@ -273,12 +273,14 @@ Scheduler::Chunk Scheduler::plan_chunk(int budget) {
   return c;
 }
 
-void Scheduler::chunk_done(const Chunk& c, bool others_decoding) {
+void Scheduler::chunk_done(const Chunk& c, int row0, bool others_decoding) {
+  int row = row0;  // (the pieces' rows follow one another in the pass)
   for (const Chunk::Piece& p : c.pieces) {
     Request& r = *p.r;
     r.prefilled += p.n;
     for (const std::unique_ptr<Proposer>& q : proposers_)
-      q->prompt_done(r.slot, r.req.prompt, p.first, p.n, others_decoding);
+      q->prompt_done(r.slot, r.req.prompt, p.first, p.n, row, others_decoding);
+    row += p.n;
   }
 }
 
@@ -335,7 +337,7 @@ int Scheduler::prefill(std::vector<SchedulerEvent>& events, bool others_decoding
   rows.prompt_from = 0;  // every row reads a prompt
   rt_.target().forward(rows, n, logit_rows_.as<int32_t>(), static_cast<int>(lrows.size()),
                        logits_.as<float>());
-  chunk_done(c, others_decoding);
+  chunk_done(c, 0, others_decoding);
   prefill_timer_->stop();
   prefill_timed_rows_ = n;
   if (c.completing.empty()) return 0;
@@ -430,7 +432,7 @@ void Scheduler::decode(std::vector<SchedulerEvent>& events, bool carry) {
   last_k_ = c.k;
   iterations_ += 1;
   last_source_ = c.source;
-  if (!chunk.pieces.empty()) chunk_done(chunk, true);
+  if (!chunk.pieces.empty()) chunk_done(chunk, iter_.carried_row0(), true);
   const double own_s = attribute_costs(c, B, chunk.rows.size());
   for (Request* rp : active) {
     Request& r = *rp;

@@ -171,8 +171,9 @@ class Scheduler {
   // (Proposer::active); the sequence's device state follows once it decodes.
   void sync_sources(Request& r);
   Chunk plan_chunk(int budget);
-  // After the chunk's target rows ran: the prompt rows counted, the proposers told.
-  void chunk_done(const Chunk& c, bool others_decoding);
+  // After the chunk's target rows ran (from row row0 of the pass): the prompt rows counted, the
+  // proposers told.
+  void chunk_done(const Chunk& c, int row0, bool others_decoding);
   // The first tokens of the requests the chunk completed, sampled from their logits
   // [completing, vocab] (backend memory); they start decoding.
   void first_tokens(const Chunk& c, const float* logits, std::vector<SchedulerEvent>& events);

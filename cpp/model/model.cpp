@@ -157,6 +157,24 @@ void Model::load_head_tokens(const EngineFile& file) {
       BackendBuffer(be_, static_cast<size_t>(limits_.max_rows) * cfg_.head_vocab * sizeof(float));
 }
 
+void Model::set_taps(const std::vector<int>& layers) {
+  if (!tap_layers_.empty()) {
+    if (layers != tap_layers_) throw InvalidArgument("model taps: already set to other layers");
+    return;
+  }
+  for (int l : layers)
+    if (l < 0 || l > cfg_.n_layers)
+      throw InvalidArgument("model taps: layer " + std::to_string(l) + " of a model of " +
+                            std::to_string(cfg_.n_layers) + " layers");
+  const size_t R = limits_.max_rows;
+  std::vector<int32_t> id(R);
+  for (size_t i = 0; i < R; ++i) id[i] = static_cast<int32_t>(i);
+  tap_rows_ = BackendBuffer(be_, R * sizeof(int32_t));
+  be_.upload(tap_rows_.as<void>(), id.data(), R * sizeof(int32_t));
+  for (size_t t = 0; t < layers.size(); ++t) taps_.emplace_back(be_, R * cfg_.dim * sizeof(float));
+  tap_layers_ = layers;
+}
+
 size_t kv_cache_bytes(const ModelConfig& cfg, const ModelLimits& limits) {
   return 2 * static_cast<size_t>(limits.max_batch) * cfg.n_layers * cfg.n_kv_heads *
          limits.max_seq * cfg.head_dim * kv_type_bytes(limits.kv_type);
@@ -174,8 +192,13 @@ void Model::forward(const Rows& rows, int n, const int32_t* logit_rows, int n_lo
         *proj = proj_.as<float>(), *gate_up = gate_up_.as<float>(), *act = act_.as<float>(),
         *sel = sel_.as<float>();
   be_.embed(tok_embd_, rows.tokens, n, x);  // [n, D]
+  const auto taps_at = [&](int l) {         // [n, D] into the taps of layer l
+    for (size_t t = 0; t < tap_layers_.size(); ++t)
+      if (tap_layers_[t] == l) be_.gather_rows(x, tap_rows_.as<int32_t>(), n, cfg_.dim, tap(t));
+  };
   // Five fused ops per layer (backend.h); h, proj and act are the default ops' scratch.
   for (int l = 0; l < cfg_.n_layers; ++l) {
+    taps_at(l);
     const Layer& L = layers_[l];
     be_.qkv_projection(x, L.attn_norm, cfg_.rms_eps, L.attn_qkv, L.attn_qkv_bias, rows, n, attn_,
                        cos_.as<float>(), sin_.as<float>(), kv_, l, qkv, h);  // [n, qkv_dim]
@@ -185,6 +208,7 @@ void Model::forward(const Rows& rows, int n, const int32_t* logit_rows, int n_lo
                     h);                                                // [n, 2 F]
     be_.swiglu_linear_residual(L.ffn_down, gate_up, n, x, act, proj);  // x += swiglu @ Wd^T
   }
+  taps_at(cfg_.n_layers);
   if (n_logits == 0) return;
   if (hidden_out) {  // [n_logits, D]: the selected rows, normed
     be_.gather_rows(x, logit_rows, n_logits, cfg_.dim, sel);

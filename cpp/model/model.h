@@ -47,6 +47,16 @@ class Model {
   // The tokens the head has rows for, in increasing id order (every id without a reduced head).
   const std::vector<int32_t>& head_tokens() const { return head_tokens_; }
 
+  // Taps: every forward also copies the residual stream entering each listed layer (a layer id
+  // of n_layers: after the last layer, before the final norm) of all its rows into tap(t)
+  // [max_rows, dim], t the layer's index in the list (what EAGLE-3 heads read). Set once,
+  // before the forwards that need them; a second list must equal the first.
+  void set_taps(const std::vector<int>& layers);
+  const std::vector<int>& tap_layers() const { return tap_layers_; }
+  float* tap(int t) const { return taps_[t].as<float>(); }
+  // The token embedding table [vocab, dim] (a feature-level draft head shares it).
+  const WeightView& embedding() const { return tok_embd_; }
+
   KvCache& kv() { return kv_; }
 
  private:
@@ -76,6 +86,9 @@ class Model {
   KvCache kv_;
   BackendBuffer k_buf_, v_buf_;
   BackendBuffer cos_, sin_;  // [max_seq, head_dim / 2]
+  std::vector<int> tap_layers_;
+  std::vector<BackendBuffer> taps_;  // [taps] of [max_rows, dim]
+  BackendBuffer tap_rows_;           // 0, 1, .. max_rows - 1
   // Scratch, [max_rows, *]
   BackendBuffer x_, h_, qkv_, att_, proj_, gate_up_, act_, sel_;
 };

@@ -61,7 +61,7 @@ bool DraftModelProposer::declined(int slot) const {
 }
 
 void DraftModelProposer::prompt_done(int slot, const std::vector<int32_t>& prompt, int first, int n,
-                                     bool others_decoding) {
+                                     int row, bool others_decoding) {
   // The draft reads the same rows, those of its prompt window (positions up to P - 2: the first
   // iteration feeds P - 1 itself; read_prompt skips the rest), and a prompt's last chunk after
   // its first token (before_iteration). With a window and nothing else decoding, the whole

@@ -46,7 +46,7 @@ class DraftModelProposer : public Proposer {
   void begin(int slot, const Admission& a) override;
   bool active(int slot) const override { return slots_[slot].mode == Mode::kActive; }
   bool declined(int slot) const override;
-  void prompt_done(int slot, const std::vector<int32_t>& prompt, int first, int n,
+  void prompt_done(int slot, const std::vector<int32_t>& prompt, int first, int n, int row,
                    bool others_decoding) override;
   void start(int slot, SeqState& seq) override { seq.draft_off = slots_[slot].off; }
   void before_iteration(int slot, const std::vector<int32_t>& tokens) override;

@@ -237,6 +237,7 @@ void Iteration::run(DraftSource source, int k) {
                  static_cast<int>(carried.logit_rows.size()));
   verify_timer_->stop();
   carried_logits_ = logits_.as<float>() + static_cast<size_t>(B_) * (k + 1) * vocab_t_;
+  carried_row0_ = B_ * (k + 1);
 }
 
 PhaseTimes Iteration::times() {
@@ -273,9 +274,19 @@ void Iteration::issue_verify(DraftSource source, int k, int rows, int carried, i
     for (int j = rows - 1; hidden && j >= 0; --j)
       if (live_dest_[j] != j)
         std::memmove(hidden + live_dest_[j] * D, hidden + j * D, D * sizeof(float));
+    // The target's taps of every row (Model::set_taps): the carried rows' to [n, n + carried),
+    // then the verify rows' to their [B, k + 1] rows.
+    for (size_t t = 0; t < target_.tap_layers().size(); ++t) {
+      float* tap = target_.tap(static_cast<int>(t));
+      if (carried > 0) std::memmove(tap + n * D, tap + rows * D, carried * D * sizeof(float));
+      for (int j = rows - 1; j >= 0; --j)
+        if (live_dest_[j] != j)
+          std::memmove(tap + live_dest_[j] * D, tap + j * D, D * sizeof(float));
+    }
   }
   ctx.hidden = hidden;  // [B, k + 1, D]
   ctx.k = k;
+  ctx.verified = true;
   ops_->accept(st_, ctx.slots, B, k, logits_.as<float>(), vocab_t_, q_.as<float>(), vocab_d_,
                KvMoves{mv_slot_.as<int32_t>(), mv_src_.as<int32_t>(), mv_dst_.as<int32_t>()});
   if (k > 0 && proposer(source)->proposes_trees())  // (a chain's accepted nodes stay in place)

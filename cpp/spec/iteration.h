@@ -114,6 +114,8 @@ class Iteration {
   void carry(PromptRows rows);
   // The last run()'s carried logits [n_logits, vocab_t] (backend memory).
   const float* carried_logits() const { return carried_logits_; }
+  // The row of the target's taps (Model::set_taps) where the last run()'s carried rows begin.
+  int carried_row0() const { return carried_row0_; }
 
   // Whether the host path skips padding rows (above; on by default; off: for tests comparing).
   void set_skip_padding(bool on) { skip_padding_ = on; }
@@ -161,6 +163,7 @@ class Iteration {
   BackendBuffer carry_logit_rows_;  // [max rows] logit rows of a verify that carries rows
   PromptRows carry_;                // for the next run()
   const float* carried_logits_ = nullptr;
+  int carried_row0_ = 0;
   std::vector<int32_t> live_dest_;  // [live rows] each compacted row's [B, k + 1] row
   int last_rows_ = 0;
   BackendBuffer mv_slot_, mv_src_, mv_dst_;  // [max_batch kMaxDraftNodes] cache moves

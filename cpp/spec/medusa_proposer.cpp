@@ -5,34 +5,14 @@
 #include <string>
 
 #include "common/errors.h"
+#include "spec/draft_heads.h"
 
 namespace trt_spec {
 
-namespace {
-
-constexpr const char* kRole = "draft_heads";
-
-// The backend's view of one tensor of the heads (checked against the shape the config implies).
-WeightView import_tensor(Backend& be, const EngineFile& file, const std::string& name, int64_t rows,
-                         int64_t cols, bool matmul) {
-  const TensorEntry& e = file.tensor(kRole, name);
-  if (e.rows != rows || e.cols != cols)
-    throw EngineFileError("draft head tensor " + name + " is [" + std::to_string(e.rows) + ", " +
-                          std::to_string(e.cols) + "], expected [" + std::to_string(rows) + ", " +
-                          std::to_string(cols) + "]");
-  if (e.random) throw EngineFileError("Medusa heads with random weights are not supported");
-  const WeightView host = e.view(file.data());
-  const WeightView w = matmul ? be.import_matmul_weight(host) : be.import_weight(host);
-  if (w.data != host.data) file.drop_pages(host.data, e.bytes);
-  return w;
-}
-
-}  // namespace
-
 MedusaProposer::MedusaProposer(Backend& be, const EngineFile& file, const Model& target,
                                int max_batch, int max_k)
-    : be_(be), max_batch_(max_batch), controller_(max_batch, max_k, nullptr) {
-  const Json cfg = file.meta().at(kRole).at("config");
+    : HeadProposer(max_batch, max_k), be_(be), max_batch_(max_batch) {
+  const Json cfg = file.meta().at("draft_heads").at("config");
   heads_ = static_cast<int>(cfg.at("n_heads").as_int());
   layers_ = static_cast<int>(cfg.at("n_layers").as_int());
   dim_ = static_cast<int>(cfg.at("dim").as_int());
@@ -50,15 +30,13 @@ MedusaProposer::MedusaProposer(Backend& be, const EngineFile& file, const Model&
     const std::string p = "medusa." + std::to_string(h) + ".";
     for (int l = 0; l < layers_; ++l) {
       const std::string r = p + "res." + std::to_string(l) + ".";
-      head_[h].res_w.push_back(import_tensor(be, file, r + "weight", 2 * dim_, dim_, true));
-      head_[h].res_b.push_back(import_tensor(be, file, r + "bias", 1, 2 * dim_, false));
+      head_[h].res_w.push_back(import_head_tensor(be, file, r + "weight", 2 * dim_, dim_, true));
+      head_[h].res_b.push_back(import_head_tensor(be, file, r + "bias", 1, 2 * dim_, false));
     }
-    head_[h].out = import_tensor(be, file, p + "head.weight", vocab_, dim_, true);
+    head_[h].out = import_head_tensor(be, file, p + "head.weight", vocab_, dim_, true);
   }
   ops_ = make_medusa_ops(be, max_batch);
-  est_.resize(max_batch);
   ready_.assign(max_batch, 0);
-  measured_.assign(max_batch + 1, 0);
   const size_t B = max_batch, D = dim_;
   kept_ = BackendBuffer(be, B * D * 4);
   x_ = BackendBuffer(be, B * D * 4);
@@ -68,54 +46,8 @@ MedusaProposer::MedusaProposer(Backend& be, const EngineFile& file, const Model&
 }
 
 void MedusaProposer::begin(int slot, const Admission& a) {
-  est_[slot] = long_run_.with_weight(4.0);
+  HeadProposer::begin(slot, a);
   ready_[slot] = 0;
-}
-
-bool MedusaProposer::pick(const OfferQuery& q, std::vector<double>& a,
-                          std::vector<int>& avail) const {
-  a.assign(q.B(), 0.0);
-  avail.assign(q.B(), 0);
-  bool any = false;
-  for (int b = 0; b < q.B(); ++b) {
-    if (!q.seqs[b].uses(*this)) continue;
-    any = true;
-    a[b] = est_[q.seqs[b].slot].alpha();
-    avail[b] = q.seqs[b].max_nodes;
-  }
-  return any;
-}
-
-Offer MedusaProposer::offer(const OfferQuery& q) {
-  std::vector<double> a;
-  std::vector<int> avail;
-  if (!pick(q, a, avail)) return {};
-  const int B = q.B();
-  if (!measured_[B]) {  // no Medusa iteration of B sequences yet: its heads' cost is unknown
-    const int k = std::min(
-        {LookupController::kFirstK, q.limit, *std::max_element(avail.begin(), avail.end())});
-    return Offer{k, expected_batch_tokens(a, avail, k), -1.0, true, false};
-  }
-  const LookupController::Offer o = controller_.offer(B, a, avail, q.limit, q.compact);
-  if (o.k == 0) return {};
-  return Offer{o.k, o.tokens, o.seconds, o.seconds <= 0.0, false};
-}
-
-Offer MedusaProposer::offer_fixed(const OfferQuery& q, int k) {
-  std::vector<double> a;
-  std::vector<int> avail;
-  if (!pick(q, a, avail)) return {};
-  return Offer{k, expected_batch_tokens(a, avail, k), controller_.predicted_time(q.B(), k), false,
-               false};
-}
-
-void MedusaProposer::observe_iteration(const IterationCost& c) {
-  if (c.source == source()) {
-    controller_.observe(c.B, c.k, c.total_s, c.rows);
-    if (c.B < static_cast<int>(measured_.size())) measured_[c.B] = 1;
-  } else if (c.k == 0) {
-    controller_.observe_plain(c.B, c.total_s);
-  }
 }
 
 void MedusaProposer::run_heads(const float* from, const int32_t* rows, int B, float* logits) {
@@ -144,13 +76,8 @@ void MedusaProposer::issue_after_accept(IterationContext& ctx) {
 }
 
 void MedusaProposer::commit(int slot, const SeqState& seq, bool used) {
-  ready_[slot] = 1;                   // (the iteration's verify pass kept its hidden state)
-  if (!used || seq.n_drafted == 0) {  // nothing observed: back toward the long-run mean
-    est_[slot].relax(long_run_.alpha());
-    return;
-  }
-  est_[slot].observe(seq.n_acc, seq.depth);
-  long_run_.observe(seq.n_acc, seq.depth, 0.99);
+  ready_[slot] = 1;  // (the iteration's verify pass kept its hidden state)
+  HeadProposer::commit(slot, seq, used);
 }
 
 std::vector<float> MedusaProposer::head_logits(const std::vector<float>& hidden, int n) {
@@ -169,9 +96,7 @@ std::vector<float> MedusaProposer::head_logits(const std::vector<float>& hidden,
 }
 
 std::unique_ptr<Proposer> make_medusa_proposer(const ProposerEnv& env) {
-  const Json& meta = env.file.meta();
-  if (env.max_k == 0 || !meta.has(kRole) || meta.at(kRole).get_string("kind", "") != "medusa")
-    return nullptr;
+  if (env.max_k == 0 || draft_heads_kind(env.file) != "medusa") return nullptr;
   return std::make_unique<MedusaProposer>(env.be, env.file, env.target, env.max_batch, env.max_k);
 }
 

@@ -13,10 +13,7 @@
 // Engine tensors (the builder writes them; models/medusa_source.py reads both published
 // layouts): medusa.{h}.res.{l}.weight [2 dim, dim], rows [W; 0], and medusa.{h}.res.{l}.bias
 // [2 dim], [b; 1]: the block's SiLU gate in the form Backend::swiglu takes (silu(Wx + b) * 1);
-// medusa.{h}.head.weight [vocab, dim]. Its draft length is chosen by prompt lookup's controller
-// (lookup_controller.h: a proposal of fixed cost whose nodes are ready up to the request's cap),
-// on measured Medusa iterations; a batch size without one first runs one (a probe), since no
-// other measurement holds the heads' cost.
+// medusa.{h}.head.weight [vocab, dim]. Its offers are a draft head's (head_offers.h).
 #pragma once
 
 #include <memory>
@@ -24,30 +21,21 @@
 
 #include "format/engine_file.h"
 #include "model/model.h"
-#include "spec/acceptance.h"
-#include "spec/lookup_controller.h"
+#include "spec/head_offers.h"
 #include "spec/medusa_ops.h"
 #include "spec/proposer.h"
 
 namespace trt_spec {
 
-class MedusaProposer final : public Proposer {
+class MedusaProposer final : public HeadProposer {
  public:
   // The heads of file's "draft_heads" (kind "medusa") for the target model.
   MedusaProposer(Backend& be, const EngineFile& file, const Model& target, int max_batch,
                  int max_k);
 
-  DraftSource source() const override { return DraftSource::kModel; }
   bool reads_hidden() const override { return true; }
   void begin(int slot, const Admission& a) override;
   bool active(int slot) const override { return ready_[slot]; }
-
-  Offer offer(const OfferQuery& q) override;
-  Offer offer_fixed(const OfferQuery& q, int k) override;
-  double predicted_time(int B, int k, bool prior = true) const override {
-    return controller_.predicted_time(B, k, prior);
-  }
-  void observe_iteration(const IterationCost& c) override;
 
   void issue_propose(IterationContext& ctx, int k) override;
   void issue_after_accept(IterationContext& ctx) override;
@@ -65,20 +53,15 @@ class MedusaProposer final : public Proposer {
   };
   // The heads' logits [heads, B, vocab] of x rows gathered from `from` at `rows` [B].
   void run_heads(const float* from, const int32_t* rows, int B, float* logits);
-  bool pick(const OfferQuery& q, std::vector<double>& a, std::vector<int>& avail) const;
 
   Backend& be_;
   int heads_ = 0, layers_ = 0, dim_ = 0, vocab_ = 0, max_batch_ = 0;
   std::vector<Head> head_;
   std::unique_ptr<MedusaOps> ops_;
-  LookupController controller_;
-  AcceptanceEstimate long_run_;
-  std::vector<AcceptanceEstimate> est_;  // [max_batch]
-  std::vector<char> ready_;              // [max_batch]: its hidden state is kept
-  std::vector<char> measured_;           // [max_batch + 1]: a Medusa iteration of B ran
-  BackendBuffer kept_;                   // [max_batch, dim]
-  BackendBuffer x_, gate_, act_;         // [max_batch, dim], [max_batch, 2 dim], [max_batch, dim]
-  BackendBuffer logits_;                 // [heads, max_batch, vocab]
+  std::vector<char> ready_;       // [max_batch]: its hidden state is kept
+  BackendBuffer kept_;            // [max_batch, dim]
+  BackendBuffer x_, gate_, act_;  // [max_batch, dim], [max_batch, 2 dim], [max_batch, dim]
+  BackendBuffer logits_;          // [heads, max_batch, vocab]
 };
 
 // The registry's factory: the engine's draft heads where they are Medusa's.

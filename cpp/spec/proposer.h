@@ -57,6 +57,9 @@ struct IterationContext {
   // null where no verify pass ran (a sequence's start).
   const float* hidden = nullptr;
   int k = 0;
+  // After acceptance: a verify pass ran (false: a sequence's start, Iteration::start). Its rows'
+  // target taps (Model::set_taps) are rows [0, B (k + 1)) of the taps, as its logits.
+  bool verified = false;
 };
 
 // A request as it takes its slot.
@@ -124,7 +127,7 @@ class Proposer;
 struct ProposerEnv {
   Backend& be;
   const EngineFile& file;  // the engine (a proposer's own weights: its draft heads)
-  const Model& target;
+  Model& target;
   Model* draft;  // the engine's draft model (null: none)
   int max_batch = 0, max_k = 0;
   ProposerOptions opts;
@@ -150,8 +153,9 @@ class Proposer {
   virtual bool declined(int slot) const { return false; }
   // Prompt rows [first, first + n) of the slot's prompt went through the target (a prefill
   // chunk; the prompt is complete when first + n == prompt.size()); others_decoding: other
-  // sequences decode meanwhile.
-  virtual void prompt_done(int slot, const std::vector<int32_t>& prompt, int first, int n,
+  // sequences decode meanwhile. Their target taps (Model::set_taps) are rows [row, row + n) of
+  // the taps, until the target's next forward.
+  virtual void prompt_done(int slot, const std::vector<int32_t>& prompt, int first, int n, int row,
                            bool others_decoding) {}
   // The sequence's first device state, before it is uploaded (fields of its own).
   virtual void start(int slot, SeqState& seq) {}

@@ -30,8 +30,8 @@ using Proposers = std::vector<std::unique_ptr<Proposer>>;
 
 // Makes the proposers that apply to an engine (at most one per draft source) and sets them on
 // iter. draft (the engine's draft model) may be null.
-Proposers attach_proposers(Iteration& iter, Backend& be, const EngineFile& file,
-                           const Model& target, Model* draft, int max_batch, int max_k,
+Proposers attach_proposers(Iteration& iter, Backend& be, const EngineFile& file, Model& target,
+                           Model* draft, int max_batch, int max_k,
                            const ProposerOptions& opts = {});
 
 }  // namespace trt_spec

@@ -144,7 +144,8 @@ def cmd_info(args: argparse.Namespace) -> int:
         src = heads["source"]
         print(
             f"draft: {heads['kind']} heads {src['name']} ({src['format']} layout, {src['path']}) "
-            f"config {json.dumps(heads['config'])}, weights {heads['weight_bytes'] / 1e6:.1f} MB "
+            f"config {json.dumps({k: v for k, v in heads['config'].items() if k != 'rope_freq'})}"
+            f", weights {heads['weight_bytes'] / 1e6:.1f} MB "
             f"{heads['tensor_type_counts']}"
         )
     weights = sum(m["weight_bytes"] for m in meta["models"].values())

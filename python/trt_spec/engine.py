@@ -235,7 +235,8 @@ class Engine:
     @property
     def draft_kind(self) -> str | None:
         """The kind of the engine's draft: ``"model"`` (a draft model), ``"pard"`` (a PARD
-        parallel draft model), ``"medusa"`` (Medusa heads), or None without one."""
+        parallel draft model), ``"eagle3"`` (an EAGLE-3 head), ``"medusa"`` (Medusa heads), or
+        None without one."""
         draft = self.metadata["models"].get("draft")
         if draft is not None:
             return "pard" if "pard" in draft else "model"

@@ -11,6 +11,7 @@
 #include "kernels/cuda/random_fill.cuh"
 #include "kernels/cuda/sampling.cuh"
 #include "spec/draft_model_kernels.cuh"
+#include "spec/eagle3_kernels.cuh"
 #include "spec/lookup_kernels.cuh"
 #include "spec/medusa_kernels.cuh"
 #include "spec/pard_kernels.cuh"
@@ -167,6 +168,27 @@ size_t emu_medusa_topk_bytes(int B) {
 void emu_spec_medusa_keep(const void* seqs, const int32_t* slots, int B, int k, const float* hidden,
                           int dim, float* kept) {
   launch_medusa_keep(nullptr, static_cast<const SeqState*>(seqs), slots, B, k, hidden, dim, kept);
+}
+
+// rows: tokens, pos, slot, src [B (k + 1)] each; last [B].
+void emu_spec_eagle3_absorb(const void* seqs, const int32_t* slots, int B, int k, int max_seq,
+                            int32_t* tok, int32_t* pos, int32_t* slot, int32_t* src,
+                            int32_t* last) {
+  launch_eagle3_absorb(nullptr, static_cast<const SeqState*>(seqs), slots, B, k, max_seq,
+                       Eagle3Rows{tok, pos, slot, src}, last);
+}
+
+// next: tokens, pos, slot [B] each.
+void emu_spec_eagle3_chain(void* seqs, const int32_t* slots, int B, int j, int max_seq,
+                           const float* logits, int draft_vocab, const int32_t* tokens,
+                           int32_t* tok, int32_t* pos, int32_t* slot, int threads) {
+  launch_eagle3_chain(nullptr, static_cast<SeqState*>(seqs), slots, B, j, max_seq, logits,
+                      draft_vocab, tokens, Eagle3Rows{tok, pos, slot}, threads);
+}
+
+void emu_spec_eagle3_keep(const int32_t* slots, int B, const int32_t* rows, const float* x, int dim,
+                          float* feat) {
+  launch_eagle3_keep(nullptr, slots, B, rows, x, dim, feat);
 }
 
 void emu_spec_lookup(void* seqs, const int32_t* slots, int B, const int32_t* history,

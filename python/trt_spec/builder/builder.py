@@ -32,13 +32,13 @@ from pathlib import Path
 import numpy as np
 
 from trt_spec import _core
+from trt_spec.builder.draft_heads import HeadsSource, check_heads, is_heads, open_heads
 from trt_spec.builder.draft_vocab import (
     DraftVocab,
     choose_draft_vocab,
     file_corpus,
     stdlib_corpus,
 )
-from trt_spec.builder.medusa_source import HeadsSource, engine_arrays, is_medusa, open_medusa
 from trt_spec.builder.schema import engine_tensors
 from trt_spec.builder.source import BuildError, ModelSource, open_source, sha256_file
 from trt_spec.builder.writer import EngineWriter
@@ -258,38 +258,27 @@ def _write_model(
 def _write_heads(
     writer: EngineWriter, src: HeadsSource, weights: str, on_tensor: TensorProgress
 ) -> dict:
-    """The draft heads' tensors (medusa_source.engine_arrays) and metadata entry."""
-    c = src.config
-    total = c["n_heads"] * (2 * c["n_layers"] + 1)
+    """The draft heads' tensors (their kind's reader's arrays) and metadata entry."""
     tensors: dict[str, dict] = {}
     types: dict[str, int] = {}
     weight_bytes = 0
-    for k, (name, w, head) in enumerate(engine_arrays(src)):
+    for k, (name, w, head) in enumerate(src.arrays()):
         type_name = choose_type(weights, name, w.shape, 16.0, head, lean=True)
         blob, err = _encode(w, type_name)
         tensors[name] = writer.add(blob, type_name, tuple(int(d) for d in w.shape))
         weight_bytes += blob.size
         types[type_name] = types.get(type_name, 0) + 1
-        on_tensor("draft", k + 1, total, f"draft: [{k + 1}/{total}] {name} -> {type_name}")
+        on_tensor("draft", k + 1, src.count, f"draft: [{k + 1}/{src.count}] {name} -> {type_name}")
     return {
         "kind": src.kind,
         "source": {"path": src.path.name, "format": src.layout, "name": src.name},
-        "config": dict(c),
+        "config": dict(src.config),
         "weights": weights,
         "weight_bytes": weight_bytes,
         "tensor_type_counts": types,
         "tensors": tensors,
+        **src.extra,
     }
-
-
-def check_heads(target: ModelSource, heads: HeadsSource) -> None:
-    """Draft heads read the target's hidden state and score its vocabulary: both must fit."""
-    t, h = target.config, heads.config
-    if h["dim"] != t["dim"] or h["vocab_size"] != t["vocab_size"]:
-        raise BuildError(
-            f"{heads.path}: {heads.kind} heads of hidden size {h['dim']} and vocabulary "
-            f"{h['vocab_size']} do not fit the target's ({t['dim']}, {t['vocab_size']})"
-        )
 
 
 def _available_cpus() -> int:
@@ -357,7 +346,7 @@ def build_engine(
     low = 1 if draft is not None else 0
     if not low <= draft_len <= _core.MAX_DRAFT_LEN:
         raise BuildError(f"draft_len must be in [{low}, {_core.MAX_DRAFT_LEN}], got {draft_len}")
-    heads_dir = draft is not None and is_medusa(draft)
+    heads_dir = draft is not None and is_heads(draft)
     if draft_vocab is not None and (draft is None or heads_dir):
         raise BuildError("--draft-vocab needs --draft with a draft model: it reduces its head")
     if draft_vocab_corpus is not None and draft_vocab is None:
@@ -369,8 +358,8 @@ def build_engine(
     heads = None
     if draft is not None and heads_dir:
         say(f"reading draft heads {draft}")
-        heads = open_medusa(draft)
-        check_heads(tgt, heads)
+        heads = open_heads(draft)
+        check_heads(tgt.config, heads)
     elif draft is not None:
         say(f"reading draft {draft}")
         dft = open_source(draft)

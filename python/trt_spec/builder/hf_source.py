@@ -85,14 +85,18 @@ def _header(file: Path) -> tuple[dict, int]:
     return header, 8 + n
 
 
-def safetensors_tensors(file: Path) -> dict[str, SourceTensor]:
-    """Every tensor of a safetensors file, by its name, decoded to float32 on demand."""
+def safetensors_tensors(file: Path, *, integers: bool = False) -> dict[str, SourceTensor]:
+    """Every tensor of a safetensors file, by its name, decoded to float32 on demand; with
+    ``integers``, integer and boolean tensors too (as float32: exact below 2**24)."""
     header, data_start = _header(file)
     out: dict[str, SourceTensor] = {}
     for name, info in header.items():
         if name == "__metadata__":
             continue
         dtype, shape = info["dtype"], tuple(info["shape"])
+        if integers and dtype in ("I64", "I32", "I16", "I8", "U8", "BOOL"):
+            out[name] = SourceTensor(shape, dtype, 32.0, _loader(file, name))
+            continue
         if dtype not in _BITS:
             raise BuildError(f"{file}: tensor {name} has dtype {dtype}, not supported")
         if dtype == "BF16":

@@ -18,14 +18,13 @@ A ``medusa_heads.`` or ``medusa_head.`` prefix on the names is accepted.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from trt_spec.builder.hf_source import safetensors_tensors
+from trt_spec.builder.draft_heads import HeadsSource, read_config, read_tensors
 from trt_spec.builder.source import BuildError
 
 KIND = "medusa"
@@ -36,28 +35,13 @@ Loader = Callable[[], np.ndarray]
 
 
 @dataclass
-class HeadsSource:
-    """Draft heads as the builder sees them: config, float32 loaders by engine tensor role."""
+class MedusaHeads:
+    """Medusa heads: config, float32 loaders by engine tensor role."""
 
-    path: Path
-    kind: str
-    layout: str  # "fasterdecoding" or "vllm"
-    name: str
     config: dict  # n_heads, n_layers, dim, vocab_size
     res_weight: list[list[Loader]]  # [head][layer] -> [dim, dim]
     res_bias: list[list[Loader | None]]  # [head][layer] -> [dim], None: no bias
     head_weight: list[Loader]  # [head] -> [vocab, dim]
-
-
-def _config(folder: Path) -> dict:
-    p = folder / "config.json"
-    if not p.is_file():
-        return {}
-    try:
-        cfg = json.loads(p.read_text())
-    except ValueError as e:
-        raise BuildError(f"{p}: invalid JSON ({e})") from e
-    return cfg if isinstance(cfg, dict) else {}
 
 
 def is_medusa(path: str | Path) -> bool:
@@ -65,7 +49,7 @@ def is_medusa(path: str | Path) -> bool:
     folder = Path(path)
     if not folder.is_dir():
         return False
-    cfg = _config(folder)
+    cfg = read_config(folder)
     return (
         "medusa_num_heads" in cfg
         or cfg.get("model_type") == KIND
@@ -81,28 +65,6 @@ def _strip(name: str) -> str:
     return name
 
 
-def _tensors(files: list[Path]) -> dict[str, tuple[tuple[int, ...], Loader]]:
-    """Every tensor of the files: name (prefix stripped) -> (shape, float32 loader)."""
-    out: dict[str, tuple[tuple[int, ...], Loader]] = {}
-    for file in files:
-        if file.suffix == ".safetensors":
-            for name, t in safetensors_tensors(file).items():
-                out[_strip(name)] = (tuple(t.shape), t.load)
-            continue
-        try:
-            import torch
-        except ImportError as e:
-            raise BuildError(f"{file}: reading a PyTorch checkpoint needs torch installed") from e
-        try:
-            state = torch.load(str(file), map_location="cpu", weights_only=True)
-        except Exception as e:
-            raise BuildError(f"{file}: cannot read ({type(e).__name__}: {e})") from e
-        for name, t in state.items():
-            arr = t.detach().float().numpy()
-            out[_strip(name)] = (tuple(arr.shape), lambda a=arr: np.ascontiguousarray(a))
-    return out
-
-
 def _need(tensors: dict, name: str, folder: Path) -> tuple[tuple[int, ...], Loader]:
     if name not in tensors:
         raise BuildError(f"{folder}: Medusa heads lack tensor {name}")
@@ -112,11 +74,11 @@ def _need(tensors: dict, name: str, folder: Path) -> tuple[tuple[int, ...], Load
 def open_medusa(path: str | Path) -> HeadsSource:
     """The Medusa heads in ``path`` (a folder), checked for consistent shapes."""
     folder = Path(path)
-    cfg = _config(folder)
+    cfg = read_config(folder)
     fd = [folder / f for f in _FD_FILES if (folder / f).is_file()]
     if fd:
         layout = "fasterdecoding"
-        tensors = _tensors(fd[:1])
+        tensors = read_tensors(fd[:1], _strip)
         heads = int(cfg.get("medusa_num_heads", 0)) or 1 + max(
             (int(n.split(".")[0]) for n in tensors if n.split(".")[0].isdigit()), default=-1
         )
@@ -129,7 +91,7 @@ def open_medusa(path: str | Path) -> HeadsSource:
         if not files:
             raise BuildError(f"{folder}: Medusa heads without *.safetensors or pytorch_model.bin")
         layout = "vllm"
-        tensors = _tensors(files)
+        tensors = read_tensors(files, _strip)
         if "num_heads" not in cfg:
             raise BuildError(f"{folder}/config.json: Medusa heads need num_heads")
         heads = int(cfg["num_heads"])
@@ -169,19 +131,24 @@ def open_medusa(path: str | Path) -> HeadsSource:
         res_weight.append(ws)
         res_bias.append(bs)
         head_weight.append(load)
-    return HeadsSource(
-        path=folder,
-        kind=KIND,
-        layout=layout,
-        name=str(cfg.get("_name_or_path") or folder.name),
+    m = MedusaHeads(
         config={"n_heads": heads, "n_layers": layers, "dim": int(dim), "vocab_size": int(vocab)},
         res_weight=res_weight,
         res_bias=res_bias,
         head_weight=head_weight,
     )
+    return HeadsSource(
+        path=folder,
+        kind=KIND,
+        layout=layout,
+        name=str(cfg.get("_name_or_path") or folder.name),
+        config=m.config,
+        count=heads * (2 * layers + 1),
+        arrays=lambda: engine_arrays(m),
+    )
 
 
-def engine_arrays(src: HeadsSource) -> Iterator[tuple[str, np.ndarray, bool]]:
+def engine_arrays(src: MedusaHeads) -> Iterator[tuple[str, np.ndarray, bool]]:
     """The engine's tensors of the heads, in file order, one at a time: (name, float32 array,
     whether it is an output head). A block's weight is stored [2 dim, dim] as rows [W; 0] and
     its bias [2 dim] as [b; 1]: the SiLU gate in the form the runtime's swiglu op takes
