@@ -6,8 +6,10 @@ the published files (config.json, model.safetensors or pytorch_model.bin)."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
+import numpy as np
 import torch
 from safetensors.torch import save_file
 from torch import nn
@@ -15,6 +17,27 @@ from torch import nn
 
 def _rms(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+
+
+def rope_inv_freq(head_dim: int, theta: float, scaling: dict | None = None) -> torch.Tensor:
+    """RoPE's inverse frequencies [head_dim / 2] (float32), with Hugging Face's ``linear`` or
+    ``llama3`` scaling (its _compute_llama3_parameters) when ``scaling`` names one."""
+    inv = 1.0 / theta ** (torch.arange(0, head_dim, 2).float() / head_dim)
+    kind = (scaling or {}).get("rope_type", (scaling or {}).get("type"))
+    if kind in (None, "default"):
+        return inv
+    factor = scaling["factor"]
+    if kind == "linear":
+        return inv / factor
+    assert kind == "llama3", kind
+    low, high = scaling["low_freq_factor"], scaling["high_freq_factor"]
+    old = scaling["original_max_position_embeddings"]
+    wavelen = 2 * math.pi / inv
+    scaled = torch.where(wavelen > old / low, inv / factor, inv)
+    smooth = (old / wavelen - low) / (high - low)
+    smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+    medium = ~(wavelen < old / high) * ~(wavelen > old / low)
+    return torch.where(medium, smoothed, scaled)
 
 
 def _rotate(x: torch.Tensor, pos: torch.Tensor, inv_freq: torch.Tensor) -> torch.Tensor:
@@ -56,7 +79,9 @@ class MidLayer(nn.Module):
 
 class Eagle3Head(nn.Module):
     """fc over the 3 taps, one layer over [norm(embedding); norm(feature)], norm and lm_head over
-    the draft vocabulary; d2t / t2d map it to the target's."""
+    the draft vocabulary; d2t / t2d map it to the target's. ``norm_before_residual``: the
+    layer's residual is hidden_norm(feature) instead of the feature; ``rope_scaling``: Hugging
+    Face's ``linear`` or ``llama3`` dict (see rope_inv_freq)."""
 
     def __init__(
         self,
@@ -68,9 +93,12 @@ class Eagle3Head(nn.Module):
         ffn: int = 256,
         eps: float = 1e-6,
         theta: float = 10000.0,
+        norm_before_residual: bool = False,
+        rope_scaling: dict | None = None,
     ) -> None:
         super().__init__()
         self.dim, self.vocab, self.eps = dim, vocab, eps
+        self.norm_before_residual = norm_before_residual
         head_dim = dim // heads
         self.fc = nn.Linear(3 * dim, dim, bias=False)
         self.midlayer = MidLayer(dim, heads, kv_heads, head_dim, ffn)
@@ -81,10 +109,15 @@ class Eagle3Head(nn.Module):
         t2d = torch.zeros(vocab, dtype=torch.bool)
         t2d[ids] = True
         self.register_buffer("t2d", t2d)
-        self.register_buffer(
-            "inv_freq", 1.0 / theta ** (torch.arange(0, head_dim, 2).float() / head_dim)
+        self.register_buffer("inv_freq", rope_inv_freq(head_dim, theta, rope_scaling))
+        self.cfg = dict(
+            heads=heads,
+            kv_heads=kv_heads,
+            head_dim=head_dim,
+            ffn=ffn,
+            theta=theta,
+            rope_scaling=rope_scaling,
         )
-        self.cfg = dict(heads=heads, kv_heads=kv_heads, head_dim=head_dim, ffn=ffn, theta=theta)
 
     def _qkv(self, embed: torch.Tensor, g: torch.Tensor, pos: torch.Tensor):
         m, a = self.midlayer, self.midlayer.self_attn
@@ -99,7 +132,8 @@ class Eagle3Head(nn.Module):
 
     def _finish(self, g: torch.Tensor, att: torch.Tensor) -> torch.Tensor:
         m = self.midlayer
-        h = g + m.self_attn.o_proj(att.flatten(-2))
+        r = _rms(g, m.hidden_norm, self.eps) if self.norm_before_residual else g
+        h = r + m.self_attn.o_proj(att.flatten(-2))
         y = _rms(h, m.post_attention_layernorm, self.eps)
         return h + m.mlp.down_proj(nn.functional.silu(m.mlp.gate_proj(y)) * m.mlp.up_proj(y))
 
@@ -222,9 +256,10 @@ def train_head(
 
 def reference_logits(
     head: Eagle3Head, model, ids: list[int], next_token: int, taps: list[int]
-) -> torch.Tensor:
-    """The head's draft-vocabulary logits [n, draft_vocab] over a prompt: row p reads the token
-    at p + 1 (next_token after the last) and the target's taps at p, causal over rows <= p."""
+) -> np.ndarray:
+    """The head's draft-vocabulary logits [n, draft_vocab] (numpy) over a prompt: row p reads
+    the token at p + 1 (next_token after the last) and the target's taps at p, causal over rows
+    <= p."""
     x = torch.tensor([ids])
     aux = target_taps(model, x, taps)[0]
     tok = torch.tensor(ids[1:] + [next_token])
@@ -255,9 +290,16 @@ def reduce_vocab(head: Eagle3Head, seqs: torch.Tensor, draft_vocab: int) -> Eagl
     return out
 
 
-def save_head(head: Eagle3Head, folder: Path, taps: list[int] | None, bin: bool = False) -> Path:
+def save_head(
+    head: Eagle3Head,
+    folder: Path,
+    taps: list[int] | None,
+    bin: bool = False,
+    config_extra: dict | None = None,
+) -> Path:
     """The head in the published layout: config.json (LlamaForCausalLMEagle3) and the weights
-    (model.safetensors, or pytorch_model.bin)."""
+    (model.safetensors, or pytorch_model.bin); the taps, when given, in eagle_config;
+    ``config_extra``: more config.json keys (replacing those written)."""
     folder.mkdir(parents=True, exist_ok=True)
     state = {
         k: v.detach().clone().contiguous() for k, v in head.state_dict().items() if k != "inv_freq"
@@ -282,7 +324,12 @@ def save_head(head: Eagle3Head, folder: Path, taps: list[int] | None, bin: bool 
         "rms_norm_eps": head.eps,
         "rope_theta": head.cfg["theta"],
     }
+    if head.norm_before_residual:
+        cfg["norm_before_residual"] = True
+    if head.cfg["rope_scaling"] is not None:
+        cfg["rope_scaling"] = head.cfg["rope_scaling"]
     if taps is not None:
         cfg["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": taps}
+    cfg.update(config_extra or {})
     (folder / "config.json").write_text(json.dumps(cfg))
     return folder

@@ -8,7 +8,8 @@ authors publish (``yuhuili/EAGLE3-*``), which vLLM and SGLang load:
   config.json   ``architectures: ["LlamaForCausalLMEagle3"]``, ``hidden_size``,
                 ``num_attention_heads``, ``num_key_value_heads``, ``head_dim``,
                 ``intermediate_size``, ``vocab_size``, ``draft_vocab_size``, ``rms_norm_eps``,
-                ``rope_theta``, ``rope_scaling``; the taps in ``eagle_aux_hidden_state_layer_ids``
+                ``rope_theta``, ``rope_scaling`` (or transformers 5's ``rope_parameters``),
+                ``norm_before_residual``; the taps in ``eagle_aux_hidden_state_layer_ids``
                 (top level or in ``eagle_config``), by default (2, L // 2, L - 3) of the target's
                 L layers, a tap t being the stream entering layer t (t = L: after the last one);
   weights       ``*.safetensors`` or ``pytorch_model.bin``: ``fc.weight`` [hidden, 3 hidden],
@@ -18,7 +19,7 @@ authors publish (``yuhuili/EAGLE3-*``), which vLLM and SGLang load:
                 ``lm_head.weight`` [draft_vocab, hidden], ``d2t`` [draft_vocab] (draft token i is
                 target token i + d2t[i]) and ``t2d``. A ``model.`` prefix and ``layers.0.`` for
                 ``midlayer.`` (SpecForge's and vLLM's exports) are accepted; an ``embed_tokens``
-                is ignored (the target's table is the head's).
+                is ignored (the target's table is the head's); biases are not supported.
 
 The engine's tensors (``eagle3.*``, cpp/spec/eagle3_proposer.h) split fc into its three column
 blocks and q, k, v into their embedding and feature halves, so that the runtime needs no
@@ -66,15 +67,18 @@ def rope_frequencies(head_dim: int, theta: float, scaling: dict | None) -> np.nd
     if not scaling:
         return inv
     kind = scaling.get("rope_type", scaling.get("type"))
-    factor = float(scaling.get("factor", 1.0))
     if kind in (None, "default"):
         return inv
-    if kind == "linear":
-        return (inv / factor).astype(np.float32)
-    if kind != "llama3":
+    if kind not in ("linear", "llama3"):
         raise BuildError(f"EAGLE-3 head: rope_scaling {kind!r} is not supported")
-    low, high = float(scaling["low_freq_factor"]), float(scaling["high_freq_factor"])
-    old = float(scaling["original_max_position_embeddings"])
+    try:
+        factor = float(scaling["factor"])
+        if kind == "linear":
+            return (inv / factor).astype(np.float32)
+        low, high = float(scaling["low_freq_factor"]), float(scaling["high_freq_factor"])
+        old = float(scaling["original_max_position_embeddings"])
+    except (KeyError, TypeError, ValueError) as e:
+        raise BuildError(f"EAGLE-3 head: rope_scaling {kind!r}: missing or bad {e}") from e
     wavelen = 2 * np.pi / inv
     scaled = np.where(wavelen > old / low, inv / factor, inv)
     smooth = (old / wavelen - low) / (high - low)
@@ -90,7 +94,11 @@ def _taps(cfg: dict) -> list[int] | None:
         ids = inner.get("eagle_aux_hidden_state_layer_ids")
     if ids is None:
         return None
-    if not isinstance(ids, list) or len(ids) != 3 or not all(isinstance(i, int) for i in ids):
+    if (
+        not isinstance(ids, list)
+        or len(ids) != 3
+        or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids)
+    ):
         raise BuildError(f"EAGLE-3 head: eagle_aux_hidden_state_layer_ids must list 3 ints: {ids}")
     return ids
 
@@ -121,7 +129,7 @@ def open_eagle3(path: str | Path) -> HeadsSource:
             f"differs from its hidden_size ({D}) is not supported"
         )
     tensors = read_tensors(files, _rename, integers=True)
-    biases = [n for n in tensors if n.startswith("midlayer.") and n.endswith(".bias")]
+    biases = [n for n in tensors if n.endswith(".bias")]  # fc's, the layer's, lm_head's
     if biases:
         raise BuildError(f"{folder}: EAGLE-3 heads with biases ({biases[0]}) are not supported")
 
@@ -159,6 +167,8 @@ def open_eagle3(path: str | Path) -> HeadsSource:
     ids = np.arange(Vd, dtype=np.int64) + offsets
     if ids.min() < 0 or ids.max() >= V or np.unique(ids).size != Vd:
         raise BuildError(f"{folder}: d2t maps the draft vocabulary outside [0, {V}) or twice")
+    rope = cfg.get("rope_parameters") if isinstance(cfg.get("rope_parameters"), dict) else {}
+    theta = float(cfg.get("rope_theta", rope.get("rope_theta", 10000.0)))
     config = {
         "dim": D,
         "n_heads": H,
@@ -171,10 +181,7 @@ def open_eagle3(path: str | Path) -> HeadsSource:
         "taps": _taps(cfg),
         "norm_before_residual": bool(cfg.get("norm_before_residual", False)),
         "rope_freq": [
-            float(f)
-            for f in rope_frequencies(
-                hd, float(cfg.get("rope_theta", 10000.0)), cfg.get("rope_scaling")
-            )
+            float(f) for f in rope_frequencies(hd, theta, cfg.get("rope_scaling") or rope)
         ],
     }
 
@@ -211,7 +218,7 @@ def open_eagle3(path: str | Path) -> HeadsSource:
         layout="eagle",
         name=str(cfg.get("_name_or_path") or folder.name),
         config=config,
-        count=15,
+        count=13,  # the tensors arrays() yields
         arrays=arrays,
         extra={"draft_tokens": [int(i) for i in ids]},
         fit=fit,

@@ -6,10 +6,11 @@ In order of precedence, a value is:
 2. the name of a model in trt-spec's registry (:data:`trt_spec.models.MODELS`), fetched on
    demand into trt-spec's cache;
 3. a Hugging Face Hub model id, ``org/name`` (a safetensors model: its ``config.json``,
-   tokenizer files and ``*.safetensors``), or ``org/name:path/in/repo.gguf`` (one GGUF file of
-   the repository). Files come through ``huggingface_hub`` and its cache (``HF_HUB_CACHE``,
-   ``HF_HOME``); ``revision`` picks a branch, tag or commit. Offline (``offline=True`` or
-   ``HF_HUB_OFFLINE=1``) only the cache is read.
+   tokenizer files and ``*.safetensors``; draft heads without ``*.safetensors``: their
+   ``pytorch_model.bin`` or ``medusa_lm_head.pt``), or ``org/name:path/in/repo.gguf`` (one
+   GGUF file of the repository). Files come through ``huggingface_hub`` and its cache
+   (``HF_HUB_CACHE``, ``HF_HOME``); ``revision`` picks a branch, tag or commit. Offline
+   (``offline=True`` or ``HF_HUB_OFFLINE=1``) only the cache is read.
 
 Anything else, and every Hub failure (not cached while offline, no such repository, revision
 or file), is a :class:`~trt_spec.builder.source.BuildError` with a one-line message.
@@ -31,6 +32,9 @@ Progress = Callable[[str], None]
 _HUB_ID = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.-]*/[\w.-]+)(?::(?P<file>[^:]+\.gguf))?$")
 #: The files a safetensors model needs (config, weights, tokenizer, chat template).
 HF_MODEL_FILES = ["*.json", "*.safetensors", "tokenizer*", "*.jinja"]
+#: Draft heads published as PyTorch checkpoints only (EAGLE-3's ``pytorch_model.bin``, Medusa's
+#: ``medusa_lm_head.pt``): fetched when a repository of heads has no ``*.safetensors``.
+HEADS_CHECKPOINT_FILES = ["pytorch_model*.bin", "medusa_lm_head.pt", "medusa_lm_head.bin"]
 
 
 def parse_hub_id(value: str) -> tuple[str, str | None] | None:
@@ -109,14 +113,20 @@ def hub_download(
                 )
             )
         else:
-            path = Path(
-                huggingface_hub.snapshot_download(
-                    repo_id,
-                    revision=revision,
-                    allow_patterns=HF_MODEL_FILES,
-                    local_files_only=offline,
+
+            def snapshot(patterns: list[str]) -> Path:
+                return Path(
+                    huggingface_hub.snapshot_download(
+                        repo_id,
+                        revision=revision,
+                        allow_patterns=patterns,
+                        local_files_only=offline,
+                    )
                 )
-            )
+
+            path = snapshot(HF_MODEL_FILES)
+            if _heads_without_safetensors(path):
+                path = snapshot(HEADS_CHECKPOINT_FILES)
     except errors.LocalEntryNotFoundError:
         how = (
             "offline mode is on (--offline or HF_HUB_OFFLINE)"
@@ -151,3 +161,15 @@ def hub_download(
             f"the repository write {repo_id}:{name}"
         )
     return path
+
+
+def _heads_without_safetensors(folder: Path) -> bool:
+    """Whether a fetched snapshot is draft heads (draft_heads.py) whose weights are not in
+    ``*.safetensors``: their PyTorch checkpoint is still to fetch."""
+    from trt_spec.builder.draft_heads import is_heads
+
+    return (
+        (folder / "config.json").is_file()
+        and not any(folder.glob("*.safetensors"))
+        and is_heads(folder)
+    )
