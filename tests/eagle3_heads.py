@@ -137,16 +137,6 @@ class Eagle3Head(nn.Module):
         y = _rms(h, m.post_attention_layernorm, self.eps)
         return h + m.mlp.down_proj(nn.functional.silu(m.mlp.gate_proj(y)) * m.mlp.up_proj(y))
 
-    def step(
-        self, embed: torch.Tensor, g: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor
-    ) -> torch.Tensor:
-        """One pass of the layer over rows [..., T]: embeddings and features [..., T, dim],
-        positions [T], mask [T, T] (True: row i attends row j) -> the rows' outputs
-        [..., T, dim] (pre-norm)."""
-        q, k, v = self._qkv(embed, g, pos)
-        s = torch.einsum("...ihd,...jhd->...hij", q, k).masked_fill(~mask, float("-inf"))
-        return self._finish(g, torch.einsum("...hij,...jhd->...ihd", s.softmax(-1), v))
-
     def chain_step(
         self,
         embed: torch.Tensor,
@@ -154,10 +144,10 @@ class Eagle3Head(nn.Module):
         pos: torch.Tensor,
         cache: list[tuple[torch.Tensor, torch.Tensor]],
     ) -> torch.Tensor:
-        """Chain step d = len(cache) over rows [n, R] as the runtime runs it: row p (position
-        pos[p]) attends the first pass's keys of rows 0 .. p and the keys of row p at each later
-        step (its own chain), its own included; cache: the earlier steps' (k, v) [n, >= R, h, hd],
-        this step's appended."""
+        """Chain step d = len(cache) over rows [n, R] as the runtime runs it (d = 0: the first,
+        causal pass over the positions): row p (position pos[p]) attends the first pass's keys
+        of rows 0 .. p and the keys of row p at each later step (its own chain), its own
+        included; cache: the earlier steps' (k, v) [n, >= R, h, hd], this step's appended."""
         q, k, v = self._qkv(embed, g, pos)
         R = q.shape[-3]
         cache.append((k, v))
@@ -266,8 +256,8 @@ def reference_logits(
     n = len(ids)
     with torch.no_grad():
         e = model.get_input_embeddings()(tok)
-        out = head.step(e, head.fc(aux), torch.arange(n), torch.ones(n, n, dtype=torch.bool).tril())
-        return head.logits(out).numpy()
+        out = head.chain_step(e[None], head.fc(aux)[None], torch.arange(n), [])  # (first pass)
+        return head.logits(out[0]).numpy()
 
 
 def reduce_vocab(head: Eagle3Head, seqs: torch.Tensor, draft_vocab: int) -> Eagle3Head:

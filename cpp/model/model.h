@@ -54,6 +54,8 @@ class Model {
   void set_taps(const std::vector<int>& layers);
   const std::vector<int>& tap_layers() const { return tap_layers_; }
   float* tap(int t) const { return taps_[t].as<float>(); }
+  // 0, 1, .. max_rows - 1 in backend memory (row lists of whole passes), once taps are set.
+  const int32_t* row_ids() const { return tap_rows_.as<int32_t>(); }
   // The token embedding table [vocab, dim] (a feature-level draft head shares it).
   const WeightView& embedding() const { return tok_embd_; }
 

@@ -79,7 +79,7 @@ Eagle3Proposer::Eagle3Proposer(Backend& be, const EngineFile& file, Model& targe
 
   // Its cache (one layer, f32) and RoPE tables from the inverse frequencies (scaling applied).
   max_seq_ = target.limits().max_seq;
-  max_rows_ = std::max(target.limits().max_rows, max_batch * (max_k + 1));
+  max_rows_ = target.limits().max_rows;  // (>= max_batch (max_k + 1): Iteration checks it)
   kv_ = KvCache{nullptr, nullptr, KvType::F32, max_batch, 1, kv_heads, max_seq_, hd};
   k_buf_ = BackendBuffer(be, kv_.elements() * 4);
   v_buf_ = BackendBuffer(be, kv_.elements() * 4);
@@ -114,10 +114,6 @@ Eagle3Proposer::Eagle3Proposer(Backend& be, const EngineFile& file, Model& targe
   slot_ = ints();
   src_ = ints();
   last_ = ints();
-  ident_ = ints();
-  std::vector<int32_t> id(R);
-  std::iota(id.begin(), id.end(), 0);
-  be.upload(ident_.as<void>(), id.data(), R * 4);
   feat_ = BackendBuffer(be, static_cast<size_t>(max_batch) * D * 4);
   pend_ = BackendBuffer(be, static_cast<size_t>(max_batch) * 3 * D * 4);
   const auto rows_of = [&](size_t cols) { return BackendBuffer(be, R * cols * 4); };
@@ -154,7 +150,7 @@ void Eagle3Proposer::layer(const Rows& r, int n, const float* g, float* out) {
   be_.embed(target_.embedding(), r.tokens, n, e);  // [n, D]
   be_.rmsnorm(e, input_norm_, eps_, n, D, en);
   be_.rmsnorm(g, hidden_norm_, eps_, n, D, gn);
-  be_.gather_rows(norm_before_residual_ ? gn : g, ident_.as<int32_t>(), n, D, out);  // residual
+  be_.gather_rows(norm_before_residual_ ? gn : g, target_.row_ids(), n, D, out);  // residual
   be_.linear(qkv_e_, WeightView{}, en, n, qkv);  // [n, qkv]: the embedding half of x
   be_.linear_residual(qkv_h_, gn, n, qkv, tmp);  // and the feature half
   be_.rope(qkv, r.pos, n, attn_, cos_.as<float>(), sin_.as<float>());
@@ -215,7 +211,7 @@ void Eagle3Proposer::start(int slot, SeqState& seq) {
   const float* taps[3] = {p, p + D, p + 2 * D};
   fuse(taps, 1, g_.as<float>());
   layer(rows(), 1, g_.as<float>(), x_.as<float>());
-  ops_->keep(slot_.as<int32_t>(), 1, ident_.as<int32_t>(), x_.as<float>(), D, feat_.as<float>());
+  ops_->keep(slot_.as<int32_t>(), 1, target_.row_ids(), x_.as<float>(), D, feat_.as<float>());
   ready_[slot] = 1;
 }
 
@@ -250,15 +246,14 @@ void Eagle3Proposer::issue_after_accept(IterationContext& ctx) {
 
 std::vector<float> Eagle3Proposer::prompt_logits(const std::vector<int32_t>& ids, int32_t next) {
   const int n = static_cast<int>(ids.size());
-  if (n < 1 || n > target_.limits().max_rows || n > max_rows_)
-    throw InvalidArgument("eagle3 prompt_logits: 1 to max_rows tokens");
+  if (n < 1 || n > max_rows_) throw InvalidArgument("eagle3 prompt_logits: 1 to max_rows tokens");
   std::vector<int32_t> pos(n), slots(n, 0), tok(ids.begin() + 1, ids.end());
   tok.push_back(next);
   std::iota(pos.begin(), pos.end(), 0);
   be_.upload(tok_.as<void>(), ids.data(), n * 4);
   be_.upload(pos_.as<void>(), pos.data(), n * 4);
   be_.upload(slot_.as<void>(), slots.data(), n * 4);
-  target_.forward(rows(), n, ident_.as<int32_t>(), 0, nullptr);  // (its taps)
+  target_.forward(rows(), n, target_.row_ids(), 0, nullptr);  // (its taps)
   be_.upload(tok_.as<void>(), tok.data(), n * 4);
   const float* taps[3] = {target_.tap(0), target_.tap(1), target_.tap(2)};
   fuse(taps, n, g_.as<float>());

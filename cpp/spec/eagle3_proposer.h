@@ -82,11 +82,11 @@ class Eagle3Proposer final : public HeadProposer {
   std::vector<char> pending_;  // [max_batch]: the prompt's last taps wait for the first token
   std::vector<char> ready_;    // [max_batch]: feat holds the sequence's last output
   KvCache kv_;
-  BackendBuffer k_buf_, v_buf_, cos_, sin_;  // cache; RoPE [max_seq, head_dim / 2]
-  BackendBuffer tokens_;                     // [draft_vocab] target id of each draft token
-  BackendBuffer tok_, pos_, slot_, src_, last_, ident_;  // row metadata [max_rows]
-  BackendBuffer feat_;                                   // [max_batch, dim]
-  BackendBuffer pend_;                                   // [max_batch, 3, dim]
+  BackendBuffer k_buf_, v_buf_, cos_, sin_;      // cache; RoPE [max_seq, head_dim / 2]
+  BackendBuffer tokens_;                         // [draft_vocab] target id of each draft token
+  BackendBuffer tok_, pos_, slot_, src_, last_;  // row metadata [max_rows]
+  BackendBuffer feat_;                           // [max_batch, dim]
+  BackendBuffer pend_;                           // [max_batch, 3, dim]
   // Scratch, [max_rows, *]
   BackendBuffer a_[3], g_, e_, en_, gn_, qkv_, att_, x_, gu_, act_, tmp_, logits_;
 };

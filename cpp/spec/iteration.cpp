@@ -261,28 +261,21 @@ void Iteration::issue_verify(DraftSource source, int k, int rows, int carried, i
   target_.forward(all, rows + carried, carried > 0 ? carry_logit_rows_.as<int32_t>() : ctx.identity,
                   rows + carried_logits, logits, hidden);
   if (rows < n) {
-    // Compacted (host memory): the logits [rows + carried_logits, vocab] spread to the
-    // [B, k + 1] layout and the carried ones after it. Each row moves up (its destination is
+    // Compacted (host memory): each buffer of per-row results [rows + carried, width] spreads to
+    // the [B, k + 1] layout with its carried rows after it. Each row moves up (its destination is
     // at or past it, in the same order), so the last moves first.
-    const size_t V = vocab_t_;
-    for (int i = carried_logits - 1; i >= 0; --i)
-      std::memmove(logits + (n + i) * V, logits + (rows + i) * V, V * sizeof(float));
-    for (int j = rows - 1; j >= 0; --j)
-      if (live_dest_[j] != j)
-        std::memmove(logits + live_dest_[j] * V, logits + j * V, V * sizeof(float));
-    const size_t D = target_.config().dim;  // (the verify rows' hidden states likewise)
-    for (int j = rows - 1; hidden && j >= 0; --j)
-      if (live_dest_[j] != j)
-        std::memmove(hidden + live_dest_[j] * D, hidden + j * D, D * sizeof(float));
-    // The target's taps of every row (Model::set_taps): the carried rows' to [n, n + carried),
-    // then the verify rows' to their [B, k + 1] rows.
-    for (size_t t = 0; t < target_.tap_layers().size(); ++t) {
-      float* tap = target_.tap(static_cast<int>(t));
-      if (carried > 0) std::memmove(tap + n * D, tap + rows * D, carried * D * sizeof(float));
+    const auto spread = [&](float* buf, size_t width, int carried_rows) {
+      if (carried_rows > 0)
+        std::memmove(buf + n * width, buf + rows * width, carried_rows * width * sizeof(float));
       for (int j = rows - 1; j >= 0; --j)
         if (live_dest_[j] != j)
-          std::memmove(tap + live_dest_[j] * D, tap + j * D, D * sizeof(float));
-    }
+          std::memmove(buf + live_dest_[j] * width, buf + j * width, width * sizeof(float));
+    };
+    const size_t D = target_.config().dim;
+    spread(logits, vocab_t_, carried_logits);  // (only the carried rows' kept logits)
+    if (hidden) spread(hidden, D, 0);
+    for (size_t t = 0; t < target_.tap_layers().size(); ++t)  // (Model::set_taps: every row)
+      spread(target_.tap(static_cast<int>(t)), D, carried);
   }
   ctx.hidden = hidden;  // [B, k + 1, D]
   ctx.k = k;
