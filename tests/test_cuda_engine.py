@@ -101,6 +101,29 @@ def test_greedy_and_sampled_generation_match_cpu(root, weights: str) -> None:
             assert all("l" not in r.stats.sources for r in a + b)  # model drafts only
 
 
+def test_logprobs_match_cpu_and_target_only(root) -> None:
+    """Log-probabilities on the GPU (Backend::logprobs inside the iteration graph): greedy and
+    sampled, the CPU engine's values and target-only decoding's, at batch 4."""
+    g, c = both(spec_pairs.make_pair(root, "noisy", draft_len=4, max_batch=4, weights="f32"))
+    run = dict(max_new_tokens=24, ignore_eos=True, logprobs=5)
+    for kw in [{}, dict(seed=3, **SAMPLING)]:
+        base = g.generate(PROMPTS, draft="none", **run, **kw)
+        for draft in ["model", "lookup"]:
+            a = g.generate(PROMPTS, draft=draft, draft_len=3, **run, **kw)
+            b = c.generate(PROMPTS, draft=draft, draft_len=3, **run, **kw)
+            for x, y in zip(a, b, strict=True):
+                assert x.token_ids == y.token_ids
+                for u, v in zip(x.logprobs, y.logprobs, strict=True):
+                    assert u.logprob == pytest.approx(v.logprob, abs=1e-4)
+                    assert [i for i, _ in u.top] == [i for i, _ in v.top]
+            if not kw or draft == "lookup":  # (tokens of the seed: target-only's)
+                for x, y in zip(a, base, strict=True):
+                    assert x.token_ids == y.token_ids
+                    assert [u.logprob for u in x.logprobs] == pytest.approx(
+                        [u.logprob for u in y.logprobs], abs=1e-5
+                    )
+
+
 @pytest.mark.parametrize(
     "kind", ["same", "noisy", "negated", "padded", "random", "narrow", "pard", "medusa", "eagle3"]
 )

@@ -197,6 +197,93 @@ def test_chat_equals_engine_generate(server: Server, offline: Engine, stream: bo
     assert text == want.text
 
 
+def _chat_logprobs(client, messages, stream: bool, **kw) -> tuple[str, list]:
+    """The answer's text and its logprobs.content entries, streamed or not."""
+    if not stream:
+        r = client.chat.completions.create(model=MODEL, messages=messages, **kw)
+        return r.choices[0].message.content, r.choices[0].logprobs.content
+    text, entries = "", []
+    for c in client.chat.completions.create(model=MODEL, messages=messages, stream=True, **kw):
+        if c.choices:
+            text += c.choices[0].delta.content or ""
+            if c.choices[0].logprobs is not None:
+                entries += c.choices[0].logprobs.content
+    return text, entries
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_chat_logprobs(server: Server, offline: Engine, stream: bool) -> None:
+    """logprobs / top_logprobs through the openai client: the engine's values for the answer's
+    tokens (a final stop token has none), OpenAI's shapes, the same streamed and not, for 8
+    concurrent requests, greedy and sampled."""
+    client = server.client()
+    cases = [
+        ([{"role": "user", "content": f"Say {w}."}], kw)
+        for w in ["one", "two", "three", "four"]
+        for kw in [dict(temperature=0), dict(temperature=0.8, top_p=0.9, seed=3)]
+    ]
+
+    def run(case):
+        messages, kw = case
+        want = offline.generate(messages, max_new_tokens=12, logprobs=3, **kw)
+        text, entries = _chat_logprobs(
+            client, messages, stream, max_tokens=12, logprobs=True, top_logprobs=3, **kw
+        )
+        return want, text, entries
+
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(run, cases))
+    for want, text, entries in results:
+        assert text == want.text
+        n = len(want.token_ids) - (want.finish_reason == "stop_token")
+        assert len(entries) == n
+        joined = b"".join(bytes(e.bytes) for e in entries)  # (the exact bytes of the tokens)
+        assert joined.decode("utf-8", "replace") == want.text
+        for e, w in zip(entries, want.logprobs, strict=False):
+            assert e.token == offline.token_bytes(w.token_id).decode("utf-8", "replace")
+            assert e.logprob == pytest.approx(w.logprob, abs=1e-6)
+            assert [t.logprob for t in e.top_logprobs] == pytest.approx([v for _, v in w.top])
+            assert [t.token for t in e.top_logprobs] == [
+                offline.token_bytes(i).decode("utf-8", "replace") for i, _ in w.top
+            ]
+    bad = server.post(
+        "/v1/chat/completions",
+        {"model": MODEL, "messages": [{"role": "user", "content": "a"}], "top_logprobs": 2},
+    )
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "top_logprobs"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_completion_logprobs(server: Server, offline: Engine, stream: bool) -> None:
+    prompt = "def add(a, b):"
+    want = offline.generate(prompt, max_new_tokens=16, temperature=0, logprobs=2)
+    client = server.client()
+    kw = dict(model=MODEL, prompt=prompt, max_tokens=16, temperature=0, logprobs=2)
+    if stream:
+        tokens, values, tops, offsets, text = [], [], [], [], ""
+        for c in client.completions.create(stream=True, **kw):
+            text += c.choices[0].text
+            if c.choices[0].logprobs is not None:
+                lp = c.choices[0].logprobs
+                tokens += lp.tokens
+                values += lp.token_logprobs
+                tops += lp.top_logprobs
+                offsets += lp.text_offset
+    else:
+        r = client.completions.create(**kw)
+        text, lp = r.choices[0].text, r.choices[0].logprobs
+        tokens, values, tops, offsets = (
+            lp.tokens, lp.token_logprobs, lp.top_logprobs, lp.text_offset
+        )  # fmt: skip
+    assert text == want.text
+    n = len(want.token_ids) - (want.finish_reason == "stop_token")
+    assert len(tokens) == n
+    assert values == pytest.approx([w.logprob for w in want.logprobs[:n]], abs=1e-6)
+    assert offsets == [len("".join(tokens[:i])) for i in range(n)]
+    for top, w in zip(tops, want.logprobs, strict=False):
+        assert len(top) <= 2 and max(top.values()) == pytest.approx(w.top[0][1], abs=1e-6)
+
+
 def test_prediction_is_accepted_and_reported(server: Server, offline: Engine) -> None:
     prompt = "x = 1\ny = 2\n"
     want = offline.generate(prompt, max_new_tokens=24, temperature=0.0)
@@ -346,7 +433,8 @@ BAD = [
     ("top_p range", {"model": MODEL, "prompt": "a", "top_p": 1.5}, 400, "top_p"),
     ("max_tokens range", {"model": MODEL, "prompt": "a", "max_tokens": 0}, 400, "max_tokens"),
     ("n > 1", {"model": MODEL, "prompt": "a", "n": 2}, 400, "n"),
-    ("logprobs", {"model": MODEL, "prompt": "a", "logprobs": 2}, 400, "logprobs"),
+    ("logprobs range", {"model": MODEL, "prompt": "a", "logprobs": 21}, 400, "logprobs"),
+    ("logprobs type", {"model": MODEL, "prompt": "a", "logprobs": True}, 400, "logprobs"),
     ("unknown field", {"model": MODEL, "prompt": "a", "frobnicate": 1}, 400, "frobnicate"),
     ("bad stop", {"model": MODEL, "prompt": "a", "stop": [1]}, 400, "stop"),
     ("bad draft", {"model": MODEL, "prompt": "a", "draft": "magic"}, 400, "draft"),

@@ -180,6 +180,13 @@ class Backend {
   // the state of slot[i] (its params; step counter used then advanced by one).
   virtual void sample(const float* logits, int n, int vocab, const int32_t* slot,
                       SamplingState* states, int32_t* out_tokens) = 0;
+  // Log-probabilities (sampling.h) of n entries: entry i reads logits row rows[i] of
+  // [*, vocab] with the params of states[slot[i]] and writes out [i, kLogprobEntries]: token
+  // tokens[i]'s, then the top `logprobs` candidates (id -1 past them). Entries with rows[i] < 0
+  // or logprobs < 0 are skipped (their output left as it is).
+  virtual void logprobs(const float* logits, int vocab, int n, const int32_t* rows,
+                        const int32_t* tokens, const int32_t* slot, const SamplingState* states,
+                        TokenLogprob* out) = 0;
 
   // ---- Fused ops: the five steps of a transformer layer and the output head (model.cpp) ------
   // Each defaults to the primitive ops above (backend.cpp); a backend that pays per launch (CUDA)

@@ -7,12 +7,16 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/map.h>
 #include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
 #include <map>
 #include <optional>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "engine/scheduler.h"
@@ -27,11 +31,11 @@ inline GenerateRequest make_request(std::vector<int32_t> prompt, int max_new_tok
                                     std::vector<int32_t> stop_ids,
                                     std::vector<std::string> stop_strings,
                                     std::vector<int32_t> prediction, std::string draft,
-                                    std::optional<int> draft_len) {
+                                    std::optional<int> draft_len, int logprobs) {
   GenerateRequest req;
   req.prompt = std::move(prompt);
   req.max_new_tokens = max_new_tokens;
-  req.sampling = SamplingParams{temperature, top_k, top_p, seed};
+  req.sampling = SamplingParams{temperature, top_k, top_p, logprobs, seed};
   req.stop_ids = std::move(stop_ids);
   req.stop_strings = std::move(stop_strings);
   req.prediction = std::move(prediction);
@@ -46,7 +50,7 @@ inline GenerateRequest make_request(std::vector<int32_t> prompt, int max_new_tok
               "top_p"_a = 1.0f, "seed"_a = 0, "stop_ids"_a = std::vector<int32_t>{},          \
               "stop_strings"_a = std::vector<std::string>{},                                  \
               "prediction"_a = std::vector<int32_t>{}, "draft"_a = "auto",                    \
-              "draft_len"_a = nb::none()
+              "draft_len"_a = nb::none(), "logprobs"_a = -1
 
 // Per draft source name: f(source) of each source.
 template <typename F>
@@ -67,11 +71,12 @@ inline void bind_scheduler_types(nb::module_& m) {
           [](GenerateRequest* self, std::vector<int32_t> prompt, int max_new_tokens,
              float temperature, int top_k, float top_p, uint64_t seed,
              std::vector<int32_t> stop_ids, std::vector<std::string> stop_strings,
-             std::vector<int32_t> prediction, std::string draft, std::optional<int> draft_len) {
+             std::vector<int32_t> prediction, std::string draft, std::optional<int> draft_len,
+             int logprobs) {
             new (self) GenerateRequest(make_request(std::move(prompt), max_new_tokens, temperature,
                                                     top_k, top_p, seed, std::move(stop_ids),
                                                     std::move(stop_strings), std::move(prediction),
-                                                    std::move(draft), draft_len));
+                                                    std::move(draft), draft_len, logprobs));
           },
           REQUEST_ARGS)
       .def_rw("prompt", &GenerateRequest::prompt, "Token ids (a copy when read)")
@@ -88,6 +93,10 @@ inline void bind_scheduler_types(nb::module_& m) {
       .def_prop_rw(
           "seed", [](const GenerateRequest& r) { return r.sampling.seed; },
           [](GenerateRequest& r, uint64_t v) { r.sampling.seed = v; })
+      .def_prop_rw(
+          "logprobs", [](const GenerateRequest& r) { return r.sampling.logprobs; },
+          [](GenerateRequest& r, int v) { r.sampling.logprobs = v; },
+          "-1: none; n >= 0: each token's log-probability and its top n candidates' (n <= 20)")
       .def_rw("stop_ids", &GenerateRequest::stop_ids, "Generation ends after emitting one")
       .def_rw("stop_strings", &GenerateRequest::stop_strings, "... or once the text holds one")
       .def_rw("prediction", &GenerateRequest::prediction, "Predicted output (prompt lookup's)")
@@ -153,6 +162,20 @@ inline void bind_scheduler_types(nb::module_& m) {
       .def_prop_ro(
           "text", [](const SchedulerEvent& e) { return nb::bytes(e.text.data(), e.text.size()); },
           "Output text that became final: UTF-8 bytes, maybe cut mid-character")
+      .def_prop_ro(
+          "logprobs",
+          [](const SchedulerEvent& e) {
+            using Top = std::vector<std::pair<int32_t, float>>;
+            std::vector<std::tuple<int32_t, float, Top>> out;
+            for (const std::vector<TokenLogprob>& t : e.logprobs) {
+              Top top;
+              for (size_t i = 1; i < t.size(); ++i) top.emplace_back(t[i].id, t[i].logprob);
+              out.emplace_back(t[0].id, t[0].logprob, std::move(top));
+            }
+            return out;
+          },
+          "Per token, where the request asks for them: (token, logprob, [(id, logprob) of the "
+          "top candidates]); empty otherwise")
       .def_ro("finished", &SchedulerEvent::finished)
       .def_prop_ro(
           "reason",

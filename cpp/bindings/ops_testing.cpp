@@ -123,7 +123,7 @@ class OpRunner {
       const std::vector<std::tuple<float, int, float, uint64_t, uint64_t>>& params) {
     std::vector<SamplingState> st;
     for (const auto& [t, k, p, seed, step] : params) {
-      SamplingParams sp{t, k, p, seed};
+      SamplingParams sp{t, k, p, -1, seed};
       validate_sampling(sp);
       st.push_back(SamplingState{sp, step});
     }

@@ -176,11 +176,11 @@ void bind_session(nb::module_& m) {
           [](Session& s, std::vector<int32_t> prompt, int max_new_tokens, float temperature,
              int top_k, float top_p, uint64_t seed, std::vector<int32_t> stop_ids,
              std::vector<std::string> stop_strings, std::vector<int32_t> prediction,
-             std::string draft, std::optional<int> draft_len) {
+             std::string draft, std::optional<int> draft_len, int logprobs) {
             return s.sch->submit(make_request(std::move(prompt), max_new_tokens, temperature, top_k,
                                               top_p, seed, std::move(stop_ids),
                                               std::move(stop_strings), std::move(prediction),
-                                              std::move(draft), draft_len));
+                                              std::move(draft), draft_len, logprobs));
           },
           REQUEST_ARGS, "submit(Request(...)) in one call")
       .def(

@@ -338,7 +338,7 @@ NB_MODULE(_trt_spec_testing, m) {
       "sample_row",
       [](F32Vector logits, float temperature, int top_k, float top_p, uint64_t seed, uint64_t step,
          uint32_t lane) {
-        SamplingParams p{temperature, top_k, top_p, seed};
+        SamplingParams p{temperature, top_k, top_p, -1, seed};
         validate_sampling(p);
         return sample_row(logits.data(), static_cast<int>(logits.shape(0)), p, step, lane);
       },
@@ -359,7 +359,7 @@ NB_MODULE(_trt_spec_testing, m) {
         const int Vd = static_cast<int>(draft_logits.shape(1));
         if (static_cast<int>(target_logits.shape(0)) != k + 1 || k < 1 || k > kMaxDraftLen)
           throw InvalidArgument("need target_logits [k+1, V] and draft_logits [k, Vd], k >= 1");
-        SamplingParams p{temperature, top_k, top_p, 0};
+        SamplingParams p{temperature, top_k, top_p, -1, 0};
         validate_sampling(p);
         std::vector<int32_t> out(static_cast<size_t>(n_trials) * (k + 2), -1);
         {
@@ -417,7 +417,7 @@ NB_MODULE(_trt_spec_testing, m) {
           tree.flags[i] = 0;
           depth = std::max<int>(depth, tree.depth[i]);
         }
-        SamplingParams p{temperature, top_k, top_p, 0};
+        SamplingParams p{temperature, top_k, top_p, -1, 0};
         validate_sampling(p);
         std::vector<int32_t> out(static_cast<size_t>(n_trials) * (depth + 2), -1);
         {

@@ -27,6 +27,9 @@ void validate_sampling(const SamplingParams& s) {
   if (!(s.top_p > 0.0f && s.top_p <= 1.0f))
     throw InvalidArgument("top_p must lie in (0, 1], got " + std::to_string(s.top_p));
   if (s.top_k < 0) throw InvalidArgument("top_k must be >= 0, got " + std::to_string(s.top_k));
+  if (s.logprobs < -1 || s.logprobs > kMaxTopLogprobs)
+    throw InvalidArgument("logprobs must lie in [0, " + std::to_string(kMaxTopLogprobs) +
+                          "] (or -1: none), got " + std::to_string(s.logprobs));
 }
 
 void validate_request(const GenerateRequest& req, const RequestLimits& lim) {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <numeric>
 
 #include "common/errors.h"
@@ -56,6 +57,11 @@ Scheduler::Scheduler(Runtime& rt, SchedulerOptions opts)
   logits_ = BackendBuffer(be, static_cast<size_t>(B) * rt.vocab_size() * 4);
   sample_slots_ = BackendBuffer(be, B * 4);
   sampled_ = BackendBuffer(be, B * 4);
+  first_rows_ = BackendBuffer(be, B * 4);
+  first_lp_ = BackendBuffer(be, static_cast<size_t>(B) * kLogprobEntries * sizeof(TokenLogprob));
+  std::vector<int32_t> id(B);
+  for (int i = 0; i < B; ++i) id[i] = i;
+  be.upload(first_rows_.as<void>(), id.data(), B * 4);
 }
 
 Scheduler::~Scheduler() = default;
@@ -133,8 +139,14 @@ void Scheduler::finish(Request& r, FinishReason why, SchedulerEvent& ev, double 
   }
 }
 
-bool Scheduler::emit(Request& r, int32_t tok, SchedulerEvent& ev, double now) {
+bool Scheduler::emit(Request& r, int32_t tok, SchedulerEvent& ev, double now,
+                     const TokenLogprob* lp) {
   ev.tokens.push_back(tok);
+  if (r.req.sampling.logprobs >= 0) {
+    std::vector<TokenLogprob> e{lp ? lp[0] : TokenLogprob{tok, NAN}};
+    for (int i = 1; lp && i <= r.req.sampling.logprobs && lp[i].id >= 0; ++i) e.push_back(lp[i]);
+    ev.logprobs.push_back(std::move(e));
+  }
   r.generated += 1;
   r.stats.token_times.push_back(now - r.t_submit);
   const auto& stops = r.req.stop_ids;
@@ -309,9 +321,20 @@ void Scheduler::first_tokens(const Chunk& c, const float* logits,
   be.upload(sample_slots_.as<void>(), cslots.data(), m * 4);
   be.sample(logits, m, rt_.vocab_size(), sample_slots_.as<int32_t>(), iter_.state().states,
             sampled_.as<int32_t>());
+  bool any_lp = false;
+  for (const Request* r : c.completing) any_lp = any_lp || r->req.sampling.logprobs >= 0;
+  std::vector<TokenLogprob> lp;
+  if (any_lp) {
+    be.logprobs(logits, rt_.vocab_size(), m, first_rows_.as<int32_t>(), sampled_.as<int32_t>(),
+                sample_slots_.as<int32_t>(), iter_.state().states, first_lp_.as<TokenLogprob>());
+    lp.resize(static_cast<size_t>(m) * kLogprobEntries);
+    be.download(lp.data(), first_lp_.as<void>(), lp.size() * sizeof(TokenLogprob));
+  }
   be.download(first.data(), sampled_.as<void>(), m * 4);
   take_prefill_time();  // (synchronised: free)
-  for (int i = 0; i < m; ++i) start_decoding(*c.completing[i], first[i], events);
+  for (int i = 0; i < m; ++i)
+    start_decoding(*c.completing[i], first[i], any_lp ? lp.data() + i * kLogprobEntries : nullptr,
+                   events);
 }
 
 int Scheduler::prefill(std::vector<SchedulerEvent>& events, bool others_decoding) {
@@ -359,7 +382,8 @@ void Scheduler::take_prefill_time() {
   prefill_timed_rows_ = 0;
 }
 
-void Scheduler::start_decoding(Request& r, int32_t first, std::vector<SchedulerEvent>& events) {
+void Scheduler::start_decoding(Request& r, int32_t first, const TokenLogprob* lp,
+                               std::vector<SchedulerEvent>& events) {
   const int P = static_cast<int>(r.req.prompt.size());
   sync_sources(r);
   SeqState s{};
@@ -381,7 +405,7 @@ void Scheduler::start_decoding(Request& r, int32_t first, std::vector<SchedulerE
   r.stats.prefill_s = now - r.t_admit;
   r.stats.ttft_s = now - r.t_submit;
   SchedulerEvent& ev = event_for(r, events);
-  if (!emit(r, first, ev, now))
+  if (!emit(r, first, ev, now, lp))
     finish(r, r.reason, ev, now);
   else if (P >= rt_.max_seq_len())
     finish(r, FinishReason::kMaxSeqLen, ev, now);
@@ -420,9 +444,13 @@ void Scheduler::decode(std::vector<SchedulerEvent>& events, bool carry) {
   // Costs are device time (backend timers, Iteration::times), read after the read-back, the one
   // synchronisation of the iteration. A capture is host work before the timed iteration; the
   // first run of a (source, B, k) on an asynchronous backend is a warm-up that is not observed.
+  bool any_lp = false;
+  for (const Request* r : active) any_lp = any_lp || r->req.sampling.logprobs >= 0;
+  iter_.set_logprobs(any_lp);
   iter_.capture(c.source, c.k);  // (a no-op without graphs)
   iter_.run(c.source, c.k);
   iter_.read_states(seqs_);
+  if (any_lp) iter_.read_logprobs(lp_);
   const double now = now_s();
   last_times_ = iter_.times();
   take_prefill_time();  // (after the read-back: free)
@@ -461,11 +489,13 @@ void Scheduler::decode(std::vector<SchedulerEvent>& events, bool carry) {
       p->commit(r.slot, s, src == static_cast<int>(p->source()));
     SchedulerEvent& ev = event_for(r, events);
     bool open = true;
+    const int b = static_cast<int>(std::find(slots.begin(), slots.end(), r.slot) - slots.begin());
     for (int i = 0; i < s.n_new; ++i) {
       r.tokens.push_back(s.out[i]);
       if (open) {
         st.emitted += 1;
-        open = emit(r, s.out[i], ev, now);
+        const size_t e = (static_cast<size_t>(b) * (c.k + 1) + i) * kLogprobEntries;
+        open = emit(r, s.out[i], ev, now, any_lp ? lp_.data() + e : nullptr);
       }
     }
     if (open && s.n_past >= rt_.max_seq_len()) {

@@ -104,6 +104,9 @@ struct SchedulerEvent {
   uint64_t id = 0;
   std::vector<int32_t> tokens;  // tokens that became final (a final stop token included)
   std::string text;             // output text that became final (UTF-8 bytes, maybe cut mid-char)
+  // Per token of `tokens`, where the request asks for them (SamplingParams::logprobs >= 0): its
+  // log-probability (entry 0), then its top candidates' (at most `logprobs`).
+  std::vector<std::vector<TokenLogprob>> logprobs;
   bool finished = false;
   FinishReason reason = FinishReason::kNone;
   RequestStats stats;  // when finished
@@ -182,7 +185,9 @@ class Scheduler {
   int prefill(std::vector<SchedulerEvent>& events, bool others_decoding);
   // The proposers' work before the choice (prompt rows left from the prefill).
   void before_iteration(const std::vector<Request*>& active);
-  void start_decoding(Request& r, int32_t first, std::vector<SchedulerEvent>& events);
+  // lp: the first token's log-probabilities (kLogprobEntries; null when not asked for).
+  void start_decoding(Request& r, int32_t first, const TokenLogprob* lp,
+                      std::vector<SchedulerEvent>& events);
   // One iteration of the decoding sequences; with carry, it also carries a prefill chunk.
   void decode(std::vector<SchedulerEvent>& events, bool carry);
   // The cost attribution of the iteration decode() just ran (choice c over B sequences, with
@@ -196,8 +201,9 @@ class Scheduler {
   // synchronisation).
   void take_prefill_time();
   Choice choose(const std::vector<Request*>& active);
-  // Appends a final token; false once the request is finished.
-  bool emit(Request& r, int32_t tok, SchedulerEvent& ev, double now);
+  // Appends a final token (and its log-probabilities, kLogprobEntries of them, where the request
+  // asks for them); false once the request is finished.
+  bool emit(Request& r, int32_t tok, SchedulerEvent& ev, double now, const TokenLogprob* lp);
   void finish(Request& r, FinishReason why, SchedulerEvent& ev, double now);
   SchedulerEvent& event_for(Request& r, std::vector<SchedulerEvent>& events);
 
@@ -227,6 +233,8 @@ class Scheduler {
   DraftSource last_source_ = DraftSource::kNone;
   PhaseTimes last_times_;
   BackendBuffer tok_, pos_, row_slot_, logit_rows_, logits_, sample_slots_, sampled_;
+  BackendBuffer first_rows_, first_lp_;  // the first tokens' log-probabilities: rows, entries
+  std::vector<TokenLogprob> lp_;         // the last iteration's (Iteration::read_logprobs)
 };
 
 }  // namespace trt_spec

@@ -124,7 +124,25 @@ void Iteration::set_slots(const int32_t* host_slots, int B) {
 }
 
 bool Iteration::has_graph(DraftSource source, int k) const {
-  return graphs_.count({static_cast<int>(source), B_, k}) > 0;
+  return graphs_.count({static_cast<int>(source), B_, k, logprobs_}) > 0;
+}
+
+void Iteration::set_logprobs(bool on) {
+  if (on && !lp_out_.as<void>()) {
+    const size_t n = static_cast<size_t>(max_batch_) * (max_k_ + 1);
+    lp_rows_ = BackendBuffer(be_, n * 4);
+    lp_tok_ = BackendBuffer(be_, n * 4);
+    lp_slot_ = BackendBuffer(be_, n * 4);
+    lp_out_ = BackendBuffer(be_, n * kLogprobEntries * sizeof(TokenLogprob));
+  }
+  logprobs_ = on;
+}
+
+void Iteration::read_logprobs(std::vector<TokenLogprob>& out) {
+  if (!logprobs_) throw InvalidArgument("iteration: log-probabilities are off");
+  const size_t n = static_cast<size_t>(B_) * (last_k_ + 1) * kLogprobEntries;
+  out.resize(n);
+  be_.download(out.data(), lp_out_.as<void>(), n * sizeof(TokenLogprob));
 }
 
 void Iteration::capture(DraftSource source, int k) {
@@ -132,7 +150,7 @@ void Iteration::capture(DraftSource source, int k) {
   Graphs g;
   g.propose = be_.capture([this, source, k] { issue_propose(source, k); });
   g.verify = be_.capture([this, source, k] { issue_verify(source, k, B_ * (k + 1), 0, 0); });
-  graphs_.emplace(Key{static_cast<int>(source), B_, k}, std::move(g));
+  graphs_.emplace(Key{static_cast<int>(source), B_, k, logprobs_}, std::move(g));
 }
 
 bool Iteration::can_carry() const {
@@ -209,7 +227,8 @@ void Iteration::run(DraftSource source, int k) {
   if ((source == DraftSource::kNone) != (k == 0) || (k > 0 && !proposer(source)))
     throw InvalidArgument(std::string("speculative iteration: no proposer for '") +
                           draft_source_name(source) + "' with k = " + std::to_string(k));
-  const Key key{static_cast<int>(source), B_, k};
+  const Key key{static_cast<int>(source), B_, k, logprobs_};
+  last_k_ = k;
   const Graphs* g = nullptr;
   if (use_graphs_ && be_.supports_graphs()) {
     capture(source, k);  // (normally done already, before the caller's timing)
@@ -282,6 +301,14 @@ void Iteration::issue_verify(DraftSource source, int k, int rows, int carried, i
   ctx.verified = true;
   ops_->accept(st_, ctx.slots, B, k, logits_.as<float>(), vocab_t_, q_.as<float>(), vocab_d_,
                KvMoves{mv_slot_.as<int32_t>(), mv_src_.as<int32_t>(), mv_dst_.as<int32_t>()});
+  if (logprobs_) {  // [B, k + 1] entries: each emitted token at the row it was drawn from
+    int32_t* lr = lp_rows_.as<int32_t>();
+    int32_t* lt = lp_tok_.as<int32_t>();
+    int32_t* ls = lp_slot_.as<int32_t>();
+    ops_->emitted_rows(st_, ctx.slots, B, k, lr, lt, ls);
+    be_.logprobs(logits_.as<float>(), vocab_t_, n, lr, lt, ls, st_.states,
+                 lp_out_.as<TokenLogprob>());
+  }
   if (k > 0 && proposer(source)->proposes_trees())  // (a chain's accepted nodes stay in place)
     be_.kv_copy(target_.kv(), mv_slot_.as<int32_t>(), mv_src_.as<int32_t>(), mv_dst_.as<int32_t>(),
                 B * kMaxDraftNodes);

@@ -123,6 +123,15 @@ class Iteration {
   // Whether a run() with k > 0 issued one by one will skip them (the callers' pricing asks).
   bool skips_padding() const { return skip_padding_ && can_carry(); }
 
+  // Whether the next iterations also compute the log-probabilities of every emitted token
+  // (Backend::logprobs at the rows accept drew them from; each request's SamplingParams::logprobs
+  // says how many top entries, or none). Graphs are captured per setting.
+  void set_logprobs(bool on);
+  bool logprobs() const { return logprobs_; }
+  // The last run()'s log-probabilities (after read_states): [B, k + 1, kLogprobEntries], entry
+  // (b, d) the d-th token sequence b emitted (those of sequences asking for none are stale).
+  void read_logprobs(std::vector<TokenLogprob>& out);
+
   void set_use_graphs(bool on) { use_graphs_ = on; }
   bool use_graphs() const { return use_graphs_; }
   int graphs_captured() const { return static_cast<int>(graphs_.size()); }
@@ -132,7 +141,7 @@ class Iteration {
   struct Graphs {
     std::unique_ptr<BackendGraph> propose, verify;  // null: the backend has no graphs
   };
-  using Key = std::tuple<int, int, int>;  // (source, B, k)
+  using Key = std::tuple<int, int, int, bool>;  // (source, B, k, logprobs)
   IterationContext context();
   void issue_propose(DraftSource source, int k);  // proposals and the verify rows [B, k + 1]
   // Verify (with `carried` rows after the verify rows, `carried_logits` of them kept), accept,
@@ -167,7 +176,11 @@ class Iteration {
   std::vector<int32_t> live_dest_;  // [live rows] each compacted row's [B, k + 1] row
   int last_rows_ = 0;
   BackendBuffer mv_slot_, mv_src_, mv_dst_;  // [max_batch kMaxDraftNodes] cache moves
-  bool use_graphs_ = true, warm_up_ = false, skip_padding_ = true;
+  bool use_graphs_ = true, warm_up_ = false, skip_padding_ = true, logprobs_ = false;
+  int last_k_ = 0;
+  // Log-probabilities: each emitted token's row, token and slot [max_batch (max_k + 1)], and the
+  // entries [max_batch (max_k + 1), kLogprobEntries] (allocated by the first set_logprobs(true)).
+  BackendBuffer lp_rows_, lp_tok_, lp_slot_, lp_out_;
   std::map<Key, Graphs> graphs_;
   std::set<Key> ran_;  // (source, B, k) run at least once
   std::unique_ptr<Backend::Timer> draft_timer_, verify_timer_;

@@ -77,6 +77,12 @@ TRT_SPEC_HD int64_t spec_row_gen_index(const SeqState& s, int row) {
   return s.n_gen + (row == 0 ? 0 : s.tree.depth[row - 1]);
 }
 
+// The verify row (of the sequence's k + 1) at which the last iteration drew its d-th emitted
+// token (d < n_new): the root's for d = 0, else the accepted node path[d - 1]'s.
+TRT_SPEC_HD int spec_emitted_row(const SeqState& s, int d) {
+  return d == 0 ? 0 : 1 + s.path[d - 1];
+}
+
 // The draft model's position of target position `pos` (RoPE sees relative positions only, so a
 // draft that read a window of the prompt attends to it as if the window began the sequence).
 TRT_SPEC_HD int32_t spec_draft_pos(const SeqState& s, int32_t pos) {

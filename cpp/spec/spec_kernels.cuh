@@ -7,6 +7,7 @@
 //   verify_rows_kernel    the tree of each sequence, its verify rows    grid B
 //   accept_rows_kernel    t(row) or the dense p of each verify row      grid (chunks, B (k+1)) x 3
 //   accept_walk_kernel    walk, emitted token, commit, history, moves   grid B
+//   emitted_rows_kernel   each emitted token's verify row (logprobs)    grid B
 #pragma once
 
 #include "kernels/cuda/sampling.cuh"
@@ -163,6 +164,22 @@ __global__ void __launch_bounds__(kSpecThreads)
     mv_slot[e] = slots[b];
     mv_src[e] = d < w.accepted ? past + 1 + s->path[d] : -1;
     mv_dst[e] = past + 1 + d;
+  }
+}
+
+// Each emitted token's verify row, token and slot (SpecOps::emitted_rows).  grid B, block 32.
+__global__ void emitted_rows_kernel(const SeqState* __restrict__ seqs,
+                                    const int32_t* __restrict__ slots, int k,
+                                    int32_t* __restrict__ rows, int32_t* __restrict__ tokens,
+                                    int32_t* __restrict__ row_slots) {
+  const int b = blockIdx.x;
+  const SeqState& s = seqs[slots[b]];
+  for (int d = threadIdx.x; d <= k; d += blockDim.x) {
+    const int e = b * (k + 1) + d;
+    const bool real = d < s.n_new;
+    rows[e] = real ? b * (k + 1) + spec_emitted_row(s, d) : -1;
+    tokens[e] = real ? s.out[d] : -1;
+    row_slots[e] = slots[b];
   }
 }
 

@@ -47,4 +47,9 @@ inline void launch_accept(cudaStream_t stream, const SampleGrid& g, const float*
                   mv_dst);
 }
 
+inline void launch_emitted_rows(cudaStream_t stream, const SeqState* seqs, const int32_t* slots,
+                                int B, int k, int32_t* rows, int32_t* tokens, int32_t* row_slots) {
+  TRT_SPEC_LAUNCH(emitted_rows_kernel, B, 32, stream, seqs, slots, k, rows, tokens, row_slots);
+}
+
 }  // namespace trt_spec::cuda

@@ -75,6 +75,11 @@ class SpecOps {
   // and the cache moves of the accepted nodes.
   virtual void accept(const SpecState& st, const int32_t* slots, int B, int k, const float* logits,
                       int vocab, const float* q, int vocab_draft, const KvMoves& moves) = 0;
+  // Where the last accept() drew each emitted token, for Backend::logprobs: entry e = b (k + 1)
+  // + d for the d-th token sequence b emitted: its verify row (the root's for d = 0, else the
+  // row of the accepted node path[d - 1]; -1 past the last token), the token and the KV slot.
+  virtual void emitted_rows(const SpecState& st, const int32_t* slots, int B, int k, int32_t* rows,
+                            int32_t* tokens, int32_t* row_slots) = 0;
 };
 
 // The SpecOps of a backend (CPU or CUDA), with scratch for max_batch sequences of up to max_k

@@ -128,6 +128,20 @@ class CpuSpecOps final : public SpecOps {
     });
   }
 
+  void emitted_rows(const SpecState& st, const int32_t* slots, int B, int k, int32_t* rows,
+                    int32_t* tokens, int32_t* row_slots) override {
+    for (int b = 0; b < B; ++b) {
+      const SeqState& s = st.seqs[slots[b]];
+      for (int d = 0; d <= k; ++d) {
+        const int e = b * (k + 1) + d;
+        const bool real = d < s.n_new;
+        rows[e] = real ? b * (k + 1) + spec_emitted_row(s, d) : -1;
+        tokens[e] = real ? s.out[d] : -1;
+        row_slots[e] = slots[b];
+      }
+    }
+  }
+
  private:
   ThreadPool& pool_;
   std::vector<float> P_;       // [max_batch, max_k + 1, vocab]

@@ -48,6 +48,13 @@ class CudaSpecOps final : public SpecOps {
     be_.check_launch("accept");
   }
 
+  void emitted_rows(const SpecState& st, const int32_t* slots, int B, int k, int32_t* rows,
+                    int32_t* tokens, int32_t* row_slots) override {
+    if (be_.sizing() || B <= 0) return;
+    cuda::launch_emitted_rows(be_.stream(), st.seqs, slots, B, k, rows, tokens, row_slots);
+    be_.check_launch("emitted_rows");
+  }
+
  private:
   // The grid of a row of `vocab` ids: the draft's vocabulary may be smaller than the target's.
   cuda::SampleGrid grid(int vocab) const { return cuda::sample_grid(vocab, be_.sm_count()); }

@@ -15,7 +15,13 @@ __version__ = "0.1.0"
 from trt_spec._core import EngineFileError, WeightType
 from trt_spec.builder.builder import WEIGHT_FORMATS, BuildReport, build_engine
 from trt_spec.builder.source import BuildError
-from trt_spec.engine import Engine, GenerationResult, GenerationStats, GenerationStream
+from trt_spec.engine import (
+    Engine,
+    GenerationResult,
+    GenerationStats,
+    GenerationStream,
+    TokenLogprob,
+)
 
 __all__ = [
     "WEIGHT_FORMATS",
@@ -26,6 +32,7 @@ __all__ = [
     "GenerationResult",
     "GenerationStats",
     "GenerationStream",
+    "TokenLogprob",
     "WeightType",
     "__version__",
     "build_engine",

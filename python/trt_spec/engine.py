@@ -37,12 +37,24 @@ from trt_spec.tokenizer import TextCodec
 Message = Mapping[str, Any]
 PromptInput = str | Sequence[int] | np.ndarray | Sequence[Message]
 
-__all__ = ["Engine", "GenerationResult", "GenerationStats", "GenerationStream"]
+__all__ = ["Engine", "GenerationResult", "GenerationStats", "GenerationStream", "TokenLogprob"]
 
 DRAFT_MODES: tuple[str, ...] = tuple(_core.DRAFT_MODES)
 KV_CACHE_DTYPES: tuple[str, ...] = tuple(_core.KV_CACHE_DTYPES)
 DEFAULT_DRAFT_WINDOW: int = _core.DEFAULT_DRAFT_WINDOW
 DEFAULT_DRAFT_READ_CHUNK: int = _core.DEFAULT_DRAFT_READ_CHUNK
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    """A generated token's log-probability under the distribution it was drawn from (after
+    temperature, top-k and top-p; a greedy request's at temperature 1), and the most likely
+    candidates' as ``(token_id, logprob)``, most likely first. Tokens that top-k or top-p leave
+    out have ``-inf``."""
+
+    token_id: int
+    logprob: float
+    top: list[tuple[int, float]]
 
 
 @dataclass(frozen=True)
@@ -52,14 +64,30 @@ class GenerationResult:
     prompt_token_ids: list[int]
     finish_reason: str  # one of _core.FINISH_REASONS
     stats: GenerationStats
+    logprobs: list[TokenLogprob] | None = None  # one per token of token_ids, when asked for
 
 
 class GenerationStream(Iterator[str]):
     """Iterates over the text as it is generated; ``result`` is set once it is exhausted."""
 
-    def __init__(self, run: Generator[str, None, GenerationResult]) -> None:
+    def __init__(
+        self, run: Generator[str, None, GenerationResult], pending: _Pending | None = None
+    ) -> None:
         self._run = run
+        self._pending = pending
         self.result: GenerationResult | None = None
+
+    @property
+    def final_result(self) -> GenerationResult | None:
+        """The result as soon as the request's last tokens have arrived (the stream may still
+        hold text to yield); None before."""
+        return self._pending.result if self._pending is not None else None
+
+    @property
+    def logprobs(self) -> list[TokenLogprob] | None:
+        """The log-probabilities of the tokens final so far (None when not asked for): a list
+        that grows as the stream advances, one entry per token."""
+        return self._pending.logprobs if self._pending is not None else None
 
     def __iter__(self) -> GenerationStream:
         return self
@@ -79,10 +107,11 @@ class GenerationStream(Iterator[str]):
 class _Pending:
     """One submitted request as this layer sees it: its events, text and final result."""
 
-    def __init__(self, ids: list[int]) -> None:
+    def __init__(self, ids: list[int], logprobs: bool = False) -> None:
         self.ids = ids
         self.events: deque[_core.Event] = deque()
         self.tokens: list[int] = []
+        self.logprobs: list[TokenLogprob] | None = [] if logprobs else None
         self.parts: list[str] = []
         self.utf8 = codecs.getincrementaldecoder("utf-8")("replace")
         self.result: GenerationResult | None = None
@@ -90,6 +119,8 @@ class _Pending:
     def take(self, event: _core.Event) -> str:
         """Applies one scheduler event; returns the new text."""
         self.tokens.extend(event.tokens)
+        if self.logprobs is not None:
+            self.logprobs.extend(TokenLogprob(t, lp, top) for t, lp, top in event.logprobs)
         piece = self.utf8.decode(event.text, final=event.finished)
         if piece:
             self.parts.append(piece)
@@ -97,7 +128,7 @@ class _Pending:
         if stats is not None:
             st = stats_from_request(stats, event.reason)
             self.result = GenerationResult(
-                "".join(self.parts), self.tokens, self.ids, event.reason, st
+                "".join(self.parts), self.tokens, self.ids, event.reason, st, self.logprobs
             )
         return piece
 
@@ -175,6 +206,7 @@ class Engine:
         # Ids the tokenizer lacks (padded embeddings) have no text; ids past the model's
         # vocabulary are never generated.
         table = table[: self.vocab_size] + [b""] * (self.vocab_size - len(table))
+        self._token_table = table
         self._sched = _core.Scheduler(
             self._rt,
             table,
@@ -346,6 +378,14 @@ class Engine:
             self._sched.clear_prompt_cache()  # slot 0's cache is about to hold these rows
             return self._rt.prompt_logits(ids, self._prefill_chunk)
 
+    def token_bytes(self, token_id: int) -> bytes:
+        """The bytes a token adds to the output text; a special token's own text (which the
+        output leaves out)."""
+        b = self._token_table[token_id]
+        if b:
+            return b
+        return (self.tokenizer.id_to_token(token_id) or "").encode()
+
     # ---- generation ---------------------------------------------------------------------------
     def generate(
         self,
@@ -363,6 +403,7 @@ class Engine:
         draft_len: int | str = "auto",
         speculate: bool = True,
         prediction: str | Sequence[int] | None = None,
+        logprobs: int | None = None,
     ) -> GenerationResult | list[GenerationResult] | GenerationStream:
         """Generate a completion, or one per prompt of a batch.
 
@@ -385,6 +426,11 @@ class Engine:
         Outputs); lookup drafts from it. The output follows the target's distribution whatever
         the source (greedy: token for token the same).
 
+        ``logprobs``: None, or n in [0, 20]: each result then carries, per generated token, its
+        log-probability and those of the n most likely candidates (:class:`TokenLogprob`), under
+        the distribution the token was drawn from. Accepted draft tokens get theirs from the
+        verify pass; they equal target-only decoding's.
+
         With ``stream=True`` (one prompt) the call returns a :class:`GenerationStream` that
         yields text as each iteration's tokens become final.
 
@@ -401,6 +447,9 @@ class Engine:
         if not isinstance(draft, str):
             raise ValueError(f"draft must be one of {DRAFT_MODES}, got {draft!r}")
         k = _draft_len(draft_len)
+        n_logprobs = -1 if logprobs is None else _int(logprobs, "logprobs")
+        if not 0 <= n_logprobs <= 20 and logprobs is not None:
+            raise ValueError(f"logprobs must be None or an integer in [0, 20], got {logprobs!r}")
         mode = draft if speculate else "none"
         prompts = self._batch(prompt)
         single = prompts is None
@@ -430,14 +479,15 @@ class Engine:
                     prediction=pred,
                     draft=mode,
                     draft_len=k,
+                    logprobs=n_logprobs,
                 )
-                rids.append(self._submit(_Pending(ids), request))
+                rids.append(self._submit(_Pending(ids, n_logprobs >= 0), request))
         except BaseException:
             for r in rids:
                 self._abandon(r)
             raise
         if stream:
-            return GenerationStream(self._stream(rids[0]))
+            return GenerationStream(self._stream(rids[0]), self._inbox[rids[0]])
         try:
             results = [self._result(r) for r in rids]
         finally:

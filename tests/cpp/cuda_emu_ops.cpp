@@ -7,6 +7,7 @@
 // The shared library target cuda_emu_ops of CMakeLists.txt (TRT_SPEC_BUILD_TESTS=ON).
 #include <cstddef>
 
+#include "kernels/cuda/logprobs.cuh"
 #include "kernels/cuda/norm_rope.cuh"
 #include "kernels/cuda/random_fill.cuh"
 #include "kernels/cuda/sampling.cuh"
@@ -107,6 +108,17 @@ void emu_sample(const float* logits, int n, int vocab, const int32_t* slot, void
   const SampleGrid g = sample_grid(vocab, sms, threads, min_chunk);
   launch_sample(nullptr, g, logits, n, vocab, slot, static_cast<DevSamplingState*>(states), out,
                 sample_scratch(scratch));
+}
+
+// Backend::logprobs through its launch function (logprobs.cuh); out [n, kLogprobEntries] of
+// (id, logprob); scratch: emu_sample_scratch_bytes(n) bytes, counters zero.
+void emu_logprobs(const float* logits, int vocab, int n, const int32_t* rows, const int32_t* tokens,
+                  const int32_t* slot, const void* states, void* out, int threads, int sms,
+                  int min_chunk, void* scratch) {
+  const SampleGrid g = sample_grid(vocab, sms, threads, min_chunk);
+  launch_logprobs(nullptr, g, logits, vocab, n, rows, tokens, slot,
+                  static_cast<const DevSamplingState*>(states), static_cast<TokenLogprob*>(out),
+                  sample_scratch(scratch));
 }
 
 // The speculative ops, through their CUDA launch functions (spec_launch.cuh, and the

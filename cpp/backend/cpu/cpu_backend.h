@@ -61,6 +61,8 @@ class CpuBackend : public Backend {  // (tests derive a scripted-clock backend)
                       float* out) override;
   void sample(const float* logits, int n, int vocab, const int32_t* slot, SamplingState* states,
               int32_t* out_tokens) override;
+  void logprobs(const float* logits, int vocab, int n, const int32_t* rows, const int32_t* tokens,
+                const int32_t* slot, const SamplingState* states, TokenLogprob* out) override;
 
   ThreadPool& pool() { return pool_; }
 

@@ -132,6 +132,55 @@ void sampling_probs(const float* logits, int n_valid, int vocab, const SamplingP
   for (size_t i = 0; i < k.idx.size(); ++i) probs[k.idx[i]] = static_cast<float>(k.w[i] / k.total);
 }
 
+void CpuBackend::logprobs(const float* logits, int vocab, int n, const int32_t* rows,
+                          const int32_t* tokens, const int32_t* slot, const SamplingState* states,
+                          TokenLogprob* out) {
+  thread_local Kept k;
+  thread_local std::vector<int32_t> order;
+  for (int i = 0; i < n; ++i) {
+    SamplingParams p = states[slot[i]].params;
+    if (rows[i] < 0 || p.logprobs < 0) continue;
+    if (p.temperature == 0.0f) p.temperature = 1.0f;  // a greedy request: the model's own
+    const float* l = logits + static_cast<int64_t>(rows[i]) * vocab;
+    const bool sorted = (p.top_k > 0 && p.top_k < vocab) || p.top_p < 1.0f;
+    const float inv_t = 1.0f / p.temperature;
+    const float mx = l[argmax(l, vocab)];
+    double total = 0.0;
+    if (sorted) {
+      kept_tokens(l, vocab, p, k);  // the candidates in rule order (decreasing logit)
+      total = k.total;
+    } else {
+      for (int x = 0; x < vocab; ++x) total += std::exp(static_cast<double>((l[x] - mx) * inv_t));
+    }
+    const double log_total = std::log(total);
+    auto lp = [&](int32_t x) {
+      return static_cast<float>(static_cast<double>((l[x] - mx) * inv_t) - log_total);
+    };
+    auto kept = [&](int32_t x) {
+      return !sorted || std::find(k.idx.begin(), k.idx.end(), x) != k.idx.end();
+    };
+    TokenLogprob* o = out + static_cast<int64_t>(i) * kLogprobEntries;
+    const int32_t t = tokens[i];
+    o[0] = TokenLogprob{t, t >= 0 && t < vocab && kept(t) ? lp(t) : -INFINITY};
+    const int top = std::min(p.logprobs, kMaxTopLogprobs);
+    int written = 0;
+    if (sorted) {
+      for (; written < top && written < static_cast<int>(k.idx.size()); ++written)
+        o[1 + written] = TokenLogprob{k.idx[written], lp(k.idx[written])};
+    } else if (top > 0) {
+      const int m = std::min(top, vocab);
+      order.resize(vocab);
+      std::iota(order.begin(), order.end(), 0);
+      std::partial_sort(order.begin(), order.begin() + m, order.end(), [&](int32_t a, int32_t b) {
+        return l[a] > l[b] || (l[a] == l[b] && a < b);
+      });
+      for (; written < m; ++written)
+        o[1 + written] = TokenLogprob{order[written], lp(order[written])};
+    }
+    for (int r = written; r < kMaxTopLogprobs; ++r) o[1 + r] = TokenLogprob{-1, 0.0f};
+  }
+}
+
 void CpuBackend::sample(const float* logits, int n, int vocab, const int32_t* slot,
                         SamplingState* states, int32_t* out_tokens) {
   for (int i = 0; i < n; ++i) {

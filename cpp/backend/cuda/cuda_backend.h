@@ -90,6 +90,8 @@ class CudaBackend final : public Backend {
                               float* tmp) override;
   void sample(const float* logits, int n, int vocab, const int32_t* slot, SamplingState* states,
               int32_t* out_tokens) override;
+  void logprobs(const float* logits, int vocab, int n, const int32_t* rows, const int32_t* tokens,
+                const int32_t* slot, const SamplingState* states, TokenLogprob* out) override;
   std::unique_ptr<Timer> timer() override;  // cuda_timer.cu: a pair of events on the stream
   int device() const { return device_; }
   int sm_count() const { return sm_count_; }
@@ -127,6 +129,7 @@ class CudaBackend final : public Backend {
     kAttnPartial = 0,
     kAttnCounters,
     kSampleRows,
+    kLogprobRows,
     kMatmulPartial,
     kMatmulCounters,
     kScratchCount

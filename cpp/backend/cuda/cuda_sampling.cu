@@ -1,4 +1,5 @@
-// cuda_sampling.cu: CudaBackend's token selection (cuda_backend.h): sample(), through
+// cuda_sampling.cu: CudaBackend's token selection (cuda_backend.h): sample() and logprobs()
+// (kernels/cuda/logprobs.cuh), sample() through
 // launch_sample (kernels/cuda/sampling.cuh: several blocks per row, two launches) with
 // its scratch (counters zeroed at allocation) from the backend's scratch(). Same rule and the
 // same Philox draws as the CPU backend (cpu_sampling.cpp).
@@ -10,6 +11,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.h"
 #include "common/errors.h"
+#include "kernels/cuda/logprobs.cuh"
 #include "kernels/cuda/sampling.cuh"
 
 namespace trt_spec {
@@ -38,6 +40,20 @@ void CudaBackend::sample(const float* logits, int n, int vocab, const int32_t* s
                       reinterpret_cast<cuda::DevSamplingState*>(states), out_tokens,
                       cuda::sample_scratch(buf));
   check_launch("sample");
+}
+
+void CudaBackend::logprobs(const float* logits, int vocab, int n, const int32_t* rows,
+                           const int32_t* tokens, const int32_t* slot, const SamplingState* states,
+                           TokenLogprob* out) {
+  check_vocab(vocab);
+  if (n <= 0) return;
+  const cuda::SampleGrid g = cuda::sample_grid(vocab, sm_count_);
+  void* buf = scratch(kLogprobRows, cuda::sample_scratch_bytes(n));
+  if (sizing()) return;
+  cuda::launch_logprobs(stream_, g, logits, vocab, n, rows, tokens, slot,
+                        reinterpret_cast<const cuda::DevSamplingState*>(states), out,
+                        cuda::sample_scratch(buf));
+  check_launch("logprobs");
 }
 
 }  // namespace trt_spec

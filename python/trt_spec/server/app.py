@@ -29,6 +29,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from trt_spec.engine import Engine, GenerationResult
+from trt_spec.server import logprobs as lp
 from trt_spec.server import protocol
 from trt_spec.server.metrics import CONTENT_TYPE, ServerMetrics
 from trt_spec.server.protocol import APIError
@@ -153,7 +154,7 @@ def create_app(
             if not handed_off:
                 admission.leave()
         metrics.observe(result)
-        return JSONResponse(protocol.response(req, result))
+        return JSONResponse(protocol.response(req, result, engine.token_bytes))
 
     def _generate(req: protocol.Request, stream: bool) -> Any:
         """Engine.generate for the request: a result, or a stream already submitted."""
@@ -172,14 +173,35 @@ def create_app(
         def put(item: tuple[str, Any]) -> None:
             loop.call_soon_threadsafe(queue.put_nowait, item)
 
+        sent = 0  # log-probability entries sent so far
+        offset = 0  # (completions: the text offset of the next entry)
+
+        def new_logprobs(final: GenerationResult | None) -> dict[str, Any] | None:
+            """The log-probability object of the entries that arrived since the last chunk
+            (once finished, the answer's: a final stop token's left out)."""
+            nonlocal sent, offset
+            entries = stream.logprobs
+            if req.logprobs is None or entries is None:
+                return None
+            res = final or stream.final_result
+            if res is not None:
+                entries = lp.answer_entries(entries, res.token_ids, res.finish_reason)
+            new = entries[sent:]
+            sent += len(new)
+            if req.chat:
+                return lp.chat(new, engine.token_bytes) if new else None
+            obj = lp.completion(new, engine.token_bytes, offset)
+            offset += lp.text_length(new, engine.token_bytes)
+            return obj if new else None
+
         def work() -> None:
             try:
                 for piece in stream:
                     if cancelled.is_set():
                         metrics.request_cancelled.inc()
                         return
-                    put(("text", piece))
-                put(("done", stream.result))
+                    put(("text", (piece, new_logprobs(None))))
+                put(("done", (stream.result, new_logprobs(stream.result))))
             except BaseException as e:  # reported to the client as a last error event
                 put(("error", e))
             finally:
@@ -194,14 +216,15 @@ def create_app(
                 while True:
                     kind, value = await queue.get()
                     if kind == "text":
-                        yield _sse(protocol.chunk(req, value, first=first))
+                        piece, logprobs = value
+                        yield _sse(protocol.chunk(req, piece, first=first, logprobs=logprobs))
                         first = False
                     elif kind == "done":
-                        result: GenerationResult = value
+                        result: GenerationResult = value[0]
                         metrics.observe(result)
-                        yield _sse(
-                            protocol.chunk(req, None, protocol.finish_reason(result), first=first)
-                        )
+                        finish = protocol.finish_reason(result)
+                        last = protocol.chunk(req, None, finish, first=first, logprobs=value[1])
+                        yield _sse(last)
                         if req.include_usage:
                             yield _sse(protocol.usage_chunk(req, result))
                         yield b"data: [DONE]\n\n"

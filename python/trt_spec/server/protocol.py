@@ -8,9 +8,10 @@ is answered the same way by the app.
 
 Supported: ``model``, ``prompt`` (completions: text or token ids) / ``messages`` (chat),
 ``max_tokens`` (chat also ``max_completion_tokens``), ``temperature``, ``top_p``, ``seed``,
-``stop``, ``stream``, ``stream_options.include_usage``, ``prediction`` (OpenAI's Predicted
-Outputs, drafted from by prompt lookup) and the extras ``top_k``, ``draft``, ``draft_len`` and
-``ignore_eos`` (as vLLM's: generate to ``max_tokens``).
+``stop``, ``stream``, ``stream_options.include_usage``, ``logprobs`` (chat: with
+``top_logprobs``; completions: the number of top entries, up to 20), ``prediction`` (OpenAI's
+Predicted Outputs, drafted from by prompt lookup) and the extras ``top_k``, ``draft``,
+``draft_len`` and ``ignore_eos`` (as vLLM's: generate to ``max_tokens``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trt_spec.engine import DRAFT_MODES, GenerationResult
+from trt_spec.server import logprobs as lp
 
 # Fields accepted with no effect on the output (OpenAI's bookkeeping).
 _HARMLESS = {"user", "metadata", "store"}
@@ -28,8 +30,6 @@ _HARMLESS = {"user", "metadata", "store"}
 _NEUTRAL: dict[str, tuple[Any, ...]] = {
     "n": (1, None),
     "best_of": (1, None),
-    "logprobs": (None, False),
-    "top_logprobs": (None, 0),
     "echo": (False, None),
     "suffix": (None, ""),
     "presence_penalty": (0, 0.0, None),
@@ -60,9 +60,12 @@ _COMMON = {
     "draft",
     "draft_len",
     "ignore_eos",
+    "logprobs",
 }
 COMPLETION_FIELDS = _COMMON | {"prompt"} | _HARMLESS | set(_NEUTRAL)
-CHAT_FIELDS = _COMMON | {"messages", "max_completion_tokens"} | _HARMLESS | set(_NEUTRAL)
+CHAT_FIELDS = (
+    _COMMON | {"messages", "max_completion_tokens", "top_logprobs"} | _HARMLESS | set(_NEUTRAL)
+)
 
 
 class APIError(Exception):
@@ -107,6 +110,7 @@ class Request:
     max_tokens: int
     stream: bool = False
     include_usage: bool = False
+    logprobs: int | None = None  # top entries per token, or None: no log-probabilities
     gen: dict[str, Any] = field(default_factory=dict)  # Engine.generate keyword arguments
     id: str = ""
     created: int = 0
@@ -171,6 +175,20 @@ def _prediction(body: dict) -> str | None:
     if not isinstance(content, str):
         raise _bad("'prediction.content' must be text", "prediction")
     return content
+
+
+def _logprobs(body: dict, chat: bool) -> int | None:
+    """Top entries per token, or None. Chat: ``logprobs`` (bool) and ``top_logprobs``;
+    completions: ``logprobs`` (an integer)."""
+    if not chat:
+        return _integer(body, "logprobs", None, 0, 20)
+    want = body.get("logprobs")
+    if want is not None and not isinstance(want, bool):
+        raise _bad("'logprobs' must be a boolean", "logprobs")
+    top = _integer(body, "top_logprobs", None, 0, 20)
+    if top is not None and not want:
+        raise _bad("'top_logprobs' needs 'logprobs': true", "top_logprobs")
+    return (top or 0) if want else None
 
 
 def _messages(body: dict) -> list[dict[str, str]]:
@@ -269,6 +287,7 @@ def parse(body: Any, *, chat: bool, model_name: str, max_seq_len: int) -> Reques
     }
     if gen["top_p"] == 0.0:
         raise _bad("'top_p' must be > 0", "top_p")
+    gen["logprobs"] = _logprobs(body, chat)
     prompt = _messages(body) if chat else _prompt(body)
     kind = "chatcmpl" if chat else "cmpl"
     return Request(
@@ -278,6 +297,7 @@ def parse(body: Any, *, chat: bool, model_name: str, max_seq_len: int) -> Reques
         max_tokens=max_tokens,
         stream=stream,
         include_usage=include_usage,
+        logprobs=gen["logprobs"],
         gen=gen,
         id=f"{kind}-{uuid.uuid4().hex}",
         created=int(time.time()),
@@ -337,29 +357,41 @@ def _envelope(req: Request, streamed: bool, choices: list, **rest: Any) -> dict[
     }
 
 
-def response(req: Request, result: GenerationResult) -> dict[str, Any]:
-    """The non-streaming answer."""
+def response(
+    req: Request, result: GenerationResult, token_bytes: lp.TokenBytes | None = None
+) -> dict[str, Any]:
+    """The non-streaming answer (``token_bytes``: the engine's, for log-probabilities)."""
+    logprobs = None
+    if req.logprobs is not None and result.logprobs is not None and token_bytes is not None:
+        entries = lp.answer_entries(result.logprobs, result.token_ids, result.finish_reason)
+        logprobs = (lp.chat if req.chat else lp.completion)(entries, token_bytes)
     if req.chat:
         choice: dict[str, Any] = {
             "index": 0,
             "message": {"role": "assistant", "content": result.text},
-            "logprobs": None,
+            "logprobs": logprobs,
             "finish_reason": finish_reason(result),
         }
     else:
         choice = {
             "index": 0,
             "text": result.text,
-            "logprobs": None,
+            "logprobs": logprobs,
             "finish_reason": finish_reason(result),
         }
     return _envelope(req, False, [choice], usage=usage(result), trt_spec=spec_stats(result))
 
 
 def chunk(
-    req: Request, text: str | None, finish: str | None = None, *, first: bool = False
+    req: Request,
+    text: str | None,
+    finish: str | None = None,
+    *,
+    first: bool = False,
+    logprobs: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """One streamed chunk (text, or the final one carrying the finish reason)."""
+    """One streamed chunk (text, or the final one carrying the finish reason); ``logprobs``:
+    the chunk's log-probability object (server/logprobs.py), if any."""
     if req.chat:
         delta: dict[str, Any] = {}
         if first:
@@ -369,11 +401,11 @@ def chunk(
         choice: dict[str, Any] = {
             "index": 0,
             "delta": delta,
-            "logprobs": None,
+            "logprobs": logprobs,
             "finish_reason": finish,
         }
     else:
-        choice = {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}
+        choice = {"index": 0, "text": text or "", "logprobs": logprobs, "finish_reason": finish}
     return _envelope(req, True, [choice])
 
 
