@@ -124,6 +124,26 @@ def test_logprobs_match_cpu_and_target_only(root) -> None:
                     )
 
 
+def test_penalties_match_cpu_and_target_only(root) -> None:
+    """Penalties and logit bias on the GPU (penalize before acceptance, counts after it, in the
+    iteration graph): the CPU engine's tokens, and speculation's equal target-only's."""
+    g, c = both(spec_pairs.make_pair(root, "noisy", draft_len=4, max_batch=4, weights="f32"))
+    pen = dict(
+        repetition_penalty=1.2, frequency_penalty=0.6, presence_penalty=0.4,
+        logit_bias={7: 2.0, 12: -100.0},
+    )  # fmt: skip
+    run = dict(max_new_tokens=24, ignore_eos=True, **pen)
+    base = g.generate(PROMPTS, draft="none", **run)
+    cpu = c.generate(PROMPTS, draft="none", **run)
+    assert [r.token_ids for r in base] == [r.token_ids for r in cpu]
+    for draft in ["model", "lookup"]:
+        got = g.generate(PROMPTS, draft=draft, draft_len=3, **run)
+        assert [r.token_ids for r in got] == [r.token_ids for r in base], draft
+    want = g.generate(PROMPTS, draft="none", seed=2, **run, **SAMPLING)
+    got = g.generate(PROMPTS, draft="lookup", seed=2, **run, **SAMPLING)
+    assert [r.token_ids for r in got] == [r.token_ids for r in want]
+
+
 @pytest.mark.parametrize(
     "kind", ["same", "noisy", "negated", "padded", "random", "narrow", "pard", "medusa", "eagle3"]
 )

@@ -254,6 +254,48 @@ def test_chat_logprobs(server: Server, offline: Engine, stream: bool) -> None:
 
 
 @pytest.mark.parametrize("stream", [False, True])
+def test_penalties_and_logit_bias(server: Server, offline: Engine, stream: bool) -> None:
+    """presence / frequency / repetition penalties and logit_bias through the openai client, 8
+    concurrent requests: the engine's own output for the same parameters."""
+    client = server.client()
+    banned = offline.generate("count 1 2 3", max_new_tokens=1, temperature=0).token_ids[0]
+    cases = [
+        dict(presence_penalty=1.5),
+        dict(frequency_penalty=1.0, presence_penalty=-0.5),
+        dict(extra_body={"repetition_penalty": 1.5}),
+        dict(logit_bias={str(banned): -100}),
+        dict(frequency_penalty=0.7, logit_bias={"5": 5.0, str(banned): -100}),
+        dict(presence_penalty=0.5, temperature=0.9, seed=4),
+        dict(extra_body={"repetition_penalty": 0.9}, frequency_penalty=0.3),
+        dict(logit_bias={"7": 100}),
+    ]
+
+    def run(kw):
+        kw = dict(kw)
+        extra = kw.pop("extra_body", {})
+        gen = dict(kw, **extra)
+        if "logit_bias" in gen:
+            gen["logit_bias"] = {int(k): float(v) for k, v in gen["logit_bias"].items()}
+        gen.setdefault("temperature", 0.0)
+        want = offline.generate("count 1 2 3", max_new_tokens=12, **gen)
+        args = dict(model=MODEL, prompt="count 1 2 3", max_tokens=12, extra_body=extra, **kw)
+        args.setdefault("temperature", 0)
+        if stream:
+            chunks = client.completions.create(stream=True, **args)
+            text = "".join(c.choices[0].text for c in chunks)
+        else:
+            text = client.completions.create(**args).choices[0].text
+        return want, text
+
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(run, cases))
+    for (want, text), kw in zip(results, cases, strict=True):
+        assert text == want.text, kw
+    assert results[3][0].token_ids[0] != banned
+    assert set(results[7][0].token_ids) == {7}
+
+
+@pytest.mark.parametrize("stream", [False, True])
 def test_completion_logprobs(server: Server, offline: Engine, stream: bool) -> None:
     prompt = "def add(a, b):"
     want = offline.generate(prompt, max_new_tokens=16, temperature=0, logprobs=2)
@@ -435,6 +477,21 @@ BAD = [
     ("n > 1", {"model": MODEL, "prompt": "a", "n": 2}, 400, "n"),
     ("logprobs range", {"model": MODEL, "prompt": "a", "logprobs": 21}, 400, "logprobs"),
     ("logprobs type", {"model": MODEL, "prompt": "a", "logprobs": True}, 400, "logprobs"),
+    (
+        "presence range",
+        {"model": MODEL, "prompt": "a", "presence_penalty": 3},
+        400,
+        "presence_penalty",
+    ),
+    (
+        "repetition zero",
+        {"model": MODEL, "prompt": "a", "repetition_penalty": 0},
+        400,
+        "repetition_penalty",
+    ),
+    ("bias key", {"model": MODEL, "prompt": "a", "logit_bias": {"x": 1}}, 400, "logit_bias"),
+    ("bias value", {"model": MODEL, "prompt": "a", "logit_bias": {"3": 200}}, 400, "logit_bias"),
+    ("bias id", {"model": MODEL, "prompt": "a", "logit_bias": {"99999999": 1}}, 400, "logit_bias"),
     ("unknown field", {"model": MODEL, "prompt": "a", "frobnicate": 1}, 400, "frobnicate"),
     ("bad stop", {"model": MODEL, "prompt": "a", "stop": [1]}, 400, "stop"),
     ("bad draft", {"model": MODEL, "prompt": "a", "draft": "magic"}, 400, "draft"),

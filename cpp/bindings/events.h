@@ -31,8 +31,14 @@ inline GenerateRequest make_request(std::vector<int32_t> prompt, int max_new_tok
                                     std::vector<int32_t> stop_ids,
                                     std::vector<std::string> stop_strings,
                                     std::vector<int32_t> prediction, std::string draft,
-                                    std::optional<int> draft_len, int logprobs) {
+                                    std::optional<int> draft_len, int logprobs,
+                                    float repetition_penalty, float frequency_penalty,
+                                    float presence_penalty, std::map<int32_t, float> logit_bias) {
   GenerateRequest req;
+  req.repetition_penalty = repetition_penalty;
+  req.frequency_penalty = frequency_penalty;
+  req.presence_penalty = presence_penalty;
+  req.logit_bias = std::move(logit_bias);
   req.prompt = std::move(prompt);
   req.max_new_tokens = max_new_tokens;
   req.sampling = SamplingParams{temperature, top_k, top_p, logprobs, seed};
@@ -50,7 +56,9 @@ inline GenerateRequest make_request(std::vector<int32_t> prompt, int max_new_tok
               "top_p"_a = 1.0f, "seed"_a = 0, "stop_ids"_a = std::vector<int32_t>{},          \
               "stop_strings"_a = std::vector<std::string>{},                                  \
               "prediction"_a = std::vector<int32_t>{}, "draft"_a = "auto",                    \
-              "draft_len"_a = nb::none(), "logprobs"_a = -1
+              "draft_len"_a = nb::none(), "logprobs"_a = -1, "repetition_penalty"_a = 1.0f,   \
+              "frequency_penalty"_a = 0.0f, "presence_penalty"_a = 0.0f,                      \
+              "logit_bias"_a = std::map<int32_t, float> {}
 
 // Per draft source name: f(source) of each source.
 template <typename F>
@@ -72,11 +80,13 @@ inline void bind_scheduler_types(nb::module_& m) {
              float temperature, int top_k, float top_p, uint64_t seed,
              std::vector<int32_t> stop_ids, std::vector<std::string> stop_strings,
              std::vector<int32_t> prediction, std::string draft, std::optional<int> draft_len,
-             int logprobs) {
-            new (self) GenerateRequest(make_request(std::move(prompt), max_new_tokens, temperature,
-                                                    top_k, top_p, seed, std::move(stop_ids),
-                                                    std::move(stop_strings), std::move(prediction),
-                                                    std::move(draft), draft_len, logprobs));
+             int logprobs, float repetition_penalty, float frequency_penalty,
+             float presence_penalty, std::map<int32_t, float> logit_bias) {
+            new (self) GenerateRequest(
+                make_request(std::move(prompt), max_new_tokens, temperature, top_k, top_p, seed,
+                             std::move(stop_ids), std::move(stop_strings), std::move(prediction),
+                             std::move(draft), draft_len, logprobs, repetition_penalty,
+                             frequency_penalty, presence_penalty, std::move(logit_bias)));
           },
           REQUEST_ARGS)
       .def_rw("prompt", &GenerateRequest::prompt, "Token ids (a copy when read)")
@@ -97,6 +107,11 @@ inline void bind_scheduler_types(nb::module_& m) {
           "logprobs", [](const GenerateRequest& r) { return r.sampling.logprobs; },
           [](GenerateRequest& r, int v) { r.sampling.logprobs = v; },
           "-1: none; n >= 0: each token's log-probability and its top n candidates' (n <= 20)")
+      .def_rw("repetition_penalty", &GenerateRequest::repetition_penalty, "> 0; 1: off")
+      .def_rw("frequency_penalty", &GenerateRequest::frequency_penalty, "[-2, 2]; 0: off")
+      .def_rw("presence_penalty", &GenerateRequest::presence_penalty, "[-2, 2]; 0: off")
+      .def_rw("logit_bias", &GenerateRequest::logit_bias,
+              "Token id -> bias in [-100, 100] added to its logit (a copy when read)")
       .def_rw("stop_ids", &GenerateRequest::stop_ids, "Generation ends after emitting one")
       .def_rw("stop_strings", &GenerateRequest::stop_strings, "... or once the text holds one")
       .def_rw("prediction", &GenerateRequest::prediction, "Predicted output (prompt lookup's)")

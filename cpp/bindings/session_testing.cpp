@@ -176,11 +176,13 @@ void bind_session(nb::module_& m) {
           [](Session& s, std::vector<int32_t> prompt, int max_new_tokens, float temperature,
              int top_k, float top_p, uint64_t seed, std::vector<int32_t> stop_ids,
              std::vector<std::string> stop_strings, std::vector<int32_t> prediction,
-             std::string draft, std::optional<int> draft_len, int logprobs) {
+             std::string draft, std::optional<int> draft_len, int logprobs, float repetition,
+             float frequency, float presence, std::map<int32_t, float> logit_bias) {
             return s.sch->submit(make_request(std::move(prompt), max_new_tokens, temperature, top_k,
                                               top_p, seed, std::move(stop_ids),
                                               std::move(stop_strings), std::move(prediction),
-                                              std::move(draft), draft_len, logprobs));
+                                              std::move(draft), draft_len, logprobs, repetition,
+                                              frequency, presence, std::move(logit_bias)));
           },
           REQUEST_ARGS, "submit(Request(...)) in one call")
       .def(

@@ -48,6 +48,26 @@ void validate_request(const GenerateRequest& req, const RequestLimits& lim) {
   for (const std::string& s : req.stop_strings)
     if (s.empty()) throw InvalidArgument("stop strings must not be empty");
   validate_sampling(req.sampling);
+  if (!std::isfinite(req.repetition_penalty) || req.repetition_penalty <= 0.0f ||
+      req.repetition_penalty > 100.0f)
+    throw InvalidArgument("repetition_penalty must lie in (0, 100], got " +
+                          std::to_string(req.repetition_penalty));
+  for (const auto& [name, v] :
+       {std::pair<const char*, float>{"frequency_penalty", req.frequency_penalty},
+        {"presence_penalty", req.presence_penalty}})
+    if (!(v >= -2.0f && v <= 2.0f))
+      throw InvalidArgument(std::string(name) + " must lie in [-2, 2], got " + std::to_string(v));
+  if (req.logit_bias.size() > static_cast<size_t>(kMaxLogitBias))
+    throw InvalidArgument("logit_bias holds " + std::to_string(req.logit_bias.size()) +
+                          " entries, more than " + std::to_string(kMaxLogitBias));
+  for (const auto& [id, bias] : req.logit_bias) {
+    if (id < 0 || id >= lim.vocab)
+      throw InvalidArgument("logit_bias: token id " + std::to_string(id) +
+                            " outside the vocabulary [0, " + std::to_string(lim.vocab) + ")");
+    if (!(bias >= -100.0f && bias <= 100.0f))
+      throw InvalidArgument("logit_bias: the bias of token " + std::to_string(id) +
+                            " must lie in [-100, 100], got " + std::to_string(bias));
+  }
   const std::string& d = req.draft;
   if (d != "auto" && d != "model" && d != "lookup" && d != "none")
     throw InvalidArgument("draft must be 'auto', 'model', 'lookup' or 'none', got '" + d + "'");
@@ -80,6 +100,20 @@ int32_t request_sources(const GenerateRequest& req, const RequestLimits& lim) {
 
 int request_max_nodes(const GenerateRequest& req, const RequestLimits& lim) {
   return req.draft_len.value_or(lim.max_draft_len);
+}
+
+PenaltyParams request_penalties(const GenerateRequest& req) {
+  PenaltyParams p;
+  p.repetition = req.repetition_penalty;
+  p.frequency = req.frequency_penalty;
+  p.presence = req.presence_penalty;
+  for (const auto& [id, bias] : req.logit_bias) {
+    if (p.n_bias >= kMaxLogitBias) break;
+    p.bias_id[p.n_bias] = id;
+    p.bias[p.n_bias++] = bias;
+  }
+  p.active = penalties_active(p.repetition, p.frequency, p.presence, p.n_bias) ? 1 : 0;
+  return p;
 }
 
 }  // namespace trt_spec

@@ -3,10 +3,12 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "kernels/penalties.h"
 #include "kernels/sampling.h"
 #include "spec/draft_tree.h"
 
@@ -16,6 +18,11 @@ struct GenerateRequest {
   std::vector<int32_t> prompt;
   int max_new_tokens = 128;
   SamplingParams sampling;
+  // Penalties and logit bias (kernels/penalties.h): at every position, from the text up to it.
+  float repetition_penalty = 1.0f;        // > 0; 1: off
+  float frequency_penalty = 0.0f;         // [-2, 2]
+  float presence_penalty = 0.0f;          // [-2, 2]
+  std::map<int32_t, float> logit_bias;    // token id -> bias in [-100, 100], at most kMaxLogitBias
   std::vector<int32_t> stop_ids;          // generation ends after emitting one (EOS included)
   std::vector<std::string> stop_strings;  // ... or once the output text contains one (cut there)
   std::vector<int32_t> prediction;        // predicted output (a lookup source; max_seq_len used)
@@ -43,5 +50,7 @@ void validate_request(const GenerateRequest& req, const RequestLimits& lim);
 // The allowed sources (bits draft_source_bit) of a valid request, and its node cap.
 int32_t request_sources(const GenerateRequest& req, const RequestLimits& lim);
 int request_max_nodes(const GenerateRequest& req, const RequestLimits& lim);
+// The request's penalties as the device reads them (active: any is not at its default).
+PenaltyParams request_penalties(const GenerateRequest& req);
 
 }  // namespace trt_spec

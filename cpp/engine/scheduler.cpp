@@ -78,6 +78,7 @@ uint64_t Scheduler::submit(GenerateRequest req) {
   r->id = next_id_++;
   r->allowed = request_sources(req, limits_);
   r->max_nodes = request_max_nodes(req, limits_);
+  r->penalties = request_penalties(req);
   r->stop = StopMatcher(req.stop_strings);
   r->stats.draft = req.draft;
   r->stats.draft_len = req.draft_len;
@@ -319,6 +320,13 @@ void Scheduler::first_tokens(const Chunk& c, const float* logits,
     be.upload(iter_.state().states + cslots[i], &st, sizeof(st));
   }
   be.upload(sample_slots_.as<void>(), cslots.data(), m * 4);
+  // Penalties: each new sequence's state (once any request has used them), then the prompts'
+  // last rows penalized as every later row is.
+  bool any_pen = false;
+  for (const Request* r : c.completing) any_pen = any_pen || r->penalties.active;
+  if (any_pen || iter_.has_penalties())
+    for (const Request* r : c.completing) iter_.set_penalties(r->slot, r->penalties, r->req.prompt);
+  if (any_pen) iter_.penalize_rows(sample_slots_.as<int32_t>(), m, const_cast<float*>(logits));
   be.sample(logits, m, rt_.vocab_size(), sample_slots_.as<int32_t>(), iter_.state().states,
             sampled_.as<int32_t>());
   bool any_lp = false;
@@ -447,6 +455,9 @@ void Scheduler::decode(std::vector<SchedulerEvent>& events, bool carry) {
   bool any_lp = false;
   for (const Request* r : active) any_lp = any_lp || r->req.sampling.logprobs >= 0;
   iter_.set_logprobs(any_lp);
+  bool any_pen = false;
+  for (const Request* r : active) any_pen = any_pen || r->penalties.active;
+  iter_.set_penalties_on(any_pen);
   iter_.capture(c.source, c.k);  // (a no-op without graphs)
   iter_.run(c.source, c.k);
   iter_.read_states(seqs_);

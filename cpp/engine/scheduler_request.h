@@ -16,6 +16,7 @@ struct Scheduler::Request {
   int32_t allowed = 0;  // the draft sources the request allows (bits draft_source_bit)
   int32_t sources = 0;  // ... that it may use now (sync_sources)
   int max_nodes = 0;
+  PenaltyParams penalties;  // request_penalties(req)
   int slot = -1;
   int prefilled = 0;      // prompt tokens in the target's cache
   bool decoding = false;  // prefill done, first token emitted

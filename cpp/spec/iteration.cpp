@@ -95,6 +95,10 @@ void Iteration::start(int slot, const SeqState& seq, const SamplingState& sampli
     throw InvalidArgument("iteration: history or prediction longer than max_seq_len");
   be_.upload(st_.seqs + slot, &seq, sizeof(SeqState));
   be_.upload(st_.states + slot, &sampling, sizeof(SamplingState));
+  if (pen_.params && pen_active_[slot] && seq.last >= 0 && seq.last < vocab_t_) {
+    const int32_t one = 1;  // the first token, generated (the counts are zero: set_penalties)
+    be_.upload(pen_.counts + static_cast<size_t>(slot) * vocab_t_ + seq.last, &one, 4);
+  }
   const size_t row = static_cast<size_t>(slot) * max_seq_;
   if (!history.empty()) be_.upload(st_.history + row, history.data(), history.size() * 4);
   if (!prediction.empty())
@@ -124,7 +128,7 @@ void Iteration::set_slots(const int32_t* host_slots, int B) {
 }
 
 bool Iteration::has_graph(DraftSource source, int k) const {
-  return graphs_.count({static_cast<int>(source), B_, k, logprobs_}) > 0;
+  return graphs_.count({static_cast<int>(source), B_, k, flags()}) > 0;
 }
 
 void Iteration::set_logprobs(bool on) {
@@ -136,6 +140,35 @@ void Iteration::set_logprobs(bool on) {
     lp_out_ = BackendBuffer(be_, n * kLogprobEntries * sizeof(TokenLogprob));
   }
   logprobs_ = on;
+}
+
+void Iteration::set_penalties(int slot, const PenaltyParams& p,
+                              const std::vector<int32_t>& prompt) {
+  if (slot < 0 || slot >= max_batch_) throw InvalidArgument("iteration: bad slot");
+  const int words = (vocab_t_ + 31) / 32;
+  if (!pen_.params) {
+    pen_params_ = BackendBuffer(be_, sizeof(PenaltyParams) * max_batch_);
+    pen_counts_ = BackendBuffer(be_, sizeof(int32_t) * max_batch_ * static_cast<size_t>(vocab_t_));
+    pen_prompt_ = BackendBuffer(be_, sizeof(uint32_t) * max_batch_ * static_cast<size_t>(words));
+    const std::vector<PenaltyParams> none(max_batch_);
+    be_.upload(pen_params_.as<void>(), none.data(), sizeof(PenaltyParams) * max_batch_);
+    pen_ = PenaltyState{pen_params_.as<PenaltyParams>(), pen_counts_.as<int32_t>(),
+                        pen_prompt_.as<uint32_t>(), vocab_t_, words};
+    pen_active_.assign(max_batch_, 0);
+  }
+  be_.upload(pen_.params + slot, &p, sizeof(PenaltyParams));
+  pen_active_[slot] = p.active ? 1 : 0;
+  if (!p.active) return;
+  const std::vector<int32_t> zeros(vocab_t_, 0);
+  be_.upload(pen_.counts + static_cast<size_t>(slot) * vocab_t_, zeros.data(), vocab_t_ * 4);
+  std::vector<uint32_t> bits(words, 0);
+  for (int32_t t : prompt)
+    if (t >= 0 && t < vocab_t_) bits[t >> 5] |= 1u << (t & 31);
+  be_.upload(pen_.prompt + static_cast<size_t>(slot) * words, bits.data(), words * 4);
+}
+
+void Iteration::penalize_rows(const int32_t* row_slots, int n, float* logits) {
+  if (pen_.params) ops_->penalize_rows(pen_, row_slots, n, logits, vocab_t_);
 }
 
 void Iteration::read_logprobs(std::vector<TokenLogprob>& out) {
@@ -150,7 +183,7 @@ void Iteration::capture(DraftSource source, int k) {
   Graphs g;
   g.propose = be_.capture([this, source, k] { issue_propose(source, k); });
   g.verify = be_.capture([this, source, k] { issue_verify(source, k, B_ * (k + 1), 0, 0); });
-  graphs_.emplace(Key{static_cast<int>(source), B_, k, logprobs_}, std::move(g));
+  graphs_.emplace(Key{static_cast<int>(source), B_, k, flags()}, std::move(g));
 }
 
 bool Iteration::can_carry() const {
@@ -227,7 +260,7 @@ void Iteration::run(DraftSource source, int k) {
   if ((source == DraftSource::kNone) != (k == 0) || (k > 0 && !proposer(source)))
     throw InvalidArgument(std::string("speculative iteration: no proposer for '") +
                           draft_source_name(source) + "' with k = " + std::to_string(k));
-  const Key key{static_cast<int>(source), B_, k, logprobs_};
+  const Key key{static_cast<int>(source), B_, k, flags()};
   last_k_ = k;
   const Graphs* g = nullptr;
   if (use_graphs_ && be_.supports_graphs()) {
@@ -299,8 +332,10 @@ void Iteration::issue_verify(DraftSource source, int k, int rows, int carried, i
   ctx.hidden = hidden;  // [B, k + 1, D]
   ctx.k = k;
   ctx.verified = true;
+  if (penalties_ && pen_.params) ops_->penalize(st_, pen_, ctx.slots, B, k, logits, vocab_t_);
   ops_->accept(st_, ctx.slots, B, k, logits_.as<float>(), vocab_t_, q_.as<float>(), vocab_d_,
                KvMoves{mv_slot_.as<int32_t>(), mv_src_.as<int32_t>(), mv_dst_.as<int32_t>()});
+  if (penalties_ && pen_.params) ops_->count_emitted(st_, pen_, ctx.slots, B);
   if (logprobs_) {  // [B, k + 1] entries: each emitted token at the row it was drawn from
     int32_t* lr = lp_rows_.as<int32_t>();
     int32_t* lt = lp_tok_.as<int32_t>();

@@ -128,6 +128,17 @@ class Iteration {
   // says how many top entries, or none). Graphs are captured per setting.
   void set_logprobs(bool on);
   bool logprobs() const { return logprobs_; }
+  // Whether the next iterations apply the sequences' penalties (SpecOps::penalize before
+  // acceptance, the counts after it); graphs are captured per setting.
+  void set_penalties_on(bool on) { penalties_ = on; }
+  // A sequence's penalties, before its first token is drawn (the first call allocates their
+  // state: every slot inactive): its params and, where they are active, its prompt's tokens;
+  // its counts start at zero (start() counts the first token).
+  void set_penalties(int slot, const PenaltyParams& p, const std::vector<int32_t>& prompt);
+  bool has_penalties() const { return pen_.params != nullptr; }
+  // The penalties on n rows [n, vocab_t] of the sequences in row_slots (backend memory): the
+  // prompts' last rows, before their first tokens are drawn.
+  void penalize_rows(const int32_t* row_slots, int n, float* logits);
   // The last run()'s log-probabilities (after read_states): [B, k + 1, kLogprobEntries], entry
   // (b, d) the d-th token sequence b emitted (those of sequences asking for none are stale).
   void read_logprobs(std::vector<TokenLogprob>& out);
@@ -141,7 +152,8 @@ class Iteration {
   struct Graphs {
     std::unique_ptr<BackendGraph> propose, verify;  // null: the backend has no graphs
   };
-  using Key = std::tuple<int, int, int, bool>;  // (source, B, k, logprobs)
+  using Key = std::tuple<int, int, int, int>;  // (source, B, k, flags())
+  int flags() const { return (logprobs_ ? 1 : 0) | (penalties_ ? 2 : 0); }
   IterationContext context();
   void issue_propose(DraftSource source, int k);  // proposals and the verify rows [B, k + 1]
   // Verify (with `carried` rows after the verify rows, `carried_logits` of them kept), accept,
@@ -177,6 +189,10 @@ class Iteration {
   int last_rows_ = 0;
   BackendBuffer mv_slot_, mv_src_, mv_dst_;  // [max_batch kMaxDraftNodes] cache moves
   bool use_graphs_ = true, warm_up_ = false, skip_padding_ = true, logprobs_ = false;
+  bool penalties_ = false;
+  PenaltyState pen_;  // (null until the first set_penalties)
+  BackendBuffer pen_params_, pen_counts_, pen_prompt_;
+  std::vector<char> pen_active_;  // [max_batch] the slots' params are active
   int last_k_ = 0;
   // Log-probabilities: each emitted token's row, token and slot [max_batch (max_k + 1)], and the
   // entries [max_batch (max_k + 1), kLogprobEntries] (allocated by the first set_logprobs(true)).

@@ -19,6 +19,7 @@
 
 #include "backend/backend.h"
 #include "common/errors.h"
+#include "kernels/penalties.h"
 #include "spec/draft_tree.h"
 #include "spec/seq_state.h"
 
@@ -54,6 +55,14 @@ struct RowBuffers {
   }
 };
 
+// The sequences' penalties (kernels/penalties.h) in backend memory, indexed by KV slot.
+struct PenaltyState {
+  PenaltyParams* params = nullptr;  // [max_batch]
+  int32_t* counts = nullptr;        // [max_batch, vocab]: each token's count among the generated
+  uint32_t* prompt = nullptr;       // [max_batch, words]: bit x set where x occurs in the prompt
+  int vocab = 0, words = 0;
+};
+
 // Cache moves of the accepted nodes: [B * kMaxDraftNodes] entries (backend.h kv_copy).
 struct KvMoves {
   int32_t* slot = nullptr;
@@ -75,6 +84,18 @@ class SpecOps {
   // and the cache moves of the accepted nodes.
   virtual void accept(const SpecState& st, const int32_t* slots, int B, int k, const float* logits,
                       int vocab, const float* q, int vocab_draft, const KvMoves& moves) = 0;
+  // The penalties (kernels/penalties.h), in place, on the verify logits [B, k + 1, vocab] of the
+  // sequences whose params are active: row 0 sees the generated tokens the counts hold, row
+  // 1 + i those and node i's path (i and its ancestors); padding rows are left alone.
+  virtual void penalize(const SpecState& st, const PenaltyState& ps, const int32_t* slots, int B,
+                        int k, float* logits, int vocab) = 0;
+  // The same on n rows [n, vocab] of the sequences in row_slots[i] with the counts alone (a
+  // prompt's last row: the first token).
+  virtual void penalize_rows(const PenaltyState& ps, const int32_t* row_slots, int n, float* logits,
+                             int vocab) = 0;
+  // Adds the tokens the last accept() emitted to the counts of sequences whose params are active.
+  virtual void count_emitted(const SpecState& st, const PenaltyState& ps, const int32_t* slots,
+                             int B) = 0;
   // Where the last accept() drew each emitted token, for Backend::logprobs: entry e = b (k + 1)
   // + d for the d-th token sequence b emitted: its verify row (the root's for d = 0, else the
   // row of the accepted node path[d - 1]; -1 past the last token), the token and the KV slot.

@@ -6,6 +6,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "spec/accept.h"
+#include "spec/penalty_rows.h"
 #include "spec/spec_ops.h"
 
 namespace trt_spec {
@@ -126,6 +127,45 @@ class CpuSpecOps final : public SpecOps {
         }
       }
     });
+  }
+
+  void penalize(const SpecState& st, const PenaltyState& ps, const int32_t* slots, int B, int k,
+                float* logits, int vocab) override {
+    const int R = k + 1;
+    pool_.parallel_for(static_cast<int64_t>(B) * R, 1, [&](int64_t r0, int64_t r1) {
+      int32_t path[kMaxDraftNodes];
+      for (int64_t r = r0; r < r1; ++r) {
+        const int b = static_cast<int>(r / R), row = static_cast<int>(r % R), slot = slots[b];
+        const PenaltyParams& p = ps.params[slot];
+        const DraftTree& t = st.seqs[slot].tree;
+        if (!p.active || row - 1 >= t.n) continue;  // (a padding row)
+        const int n_path = penalty_path(t, row - 1, path);
+        penalty_row(logits + r * vocab, vocab, ps.counts + static_cast<int64_t>(slot) * ps.vocab,
+                    ps.prompt + static_cast<int64_t>(slot) * ps.words, path, n_path, p);
+      }
+    });
+  }
+
+  void penalize_rows(const PenaltyState& ps, const int32_t* row_slots, int n, float* logits,
+                     int vocab) override {
+    for (int r = 0; r < n; ++r) {
+      const int slot = row_slots[r];
+      if (!ps.params[slot].active) continue;
+      penalty_row(logits + static_cast<int64_t>(r) * vocab, vocab,
+                  ps.counts + static_cast<int64_t>(slot) * ps.vocab,
+                  ps.prompt + static_cast<int64_t>(slot) * ps.words, nullptr, 0, ps.params[slot]);
+    }
+  }
+
+  void count_emitted(const SpecState& st, const PenaltyState& ps, const int32_t* slots,
+                     int B) override {
+    for (int b = 0; b < B; ++b) {
+      const SeqState& s = st.seqs[slots[b]];
+      if (!ps.params[slots[b]].active) continue;
+      int32_t* counts = ps.counts + static_cast<int64_t>(slots[b]) * ps.vocab;
+      for (int d = 0; d < s.n_new; ++d)
+        if (s.out[d] >= 0 && s.out[d] < ps.vocab) counts[s.out[d]] += 1;
+    }
   }
 
   void emitted_rows(const SpecState& st, const int32_t* slots, int B, int k, int32_t* rows,

@@ -9,6 +9,7 @@
 #include "backend/backend.h"
 #include "backend/cuda/cuda_backend.h"
 #include "common/errors.h"
+#include "spec/penalty_kernels.cuh"
 #include "spec/spec_launch.cuh"
 #include "spec/spec_ops.h"
 
@@ -46,6 +47,27 @@ class CudaSpecOps final : public SpecOps {
                         slots, dev_states(st.states), {P_.as<float>(), best_.as<int32_t>(), rows()},
                         st.history, st.max_seq, moves.slot, moves.src, moves.dst);
     be_.check_launch("accept");
+  }
+
+  void penalize(const SpecState& st, const PenaltyState& ps, const int32_t* slots, int B, int k,
+                float* logits, int vocab) override {
+    if (be_.sizing() || B <= 0) return;
+    cuda::launch_penalize(be_.stream(), st.seqs, ps, slots, B * (k + 1), k, logits, vocab);
+    be_.check_launch("penalize");
+  }
+
+  void penalize_rows(const PenaltyState& ps, const int32_t* row_slots, int n, float* logits,
+                     int vocab) override {
+    if (be_.sizing() || n <= 0) return;
+    cuda::launch_penalize(be_.stream(), nullptr, ps, row_slots, n, -1, logits, vocab);
+    be_.check_launch("penalize_rows");
+  }
+
+  void count_emitted(const SpecState& st, const PenaltyState& ps, const int32_t* slots,
+                     int B) override {
+    if (be_.sizing() || B <= 0) return;
+    cuda::launch_count_emitted(be_.stream(), st.seqs, ps, slots, B);
+    be_.check_launch("count_emitted");
   }
 
   void emitted_rows(const SpecState& st, const int32_t* slots, int B, int k, int32_t* rows,

@@ -404,6 +404,10 @@ class Engine:
         speculate: bool = True,
         prediction: str | Sequence[int] | None = None,
         logprobs: int | None = None,
+        presence_penalty: float = 0.0,
+        frequency_penalty: float = 0.0,
+        repetition_penalty: float = 1.0,
+        logit_bias: Mapping[int, float] | None = None,
     ) -> GenerationResult | list[GenerationResult] | GenerationStream:
         """Generate a completion, or one per prompt of a batch.
 
@@ -431,6 +435,13 @@ class Engine:
         the distribution the token was drawn from. Accepted draft tokens get theirs from the
         verify pass; they equal target-only decoding's.
 
+        Penalties, from the text up to each position (the prompt and what was generated
+        before it): ``repetition_penalty`` (> 0, 1: off; divides a positive logit of a token
+        seen in the prompt or the output, multiplies a negative one), ``frequency_penalty`` and
+        ``presence_penalty`` (in [-2, 2]; subtract count x frequency, and presence once, for
+        tokens generated so far), then ``logit_bias`` ({token id: bias in [-100, 100]}, at most
+        300). Speculation changes none of them: a verify row counts the draft tokens above it.
+
         With ``stream=True`` (one prompt) the call returns a :class:`GenerationStream` that
         yields text as each iteration's tokens become final.
 
@@ -451,6 +462,12 @@ class Engine:
         if not 0 <= n_logprobs <= 20 and logprobs is not None:
             raise ValueError(f"logprobs must be None or an integer in [0, 20], got {logprobs!r}")
         mode = draft if speculate else "none"
+        penalties = {
+            "repetition_penalty": _number(repetition_penalty, "repetition_penalty"),
+            "frequency_penalty": _number(frequency_penalty, "frequency_penalty"),
+            "presence_penalty": _number(presence_penalty, "presence_penalty"),
+            "logit_bias": self._logit_bias(logit_bias),
+        }
         prompts = self._batch(prompt)
         single = prompts is None
         if single:
@@ -480,6 +497,7 @@ class Engine:
                     draft=mode,
                     draft_len=k,
                     logprobs=n_logprobs,
+                    **penalties,
                 )
                 rids.append(self._submit(_Pending(ids, n_logprobs >= 0), request))
         except BaseException:
@@ -599,6 +617,18 @@ class Engine:
         if not ignore_eos:
             stop_ids += self._eog
         return [s for s in stops if isinstance(s, str)], stop_ids
+
+    @staticmethod
+    def _logit_bias(bias: Mapping[int, float] | None) -> dict[int, float]:
+        """{token id: bias} with ints and floats (ids and ranges: the scheduler's check)."""
+        if bias is None:
+            return {}
+        if not isinstance(bias, Mapping):
+            raise ValueError("logit_bias must be a mapping of token ids to numbers")
+        out = {}
+        for k, v in bias.items():
+            out[_int(k, "logit_bias token id")] = _number(v, f"logit_bias[{k}]")
+        return out
 
     def _prediction(self, prediction: str | Sequence[int] | None) -> list[int]:
         if prediction is None:

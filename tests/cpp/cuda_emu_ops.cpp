@@ -16,6 +16,7 @@
 #include "spec/lookup_kernels.cuh"
 #include "spec/medusa_kernels.cuh"
 #include "spec/pard_kernels.cuh"
+#include "spec/penalty_kernels.cuh"
 #include "spec/spec_launch.cuh"
 
 using namespace trt_spec;
@@ -119,6 +120,24 @@ void emu_logprobs(const float* logits, int vocab, int n, const int32_t* rows, co
   launch_logprobs(nullptr, g, logits, vocab, n, rows, tokens, slot,
                   static_cast<const DevSamplingState*>(states), static_cast<TokenLogprob*>(out),
                   sample_scratch(scratch));
+}
+
+// The penalties (penalty_kernels.cuh) through their launch functions: k >= 0 verify rows
+// [rows / (k + 1), k + 1] of slots[b], k < 0 plain rows of slots[r].
+long long emu_penalty_params_bytes() {
+  return static_cast<long long>(sizeof(PenaltyParams));
+}
+void emu_spec_penalize(const void* seqs, void* params, int32_t* counts, uint32_t* prompt, int vocab,
+                       const int32_t* slots, int rows, int k, float* logits) {
+  const PenaltyState ps{static_cast<PenaltyParams*>(params), counts, prompt, vocab,
+                        (vocab + 31) / 32};
+  launch_penalize(nullptr, static_cast<const SeqState*>(seqs), ps, slots, rows, k, logits, vocab);
+}
+void emu_spec_count_emitted(const void* seqs, void* params, int32_t* counts, int vocab,
+                            const int32_t* slots, int B) {
+  const PenaltyState ps{static_cast<PenaltyParams*>(params), counts, nullptr, vocab,
+                        (vocab + 31) / 32};
+  launch_count_emitted(nullptr, static_cast<const SeqState*>(seqs), ps, slots, B);
 }
 
 // The speculative ops, through their CUDA launch functions (spec_launch.cuh, and the

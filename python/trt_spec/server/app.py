@@ -161,7 +161,9 @@ def create_app(
         try:
             return engine.generate(req.prompt, stream=stream, **req.gen)
         except ValueError as e:  # the engine's own checks: prompt too long, bad ids, ...
-            raise APIError(str(e)) from None
+            msg = str(e)
+            param = next((f for f in ("logit_bias", "logprobs") if msg.startswith(f)), None)
+            raise APIError(msg, param=param) from None
 
     async def _stream(req: protocol.Request) -> StreamingResponse:
         """Submits the request (errors still get their status), then streams its pieces."""

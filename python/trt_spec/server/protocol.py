@@ -10,8 +10,9 @@ Supported: ``model``, ``prompt`` (completions: text or token ids) / ``messages``
 ``max_tokens`` (chat also ``max_completion_tokens``), ``temperature``, ``top_p``, ``seed``,
 ``stop``, ``stream``, ``stream_options.include_usage``, ``logprobs`` (chat: with
 ``top_logprobs``; completions: the number of top entries, up to 20), ``prediction`` (OpenAI's
-Predicted Outputs, drafted from by prompt lookup) and the extras ``top_k``, ``draft``,
-``draft_len`` and ``ignore_eos`` (as vLLM's: generate to ``max_tokens``).
+Predicted Outputs, drafted from by prompt lookup), ``presence_penalty``, ``frequency_penalty``,
+``logit_bias`` and the extras ``repetition_penalty``, ``top_k``, ``draft``, ``draft_len`` and
+``ignore_eos`` (as vLLM's: generate to ``max_tokens``).
 """
 
 from __future__ import annotations
@@ -32,9 +33,6 @@ _NEUTRAL: dict[str, tuple[Any, ...]] = {
     "best_of": (1, None),
     "echo": (False, None),
     "suffix": (None, ""),
-    "presence_penalty": (0, 0.0, None),
-    "frequency_penalty": (0, 0.0, None),
-    "logit_bias": (None,),
     "tools": (None,),
     "tool_choice": (None, "none"),
     "functions": (None,),
@@ -61,6 +59,10 @@ _COMMON = {
     "draft_len",
     "ignore_eos",
     "logprobs",
+    "presence_penalty",
+    "frequency_penalty",
+    "repetition_penalty",
+    "logit_bias",
 }
 COMPLETION_FIELDS = _COMMON | {"prompt"} | _HARMLESS | set(_NEUTRAL)
 CHAT_FIELDS = (
@@ -177,6 +179,28 @@ def _prediction(body: dict) -> str | None:
     return content
 
 
+def _logit_bias(body: dict) -> dict[int, float] | None:
+    """OpenAI's ``{"token id": bias}`` (ids as strings) -> {id: bias}; the vocabulary range is
+    the engine's check."""
+    v = body.get("logit_bias")
+    if v is None:
+        return None
+    if not isinstance(v, dict):
+        raise _bad("'logit_bias' must be an object of token ids to numbers", "logit_bias")
+    if len(v) > 300:
+        raise _bad("'logit_bias' takes at most 300 entries", "logit_bias")
+    out = {}
+    for key, bias in v.items():
+        try:
+            token = int(key)
+        except (TypeError, ValueError):
+            raise _bad(f"'logit_bias' keys must be token ids, got {key!r}", "logit_bias") from None
+        if isinstance(bias, bool) or not isinstance(bias, (int, float)) or not -100 <= bias <= 100:
+            raise _bad("'logit_bias' values must be numbers in [-100, 100]", "logit_bias")
+        out[token] = float(bias)
+    return out
+
+
 def _logprobs(body: dict, chat: bool) -> int | None:
     """Top entries per token, or None. Chat: ``logprobs`` (bool) and ``top_logprobs``;
     completions: ``logprobs`` (an integer)."""
@@ -288,6 +312,12 @@ def parse(body: Any, *, chat: bool, model_name: str, max_seq_len: int) -> Reques
     if gen["top_p"] == 0.0:
         raise _bad("'top_p' must be > 0", "top_p")
     gen["logprobs"] = _logprobs(body, chat)
+    gen["presence_penalty"] = _number(body, "presence_penalty", 0.0, -2.0, 2.0)
+    gen["frequency_penalty"] = _number(body, "frequency_penalty", 0.0, -2.0, 2.0)
+    gen["repetition_penalty"] = _number(body, "repetition_penalty", 1.0, 0.0, 100.0)
+    if gen["repetition_penalty"] == 0.0:
+        raise _bad("'repetition_penalty' must be > 0", "repetition_penalty")
+    gen["logit_bias"] = _logit_bias(body)
     prompt = _messages(body) if chat else _prompt(body)
     kind = "chatcmpl" if chat else "cmpl"
     return Request(
