@@ -296,6 +296,52 @@ def test_penalties_and_logit_bias(server: Server, offline: Engine, stream: bool)
 
 
 @pytest.mark.parametrize("stream", [False, True])
+def test_structured_output(server: Server, offline: Engine, stream: bool) -> None:
+    """response_format (json_schema strict, json_object) and the regex / grammar extras through
+    the openai client, 8 concurrent requests: the engine's constrained output, which matches."""
+    client = server.client()
+    schema = {
+        "type": "object",
+        "properties": {"color": {"enum": ["red", "blue"]}, "n": {"enum": [1, 2, 3]}},
+        "required": ["color", "n"],
+        "additionalProperties": False,
+    }
+    fmt = {"type": "json_schema", "json_schema": {"name": "c", "schema": schema, "strict": True}}
+    lark = 'start: "<" /[a-c]/ ">"'
+    cases = [
+        ({"response_format": fmt}, {"response_format": fmt}),
+        ({"extra_body": {"regex": "(yes|no)-[0-9]{2}"}}, {"regex": "(yes|no)-[0-9]{2}"}),
+        ({"extra_body": {"grammar": lark}}, {"grammar": lark}),
+        ({"response_format": fmt, "temperature": 0.9, "seed": 3},
+         {"response_format": fmt, "temperature": 0.9, "seed": 3}),
+    ] * 2  # fmt: skip
+    messages = [{"role": "user", "content": "Give me a color."}]
+
+    def run(case):
+        kw, gen = case
+        gen = dict(gen)
+        gen.setdefault("temperature", 0.0)
+        want = offline.generate(messages, max_new_tokens=40, **gen)
+        args = dict(model=MODEL, messages=messages, max_tokens=40, **kw)
+        args.setdefault("temperature", 0)
+        if stream:
+            chunks = client.chat.completions.create(stream=True, **args)
+            text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        else:
+            text = client.chat.completions.create(**args).choices[0].message.content
+        return want, text
+
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(run, cases))
+    for (want, text), (kw, _) in zip(results, cases, strict=True):
+        assert text == want.text, kw
+        if "response_format" in kw and want.finish_reason == "stop_token":
+            v = json.loads(text)
+            assert v["color"] in ("red", "blue") and v["n"] in (1, 2, 3)
+    assert re.fullmatch("(yes|no)-[0-9]{2}", results[1][1])
+
+
+@pytest.mark.parametrize("stream", [False, True])
 def test_completion_logprobs(server: Server, offline: Engine, stream: bool) -> None:
     prompt = "def add(a, b):"
     want = offline.generate(prompt, max_new_tokens=16, temperature=0, logprobs=2)
@@ -492,6 +538,33 @@ BAD = [
     ("bias key", {"model": MODEL, "prompt": "a", "logit_bias": {"x": 1}}, 400, "logit_bias"),
     ("bias value", {"model": MODEL, "prompt": "a", "logit_bias": {"3": 200}}, 400, "logit_bias"),
     ("bias id", {"model": MODEL, "prompt": "a", "logit_bias": {"99999999": 1}}, 400, "logit_bias"),
+    (
+        "format type",
+        {"model": MODEL, "prompt": "a", "response_format": {"type": "xml"}},
+        400,
+        "response_format",
+    ),
+    (
+        "bad schema",
+        {
+            "model": MODEL,
+            "prompt": "a",
+            "response_format": {
+                "type": "json_schema",
+                "json_schema": {"name": "x", "schema": {"type": 7}},
+            },
+        },
+        400,
+        "response_format",
+    ),
+    ("bad regex", {"model": MODEL, "prompt": "a", "regex": "(open"}, 400, "regex"),
+    ("bad grammar", {"model": MODEL, "prompt": "a", "grammar": "start: nothing"}, 400, "grammar"),
+    (
+        "two specs",
+        {"model": MODEL, "prompt": "a", "regex": "a", "grammar": 'start: "a"'},
+        400,
+        "grammar",
+    ),
     ("unknown field", {"model": MODEL, "prompt": "a", "frobnicate": 1}, 400, "frobnicate"),
     ("bad stop", {"model": MODEL, "prompt": "a", "stop": [1]}, 400, "stop"),
     ("bad draft", {"model": MODEL, "prompt": "a", "draft": "magic"}, 400, "draft"),

@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "bindings/constraint.h"
 #include "engine/scheduler.h"
 
 namespace trt_spec::bindings {
@@ -70,6 +71,7 @@ auto by_source_name(F f) {
 }
 
 inline void bind_scheduler_types(nb::module_& m) {
+  bind_token_constraint(m);
   nb::class_<GenerateRequest>(m, "Request",
                               "One generation request (engine/request.h), validated when "
                               "submitted: token ids within the vocabulary, draft_len None (auto) "
@@ -112,6 +114,14 @@ inline void bind_scheduler_types(nb::module_& m) {
       .def_rw("presence_penalty", &GenerateRequest::presence_penalty, "[-2, 2]; 0: off")
       .def_rw("logit_bias", &GenerateRequest::logit_bias,
               "Token id -> bias in [-100, 100] added to its logit (a copy when read)")
+      .def_prop_rw(
+          "constraint",
+          [](const GenerateRequest& r) -> nb::object {
+            auto* ref = dynamic_cast<PyConstraintRef*>(r.constraint.get());
+            return ref ? ref->obj : nb::none();
+          },
+          [](GenerateRequest& r, nb::object o) { r.constraint = constraint_ref(std::move(o)); },
+          nb::arg("constraint").none(), "A TokenConstraint (structured output), or None")
       .def_rw("stop_ids", &GenerateRequest::stop_ids, "Generation ends after emitting one")
       .def_rw("stop_strings", &GenerateRequest::stop_strings, "... or once the text holds one")
       .def_rw("prediction", &GenerateRequest::prediction, "Predicted output (prompt lookup's)")

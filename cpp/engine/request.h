@@ -4,10 +4,12 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "engine/constraint.h"
 #include "kernels/penalties.h"
 #include "kernels/sampling.h"
 #include "spec/draft_tree.h"
@@ -19,10 +21,12 @@ struct GenerateRequest {
   int max_new_tokens = 128;
   SamplingParams sampling;
   // Penalties and logit bias (kernels/penalties.h): at every position, from the text up to it.
-  float repetition_penalty = 1.0f;        // > 0; 1: off
-  float frequency_penalty = 0.0f;         // [-2, 2]
-  float presence_penalty = 0.0f;          // [-2, 2]
-  std::map<int32_t, float> logit_bias;    // token id -> bias in [-100, 100], at most kMaxLogitBias
+  float repetition_penalty = 1.0f;      // > 0; 1: off
+  float frequency_penalty = 0.0f;       // [-2, 2]
+  float presence_penalty = 0.0f;        // [-2, 2]
+  std::map<int32_t, float> logit_bias;  // token id -> bias in [-100, 100], at most kMaxLogitBias
+  // Structured output: the tokens allowed at each position (null: any).
+  std::shared_ptr<TokenConstraint> constraint;
   std::vector<int32_t> stop_ids;          // generation ends after emitting one (EOS included)
   std::vector<std::string> stop_strings;  // ... or once the output text contains one (cut there)
   std::vector<int32_t> prediction;        // predicted output (a lookup source; max_seq_len used)

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <numeric>
 
 #include "common/errors.h"
@@ -137,6 +138,22 @@ void Scheduler::finish(Request& r, FinishReason why, SchedulerEvent& ev, double 
     }
     for (const std::unique_ptr<Proposer>& p : proposers_) p->end(r.slot);
     slots_[r.slot] = nullptr;
+  }
+}
+
+void Scheduler::constraint_masks(TokenConstraint& con, const DraftTree* tree, uint32_t* rows,
+                                 int words) {
+  const int n = tree ? tree->n : 0;
+  std::vector<int32_t> tokens(tree ? tree->token : nullptr, tree ? tree->token + n : nullptr);
+  std::vector<int32_t> parents(n);
+  for (int i = 0; i < n; ++i) parents[i] = tree->parent[i];
+  con.masks(tokens, parents, MaskRows{rows, n + 1, words});
+  // A row that allows nothing would leave no token to draw: it allows all instead (the
+  // constraint is broken; its own error reports that).
+  for (int r = 0; r <= n; ++r) {
+    uint32_t* row = rows + static_cast<size_t>(r) * words;
+    if (std::all_of(row, row + words, [](uint32_t w) { return w == 0; }))
+      std::fill(row, row + words, ~0u);
   }
 }
 
@@ -327,6 +344,17 @@ void Scheduler::first_tokens(const Chunk& c, const float* logits,
   if (any_pen || iter_.has_penalties())
     for (const Request* r : c.completing) iter_.set_penalties(r->slot, r->penalties, r->req.prompt);
   if (any_pen) iter_.penalize_rows(sample_slots_.as<int32_t>(), m, const_cast<float*>(logits));
+  // Constraints: each constrained prompt's last row masked (the others' rows allow all).
+  bool any_mask = false;
+  for (const Request* r : c.completing) any_mask = any_mask || r->req.constraint;
+  if (any_mask) {
+    const int W = iter_.mask_words();
+    std::vector<uint32_t> masks(static_cast<size_t>(m) * W, ~0u);
+    for (int i = 0; i < m; ++i)
+      if (const auto& con = c.completing[i]->req.constraint)
+        constraint_masks(*con, nullptr, masks.data() + static_cast<size_t>(i) * W, W);
+    iter_.mask_rows(const_cast<float*>(logits), m, masks);
+  }
   be.sample(logits, m, rt_.vocab_size(), sample_slots_.as<int32_t>(), iter_.state().states,
             sampled_.as<int32_t>());
   bool any_lp = false;
@@ -406,6 +434,7 @@ void Scheduler::start_decoding(Request& r, int32_t first, const TokenLogprob* lp
   r.seq = s;
   r.tokens.push_back(first);
   r.decoding = true;
+  if (r.req.constraint) r.req.constraint->commit({first});
   // (A prompt that fills the cache leaves no position for the first token: no iteration.)
   if (P < rt_.max_seq_len())
     iter_.start(r.slot, s, SamplingState{r.req.sampling, 1}, r.tokens, r.req.prediction);
@@ -458,8 +487,25 @@ void Scheduler::decode(std::vector<SchedulerEvent>& events, bool carry) {
   bool any_pen = false;
   for (const Request* r : active) any_pen = any_pen || r->penalties.active;
   iter_.set_penalties_on(any_pen);
+  // Constraints: after the proposal, each constrained sequence's verify rows get their masks
+  // (the proposal read back: a synchronisation inside the iteration); the others' allow all.
+  bool any_mask = false;
+  for (const Request* r : active) any_mask = any_mask || r->req.constraint;
+  iter_.set_masks_on(any_mask);
+  std::function<void()> between;
+  if (any_mask)
+    between = [&] {
+      iter_.read_states(seqs_);
+      const int W = iter_.mask_words(), R = c.k + 1;
+      std::vector<uint32_t> masks(static_cast<size_t>(B) * R * W, ~0u);
+      for (int b = 0; b < B; ++b)
+        if (const auto& con = active[b]->req.constraint)
+          constraint_masks(*con, &seqs_[active[b]->slot].tree,
+                           masks.data() + static_cast<size_t>(b) * R * W, W);
+      iter_.upload_masks(masks);
+    };
   iter_.capture(c.source, c.k);  // (a no-op without graphs)
-  iter_.run(c.source, c.k);
+  iter_.run(c.source, c.k, between);
   iter_.read_states(seqs_);
   if (any_lp) iter_.read_logprobs(lp_);
   const double now = now_s();
@@ -498,6 +544,7 @@ void Scheduler::decode(std::vector<SchedulerEvent>& events, bool carry) {
     }
     for (const std::unique_ptr<Proposer>& p : proposers_)
       p->commit(r.slot, s, src == static_cast<int>(p->source()));
+    if (r.req.constraint) r.req.constraint->commit(std::vector<int32_t>(s.out, s.out + s.n_new));
     SchedulerEvent& ev = event_for(r, events);
     bool open = true;
     const int b = static_cast<int>(std::find(slots.begin(), slots.end(), r.slot) - slots.begin());

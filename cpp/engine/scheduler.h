@@ -204,6 +204,10 @@ class Scheduler {
   // Appends a final token (and its log-probabilities, kLogprobEntries of them, where the request
   // asks for them); false once the request is finished.
   bool emit(Request& r, int32_t tok, SchedulerEvent& ev, double now, const TokenLogprob* lp);
+  // The masks of a constrained sequence's verify rows [1 + tree->n, words] (tree null: a first
+  // token's row) from its constraint, none of them empty.
+  static void constraint_masks(TokenConstraint& con, const DraftTree* tree, uint32_t* rows,
+                               int words);
   void finish(Request& r, FinishReason why, SchedulerEvent& ev, double now);
   SchedulerEvent& event_for(Request& r, std::vector<SchedulerEvent>& events);
 

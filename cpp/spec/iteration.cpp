@@ -167,6 +167,31 @@ void Iteration::set_penalties(int slot, const PenaltyParams& p,
   be_.upload(pen_.prompt + static_cast<size_t>(slot) * words, bits.data(), words * 4);
 }
 
+void Iteration::set_masks_on(bool on) {
+  if (on && !mask_.as<void>())
+    mask_ = BackendBuffer(
+        be_, sizeof(uint32_t) * max_batch_ * static_cast<size_t>(max_k_ + 1) * mask_words());
+  masks_ = on;
+}
+
+void Iteration::upload_masks(const std::vector<uint32_t>& masks) {
+  const size_t n = static_cast<size_t>(B_) * (max_k_ + 1) * mask_words();
+  if (!mask_.as<void>() || masks.size() > n)
+    throw InvalidArgument("iteration: masks beyond the verify rows (or masks are off)");
+  be_.upload(mask_.as<void>(), masks.data(), masks.size() * sizeof(uint32_t));
+}
+
+void Iteration::mask_rows(float* logits, int n, const std::vector<uint32_t>& masks) {
+  if (n <= 0) return;
+  if (!mask_.as<void>())
+    mask_ = BackendBuffer(
+        be_, sizeof(uint32_t) * max_batch_ * static_cast<size_t>(max_k_ + 1) * mask_words());
+  if (n > max_batch_ * (max_k_ + 1) || masks.size() < static_cast<size_t>(n) * mask_words())
+    throw InvalidArgument("iteration: bad mask rows");
+  be_.upload(mask_.as<void>(), masks.data(), static_cast<size_t>(n) * mask_words() * 4);
+  ops_->mask_rows(logits, n, vocab_t_, mask_.as<uint32_t>(), mask_words());
+}
+
 void Iteration::penalize_rows(const int32_t* row_slots, int n, float* logits) {
   if (pen_.params) ops_->penalize_rows(pen_, row_slots, n, logits, vocab_t_);
 }
@@ -253,7 +278,7 @@ int Iteration::compact_rows(int k) {
   return w;
 }
 
-void Iteration::run(DraftSource source, int k) {
+void Iteration::run(DraftSource source, int k, const std::function<void()>& between) {
   const PromptRows carried = std::exchange(carry_, PromptRows{});  // (this run's, even on a throw)
   if (k < 0 || k > max_k_) throw InvalidArgument("speculative iteration: bad draft length");
   if (B_ == 0) throw InvalidArgument("speculative iteration: no sequences set");
@@ -278,6 +303,7 @@ void Iteration::run(DraftSource source, int k) {
   else
     issue_propose(source, k);
   draft_timer_->stop();
+  if (between) between();
   verify_timer_->start();
   // Padding rows are skipped where the metadata is host memory and no graph fixed the rows.
   last_rows_ = !g && k > 0 && skips_padding() ? compact_rows(k) : B_ * (k + 1);
@@ -333,6 +359,7 @@ void Iteration::issue_verify(DraftSource source, int k, int rows, int carried, i
   ctx.k = k;
   ctx.verified = true;
   if (penalties_ && pen_.params) ops_->penalize(st_, pen_, ctx.slots, B, k, logits, vocab_t_);
+  if (masks_) ops_->mask_rows(logits, n, vocab_t_, mask_.as<uint32_t>(), mask_words());
   ops_->accept(st_, ctx.slots, B, k, logits_.as<float>(), vocab_t_, q_.as<float>(), vocab_d_,
                KvMoves{mv_slot_.as<int32_t>(), mv_src_.as<int32_t>(), mv_dst_.as<int32_t>()});
   if (penalties_ && pen_.params) ops_->count_emitted(st_, pen_, ctx.slots, B);

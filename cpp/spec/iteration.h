@@ -28,6 +28,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -79,8 +80,10 @@ class Iteration {
   void set_sources(int slot, int32_t sources);
   // Sets the sequences of the next iterations: rows b = 0 .. B-1 are slots[b].
   void set_slots(const int32_t* host_slots, int B);
-  // Issues one iteration, its phases timed. Asynchronous on a GPU backend.
-  void run(DraftSource source, int k);
+  // Issues one iteration, its phases timed. Asynchronous on a GPU backend, unless `between` is
+  // given: it runs on the host after the proposal (which it may read back: read_states) and
+  // before the verify pass (constrained sequences' masks: upload_masks).
+  void run(DraftSource source, int k, const std::function<void()>& between = {});
   // Captures the graphs of (source, B, k) now, if the backend has graphs and they are not
   // captured yet (a capture is host work: do it before timing anything).
   void capture(DraftSource source, int k);
@@ -139,6 +142,16 @@ class Iteration {
   // The penalties on n rows [n, vocab_t] of the sequences in row_slots (backend memory): the
   // prompts' last rows, before their first tokens are drawn.
   void penalize_rows(const int32_t* row_slots, int n, float* logits);
+  // Whether the next iterations apply token masks (engine/constraint.h) to the verify logits
+  // before acceptance: run()'s `between` step, after the proposal, uploads them
+  // (upload_masks); graphs are captured per setting.
+  void set_masks_on(bool on);
+  int mask_words() const { return (vocab_t_ + 31) / 32; }
+  // Masks of the next verify pass's rows, [B, k + 1, mask_words()] (host memory).
+  void upload_masks(const std::vector<uint32_t>& masks);
+  // Masks n rows of logits [n, vocab_t] (backend memory) with masks [n, mask_words()] (host
+  // memory): the prompts' last rows, before their first tokens are drawn (n <= max_batch).
+  void mask_rows(float* logits, int n, const std::vector<uint32_t>& masks);
   // The last run()'s log-probabilities (after read_states): [B, k + 1, kLogprobEntries], entry
   // (b, d) the d-th token sequence b emitted (those of sequences asking for none are stale).
   void read_logprobs(std::vector<TokenLogprob>& out);
@@ -153,7 +166,7 @@ class Iteration {
     std::unique_ptr<BackendGraph> propose, verify;  // null: the backend has no graphs
   };
   using Key = std::tuple<int, int, int, int>;  // (source, B, k, flags())
-  int flags() const { return (logprobs_ ? 1 : 0) | (penalties_ ? 2 : 0); }
+  int flags() const { return (logprobs_ ? 1 : 0) | (penalties_ ? 2 : 0) | (masks_ ? 4 : 0); }
   IterationContext context();
   void issue_propose(DraftSource source, int k);  // proposals and the verify rows [B, k + 1]
   // Verify (with `carried` rows after the verify rows, `carried_logits` of them kept), accept,
@@ -189,8 +202,9 @@ class Iteration {
   int last_rows_ = 0;
   BackendBuffer mv_slot_, mv_src_, mv_dst_;  // [max_batch kMaxDraftNodes] cache moves
   bool use_graphs_ = true, warm_up_ = false, skip_padding_ = true, logprobs_ = false;
-  bool penalties_ = false;
-  PenaltyState pen_;  // (null until the first set_penalties)
+  bool penalties_ = false, masks_ = false;
+  BackendBuffer mask_;  // [max_batch (max_k + 1), mask_words()] (allocated by set_masks_on)
+  PenaltyState pen_;    // (null until the first set_penalties)
   BackendBuffer pen_params_, pen_counts_, pen_prompt_;
   std::vector<char> pen_active_;  // [max_batch] the slots' params are active
   int last_k_ = 0;

@@ -1,12 +1,14 @@
-// penalty_kernels.cuh: the CUDA kernels of the penalties (spec_ops.h penalize, penalize_rows,
-// count_emitted), header-only so that tests run them through the host emulation. The arithmetic
-// per logit is penalty_rows.h's, the host's.
+// penalty_kernels.cuh: the CUDA kernels of the logit processors (spec_ops.h penalize,
+// penalize_rows, count_emitted, mask_rows), header-only so that tests run them through the host
+// emulation. The arithmetic per logit is penalty_rows.h's, the host's.
 //
 //   penalize_kernel       verify row r = b (k + 1) + row, or a plain row      grid rows
 //   count_emitted_kernel  the emitted tokens into the counts                  grid B
+//   mask_rows_kernel      a structured-output mask on each row (mask_rows.h)   grid rows
 #pragma once
 
 #include "kernels/cuda/common.cuh"
+#include "spec/mask_rows.h"
 #include "spec/penalty_rows.h"
 #include "spec/seq_state.h"
 #include "spec/spec_ops.h"
@@ -56,6 +58,23 @@ __global__ void count_emitted_kernel(const SeqState* __restrict__ seqs, PenaltyS
   int32_t* counts = ps.counts + static_cast<int64_t>(slot) * ps.vocab;
   for (int d = 0; d < s.n_new; ++d)
     if (s.out[d] >= 0 && s.out[d] < ps.vocab) counts[s.out[d]] += 1;
+}
+
+// Logits [n, vocab] masked by masks [n, words].  grid n, block kPenaltyThreads.
+__global__ void __launch_bounds__(kPenaltyThreads)
+    mask_rows_kernel(float* __restrict__ logits, int vocab, const uint32_t* __restrict__ masks,
+                     int words) {
+  const int r = blockIdx.x;
+  float* l = logits + static_cast<int64_t>(r) * vocab;
+  const uint32_t* m = masks + static_cast<int64_t>(r) * words;
+  for (int x = threadIdx.x; x < vocab; x += blockDim.x)
+    if (!mask_allows(m, words, x)) l[x] = -INFINITY;
+}
+
+inline void launch_mask_rows(cudaStream_t stream, float* logits, int n, int vocab,
+                             const uint32_t* masks, int words) {
+  if (n <= 0) return;
+  TRT_SPEC_LAUNCH(mask_rows_kernel, n, kPenaltyThreads, stream, logits, vocab, masks, words);
 }
 
 inline void launch_penalize(cudaStream_t stream, const SeqState* seqs, const PenaltyState& ps,

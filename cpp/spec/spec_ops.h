@@ -93,6 +93,9 @@ class SpecOps {
   // prompt's last row: the first token).
   virtual void penalize_rows(const PenaltyState& ps, const int32_t* row_slots, int n, float* logits,
                              int vocab) = 0;
+  // Token masks (engine/constraint.h) on n rows of logits [n, vocab]: logit x of row r becomes
+  // -inf where bit x of masks [n, words] is clear.
+  virtual void mask_rows(float* logits, int n, int vocab, const uint32_t* masks, int words) = 0;
   // Adds the tokens the last accept() emitted to the counts of sequences whose params are active.
   virtual void count_emitted(const SpecState& st, const PenaltyState& ps, const int32_t* slots,
                              int B) = 0;

@@ -6,6 +6,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "spec/accept.h"
+#include "spec/mask_rows.h"
 #include "spec/penalty_rows.h"
 #include "spec/spec_ops.h"
 
@@ -155,6 +156,13 @@ class CpuSpecOps final : public SpecOps {
                   ps.counts + static_cast<int64_t>(slot) * ps.vocab,
                   ps.prompt + static_cast<int64_t>(slot) * ps.words, nullptr, 0, ps.params[slot]);
     }
+  }
+
+  void mask_rows(float* logits, int n, int vocab, const uint32_t* masks, int words) override {
+    pool_.parallel_for(n, 1, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r)
+        mask_row(logits + r * vocab, vocab, masks + r * words, words);
+    });
   }
 
   void count_emitted(const SpecState& st, const PenaltyState& ps, const int32_t* slots,

@@ -63,6 +63,12 @@ class CudaSpecOps final : public SpecOps {
     be_.check_launch("penalize_rows");
   }
 
+  void mask_rows(float* logits, int n, int vocab, const uint32_t* masks, int words) override {
+    if (be_.sizing() || n <= 0) return;
+    cuda::launch_mask_rows(be_.stream(), logits, n, vocab, masks, words);
+    be_.check_launch("mask_rows");
+  }
+
   void count_emitted(const SpecState& st, const PenaltyState& ps, const int32_t* slots,
                      int B) override {
     if (be_.sizing() || B <= 0) return;

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from trt_spec import _core
+from trt_spec.grammar import Grammars, constraint_spec
 from trt_spec.stats import GenerationStats, stats_from_request
 from trt_spec.tokenizer import TextCodec
 
@@ -207,6 +208,7 @@ class Engine:
         # vocabulary are never generated.
         table = table[: self.vocab_size] + [b""] * (self.vocab_size - len(table))
         self._token_table = table
+        self._grammars = Grammars(tok["json"], self.vocab_size, self._eog)
         self._sched = _core.Scheduler(
             self._rt,
             table,
@@ -408,6 +410,9 @@ class Engine:
         frequency_penalty: float = 0.0,
         repetition_penalty: float = 1.0,
         logit_bias: Mapping[int, float] | None = None,
+        response_format: Mapping[str, Any] | None = None,
+        regex: str | None = None,
+        grammar: str | None = None,
     ) -> GenerationResult | list[GenerationResult] | GenerationStream:
         """Generate a completion, or one per prompt of a batch.
 
@@ -442,6 +447,11 @@ class Engine:
         tokens generated so far), then ``logit_bias`` ({token id: bias in [-100, 100]}, at most
         300). Speculation changes none of them: a verify row counts the draft tokens above it.
 
+        Structured output (at most one): ``response_format`` (OpenAI's ``{"type":
+        "json_object"}`` or ``{"type": "json_schema", "json_schema": {"schema": {...}}}``),
+        ``regex``, or ``grammar`` (Lark, or GBNF). Every token, draft tokens included, is
+        checked against it at its position: the output is the constrained target-only output.
+
         With ``stream=True`` (one prompt) the call returns a :class:`GenerationStream` that
         yields text as each iteration's tokens become final.
 
@@ -468,6 +478,7 @@ class Engine:
             "presence_penalty": _number(presence_penalty, "presence_penalty"),
             "logit_bias": self._logit_bias(logit_bias),
         }
+        spec = constraint_spec(response_format, regex, grammar)
         prompts = self._batch(prompt)
         single = prompts is None
         if single:
@@ -499,6 +510,8 @@ class Engine:
                     logprobs=n_logprobs,
                     **penalties,
                 )
+                if spec is not None:
+                    request.constraint = self._grammars.constraint(spec)
                 rids.append(self._submit(_Pending(ids, n_logprobs >= 0), request))
         except BaseException:
             for r in rids:

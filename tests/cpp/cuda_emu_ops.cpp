@@ -133,6 +133,9 @@ void emu_spec_penalize(const void* seqs, void* params, int32_t* counts, uint32_t
                         (vocab + 31) / 32};
   launch_penalize(nullptr, static_cast<const SeqState*>(seqs), ps, slots, rows, k, logits, vocab);
 }
+void emu_spec_mask_rows(float* logits, int n, int vocab, const uint32_t* masks, int words) {
+  launch_mask_rows(nullptr, logits, n, vocab, masks, words);
+}
 void emu_spec_count_emitted(const void* seqs, void* params, int32_t* counts, int vocab,
                             const int32_t* slots, int B) {
   const PenaltyState ps{static_cast<PenaltyParams*>(params), counts, nullptr, vocab,

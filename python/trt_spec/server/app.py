@@ -163,6 +163,8 @@ def create_app(
         except ValueError as e:  # the engine's own checks: prompt too long, bad ids, ...
             msg = str(e)
             param = next((f for f in ("logit_bias", "logprobs") if msg.startswith(f)), None)
+            if msg.startswith("invalid") and req.constraint_field:  # (a grammar llguidance refused)
+                param = req.constraint_field
             raise APIError(msg, param=param) from None
 
     async def _stream(req: protocol.Request) -> StreamingResponse:

@@ -11,8 +11,9 @@ Supported: ``model``, ``prompt`` (completions: text or token ids) / ``messages``
 ``stop``, ``stream``, ``stream_options.include_usage``, ``logprobs`` (chat: with
 ``top_logprobs``; completions: the number of top entries, up to 20), ``prediction`` (OpenAI's
 Predicted Outputs, drafted from by prompt lookup), ``presence_penalty``, ``frequency_penalty``,
-``logit_bias`` and the extras ``repetition_penalty``, ``top_k``, ``draft``, ``draft_len`` and
-``ignore_eos`` (as vLLM's: generate to ``max_tokens``).
+``logit_bias``, ``response_format`` (``json_object``, ``json_schema``) and the extras ``regex`` and
+``grammar`` (Lark or GBNF; structured output: trt_spec/grammar.py), ``repetition_penalty``,
+``top_k``, ``draft``, ``draft_len`` and ``ignore_eos`` (as vLLM's: generate to ``max_tokens``).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trt_spec.engine import DRAFT_MODES, GenerationResult
+from trt_spec.grammar import constraint_spec
 from trt_spec.server import logprobs as lp
 
 # Fields accepted with no effect on the output (OpenAI's bookkeeping).
@@ -38,7 +40,6 @@ _NEUTRAL: dict[str, tuple[Any, ...]] = {
     "functions": (None,),
     "function_call": (None, "none"),
     "parallel_tool_calls": (None,),
-    "response_format": (None, {"type": "text"}),
     "service_tier": (None, "auto", "default"),
     "modalities": (None, ["text"]),
     "audio": (None,),
@@ -63,6 +64,9 @@ _COMMON = {
     "frequency_penalty",
     "repetition_penalty",
     "logit_bias",
+    "response_format",
+    "regex",
+    "grammar",
 }
 COMPLETION_FIELDS = _COMMON | {"prompt"} | _HARMLESS | set(_NEUTRAL)
 CHAT_FIELDS = (
@@ -113,6 +117,7 @@ class Request:
     stream: bool = False
     include_usage: bool = False
     logprobs: int | None = None  # top entries per token, or None: no log-probabilities
+    constraint_field: str | None = None  # the field holding a structured-output spec
     gen: dict[str, Any] = field(default_factory=dict)  # Engine.generate keyword arguments
     id: str = ""
     created: int = 0
@@ -318,6 +323,18 @@ def parse(body: Any, *, chat: bool, model_name: str, max_seq_len: int) -> Reques
     if gen["repetition_penalty"] == 0.0:
         raise _bad("'repetition_penalty' must be > 0", "repetition_penalty")
     gen["logit_bias"] = _logit_bias(body)
+    field_name = None
+    for name in ("response_format", "regex", "grammar"):
+        if body.get(name) is not None:
+            if field_name is not None:
+                raise _bad(f"'{name}' and '{field_name}' cannot be combined", name)
+            field_name = name
+            gen[name] = body[name]
+    if field_name is not None:
+        try:  # (the structure here; the grammar itself is the engine's check)
+            constraint_spec(**{field_name: body[field_name]})
+        except ValueError as e:
+            raise _bad(str(e), field_name) from None
     prompt = _messages(body) if chat else _prompt(body)
     kind = "chatcmpl" if chat else "cmpl"
     return Request(
@@ -328,6 +345,7 @@ def parse(body: Any, *, chat: bool, model_name: str, max_seq_len: int) -> Reques
         stream=stream,
         include_usage=include_usage,
         logprobs=gen["logprobs"],
+        constraint_field=field_name,
         gen=gen,
         id=f"{kind}-{uuid.uuid4().hex}",
         created=int(time.time()),

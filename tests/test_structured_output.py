@@ -1,0 +1,159 @@
+"""Structured output (trt_spec/grammar.py, engine/constraint.h): JSON schemas, JSON objects,
+regexes, Lark and GBNF grammars through llguidance; the output always matches, and speculation
+changes nothing (a draft token the grammar forbids is rejected as if the target never drew it);
+bad specs raise with the grammar engine's message; the CUDA mask kernel through the emulation."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import re
+import threading
+
+import numpy as np
+import pytest
+import spec_pairs
+from cuda_helpers import emulation_library
+from trt_spec import Engine
+
+PROMPTS = ["w1 w2", "the answer is", "{ x"]
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "color": {"enum": ["red", "green", "blue"]},
+        "size": {"enum": ["S", "M", "L"]},
+        "ok": {"type": "boolean"},
+    },
+    "required": ["color", "size", "ok"],
+    "additionalProperties": False,
+}
+JSON_SCHEMA = {"type": "json_schema", "json_schema": {"name": "item", "schema": SCHEMA}}
+REGEX = r"(yes|no)-[0-9]{2}\.[a-c]{1,3}"
+LARK = 'start: "(" item ("," item)* ")"\nitem: /[0-9]/ | "ab"\n'
+GBNF = 'root ::= "<" [a-c] [a-c]? [a-c]? ">" ("!" | "?")\n'
+SPECS = [
+    ("schema", dict(response_format=JSON_SCHEMA)),
+    ("regex", dict(regex=REGEX)),
+    ("lark", dict(grammar=LARK)),
+    ("gbnf", dict(grammar=GBNF)),
+]
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory: pytest.TempPathFactory):
+    return tmp_path_factory.mktemp("structured")
+
+
+@pytest.fixture(scope="module")
+def eng(root) -> Engine:
+    return Engine(spec_pairs.make_pair(root, "noisy", draft_len=4, max_batch=2))
+
+
+def matches(kind: str, text: str) -> bool:
+    if kind == "schema":
+        v = json.loads(text)
+        return (
+            set(v) == {"color", "size", "ok"}
+            and v["color"] in ("red", "green", "blue")
+            and v["size"] in ("S", "M", "L")
+            and isinstance(v["ok"], bool)
+        )
+    if kind == "regex":
+        return re.fullmatch(REGEX, text) is not None
+    if kind == "lark":
+        return re.fullmatch(r"\((?:[0-9]|ab)(?:,(?:[0-9]|ab))*\)", text) is not None
+    return re.fullmatch(r"<[a-c]{1,3}>[!?]", text) is not None
+
+
+@pytest.mark.parametrize("kind,spec", SPECS, ids=[s[0] for s in SPECS])
+def test_output_matches_and_speculation_changes_nothing(eng: Engine, kind: str, spec) -> None:
+    """Greedy: target-only, the draft model, lookup and auto give the same tokens, which match
+    the spec; sampled with lookup: the same tokens as target-only for the seed; sampled with the
+    draft model: every output matches."""
+    max_new = 120 if kind == "lark" else 60
+    for p in PROMPTS:
+        base = eng.generate(p, max_new_tokens=max_new, draft="none", **spec)
+        if kind != "lark" or base.finish_reason == "stop_token":
+            assert base.finish_reason == "stop_token" and matches(kind, base.text), base.text
+        for draft in ["model", "lookup", "auto"]:
+            got = eng.generate(p, max_new_tokens=max_new, draft=draft, draft_len=4, **spec)
+            assert got.token_ids == base.token_ids, (draft, got.text, base.text)
+        s = dict(temperature=0.9, top_p=0.95, seed=7)
+        base = eng.generate(p, max_new_tokens=max_new, draft="none", **s, **spec)
+        got = eng.generate(p, max_new_tokens=max_new, draft="lookup", **s, **spec)
+        assert got.token_ids == base.token_ids
+        for seed in range(3):
+            r = eng.generate(p, max_new_tokens=max_new, draft="model", draft_len=3,
+                             temperature=1.0, seed=seed, **spec)  # fmt: skip
+            if r.finish_reason == "stop_token":
+                assert matches(kind, r.text), r.text
+
+
+def test_forbidden_draft_tokens_are_rejected(eng: Engine) -> None:
+    """A prediction that follows the output, then breaks the grammar, is drafted (lookup copies
+    it) and rejected where the grammar forbids it; the output is still the constrained
+    target-only one."""
+    spec = dict(regex=REGEX)
+    base = eng.generate("w1 w2", max_new_tokens=40, draft="none", **spec)
+    bad = eng.tokenizer.encode("zzzz!!", add_special=False)
+    pred = (base.token_ids[:2] + bad) * 3
+    got = eng.generate("w1 w2", max_new_tokens=40, draft="lookup", prediction=pred, **spec)
+    assert got.token_ids == base.token_ids and matches("regex", got.text)
+    assert got.stats.prediction_rejected > 0
+
+
+def test_json_object_and_logprobs(eng: Engine) -> None:
+    r = eng.generate("w1", max_new_tokens=40, response_format={"type": "json_object"}, logprobs=3)
+    assert r.text.startswith("{")
+    if r.finish_reason == "stop_token":
+        assert isinstance(json.loads(r.text), dict)
+    # Log-probabilities are those of the masked distribution: every top entry is allowed.
+    assert all(np.isfinite(lp.logprob) for lp in r.logprobs)
+    assert r.logprobs[0].token_id == r.token_ids[0]
+    assert eng.generate("w1", max_new_tokens=5, response_format={"type": "text"}).text
+
+
+def test_batch_mixes_constrained_and_free(eng: Engine) -> None:
+    free = eng.generate(PROMPTS[1], max_new_tokens=30, draft="model")
+    con = eng.generate(PROMPTS[0], max_new_tokens=60, draft="model", regex=REGEX)
+    out: dict[str, object] = {}
+    t = threading.Thread(
+        target=lambda: out.update(f=eng.generate(PROMPTS[1], max_new_tokens=30, draft="model"))
+    )
+    t.start()
+    got = eng.generate(PROMPTS[0], max_new_tokens=60, draft="model", regex=REGEX)
+    t.join()
+    assert got.token_ids == con.token_ids and out["f"].token_ids == free.token_ids
+
+
+@pytest.mark.parametrize(
+    "kw,match",
+    [
+        (dict(response_format={"type": "json_schema", "json_schema": {"schema": {"type": 3}}}),
+         "grammar|schema|type"),
+        (dict(response_format={"type": "xml"}), "response_format"),
+        (dict(response_format={"type": "json_schema"}), "json_schema"),
+        (dict(regex="(unclosed"), "grammar|regex"),
+        (dict(grammar="start: foo"), "grammar|foo"),
+        (dict(regex="a", grammar=LARK), "at most one"),
+        (dict(regex=5), "regex"),
+    ],
+)  # fmt: skip
+def test_bad_specs_raise(eng: Engine, kw, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        eng.generate("w1", max_new_tokens=4, **kw)
+    assert eng.generate("w1", max_new_tokens=4).token_ids  # (and the engine goes on)
+
+
+def test_emulated_mask_kernel() -> None:
+    emu = emulation_library("cuda_emu_ops")
+    rng = np.random.default_rng(1)
+    V, words = 100, 4
+    logits = rng.standard_normal((3, V)).astype(np.float32)
+    masks = rng.integers(0, 2**32, (3, words), dtype=np.uint64).astype(np.uint32)
+    got = logits.copy()
+    P = lambda a: ctypes.c_void_p(a.ctypes.data)  # noqa: E731
+    emu.emu_spec_mask_rows(P(got), ctypes.c_int(3), ctypes.c_int(V), P(masks), ctypes.c_int(words))
+    bits = np.unpackbits(masks.view(np.uint8), axis=1, bitorder="little")[:, :V].astype(bool)
+    np.testing.assert_array_equal(got[bits], logits[bits])
+    assert np.isneginf(got[~bits]).all()
