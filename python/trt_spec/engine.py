@@ -34,6 +34,7 @@ from trt_spec import _core
 from trt_spec.grammar import Grammars, constraint_spec
 from trt_spec.stats import GenerationStats, stats_from_request
 from trt_spec.tokenizer import TextCodec
+from trt_spec.tools import ToolCall, check_tools, parse_tool_calls, tool_messages
 
 Message = Mapping[str, Any]
 PromptInput = str | Sequence[int] | np.ndarray | Sequence[Message]
@@ -66,6 +67,7 @@ class GenerationResult:
     finish_reason: str  # one of _core.FINISH_REASONS
     stats: GenerationStats
     logprobs: list[TokenLogprob] | None = None  # one per token of token_ids, when asked for
+    tool_calls: list[ToolCall] | None = None  # the calls parsed from text, when tools were given
 
 
 class GenerationStream(Iterator[str]):
@@ -108,8 +110,11 @@ class GenerationStream(Iterator[str]):
 class _Pending:
     """One submitted request as this layer sees it: its events, text and final result."""
 
-    def __init__(self, ids: list[int], logprobs: bool = False) -> None:
+    def __init__(
+        self, ids: list[int], logprobs: bool = False, tools: list[str] | None = None
+    ) -> None:
         self.ids = ids
+        self.tools = tools  # the tools' names (None: no tools)
         self.events: deque[_core.Event] = deque()
         self.tokens: list[int] = []
         self.logprobs: list[TokenLogprob] | None = [] if logprobs else None
@@ -128,8 +133,10 @@ class _Pending:
         stats = event.stats  # (None until the request finishes)
         if stats is not None:
             st = stats_from_request(stats, event.reason)
+            text = "".join(self.parts)
+            calls = parse_tool_calls(text, self.tools)[1] if self.tools is not None else None
             self.result = GenerationResult(
-                "".join(self.parts), self.tokens, self.ids, event.reason, st, self.logprobs
+                text, self.tokens, self.ids, event.reason, st, self.logprobs, calls
             )
         return piece
 
@@ -329,8 +336,11 @@ class Engine:
         )
 
     # ---- tokens -------------------------------------------------------------------------------
-    def encode(self, prompt: PromptInput) -> list[int]:
-        """Token ids of a prompt: text, token ids, or chat messages (chat template applied)."""
+    def encode(
+        self, prompt: PromptInput, tools: Sequence[Mapping[str, Any]] | None = None
+    ) -> list[int]:
+        """Token ids of a prompt: text, token ids, or chat messages (chat template applied, with
+        ``tools`` where given)."""
         if isinstance(prompt, str):
             return self.tokenizer.encode(prompt, add_special=True)
         if isinstance(prompt, (bytes, bytearray, memoryview)):
@@ -341,11 +351,17 @@ class Engine:
             return self._token_ids([int(t) for t in prompt], "the prompt")
         if isinstance(prompt, Sequence) and len(prompt) > 0 and isinstance(prompt[0], Mapping):
             for m in prompt:
-                if not isinstance(m, Mapping) or "role" not in m or "content" not in m:
+                if (
+                    not isinstance(m, Mapping)
+                    or "role" not in m
+                    or ("content" not in m and "tool_calls" not in m)
+                ):
                     raise ValueError(
                         "each chat message must be a mapping with 'role' and 'content'"
                     )
-            text = self.tokenizer.apply_chat_template(list(prompt), add_generation_prompt=True)
+            text = self.tokenizer.apply_chat_template(
+                tool_messages(prompt), add_generation_prompt=True, tools=list(tools or []) or None
+            )
             return self.tokenizer.encode(text, add_special=False)
         if isinstance(prompt, Sequence):
             return self._token_ids(_int_list(prompt, "token ids"), "the prompt")
@@ -413,6 +429,9 @@ class Engine:
         response_format: Mapping[str, Any] | None = None,
         regex: str | None = None,
         grammar: str | None = None,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        tool_choice: str | Mapping[str, Any] | None = None,
+        parallel_tool_calls: bool = True,
     ) -> GenerationResult | list[GenerationResult] | GenerationStream:
         """Generate a completion, or one per prompt of a batch.
 
@@ -452,6 +471,11 @@ class Engine:
         ``regex``, or ``grammar`` (Lark, or GBNF). Every token, draft tokens included, is
         checked against it at its position: the output is the constrained target-only output.
 
+        Tools (chat prompts; OpenAI's ``tools`` and ``tool_choice``, trt_spec/tools.py): the chat
+        template renders them; ``result.tool_calls`` holds the calls parsed from the answer
+        (``<tool_call>`` blocks); ``tool_choice="required"`` or a named function holds the
+        answer to calls of the tools' parameter schemas.
+
         With ``stream=True`` (one prompt) the call returns a :class:`GenerationStream` that
         yields text as each iteration's tokens become final.
 
@@ -479,6 +503,17 @@ class Engine:
             "logit_bias": self._logit_bias(logit_bias),
         }
         spec = constraint_spec(response_format, regex, grammar)
+        special = tools is not None and all(
+            self._grammars.is_special_text(t) for t in ("<tool_call>", "</tool_call>")
+        )
+        template_tools, tool_grammar = check_tools(
+            tools, tool_choice, special, bool(parallel_tool_calls)
+        )
+        tool_names = [t["function"]["name"] for t in tools] if tools is not None else None
+        if tool_grammar is not None:
+            if spec is not None:
+                raise ValueError("a required or named tool_choice cannot take another constraint")
+            spec = constraint_spec(grammar=tool_grammar)
         prompts = self._batch(prompt)
         single = prompts is None
         if single:
@@ -491,7 +526,7 @@ class Engine:
         # No request can produce more than max_seq_len tokens; top_k >= vocab keeps everything.
         max_new_tokens = min(max_new_tokens, self.max_seq_len)
         top_k = min(top_k, self.vocab_size)
-        encoded = [self.encode(p) for p in prompts]
+        encoded = [self.encode(p, tools=template_tools) for p in prompts]
         rids: list[int] = []
         try:
             for ids, s in zip(encoded, seeds, strict=True):
@@ -512,7 +547,8 @@ class Engine:
                 )
                 if spec is not None:
                     request.constraint = self._grammars.constraint(spec)
-                rids.append(self._submit(_Pending(ids, n_logprobs >= 0), request))
+                pending = _Pending(ids, n_logprobs >= 0, tool_names)
+                rids.append(self._submit(pending, request))
         except BaseException:
             for r in rids:
                 self._abandon(r)

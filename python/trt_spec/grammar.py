@@ -103,6 +103,12 @@ class Grammars:
                 self._tok = llguidance.LLTokenizer(self._json, n_vocab=self._vocab, eos_token=eos)
             return self._tok
 
+    def is_special_text(self, text: str) -> bool:
+        """Whether text is one special token of the tokenizer (a grammar names it <text>)."""
+        tok = self.tokenizer()
+        ids = tok.tokenize_str(text, parse_special=True)
+        return len(ids) == 1 and tok.is_special_token(ids[0])
+
     def constraint(self, grammar: str) -> GrammarConstraint:
         """A fresh constraint for one request; ValueError for a grammar llguidance refuses."""
         tok = self.tokenizer()

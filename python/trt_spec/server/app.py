@@ -33,6 +33,7 @@ from trt_spec.server import logprobs as lp
 from trt_spec.server import protocol
 from trt_spec.server.metrics import CONTENT_TYPE, ServerMetrics
 from trt_spec.server.protocol import APIError
+from trt_spec.tools import ToolCallStream
 
 
 class _Admission:
@@ -198,14 +199,19 @@ def create_app(
             offset += lp.text_length(new, engine.token_bytes)
             return obj if new else None
 
+        # Tools: text that may begin a call is held back; the calls go out whole at the end.
+        splitter = ToolCallStream(req.tool_names) if req.tool_names is not None else None
+
         def work() -> None:
             try:
                 for piece in stream:
                     if cancelled.is_set():
                         metrics.request_cancelled.inc()
                         return
-                    put(("text", (piece, new_logprobs(None))))
-                put(("done", (stream.result, new_logprobs(stream.result))))
+                    shown = splitter.feed(piece) if splitter else piece
+                    put(("text", (shown, new_logprobs(None))))
+                tail, calls = splitter.finish() if splitter else ("", [])
+                put(("done", (stream.result, new_logprobs(stream.result), tail, calls)))
             except BaseException as e:  # reported to the client as a last error event
                 put(("error", e))
             finally:
@@ -221,12 +227,21 @@ def create_app(
                     kind, value = await queue.get()
                     if kind == "text":
                         piece, logprobs = value
+                        if not piece and logprobs is None:
+                            continue  # (held back: it may begin a tool call)
                         yield _sse(protocol.chunk(req, piece, first=first, logprobs=logprobs))
                         first = False
                     elif kind == "done":
                         result: GenerationResult = value[0]
+                        tail, calls = value[2], value[3]
                         metrics.observe(result)
-                        finish = protocol.finish_reason(result)
+                        if tail:
+                            yield _sse(protocol.chunk(req, tail, first=first))
+                            first = False
+                        if calls:
+                            yield _sse(protocol.tool_calls_chunk(req, calls, first=first))
+                            first = False
+                        finish = "tool_calls" if calls else protocol.finish_reason(result)
                         last = protocol.chunk(req, None, finish, first=first, logprobs=value[1])
                         yield _sse(last)
                         if req.include_usage:

@@ -26,6 +26,7 @@ from typing import Any
 from trt_spec.engine import DRAFT_MODES, GenerationResult
 from trt_spec.grammar import constraint_spec
 from trt_spec.server import logprobs as lp
+from trt_spec.tools import ToolCall, check_tools, parse_tool_calls
 
 # Fields accepted with no effect on the output (OpenAI's bookkeeping).
 _HARMLESS = {"user", "metadata", "store"}
@@ -35,11 +36,8 @@ _NEUTRAL: dict[str, tuple[Any, ...]] = {
     "best_of": (1, None),
     "echo": (False, None),
     "suffix": (None, ""),
-    "tools": (None,),
-    "tool_choice": (None, "none"),
     "functions": (None,),
     "function_call": (None, "none"),
-    "parallel_tool_calls": (None,),
     "service_tier": (None, "auto", "default"),
     "modalities": (None, ["text"]),
     "audio": (None,),
@@ -70,7 +68,11 @@ _COMMON = {
 }
 COMPLETION_FIELDS = _COMMON | {"prompt"} | _HARMLESS | set(_NEUTRAL)
 CHAT_FIELDS = (
-    _COMMON | {"messages", "max_completion_tokens", "top_logprobs"} | _HARMLESS | set(_NEUTRAL)
+    _COMMON
+    | {"messages", "max_completion_tokens", "top_logprobs", "tools", "tool_choice"}
+    | {"parallel_tool_calls"}
+    | _HARMLESS
+    | set(_NEUTRAL)
 )
 
 
@@ -118,6 +120,7 @@ class Request:
     include_usage: bool = False
     logprobs: int | None = None  # top entries per token, or None: no log-probabilities
     constraint_field: str | None = None  # the field holding a structured-output spec
+    tool_names: list[str] | None = None  # the request's tools (None: no tools)
     gen: dict[str, Any] = field(default_factory=dict)  # Engine.generate keyword arguments
     id: str = ""
     created: int = 0
@@ -220,7 +223,7 @@ def _logprobs(body: dict, chat: bool) -> int | None:
     return (top or 0) if want else None
 
 
-def _messages(body: dict) -> list[dict[str, str]]:
+def _messages(body: dict) -> list[dict[str, Any]]:
     msgs = body.get("messages")
     if not isinstance(msgs, list) or not msgs:
         raise _bad("'messages' must be a non-empty list", "messages")
@@ -233,9 +236,21 @@ def _messages(body: dict) -> list[dict[str, str]]:
             if not all(isinstance(p, dict) and p.get("type") == "text" for p in content):
                 raise _bad(f"messages[{i}]: only text content is supported", "messages")
             content = "".join(str(p.get("text", "")) for p in content)
+        calls = m.get("tool_calls")
+        if content is None and m["role"] == "assistant" and calls:
+            content = ""
         if not isinstance(content, str):
             raise _bad(f"messages[{i}].content must be text", "messages")
-        out.append({"role": m["role"], "content": content})
+        msg: dict[str, Any] = {"role": m["role"], "content": content}
+        if calls is not None:
+            if not isinstance(calls, list) or not all(
+                isinstance(c, dict) and isinstance(c.get("function"), dict) for c in calls
+            ):
+                raise _bad(f"messages[{i}].tool_calls must be a list of calls", "messages")
+            msg["tool_calls"] = calls
+        if isinstance(m.get("tool_call_id"), str):
+            msg["tool_call_id"] = m["tool_call_id"]
+        out.append(msg)
     return out
 
 
@@ -330,6 +345,23 @@ def parse(body: Any, *, chat: bool, model_name: str, max_seq_len: int) -> Reques
                 raise _bad(f"'{name}' and '{field_name}' cannot be combined", name)
             field_name = name
             gen[name] = body[name]
+    tool_names = None
+    if chat and body.get("tools") is not None:
+        try:
+            check_tools(body["tools"], body.get("tool_choice"))
+        except ValueError as e:
+            raise _bad(str(e), "tool_choice" if "tool_choice" in str(e) else "tools") from None
+        if body.get("tool_choice") not in (None, "none", "auto") and field_name is not None:
+            raise _bad("a required or named tool_choice cannot take another constraint", field_name)
+        parallel = body.get("parallel_tool_calls", True)
+        if not isinstance(parallel, bool):
+            raise _bad("'parallel_tool_calls' must be a boolean", "parallel_tool_calls")
+        gen.update(tools=body["tools"], tool_choice=body.get("tool_choice"))
+        gen["parallel_tool_calls"] = parallel
+        if body.get("tool_choice") != "none":
+            tool_names = [t["function"]["name"] for t in body["tools"]]
+    elif chat and body.get("tool_choice") not in (None, "none", "auto"):
+        raise _bad("'tool_choice' needs 'tools'", "tool_choice")
     if field_name is not None:
         try:  # (the structure here; the grammar itself is the engine's check)
             constraint_spec(**{field_name: body[field_name]})
@@ -346,6 +378,7 @@ def parse(body: Any, *, chat: bool, model_name: str, max_seq_len: int) -> Reques
         include_usage=include_usage,
         logprobs=gen["logprobs"],
         constraint_field=field_name,
+        tool_names=tool_names,
         gen=gen,
         id=f"{kind}-{uuid.uuid4().hex}",
         created=int(time.time()),
@@ -414,11 +447,22 @@ def response(
         entries = lp.answer_entries(result.logprobs, result.token_ids, result.finish_reason)
         logprobs = (lp.chat if req.chat else lp.completion)(entries, token_bytes)
     if req.chat:
+        message: dict[str, Any] = {"role": "assistant", "content": result.text}
+        finish = finish_reason(result)
+        if req.tool_names is not None:
+            content, calls = parse_tool_calls(result.text, req.tool_names)
+            if calls:
+                message = {
+                    "role": "assistant",
+                    "content": content or None,
+                    "tool_calls": [c.openai() for c in calls],
+                }
+                finish = "tool_calls"
         choice: dict[str, Any] = {
             "index": 0,
-            "message": {"role": "assistant", "content": result.text},
+            "message": message,
             "logprobs": logprobs,
-            "finish_reason": finish_reason(result),
+            "finish_reason": finish,
         }
     else:
         choice = {
@@ -455,6 +499,13 @@ def chunk(
     else:
         choice = {"index": 0, "text": text or "", "logprobs": logprobs, "finish_reason": finish}
     return _envelope(req, True, [choice])
+
+
+def tool_calls_chunk(req: Request, calls: list[ToolCall], *, first: bool = False) -> dict[str, Any]:
+    """A streamed delta holding the answer's tool calls (sent once they are complete)."""
+    delta: dict[str, Any] = {"role": "assistant"} if first else {}
+    delta["tool_calls"] = [c.openai(index=i) for i, c in enumerate(calls)]
+    return _envelope(req, True, [{"index": 0, "delta": delta, "finish_reason": None}])
 
 
 def usage_chunk(req: Request, result: GenerationResult) -> dict[str, Any]:
