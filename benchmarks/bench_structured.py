@@ -2,9 +2,10 @@
 
 For each prompt (a chat asking to extract fields as JSON), four greedy generations on one
 engine: unconstrained and constrained by a JSON schema, each target-only (draft "none") and
-speculative (draft "auto" by default). Reports tok/s per mode (median over rounds of the
-prompts' total tokens / total seconds) and checks that the constrained outputs parse and that
-speculation changed no token.
+speculative (draft "auto" by default), the modes interleaved in each round. Reports tok/s per
+mode (median over rounds of the prompts' total tokens / total seconds), the ratios between modes
+(median over rounds of the ratio within a round), and checks that the constrained outputs parse
+and that speculation changed no token.
 
     python benchmarks/bench_structured.py pair.engine [--rounds 3] [--draft auto] [--json OUT]
 """
@@ -14,12 +15,12 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 from trt_spec import Engine
+from trt_spec.bench.common import available_cpus, environment
 
 SCHEMA = {
     "type": "object",
@@ -64,6 +65,11 @@ def run(engine: Engine, draft: str, constrained: bool, max_new: int):
     return tokens / seconds, outs
 
 
+def ratio(rates: dict[str, list[float]], a: str, b: str) -> float:
+    """The median over rounds of mode a's rate over mode b's in the same round."""
+    return statistics.median(x / y for x, y in zip(rates[a], rates[b], strict=True))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("engine")
@@ -88,20 +94,19 @@ def main() -> None:
     same = [x.token_ids for x in outs["json/none"]] == [x.token_ids for x in outs[spec]]
     done = [r for r in outs["json/none"] if r.finish_reason == "stop_token"]
     parsed = sum(1 for r in done if isinstance(json.loads(r.text), dict))
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
-    ).stdout.strip()
     report = {
         "engine": a.engine,
         "backend": engine.backend,
-        "commit": commit,
+        "environment": environment(a.threads or available_cpus()),
         "rounds": a.rounds,
         "max_new_tokens": a.max_new_tokens,
         "tok_s": med,
         "rounds_tok_s": rates,
-        "constrained_cost": 1 - med["json/none"] / med["free/none"],
-        "constrained_speculative_speedup": med[spec] / med["json/none"],
-        "free_speculative_speedup": med[f"free/{a.draft}"] / med["free/none"],
+        # (ratios within each round, then their median: a shared host's load drifts between
+        # rounds more than between the modes of one round)
+        "constrained_cost": 1 - ratio(rates, "json/none", "free/none"),
+        "constrained_speculative_speedup": ratio(rates, spec, "json/none"),
+        "free_speculative_speedup": ratio(rates, f"free/{a.draft}", "free/none"),
         "speculation_changed_no_token": same,
         "constrained_outputs_parsed": f"{parsed}/{len(TEXTS)}",
         "tokens_per_iteration_json": statistics.mean(

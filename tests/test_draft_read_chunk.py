@@ -97,8 +97,9 @@ def test_a_self_draft_accepts_everything_once_it_has_caught_up(same) -> None:
 
 def test_a_request_that_ends_before_the_read_leaves_its_slot_clean(same) -> None:
     """Pieces of 8 rows, one slot: a 3-token request ends with its draft's read unfinished; the
-    next request in that slot reads its own prompt and accepts every draft (self-draft)."""
-    s = T.Session(str(same), "cpu", 1, 16, 4, draft_read_chunk=8)
+    next request in that slot reads its own prompt and accepts every draft (self-draft). (The
+    prompt cache off: the second request would copy the first's prompt rows.)"""
+    s = T.Session(str(same), "cpu", 1, 16, 4, draft_read_chunk=8, prompt_cache=False)
     first = [s.submit(LONG, 3, draft="model", draft_len=4), s.submit(LONG, 40, draft="model")]
     out: dict[int, list[int]] = {r: [] for r in first}
     stats = {}

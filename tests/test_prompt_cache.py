@@ -130,3 +130,30 @@ def test_off_means_off(root) -> None:
     _, off = engines(root, "f32")
     off.generate(TURN1, max_new_tokens=4)
     assert off.generate(TURN1 + [1], max_new_tokens=4).stats.cached_tokens == 0
+
+
+@pytest.mark.parametrize("kind", ["noisy", "eagle3"])
+@pytest.mark.parametrize("weights", ["f32", "q4"])
+def test_concurrent_requests_share_a_prompt_prefix(root, kind: str, weights: str) -> None:
+    """Requests whose prompts share 32 or more tokens with a live one copy its prompt rows (the
+    draft's and the head's too) instead of prefilling them, waiting for it to prefill them
+    first: n choices of one prompt are read once. Their tokens are those each gets alone, with
+    the cache off, greedy and sampled."""
+    path = spec_pairs.make_pair(root, kind, draft_len=4, max_batch=4, max_seq_len=256,
+                                weights=weights)  # fmt: skip
+    off = Engine(path, n_threads=2, prompt_cache=False)
+    shared = TURN1[:50]
+    prompts = [shared + [1, 2, 3], shared + [4], shared, shared + [200] * 9]
+    for kw in [{}, dict(temperature=0.9, seed=[3, 4, 5, 6])]:
+        run = dict(max_new_tokens=20, ignore_eos=True, draft="auto", **kw)
+        on = Engine(path, n_threads=2)  # (fresh: no free slot holds a prompt yet)
+        got = on.generate(prompts, **run)
+        want = off.generate(prompts, **run)
+        if not kw:  # (sampled drafts' tokens depend on the proposals, their distribution not)
+            assert [r.token_ids for r in got] == [r.token_ids for r in want]
+        cached = sorted(r.stats.cached_tokens for r in got)
+        assert cached[0] == 0 and all(c >= 32 for c in cached[1:]), cached
+        assert all(r.stats.cached_tokens == 0 for r in want)
+    greedy = dict(max_new_tokens=20, ignore_eos=True, draft="model")
+    alone = off.generate(prompts[1], **greedy)
+    assert on.generate(prompts, **greedy)[1].token_ids == alone.token_ids

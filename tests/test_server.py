@@ -342,6 +342,60 @@ def test_structured_output(server: Server, offline: Engine, stream: bool) -> Non
 
 
 @pytest.mark.parametrize("stream", [False, True])
+def test_n_choices(server: Server, offline: Engine, stream: bool) -> None:
+    """n choices with seeds seed + i: each the engine's own sample for that seed, streamed (by
+    index) and not; usage counts the prompt once and every choice's tokens."""
+    client = server.client()
+    prompt = " ".join(f"w{i}" for i in range(60))
+    kw = dict(model=MODEL, prompt=prompt, max_tokens=10, temperature=1.0, seed=11, n=3)
+    want = [offline.generate(prompt, max_new_tokens=10, temperature=1.0, seed=11 + i).text
+            for i in range(3)]  # fmt: skip
+    if stream:
+        texts = ["", "", ""]
+        finals = [None] * 3
+        usage = None
+        for c in client.completions.create(stream=True, stream_options={"include_usage": True},
+                                           **kw):  # fmt: skip
+            if c.usage is not None:
+                usage = c.usage
+            for ch in c.choices:
+                texts[ch.index] += ch.text
+                finals[ch.index] = ch.finish_reason or finals[ch.index]
+        assert texts == want and all(finals)
+    else:
+        r = client.completions.create(**kw)
+        assert [ch.text for ch in sorted(r.choices, key=lambda ch: ch.index)] == want
+        usage = r.usage
+    assert usage.completion_tokens == sum(
+        len(offline.generate(prompt, max_new_tokens=10, temperature=1.0, seed=11 + i).token_ids)
+        for i in range(3)
+    )
+    chat = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=6, n=2, temperature=0
+    )
+    texts = [ch.message.content for ch in chat.choices]
+    assert len(texts) == 2 and texts[0] == texts[1]  # (greedy: the same answer)
+
+
+def test_best_of(server: Server, offline: Engine) -> None:
+    """best_of m: the n of m choices (seeds seed + i) whose answers are most likely."""
+    client = server.client()
+    r = client.completions.create(
+        model=MODEL, prompt="count 1", max_tokens=8, temperature=1.0, seed=5, n=2, best_of=4
+    )
+    cands = [offline.generate("count 1", max_new_tokens=8, temperature=1.0, seed=5 + i, logprobs=0)
+             for i in range(4)]  # fmt: skip
+
+    def score(res):
+        n = len(res.token_ids) - (res.finish_reason == "stop_token")
+        return sum(lp.logprob for lp in res.logprobs[:n])
+
+    best = sorted(cands, key=lambda c: -score(c))[:2]
+    assert [ch.text for ch in r.choices] == [c.text for c in best]
+    assert [ch.index for ch in r.choices] == [0, 1]
+
+
+@pytest.mark.parametrize("stream", [False, True])
 def test_completion_logprobs(server: Server, offline: Engine, stream: bool) -> None:
     prompt = "def add(a, b):"
     want = offline.generate(prompt, max_new_tokens=16, temperature=0, logprobs=2)
@@ -520,7 +574,14 @@ BAD = [
     ("temperature range", {"model": MODEL, "prompt": "a", "temperature": 3}, 400, "temperature"),
     ("top_p range", {"model": MODEL, "prompt": "a", "top_p": 1.5}, 400, "top_p"),
     ("max_tokens range", {"model": MODEL, "prompt": "a", "max_tokens": 0}, 400, "max_tokens"),
-    ("n > 1", {"model": MODEL, "prompt": "a", "n": 2}, 400, "n"),
+    ("n range", {"model": MODEL, "prompt": "a", "n": 17}, 400, "n"),
+    ("best_of < n", {"model": MODEL, "prompt": "a", "n": 3, "best_of": 2}, 400, "best_of"),
+    (
+        "best_of streamed",
+        {"model": MODEL, "prompt": "a", "best_of": 2, "stream": True},
+        400,
+        "best_of",
+    ),
     ("logprobs range", {"model": MODEL, "prompt": "a", "logprobs": 21}, 400, "logprobs"),
     ("logprobs type", {"model": MODEL, "prompt": "a", "logprobs": True}, 400, "logprobs"),
     (

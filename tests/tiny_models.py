@@ -103,7 +103,7 @@ def make_model(
     return model
 
 
-_REFERENCES: dict[int, torch.nn.Module] = {}
+_REFERENCES: dict[int, tuple[torch.nn.Module, torch.nn.Module]] = {}
 
 
 def reference_logits(model, ids: list[int]):
@@ -112,7 +112,10 @@ def reference_logits(model, ids: list[int]):
     CPU attention (SDPA) has been seen, in about one fresh process in 150 on a loaded 2-core
     host, to return rows from position 40 of an 80-token prompt 1.3e-4 off its float64 result
     (this engine stayed 5.6e-7 from it), which failed the 1e-4 bound of test_logits_tiny."""
-    ref = _REFERENCES.get(id(model))
+    # (Keyed by id, the model kept alive beside its copy: a dead model's id, reused by a new one,
+    # once returned the dead one's reference in a full run.)
+    kept = _REFERENCES.get(id(model))
+    ref = kept[1] if kept is not None and kept[0] is model else None
     if ref is None:
         import copy
 
@@ -120,6 +123,6 @@ def reference_logits(model, ids: list[int]):
         ref.config._attn_implementation = "eager"
         if hasattr(ref, "set_attn_implementation"):
             ref.set_attn_implementation("eager")
-        _REFERENCES[id(model)] = ref
+        _REFERENCES[id(model)] = (model, ref)
     with torch.no_grad():
         return ref(torch.tensor([ids])).logits[0].float().numpy()

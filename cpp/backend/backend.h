@@ -165,6 +165,9 @@ class Backend {
   // their positions).
   virtual void kv_copy(KvCache& cache, const int32_t* slot, const int32_t* src, const int32_t* dst,
                        int n) = 0;
+  // Entries [0, n) of every layer and kv head of slot src_slot copied to slot dst_slot (a
+  // prompt prefix shared by another sequence). Host arguments; queued in order with the ops.
+  virtual void kv_copy_prefix(KvCache& cache, int src_slot, int dst_slot, int n) = 0;
   // out [n, ffn] = silu(gate_up[:, :ffn]) * gate_up[:, ffn:]     (gate_up [n, 2 ffn])
   virtual void swiglu(const float* gate_up, int n, int ffn, float* out) = 0;
   // x [count] += y [count]

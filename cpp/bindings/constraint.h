@@ -40,6 +40,12 @@ struct PyTokenConstraint : TokenConstraint {
     nb::detail::ticket t(nb_trampoline, "commit", nb::detail::str_hash("commit"), true);
     nb_trampoline.base().attr(t.key)(tokens);
   }
+  std::vector<int32_t> forced(int max_tokens) override {
+    nb::gil_scoped_acquire gil;
+    nb::detail::ticket t(nb_trampoline, "forced", nb::detail::str_hash("forced"), false);
+    if (!t.key.is_valid()) return TokenConstraint::forced(max_tokens);
+    return nb::cast<std::vector<int32_t>>(nb_trampoline.base().attr(t.key)(max_tokens));
+  }
 };
 
 // What a request holds: the Python object (kept alive) and its C++ face.
@@ -56,6 +62,7 @@ struct PyConstraintRef final : TokenConstraint {
     impl->masks(tokens, parents, out);
   }
   void commit(const std::vector<int32_t>& tokens) override { impl->commit(tokens); }
+  std::vector<int32_t> forced(int max_tokens) override { return impl->forced(max_tokens); }
 };
 
 inline void bind_token_constraint(nb::module_& m) {
@@ -76,7 +83,9 @@ inline void bind_token_constraint(nb::module_& m) {
           "tokens"_a, "parents"_a, "out"_a,
           "Fill out [1 + len(tokens), words] (uint32 bits): row 0 after the text, row 1 + i "
           "after draft node i's path (parents[i]: -1 the root)")
-      .def("commit", &TokenConstraint::commit, "tokens"_a, "Tokens that became final");
+      .def("commit", &TokenConstraint::commit, "tokens"_a, "Tokens that became final")
+      .def("forced", &TokenConstraint::forced, "max_tokens"_a,
+           "Up to max_tokens tokens forced next (default: none)");
 }
 
 // The holder of a Python TokenConstraint (None: no constraint).

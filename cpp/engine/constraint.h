@@ -30,6 +30,9 @@ class TokenConstraint {
                      MaskRows out) = 0;
   // The tokens that became final, in order (the first token, then each iteration's).
   virtual void commit(const std::vector<int32_t>& tokens) = 0;
+  // Up to max_tokens tokens the constraint forces next (jump-forward): proposed as certain
+  // draft tokens, verified like any other. None by default.
+  virtual std::vector<int32_t> forced(int max_tokens) { return {}; }
 };
 
 }  // namespace trt_spec

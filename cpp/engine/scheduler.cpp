@@ -229,6 +229,21 @@ void Scheduler::admit(std::vector<SchedulerEvent>& events) {
     int cached = 0;
     const int slot = pick_slot(head.req.prompt, &cached);
     if (slot < 0) break;
+    // A live sequence's prompt rows that share a longer prefix are copied into the slot; one
+    // still prefilling such a prefix is waited for (n choices of one prompt prefill it once).
+    int shared = 0, copy_from = -1;
+    if (opts_.prompt_cache) {
+      const int src = live_prefix(head.req.prompt, &shared);
+      if (src >= 0 && shared >= cached + kMinSharedPrefix) {
+        if (slots_[src]->prefilled < shared && !slots_[src]->decoding) break;  // (wait for it)
+        shared = std::min(shared, slots_[src]->prefilled);
+        if (shared >= cached + kMinSharedPrefix) {
+          rt_.backend().kv_copy_prefix(rt_.target().kv(), src, slot, shared);
+          cached = shared;
+          copy_from = src;
+        }
+      }
+    }
     std::unique_ptr<Request> r = std::move(queue_.front());
     queue_.pop_front();
     r->slot = slot;
@@ -245,6 +260,7 @@ void Scheduler::admit(std::vector<SchedulerEvent>& events) {
     const int P = static_cast<int>(r->req.prompt.size());
     Admission a{r->req.prompt};
     a.cached = cached;
+    a.copy_from = copy_from;
     a.automatic = r->req.draft == "auto" && !r->req.draft_len;
     a.batch = std::min(static_cast<int>(slots_.size()), taken + static_cast<int>(queue_.size()));
     a.new_tokens = std::min(r->req.max_new_tokens, rt_.max_seq_len() - P);
@@ -256,6 +272,25 @@ void Scheduler::admit(std::vector<SchedulerEvent>& events) {
     sync_sources(*r);
     live_[r->id] = std::move(r);
   }
+}
+
+int Scheduler::live_prefix(const std::vector<int32_t>& prompt, int* len) const {
+  const int cap = static_cast<int>(prompt.size()) - 1;
+  int best = -1;
+  *len = 0;
+  for (int s = 0; s < static_cast<int>(slots_.size()); ++s) {
+    const Request* r = slots_[s];
+    if (!r || r->reason != FinishReason::kNone) continue;
+    const std::vector<int32_t>& p = r->req.prompt;  // (its cache holds [0, prefilled) of it)
+    const int n = std::min(cap, static_cast<int>(p.size()));
+    int l = 0;
+    while (l < n && p[l] == prompt[l]) ++l;
+    if (l > *len) {
+      best = s;
+      *len = l;
+    }
+  }
+  return best;
 }
 
 int Scheduler::pick_slot(const std::vector<int32_t>& prompt, int* cached) const {
@@ -456,6 +491,14 @@ void Scheduler::decode(std::vector<SchedulerEvent>& events, bool carry) {
     if (r && r->decoding && r->reason == FinishReason::kNone) active.push_back(r);
   if (active.empty()) return;
   before_iteration(active);
+  // Constrained sequences: the tokens their grammar forces next, offered as certain drafts.
+  for (Request* r : active)
+    if (r->req.constraint && r->sources) {
+      const std::vector<int32_t> f = r->req.constraint->forced(limits_.max_draft_len);
+      if (!f.empty())
+        for (const std::unique_ptr<Proposer>& p : proposers_)
+          if (r->sources & p->source_bit()) p->certain(r->slot, f, r->seq);
+    }
   const int B = static_cast<int>(active.size());
   const Choice c = choose(active);
   // The proposer's work before its iteration (the draft model's catch-up), timed on the device.

@@ -42,6 +42,9 @@ namespace trt_spec {
 
 // The default prompt window of the draft model (SchedulerOptions::draft_window).
 constexpr int kDefaultDraftWindow = 0;
+// The shortest prefix of a live sequence's prompt that a new request copies (or waits for)
+// rather than prefilling it.
+constexpr int kMinSharedPrefix = 32;
 // The default of SchedulerOptions::draft_read_chunk: the draft reads a prompt with the target.
 constexpr int kDefaultDraftReadChunk = 0;
 
@@ -66,9 +69,11 @@ struct SchedulerOptions {
   int draft_read_chunk = kDefaultDraftReadChunk;
   // The prompt cache: a request takes the free slot whose cache still holds the longest prefix
   // of its prompt (left by the slot's previous request's prompt, as llama-server's cache_prompt)
-  // and prefills only the rest; the draft model keeps what it read of that prefix. Only prompt
-  // rows are kept (a generated token's row has a decode row's bits; a prompt row's may differ:
-  // prompt attention), so the output is the same with the cache on or off.
+  // and prefills only the rest; the draft model keeps what it read of that prefix. A live
+  // sequence whose prompt shares a longer prefix (kMinSharedPrefix or more) has its prompt rows
+  // copied instead (the drafts' too), once it has prefilled them. Only prompt rows are kept (a
+  // generated token's row has a decode row's bits; a prompt row's may differ: prompt attention), so
+  // the output is the same with the cache on or off.
   bool prompt_cache = true;
   // The text of each token id (UTF-8 bytes; empty for special tokens); stop strings need it.
   std::vector<std::string> token_bytes;
@@ -170,6 +175,10 @@ class Scheduler {
   // last token, whose row gives the first token's logits), the least recently used among
   // equals; -1 when none is free. *cached: the prefix's length.
   int pick_slot(const std::vector<int32_t>& prompt, int* cached) const;
+  // The live sequence whose prompt shares the longest prefix with this one (*len positions, at
+  // most all but its last token); -1 when none shares any. Its cache holds the prefix's first
+  // min(*len, prefilled) positions.
+  int live_prefix(const std::vector<int32_t>& prompt, int* len) const;
   // The request's draft sources now: those it allows that their proposers let it use
   // (Proposer::active); the sequence's device state follows once it decodes.
   void sync_sources(Request& r);

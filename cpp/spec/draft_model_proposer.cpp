@@ -30,7 +30,12 @@ void DraftModelProposer::begin(int slot, const Admission& a) {
   s.off = window > 0 ? std::max(0, rows - window) : 0;
   // The positions the target keeps, as far as the draft read them as prompt rows (the same
   // tokens: the target keeps only a common prefix); read_prompt() continues from there.
-  const int kept = s.off == 0 ? std::min(a.cached, s.prompt_kept) : 0;
+  int kept = s.off == 0 ? std::min(a.cached, s.prompt_kept) : 0;
+  if (a.copy_from >= 0) {  // the target's rows came from another slot: so do the draft's
+    const SlotState& src = slots_[a.copy_from];
+    kept = s.off == 0 && src.off == 0 ? std::min(a.cached, src.prompt_read) : 0;
+    be_.kv_copy_prefix(draft_.kv(), a.copy_from, slot, kept);
+  }
   s.draft_valid = std::max(s.off, kept);
   s.prompt_read = kept;
   s.prompt_kept = 0;

@@ -167,6 +167,9 @@ void Eagle3Proposer::head(const float* x, int n, float* logits) {
 
 void Eagle3Proposer::begin(int slot, const Admission& a) {
   HeadProposer::begin(slot, a);
+  // Prompt rows copied from another slot: so are the head's entries, where that one read them.
+  if (a.copy_from >= 0 && allowed_[a.copy_from])
+    be_.kv_copy_prefix(kv_, a.copy_from, slot, a.cached);
   allowed_[slot] = a.allowed;
   pending_[slot] = 0;
   ready_[slot] = 0;

@@ -1,10 +1,17 @@
 // lookup_proposer.cpp: prompt lookup's hooks and offers (lookup_proposer.h).
 #include "spec/lookup_proposer.h"
 
+#include <algorithm>
+#include <cstddef>
+
 namespace trt_spec {
 
 LookupProposer::LookupProposer(Backend& be, int max_batch, int max_k, const DraftController* model)
-    : ops_(make_lookup_ops(be)), controller_(max_batch, max_k, model), est_(max_batch) {}
+    : be_(be),
+      max_k_(max_k),
+      ops_(make_lookup_ops(be)),
+      controller_(max_batch, max_k, model),
+      est_(max_batch) {}
 
 void LookupProposer::begin(int slot, const Admission& a) {
   for (int c = 0; c < LookupController::kNgramClasses; ++c)
@@ -20,7 +27,7 @@ bool LookupProposer::ready(const OfferQuery& q, std::vector<double>& a,
     const SeqState& s = *q.seqs[b].seq;
     if (!q.seqs[b].uses(*this) || s.ready_n <= 0) continue;
     any = true;
-    a[b] = alpha(q.seqs[b].slot, s.tree.tag);
+    a[b] = s.tree.tag == kCertainTag ? kCertainAlpha : alpha(q.seqs[b].slot, s.tree.tag);
     avail[b] = std::min(s.ready_n, q.seqs[b].max_nodes);
   }
   return any;
@@ -51,11 +58,25 @@ void LookupProposer::observe_iteration(const IterationCost& c) {
 }
 
 void LookupProposer::issue_after_accept(IterationContext& ctx) {
+  seqs_ = ctx.st.seqs;
   ops_->lookup(ctx.st, ctx.slots, ctx.B);
 }
 
+void LookupProposer::certain(int slot, const std::vector<int32_t>& tokens, SeqState& seq) {
+  const int n = std::min(static_cast<int>(tokens.size()), max_k_);
+  if (n <= 0 || !seqs_) return;
+  DraftTree t;
+  for (int i = 0; i < n; ++i) tree_set_chain_node(t, i, tokens[i], 0);  // (one-hot nodes)
+  t.tag = kCertainTag;
+  seq.tree = t;
+  seq.ready_n = n;
+  SeqState* d = seqs_ + slot;
+  be_.upload(reinterpret_cast<char*>(d) + offsetof(SeqState, tree), &t, sizeof(DraftTree));
+  be_.upload(reinterpret_cast<char*>(d) + offsetof(SeqState, ready_n), &seq.ready_n, 4);
+}
+
 void LookupProposer::commit(int slot, const SeqState& seq, bool used) {
-  if (!used || seq.n_drafted == 0) return;
+  if (!used || seq.n_drafted == 0 || seq.last_tag == kCertainTag) return;
   est_[slot][LookupController::ngram_class(seq.last_tag)].observe(seq.n_acc, seq.depth);
   controller_.observe_acceptance(seq.last_tag, seq.n_acc, seq.depth);
 }

@@ -31,6 +31,11 @@ class LookupProposer final : public Proposer {
   void observe_iteration(const IterationCost& c) override;
   void issue_after_accept(IterationContext& ctx) override;
   void commit(int slot, const SeqState& seq, bool used) override;
+  // A chain of the certain tokens becomes the slot's ready tree (tagged kCertainTag), offered at
+  // acceptance kCertainAlpha.
+  void certain(int slot, const std::vector<int32_t>& tokens, SeqState& seq) override;
+  static constexpr int32_t kCertainTag = -1;
+  static constexpr double kCertainAlpha = 0.99;
 
   LookupController& controller() { return controller_; }
   // The slot's acceptance of proposals continuing an n-gram of length ngram.
@@ -43,6 +48,9 @@ class LookupProposer final : public Proposer {
   // others); false when none has any.
   bool ready(const OfferQuery& q, std::vector<double>& a, std::vector<int>& avail) const;
   using Estimates = std::array<AcceptanceEstimate, LookupController::kNgramClasses>;
+  Backend& be_;
+  int max_k_;
+  SeqState* seqs_ = nullptr;  // the iteration's states (backend memory; from its contexts)
   std::unique_ptr<LookupOps> ops_;
   LookupController controller_;
   std::vector<Estimates> est_;  // [max_batch]

@@ -66,6 +66,8 @@ struct IterationContext {
 struct Admission {
   const std::vector<int32_t>& prompt;
   int cached = 0;          // prompt positions [0, cached) the slot's target cache still holds
+  int copy_from = -1;      // >= 0: they were copied from this slot's (a live sequence sharing
+                           // the prefix) target cache; -1: the slot's previous request left them
   bool allowed = false;    // the request allows this proposer's source
   bool automatic = false;  // draft="auto" and draft_len="auto": the proposer may decline
   bool others = false;     // the request allows other draft sources too
@@ -187,6 +189,10 @@ class Proposer {
   virtual void issue_after_accept(IterationContext& ctx) {}
   // used: this iteration's tree came from this proposer.
   virtual void commit(int slot, const SeqState& seq, bool used) {}
+  // Tokens the text will certainly continue with (a grammar's forced tokens), before the choice
+  // of the next iteration: a proposer may offer them as its proposal, updating seq (the host's
+  // copy of the slot's state) as it updates the device's.
+  virtual void certain(int slot, const std::vector<int32_t>& tokens, SeqState& seq) {}
   // Device seconds of the slot's prepare() work for the last iteration (0: none), timed with a
   // backend timer: read them after the iteration's read-back, which is when they are known.
   virtual double take_prepare_seconds(int slot) { return 0.0; }

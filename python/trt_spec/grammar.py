@@ -181,6 +181,15 @@ class GrammarConstraint(_core.TokenConstraint):
             d += 1
         return d
 
+    def forced(self, max_tokens: int) -> list[int]:
+        """The tokens the grammar forces next (jump-forward), at most max_tokens."""
+        try:
+            if self._m.is_error() or self._m.is_stopped():
+                return []
+            return list(self._m.compute_ff_tokens()[:max_tokens])
+        except Exception:
+            return []
+
     def commit(self, tokens: list[int]) -> None:
         try:
             for t in tokens:

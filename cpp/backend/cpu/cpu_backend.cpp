@@ -384,6 +384,21 @@ void CpuBackend::kv_copy(KvCache& cache, const int32_t* slot, const int32_t* src
   }
 }
 
+void CpuBackend::kv_copy_prefix(KvCache& cache, int src_slot, int dst_slot, int n) {
+  if (n <= 0 || src_slot == dst_slot) return;
+  const size_t eb = cache.elem_bytes(), hd = cache.head_dim;
+  const size_t seq_stride = static_cast<size_t>(cache.max_seq) * hd;
+  auto* k = static_cast<uint8_t*>(cache.k);
+  auto* v = static_cast<uint8_t*>(cache.v);
+  for (int l = 0; l < cache.layers; ++l)
+    for (int g = 0; g < cache.kv_heads; ++g) {
+      const size_t to = (cache.slot_layer_offset(dst_slot, l) + g * seq_stride) * eb;
+      const size_t from = (cache.slot_layer_offset(src_slot, l) + g * seq_stride) * eb;
+      std::memcpy(k + to, k + from, n * hd * eb);
+      std::memcpy(v + to, v + from, n * hd * eb);
+    }
+}
+
 void CpuBackend::swiglu(const float* gate_up, int n, int ffn, float* out) {
   pool_.parallel_for(n, 4,
                      [&](int64_t b, int64_t e) { cpu::swiglu_rows(gate_up, b, e, ffn, out); });

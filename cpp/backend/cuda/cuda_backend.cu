@@ -505,6 +505,23 @@ void CudaBackend::kv_copy(KvCache& cache, const int32_t* slot, const int32_t* sr
   check_launch("kv_copy");
 }
 
+void CudaBackend::kv_copy_prefix(KvCache& cache, int src_slot, int dst_slot, int n) {
+  if (sizing() || n <= 0 || src_slot == dst_slot) return;
+  use_device();
+  // The slot's [layers, kv_heads] blocks of max_seq entries: one strided copy each for k and v.
+  const size_t eb = cache.elem_bytes(), hd = cache.head_dim;
+  const size_t pitch = static_cast<size_t>(cache.max_seq) * hd * eb, width = n * hd * eb;
+  const size_t rows = static_cast<size_t>(cache.layers) * cache.kv_heads;
+  const size_t to = cache.slot_layer_offset(dst_slot, 0) * eb;
+  const size_t from = cache.slot_layer_offset(src_slot, 0) * eb;
+  for (void* base : {cache.k, cache.v}) {
+    auto* b = static_cast<uint8_t*>(base);
+    cuda_check(cudaMemcpy2DAsync(b + to, pitch, b + from, pitch, width, rows,
+                                 cudaMemcpyDeviceToDevice, stream_),
+               "kv_copy_prefix");
+  }
+}
+
 void CudaBackend::swiglu(const float* gate_up, int n, int ffn, float* out) {
   if (sizing() || n <= 0) return;
   cuda::launch_swiglu(stream_, gate_up, n, ffn, out);

@@ -73,6 +73,7 @@ class CudaBackend final : public Backend {
                  KvCache& cache, int layer, float* out) override;
   void kv_copy(KvCache& cache, const int32_t* slot, const int32_t* src, const int32_t* dst,
                int n) override;
+  void kv_copy_prefix(KvCache& cache, int src_slot, int dst_slot, int n) override;
   void swiglu(const float* gate_up, int n, int ffn, float* out) override;
   void add(float* x, const float* y, size_t count) override;
   void gather_rows(const float* src, const int32_t* rows, int n, int dim, float* dst) override;

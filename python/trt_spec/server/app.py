@@ -29,11 +29,9 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from trt_spec.engine import Engine, GenerationResult
-from trt_spec.server import logprobs as lp
-from trt_spec.server import protocol
+from trt_spec.server import choices, protocol
 from trt_spec.server.metrics import CONTENT_TYPE, ServerMetrics
 from trt_spec.server.protocol import APIError
-from trt_spec.tools import ToolCallStream
 
 
 class _Admission:
@@ -142,112 +140,121 @@ def create_app(
             admission.enter()
         except APIError as e:
             return error_response(e)
-        handed_off = False  # a stream's worker thread leaves admission when it ends
+        handed_off = False  # a stream's worker threads leave admission when they end
         try:
             if req.stream:
                 response = await _stream(req)
                 handed_off = True
                 return response
-            result = await anyio.to_thread.run_sync(_generate, req, False, limiter=limiter)
+            results = await anyio.to_thread.run_sync(_generate, req, limiter=limiter)
         except APIError as e:
             return error_response(e)
         finally:
             if not handed_off:
                 admission.leave()
-        metrics.observe(result)
-        return JSONResponse(protocol.response(req, result, engine.token_bytes))
+        for r in results:
+            metrics.observe(r)
+        return JSONResponse(protocol.response(req, results, engine.token_bytes))
 
-    def _generate(req: protocol.Request, stream: bool) -> Any:
-        """Engine.generate for the request: a result, or a stream already submitted."""
+    def _engine_error(req: protocol.Request, e: ValueError) -> APIError:
+        """The engine's own checks (prompt too long, bad ids, a grammar llguidance refused) as a
+        400 naming the field where the message tells it."""
+        msg = str(e)
+        param = next((f for f in ("logit_bias", "logprobs") if msg.startswith(f)), None)
+        if msg.startswith("invalid") and req.constraint_field:
+            param = req.constraint_field
+        return APIError(msg, param=param)
+
+    def _generate(req: protocol.Request) -> list[GenerationResult]:
         try:
-            return engine.generate(req.prompt, stream=stream, **req.gen)
-        except ValueError as e:  # the engine's own checks: prompt too long, bad ids, ...
-            msg = str(e)
-            param = next((f for f in ("logit_bias", "logprobs") if msg.startswith(f)), None)
-            if msg.startswith("invalid") and req.constraint_field:  # (a grammar llguidance refused)
-                param = req.constraint_field
-            raise APIError(msg, param=param) from None
+            return choices.generate(engine, req)
+        except ValueError as e:
+            raise _engine_error(req, e) from None
+
+    def _open_streams(req: protocol.Request) -> list[choices.ChoiceStream]:
+        """The n choices' streams, submitted (errors still get their status)."""
+        opened: list[choices.ChoiceStream] = []
+        try:
+            for i, seed in enumerate(choices.seeds(req, req.n)):
+                opened.append(choices.ChoiceStream(engine, req, i, seed))
+        except ValueError as e:
+            for c in opened:
+                c.stream.close()
+            raise _engine_error(req, e) from None
+        return opened
 
     async def _stream(req: protocol.Request) -> StreamingResponse:
-        """Submits the request (errors still get their status), then streams its pieces."""
-        stream = await anyio.to_thread.run_sync(_generate, req, True, limiter=limiter)
+        """Submits the request's choices, then streams their pieces as they come."""
+        streams = await anyio.to_thread.run_sync(_open_streams, req, limiter=limiter)
         loop = asyncio.get_running_loop()
-        queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+        queue: asyncio.Queue[tuple[str, int, Any]] = asyncio.Queue()
         cancelled = threading.Event()
+        left = [len(streams)]  # worker threads still running (the last leaves admission)
+        mu = threading.Lock()
 
-        def put(item: tuple[str, Any]) -> None:
+        def put(item: tuple[str, int, Any]) -> None:
             loop.call_soon_threadsafe(queue.put_nowait, item)
 
-        sent = 0  # log-probability entries sent so far
-        offset = 0  # (completions: the text offset of the next entry)
-
-        def new_logprobs(final: GenerationResult | None) -> dict[str, Any] | None:
-            """The log-probability object of the entries that arrived since the last chunk
-            (once finished, the answer's: a final stop token's left out)."""
-            nonlocal sent, offset
-            entries = stream.logprobs
-            if req.logprobs is None or entries is None:
-                return None
-            res = final or stream.final_result
-            if res is not None:
-                entries = lp.answer_entries(entries, res.token_ids, res.finish_reason)
-            new = entries[sent:]
-            sent += len(new)
-            if req.chat:
-                return lp.chat(new, engine.token_bytes) if new else None
-            obj = lp.completion(new, engine.token_bytes, offset)
-            offset += lp.text_length(new, engine.token_bytes)
-            return obj if new else None
-
-        # Tools: text that may begin a call is held back; the calls go out whole at the end.
-        splitter = ToolCallStream(req.tool_names) if req.tool_names is not None else None
-
-        def work() -> None:
+        def work(c: choices.ChoiceStream) -> None:
             try:
-                for piece in stream:
+                for piece in c.stream:
                     if cancelled.is_set():
                         metrics.request_cancelled.inc()
                         return
-                    shown = splitter.feed(piece) if splitter else piece
-                    put(("text", (shown, new_logprobs(None))))
-                tail, calls = splitter.finish() if splitter else ("", [])
-                put(("done", (stream.result, new_logprobs(stream.result), tail, calls)))
+                    put(("text", c.index, (c.shown(piece), c.new_logprobs(None))))
+                tail, calls = c.finish()
+                res = c.stream.result
+                put(("done", c.index, (res, c.new_logprobs(res), tail, calls)))
             except BaseException as e:  # reported to the client as a last error event
-                put(("error", e))
+                put(("error", c.index, e))
             finally:
-                stream.close()  # a cancelled request frees its slot at the next step
-                admission.leave()
+                c.stream.close()  # a cancelled request frees its slot at the next step
+                with mu:
+                    left[0] -= 1
+                    if left[0] == 0:
+                        admission.leave()
 
-        threading.Thread(target=work, name=f"trt-spec {req.id}", daemon=True).start()
+        for c in streams:
+            threading.Thread(target=work, args=(c,), name=f"trt-spec {req.id}", daemon=True).start()
 
         async def events() -> AsyncIterator[bytes]:
-            first = True
+            first = [True] * len(streams)
+            done: list[GenerationResult] = []
             try:
                 while True:
-                    kind, value = await queue.get()
+                    kind, i, value = await queue.get()
                     if kind == "text":
                         piece, logprobs = value
                         if not piece and logprobs is None:
                             continue  # (held back: it may begin a tool call)
-                        yield _sse(protocol.chunk(req, piece, first=first, logprobs=logprobs))
-                        first = False
+                        yield _sse(
+                            protocol.chunk(req, piece, first=first[i], logprobs=logprobs, index=i)
+                        )
+                        first[i] = False
                     elif kind == "done":
                         result: GenerationResult = value[0]
                         tail, calls = value[2], value[3]
                         metrics.observe(result)
                         if tail:
-                            yield _sse(protocol.chunk(req, tail, first=first))
-                            first = False
+                            yield _sse(protocol.chunk(req, tail, first=first[i], index=i))
+                            first[i] = False
                         if calls:
-                            yield _sse(protocol.tool_calls_chunk(req, calls, first=first))
-                            first = False
+                            yield _sse(
+                                protocol.tool_calls_chunk(req, calls, first=first[i], index=i)
+                            )
+                            first[i] = False
                         finish = "tool_calls" if calls else protocol.finish_reason(result)
-                        last = protocol.chunk(req, None, finish, first=first, logprobs=value[1])
-                        yield _sse(last)
-                        if req.include_usage:
-                            yield _sse(protocol.usage_chunk(req, result))
-                        yield b"data: [DONE]\n\n"
-                        return
+                        yield _sse(
+                            protocol.chunk(
+                                req, None, finish, first=first[i], logprobs=value[1], index=i
+                            )
+                        )
+                        done.append(result)
+                        if len(done) == len(streams):
+                            if req.include_usage:
+                                yield _sse(protocol.usage_chunk(req, done))
+                            yield b"data: [DONE]\n\n"
+                            return
                     else:
                         metrics.error(500)
                         yield _sse(APIError(str(value), status=500, type="server_error").body())

@@ -32,8 +32,6 @@ from trt_spec.tools import ToolCall, check_tools, parse_tool_calls
 _HARMLESS = {"user", "metadata", "store"}
 # Fields refused unless they have their neutral value (name -> accepted values).
 _NEUTRAL: dict[str, tuple[Any, ...]] = {
-    "n": (1, None),
-    "best_of": (1, None),
     "echo": (False, None),
     "suffix": (None, ""),
     "functions": (None,),
@@ -58,6 +56,7 @@ _COMMON = {
     "draft_len",
     "ignore_eos",
     "logprobs",
+    "n",
     "presence_penalty",
     "frequency_penalty",
     "repetition_penalty",
@@ -66,7 +65,7 @@ _COMMON = {
     "regex",
     "grammar",
 }
-COMPLETION_FIELDS = _COMMON | {"prompt"} | _HARMLESS | set(_NEUTRAL)
+COMPLETION_FIELDS = _COMMON | {"prompt", "best_of"} | _HARMLESS | set(_NEUTRAL)
 CHAT_FIELDS = (
     _COMMON
     | {"messages", "max_completion_tokens", "top_logprobs", "tools", "tool_choice"}
@@ -121,6 +120,8 @@ class Request:
     logprobs: int | None = None  # top entries per token, or None: no log-probabilities
     constraint_field: str | None = None  # the field holding a structured-output spec
     tool_names: list[str] | None = None  # the request's tools (None: no tools)
+    n: int = 1  # choices returned
+    best_of: int = 1  # choices generated (the n of highest log-probability returned)
     gen: dict[str, Any] = field(default_factory=dict)  # Engine.generate keyword arguments
     id: str = ""
     created: int = 0
@@ -367,6 +368,12 @@ def parse(body: Any, *, chat: bool, model_name: str, max_seq_len: int) -> Reques
             constraint_spec(**{field_name: body[field_name]})
         except ValueError as e:
             raise _bad(str(e), field_name) from None
+    n = _integer(body, "n", 1, 1, 16)
+    best_of = _integer(body, "best_of", n, 1, 16)
+    if best_of < n:
+        raise _bad("'best_of' must be at least 'n'", "best_of")
+    if stream and best_of > n:
+        raise _bad("'best_of' cannot be streamed", "best_of")
     prompt = _messages(body) if chat else _prompt(body)
     kind = "chatcmpl" if chat else "cmpl"
     return Request(
@@ -379,6 +386,8 @@ def parse(body: Any, *, chat: bool, model_name: str, max_seq_len: int) -> Reques
         logprobs=gen["logprobs"],
         constraint_field=field_name,
         tool_names=tool_names,
+        n=n,
+        best_of=best_of,
         gen=gen,
         id=f"{kind}-{uuid.uuid4().hex}",
         created=int(time.time()),
@@ -390,16 +399,18 @@ def finish_reason(result: GenerationResult) -> str:
     return "length" if result.finish_reason in ("max_new_tokens", "max_seq_len") else "stop"
 
 
-def usage(result: GenerationResult) -> dict[str, Any]:
-    s = result.stats
+def usage(results: list[GenerationResult]) -> dict[str, Any]:
+    """Usage of a request's choices: the prompt once, every choice's completion tokens."""
+    s = results[0].stats
+    completion = sum(r.stats.new_tokens for r in results)
     return {
         "prompt_tokens": s.prompt_tokens,
-        "completion_tokens": s.new_tokens,
-        "total_tokens": s.prompt_tokens + s.new_tokens,
+        "completion_tokens": completion,
+        "total_tokens": s.prompt_tokens + completion,
         "prompt_tokens_details": {"cached_tokens": s.cached_tokens},
         "completion_tokens_details": {
-            "accepted_prediction_tokens": s.prediction_accepted,
-            "rejected_prediction_tokens": s.prediction_rejected,
+            "accepted_prediction_tokens": sum(r.stats.prediction_accepted for r in results),
+            "rejected_prediction_tokens": sum(r.stats.prediction_rejected for r in results),
         },
     }
 
@@ -439,39 +450,35 @@ def _envelope(req: Request, streamed: bool, choices: list, **rest: Any) -> dict[
 
 
 def response(
-    req: Request, result: GenerationResult, token_bytes: lp.TokenBytes | None = None
+    req: Request, results: list[GenerationResult], token_bytes: lp.TokenBytes | None = None
 ) -> dict[str, Any]:
-    """The non-streaming answer (``token_bytes``: the engine's, for log-probabilities)."""
+    """The non-streaming answer, one choice per result (``token_bytes``: the engine's, for
+    log-probabilities)."""
+    out = [_choice(req, i, r, token_bytes) for i, r in enumerate(results)]
+    return _envelope(req, False, out, usage=usage(results), trt_spec=spec_stats(results[0]))
+
+
+def _choice(
+    req: Request, index: int, result: GenerationResult, token_bytes: lp.TokenBytes | None
+) -> dict[str, Any]:
     logprobs = None
     if req.logprobs is not None and result.logprobs is not None and token_bytes is not None:
         entries = lp.answer_entries(result.logprobs, result.token_ids, result.finish_reason)
         logprobs = (lp.chat if req.chat else lp.completion)(entries, token_bytes)
-    if req.chat:
-        message: dict[str, Any] = {"role": "assistant", "content": result.text}
-        finish = finish_reason(result)
-        if req.tool_names is not None:
-            content, calls = parse_tool_calls(result.text, req.tool_names)
-            if calls:
-                message = {
-                    "role": "assistant",
-                    "content": content or None,
-                    "tool_calls": [c.openai() for c in calls],
-                }
-                finish = "tool_calls"
-        choice: dict[str, Any] = {
-            "index": 0,
-            "message": message,
-            "logprobs": logprobs,
-            "finish_reason": finish,
-        }
-    else:
-        choice = {
-            "index": 0,
-            "text": result.text,
-            "logprobs": logprobs,
-            "finish_reason": finish_reason(result),
-        }
-    return _envelope(req, False, [choice], usage=usage(result), trt_spec=spec_stats(result))
+    finish = finish_reason(result)
+    if not req.chat:
+        return {"index": index, "text": result.text, "logprobs": logprobs, "finish_reason": finish}
+    message: dict[str, Any] = {"role": "assistant", "content": result.text}
+    if req.tool_names is not None:
+        content, calls = parse_tool_calls(result.text, req.tool_names)
+        if calls:
+            message = {
+                "role": "assistant",
+                "content": content or None,
+                "tool_calls": [c.openai() for c in calls],
+            }
+            finish = "tool_calls"
+    return {"index": index, "message": message, "logprobs": logprobs, "finish_reason": finish}
 
 
 def chunk(
@@ -481,9 +488,10 @@ def chunk(
     *,
     first: bool = False,
     logprobs: dict[str, Any] | None = None,
+    index: int = 0,
 ) -> dict[str, Any]:
-    """One streamed chunk (text, or the final one carrying the finish reason); ``logprobs``:
-    the chunk's log-probability object (server/logprobs.py), if any."""
+    """One streamed chunk of choice ``index`` (text, or the final one carrying the finish
+    reason); ``logprobs``: the chunk's log-probability object (server/logprobs.py), if any."""
     if req.chat:
         delta: dict[str, Any] = {}
         if first:
@@ -491,23 +499,25 @@ def chunk(
         if text is not None:
             delta["content"] = text
         choice: dict[str, Any] = {
-            "index": 0,
+            "index": index,
             "delta": delta,
             "logprobs": logprobs,
             "finish_reason": finish,
         }
     else:
-        choice = {"index": 0, "text": text or "", "logprobs": logprobs, "finish_reason": finish}
+        choice = {"index": index, "text": text or "", "logprobs": logprobs, "finish_reason": finish}
     return _envelope(req, True, [choice])
 
 
-def tool_calls_chunk(req: Request, calls: list[ToolCall], *, first: bool = False) -> dict[str, Any]:
-    """A streamed delta holding the answer's tool calls (sent once they are complete)."""
+def tool_calls_chunk(
+    req: Request, calls: list[ToolCall], *, first: bool = False, index: int = 0
+) -> dict[str, Any]:
+    """A streamed delta holding choice ``index``'s tool calls (sent once they are complete)."""
     delta: dict[str, Any] = {"role": "assistant"} if first else {}
     delta["tool_calls"] = [c.openai(index=i) for i, c in enumerate(calls)]
-    return _envelope(req, True, [{"index": 0, "delta": delta, "finish_reason": None}])
+    return _envelope(req, True, [{"index": index, "delta": delta, "finish_reason": None}])
 
 
-def usage_chunk(req: Request, result: GenerationResult) -> dict[str, Any]:
+def usage_chunk(req: Request, results: list[GenerationResult]) -> dict[str, Any]:
     """The last chunk when ``stream_options.include_usage``: no choices, the usage."""
-    return _envelope(req, True, [], usage=usage(result), trt_spec=spec_stats(result))
+    return _envelope(req, True, [], usage=usage(results), trt_spec=spec_stats(results[0]))
