@@ -1,14 +1,20 @@
 // scheduler_request.h: the scheduler's record of one request (private to the scheduler's
-// files: scheduler.cpp, draft_choice.cpp): its limits and sources, its place in the prefill, the
-// host copy of its sequence state, its stop matcher and its statistics.
+// files: scheduler.cpp, prefill.cpp, draft_choice.cpp): its limits and sources, its place in the
+// prefill, the host copy of its sequence state, its stop matcher and its statistics.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <vector>
 
 #include "engine/scheduler.h"
 
 namespace trt_spec {
+
+// The scheduler's clock (seconds; steady).
+inline double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
 
 struct Scheduler::Request {
   uint64_t id = 0;

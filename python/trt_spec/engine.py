@@ -19,22 +19,21 @@ what it would be alone (greedy: the same tokens; sampled: the same tokens for th
 
 from __future__ import annotations
 
-import codecs
 import json
 import threading
-from collections import deque
-from collections.abc import Generator, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Generator, Mapping, Sequence
 from os import PathLike
 from typing import Any
 
 import numpy as np
 
 from trt_spec import _core
+from trt_spec._args import as_int, as_number, draft_len_arg, int_list, seeds_arg
 from trt_spec.grammar import Grammars, constraint_spec
-from trt_spec.stats import GenerationStats, stats_from_request
+from trt_spec.results import GenerationResult, GenerationStream, TokenLogprob, _Pending
+from trt_spec.stats import GenerationStats
 from trt_spec.tokenizer import TextCodec
-from trt_spec.tools import ToolCall, check_tools, parse_tool_calls, tool_messages
+from trt_spec.tools import check_tools, tool_messages
 
 Message = Mapping[str, Any]
 PromptInput = str | Sequence[int] | np.ndarray | Sequence[Message]
@@ -45,100 +44,6 @@ DRAFT_MODES: tuple[str, ...] = tuple(_core.DRAFT_MODES)
 KV_CACHE_DTYPES: tuple[str, ...] = tuple(_core.KV_CACHE_DTYPES)
 DEFAULT_DRAFT_WINDOW: int = _core.DEFAULT_DRAFT_WINDOW
 DEFAULT_DRAFT_READ_CHUNK: int = _core.DEFAULT_DRAFT_READ_CHUNK
-
-
-@dataclass(frozen=True)
-class TokenLogprob:
-    """A generated token's log-probability under the distribution it was drawn from (after
-    temperature, top-k and top-p; a greedy request's at temperature 1), and the most likely
-    candidates' as ``(token_id, logprob)``, most likely first. Tokens that top-k or top-p leave
-    out have ``-inf``."""
-
-    token_id: int
-    logprob: float
-    top: list[tuple[int, float]]
-
-
-@dataclass(frozen=True)
-class GenerationResult:
-    text: str
-    token_ids: list[int]  # new tokens (a final EOS / stop token included)
-    prompt_token_ids: list[int]
-    finish_reason: str  # one of _core.FINISH_REASONS
-    stats: GenerationStats
-    logprobs: list[TokenLogprob] | None = None  # one per token of token_ids, when asked for
-    tool_calls: list[ToolCall] | None = None  # the calls parsed from text, when tools were given
-
-
-class GenerationStream(Iterator[str]):
-    """Iterates over the text as it is generated; ``result`` is set once it is exhausted."""
-
-    def __init__(
-        self, run: Generator[str, None, GenerationResult], pending: _Pending | None = None
-    ) -> None:
-        self._run = run
-        self._pending = pending
-        self.result: GenerationResult | None = None
-
-    @property
-    def final_result(self) -> GenerationResult | None:
-        """The result as soon as the request's last tokens have arrived (the stream may still
-        hold text to yield); None before."""
-        return self._pending.result if self._pending is not None else None
-
-    @property
-    def logprobs(self) -> list[TokenLogprob] | None:
-        """The log-probabilities of the tokens final so far (None when not asked for): a list
-        that grows as the stream advances, one entry per token."""
-        return self._pending.logprobs if self._pending is not None else None
-
-    def __iter__(self) -> GenerationStream:
-        return self
-
-    def __next__(self) -> str:
-        try:
-            return next(self._run)
-        except StopIteration as fin:
-            self.result = fin.value
-            raise
-
-    def close(self) -> None:
-        """Stop early (also done when the stream is garbage-collected)."""
-        self._run.close()
-
-
-class _Pending:
-    """One submitted request as this layer sees it: its events, text and final result."""
-
-    def __init__(
-        self, ids: list[int], logprobs: bool = False, tools: list[str] | None = None
-    ) -> None:
-        self.ids = ids
-        self.tools = tools  # the tools' names (None: no tools)
-        self.events: deque[_core.Event] = deque()
-        self.tokens: list[int] = []
-        self.logprobs: list[TokenLogprob] | None = [] if logprobs else None
-        self.parts: list[str] = []
-        self.utf8 = codecs.getincrementaldecoder("utf-8")("replace")
-        self.result: GenerationResult | None = None
-
-    def take(self, event: _core.Event) -> str:
-        """Applies one scheduler event; returns the new text."""
-        self.tokens.extend(event.tokens)
-        if self.logprobs is not None:
-            self.logprobs.extend(TokenLogprob(t, lp, top) for t, lp, top in event.logprobs)
-        piece = self.utf8.decode(event.text, final=event.finished)
-        if piece:
-            self.parts.append(piece)
-        stats = event.stats  # (None until the request finishes)
-        if stats is not None:
-            st = stats_from_request(stats, event.reason)
-            text = "".join(self.parts)
-            calls = parse_tool_calls(text, self.tools)[1] if self.tools is not None else None
-            self.result = GenerationResult(
-                text, self.tokens, self.ids, event.reason, st, self.logprobs, calls
-            )
-        return piece
 
 
 class Engine:
@@ -364,7 +269,7 @@ class Engine:
             )
             return self.tokenizer.encode(text, add_special=False)
         if isinstance(prompt, Sequence):
-            return self._token_ids(_int_list(prompt, "token ids"), "the prompt")
+            return self._token_ids(int_list(prompt, "token ids"), "the prompt")
         raise ValueError(
             f"prompt must be a str, a sequence of token ids or a list of chat messages, "
             f"got {type(prompt).__name__}"
@@ -483,23 +388,23 @@ class Engine:
         sequences; further requests queue, first come first served) and each gets the output it
         would get alone; a call's bad arguments raise in that thread only.
         """
-        max_new_tokens = _int(max_new_tokens, "max_new_tokens")
-        top_k = _int(top_k, "top_k")
-        temperature = _number(temperature, "temperature")
-        top_p = _number(top_p, "top_p")
+        max_new_tokens = as_int(max_new_tokens, "max_new_tokens")
+        top_k = as_int(top_k, "top_k")
+        temperature = as_number(temperature, "temperature")
+        top_p = as_number(top_p, "top_p")
         if not isinstance(speculate, bool):
             raise ValueError("speculate must be True or False")
         if not isinstance(draft, str):
             raise ValueError(f"draft must be one of {DRAFT_MODES}, got {draft!r}")
-        k = _draft_len(draft_len)
-        n_logprobs = -1 if logprobs is None else _int(logprobs, "logprobs")
+        k = draft_len_arg(draft_len)
+        n_logprobs = -1 if logprobs is None else as_int(logprobs, "logprobs")
         if not 0 <= n_logprobs <= 20 and logprobs is not None:
             raise ValueError(f"logprobs must be None or an integer in [0, 20], got {logprobs!r}")
         mode = draft if speculate else "none"
         penalties = {
-            "repetition_penalty": _number(repetition_penalty, "repetition_penalty"),
-            "frequency_penalty": _number(frequency_penalty, "frequency_penalty"),
-            "presence_penalty": _number(presence_penalty, "presence_penalty"),
+            "repetition_penalty": as_number(repetition_penalty, "repetition_penalty"),
+            "frequency_penalty": as_number(frequency_penalty, "frequency_penalty"),
+            "presence_penalty": as_number(presence_penalty, "presence_penalty"),
             "logit_bias": self._logit_bias(logit_bias),
         }
         spec = constraint_spec(response_format, regex, grammar)
@@ -520,7 +425,7 @@ class Engine:
             prompts = [prompt]
         if stream and not single:
             raise ValueError("stream=True takes one prompt, not a batch")
-        seeds = _seeds(seed, len(prompts))
+        seeds = seeds_arg(seed, len(prompts))
         stop_strings, stop_ids = self._stops(stop, ignore_eos)
         pred = self._prediction(prediction)
         # No request can produce more than max_seq_len tokens; top_k >= vocab keeps everything.
@@ -676,7 +581,7 @@ class Engine:
             raise ValueError("logit_bias must be a mapping of token ids to numbers")
         out = {}
         for k, v in bias.items():
-            out[_int(k, "logit_bias token id")] = _number(v, f"logit_bias[{k}]")
+            out[as_int(k, "logit_bias token id")] = as_number(v, f"logit_bias[{k}]")
         return out
 
     def _prediction(self, prediction: str | Sequence[int] | None) -> list[int]:
@@ -685,53 +590,5 @@ class Engine:
         if isinstance(prediction, str):
             return self.tokenizer.encode(prediction, add_special=False)
         if isinstance(prediction, (list, tuple, np.ndarray)):
-            return self._token_ids(_int_list(prediction, "prediction ids"), "the prediction")
+            return self._token_ids(int_list(prediction, "prediction ids"), "the prediction")
         raise ValueError("prediction must be text, a list of token ids, or None")
-
-
-def _int(v: Any, name: str) -> int:
-    if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
-        raise ValueError(f"{name} must be an integer, got {v!r}")
-    if not -(2**31) <= int(v) < 2**31:
-        raise ValueError(f"{name} is out of range: {v}")
-    return int(v)
-
-
-def _number(v: Any, name: str) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
-        raise ValueError(f"{name} must be a number, got {v!r}")
-    return float(v)
-
-
-def _int_list(values: Any, what: str) -> list[int]:
-    out = []
-    for t in values:
-        if isinstance(t, bool) or not isinstance(t, (int, np.integer)):
-            raise ValueError(f"{what} must be integers, got {type(t).__name__}")
-        out.append(int(t))
-    return out
-
-
-def _draft_len(draft_len: int | str) -> int | None:
-    """The request's draft_len: None for auto, else the fixed draft length (its range is the
-    scheduler's check)."""
-    if isinstance(draft_len, str) and draft_len == "auto":
-        return None
-    if isinstance(draft_len, (int, np.integer)) and not isinstance(draft_len, bool):
-        return _int(draft_len, "draft_len")
-    raise ValueError(f"draft_len must be 'auto' or an integer, got {draft_len!r}")
-
-
-def _seeds(seed: int | Sequence[int], n: int) -> list[int]:
-    if isinstance(seed, (list, tuple)):
-        seeds = list(seed)
-    elif isinstance(seed, int) and not isinstance(seed, bool):
-        seeds = [seed] * n
-    else:
-        raise ValueError("seed must be an integer in [0, 2**64), or a list of them")
-    if len(seeds) != n:
-        raise ValueError(f"got {len(seeds)} seeds for {n} prompts")
-    for s in seeds:
-        if isinstance(s, bool) or not isinstance(s, int) or not 0 <= s < 2**64:
-            raise ValueError("seed must be an integer in [0, 2**64)")
-    return seeds
