@@ -10,6 +10,19 @@
 
 namespace trt_spec {
 
+namespace {
+
+// Leading tokens a cache holding `held` can give `prompt`: their common prefix, at most all but
+// the prompt's last token (whose row gives the first token's logits).
+int reusable_prefix(const std::vector<int32_t>& held, const std::vector<int32_t>& prompt) {
+  const int n = std::min(static_cast<int>(prompt.size()) - 1, static_cast<int>(held.size()));
+  int len = 0;
+  while (len < n && held[len] == prompt[len]) ++len;
+  return len;
+}
+
+}  // namespace
+
 void Scheduler::constraint_masks(TokenConstraint& con, const DraftTree* tree, uint32_t* rows,
                                  int words) {
   const int n = tree ? tree->n : 0;
@@ -83,16 +96,12 @@ void Scheduler::admit(std::vector<SchedulerEvent>& events) {
 }
 
 int Scheduler::live_prefix(const std::vector<int32_t>& prompt, int* len) const {
-  const int cap = static_cast<int>(prompt.size()) - 1;
   int best = -1;
   *len = 0;
   for (int s = 0; s < static_cast<int>(slots_.size()); ++s) {
     const Request* r = slots_[s];
     if (!r || r->reason != FinishReason::kNone) continue;
-    const std::vector<int32_t>& p = r->req.prompt;  // (its cache holds [0, prefilled) of it)
-    const int n = std::min(cap, static_cast<int>(p.size()));
-    int l = 0;
-    while (l < n && p[l] == prompt[l]) ++l;
+    const int l = reusable_prefix(r->req.prompt, prompt);  // (cached: [0, prefilled) of it)
     if (l > *len) {
       best = s;
       *len = l;
@@ -102,14 +111,10 @@ int Scheduler::live_prefix(const std::vector<int32_t>& prompt, int* len) const {
 }
 
 int Scheduler::pick_slot(const std::vector<int32_t>& prompt, int* cached) const {
-  const int cap = static_cast<int>(prompt.size()) - 1;
   int best = -1, best_len = 0;
   for (int s = 0; s < static_cast<int>(slots_.size()); ++s) {
     if (slots_[s]) continue;
-    const std::vector<int32_t>& h = held_[s];
-    const int n = std::min(cap, static_cast<int>(h.size()));
-    int len = 0;
-    while (len < n && h[len] == prompt[len]) ++len;
+    const int len = reusable_prefix(held_[s], prompt);
     if (best < 0 || len > best_len || (len == best_len && released_[s] < released_[best])) {
       best = s;
       best_len = len;
@@ -171,14 +176,14 @@ void Scheduler::first_tokens(const Chunk& c, const float* logits,
   be.upload(sample_slots_.as<void>(), cslots.data(), m * 4);
   // Penalties: each new sequence's state (once any request has used them), then the prompts'
   // last rows penalized as every later row is.
-  bool any_pen = false;
-  for (const Request* r : c.completing) any_pen = any_pen || r->penalties.active;
+  const bool any_pen = std::any_of(c.completing.begin(), c.completing.end(),
+                                   [](const Request* r) { return r->penalized(); });
   if (any_pen || iter_.has_penalties())
     for (const Request* r : c.completing) iter_.set_penalties(r->slot, r->penalties, r->req.prompt);
   if (any_pen) iter_.penalize_rows(sample_slots_.as<int32_t>(), m, const_cast<float*>(logits));
   // Constraints: each constrained prompt's last row masked (the others' rows allow all).
-  bool any_mask = false;
-  for (const Request* r : c.completing) any_mask = any_mask || r->req.constraint;
+  const bool any_mask = std::any_of(c.completing.begin(), c.completing.end(),
+                                    [](const Request* r) { return r->constrained(); });
   if (any_mask) {
     const int W = iter_.mask_words();
     std::vector<uint32_t> masks(static_cast<size_t>(m) * W, ~0u);
@@ -189,8 +194,8 @@ void Scheduler::first_tokens(const Chunk& c, const float* logits,
   }
   be.sample(logits, m, rt_.vocab_size(), sample_slots_.as<int32_t>(), iter_.state().states,
             sampled_.as<int32_t>());
-  bool any_lp = false;
-  for (const Request* r : c.completing) any_lp = any_lp || r->req.sampling.logprobs >= 0;
+  const bool any_lp = std::any_of(c.completing.begin(), c.completing.end(),
+                                  [](const Request* r) { return r->wants_logprobs(); });
   std::vector<TokenLogprob> lp;
   if (any_lp) {
     be.logprobs(logits, rt_.vocab_size(), m, first_rows_.as<int32_t>(), sampled_.as<int32_t>(),

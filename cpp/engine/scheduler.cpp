@@ -140,7 +140,7 @@ void Scheduler::finish(Request& r, FinishReason why, SchedulerEvent& ev, double 
 bool Scheduler::emit(Request& r, int32_t tok, SchedulerEvent& ev, double now,
                      const TokenLogprob* lp) {
   ev.tokens.push_back(tok);
-  if (r.req.sampling.logprobs >= 0) {
+  if (r.wants_logprobs()) {
     std::vector<TokenLogprob> e{lp ? lp[0] : TokenLogprob{tok, NAN}};
     for (int i = 1; lp && i <= r.req.sampling.logprobs && lp[i].id >= 0; ++i) e.push_back(lp[i]);
     ev.logprobs.push_back(std::move(e));
@@ -231,7 +231,7 @@ void Scheduler::decode(std::vector<SchedulerEvent>& events, bool carry) {
   before_iteration(active);
   // Constrained sequences: the tokens their grammar forces next, offered as certain drafts.
   for (Request* r : active)
-    if (r->req.constraint && r->sources) {
+    if (r->constrained() && r->sources) {
       const std::vector<int32_t> f = r->req.constraint->forced(limits_.max_draft_len);
       if (!f.empty())
         for (const std::unique_ptr<Proposer>& p : proposers_)
@@ -262,16 +262,16 @@ void Scheduler::decode(std::vector<SchedulerEvent>& events, bool carry) {
   // Costs are device time (backend timers, Iteration::times), read after the read-back, the one
   // synchronisation of the iteration. A capture is host work before the timed iteration; the
   // first run of a (source, B, k) on an asynchronous backend is a warm-up that is not observed.
-  bool any_lp = false;
-  for (const Request* r : active) any_lp = any_lp || r->req.sampling.logprobs >= 0;
+  const bool any_lp = std::any_of(active.begin(), active.end(),
+                                  [](const Request* r) { return r->wants_logprobs(); });
   iter_.set_logprobs(any_lp);
-  bool any_pen = false;
-  for (const Request* r : active) any_pen = any_pen || r->penalties.active;
+  const bool any_pen =
+      std::any_of(active.begin(), active.end(), [](const Request* r) { return r->penalized(); });
   iter_.set_penalties_on(any_pen);
   // Constraints: after the proposal, each constrained sequence's verify rows get their masks
   // (the proposal read back: a synchronisation inside the iteration); the others' allow all.
-  bool any_mask = false;
-  for (const Request* r : active) any_mask = any_mask || r->req.constraint;
+  const bool any_mask =
+      std::any_of(active.begin(), active.end(), [](const Request* r) { return r->constrained(); });
   iter_.set_masks_on(any_mask);
   std::function<void()> between;
   if (any_mask)

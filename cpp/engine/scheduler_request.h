@@ -34,6 +34,11 @@ struct Scheduler::Request {
   RequestStats stats;
   FinishReason reason = FinishReason::kNone;
   double t_submit = 0.0, t_admit = 0.0;
+
+  // What its rows need beyond the sampling rule.
+  bool wants_logprobs() const { return req.sampling.logprobs >= 0; }
+  bool penalized() const { return penalties.active != 0; }
+  bool constrained() const { return req.constraint != nullptr; }
 };
 
 }  // namespace trt_spec

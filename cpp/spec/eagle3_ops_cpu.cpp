@@ -42,10 +42,7 @@ class CpuEagle3Ops final : public Eagle3Ops {
     check_eagle3_batch(max_batch_, B, j + 1);
     pool_.parallel_for(B, 1, [&](int64_t b0, int64_t b1) {
       for (int64_t b = b0; b < b1; ++b) {
-        const float* x = logits + static_cast<size_t>(b) * draft_vocab;
-        int best = 0;
-        for (int i = 1; i < draft_vocab; ++i)
-          if (x[i] > x[best]) best = i;
+        const int best = argmax_row(logits + static_cast<size_t>(b) * draft_vocab, draft_vocab);
         eagle3_chain_node(st.seqs[slots[b]], slots[b], j, max_seq, tokens[best], next.tokens[b],
                           next.pos[b], next.slot[b]);
       }

@@ -168,10 +168,15 @@ void Iteration::set_penalties(int slot, const PenaltyParams& p,
 }
 
 void Iteration::set_masks_on(bool on) {
-  if (on && !mask_.as<void>())
+  if (on) mask_buffer();
+  masks_ = on;
+}
+
+uint32_t* Iteration::mask_buffer() {
+  if (!mask_.as<void>())
     mask_ = BackendBuffer(
         be_, sizeof(uint32_t) * max_batch_ * static_cast<size_t>(max_k_ + 1) * mask_words());
-  masks_ = on;
+  return mask_.as<uint32_t>();
 }
 
 void Iteration::upload_masks(const std::vector<uint32_t>& masks) {
@@ -183,13 +188,11 @@ void Iteration::upload_masks(const std::vector<uint32_t>& masks) {
 
 void Iteration::mask_rows(float* logits, int n, const std::vector<uint32_t>& masks) {
   if (n <= 0) return;
-  if (!mask_.as<void>())
-    mask_ = BackendBuffer(
-        be_, sizeof(uint32_t) * max_batch_ * static_cast<size_t>(max_k_ + 1) * mask_words());
   if (n > max_batch_ * (max_k_ + 1) || masks.size() < static_cast<size_t>(n) * mask_words())
     throw InvalidArgument("iteration: bad mask rows");
-  be_.upload(mask_.as<void>(), masks.data(), static_cast<size_t>(n) * mask_words() * 4);
-  ops_->mask_rows(logits, n, vocab_t_, mask_.as<uint32_t>(), mask_words());
+  uint32_t* buf = mask_buffer();
+  be_.upload(buf, masks.data(), static_cast<size_t>(n) * mask_words() * 4);
+  ops_->mask_rows(logits, n, vocab_t_, buf, mask_words());
 }
 
 void Iteration::penalize_rows(const int32_t* row_slots, int n, float* logits) {

@@ -179,6 +179,8 @@ class Iteration {
   int compact_rows(int k);
   // The carried rows' metadata after the first `first` rows, and the pass's logit rows.
   void upload_carried(const PromptRows& rows, int first);
+  // The masks' buffer [max_batch (max_k + 1), mask_words()], made on first use.
+  uint32_t* mask_buffer();
 
   Backend& be_;
   Model& target_;
@@ -203,7 +205,7 @@ class Iteration {
   BackendBuffer mv_slot_, mv_src_, mv_dst_;  // [max_batch kMaxDraftNodes] cache moves
   bool use_graphs_ = true, warm_up_ = false, skip_padding_ = true, logprobs_ = false;
   bool penalties_ = false, masks_ = false;
-  BackendBuffer mask_;  // [max_batch (max_k + 1), mask_words()] (allocated by set_masks_on)
+  BackendBuffer mask_;  // (mask_buffer())
   PenaltyState pen_;    // (null until the first set_penalties)
   BackendBuffer pen_params_, pen_counts_, pen_prompt_;
   std::vector<char> pen_active_;  // [max_batch] the slots' params are active

@@ -54,10 +54,7 @@ __global__ void count_emitted_kernel(const SeqState* __restrict__ seqs, PenaltyS
                                      const int32_t* __restrict__ slots) {
   const int slot = slots[blockIdx.x];
   if (!ps.params[slot].active || threadIdx.x != 0) return;
-  const SeqState& s = seqs[slot];
-  int32_t* counts = ps.counts + static_cast<int64_t>(slot) * ps.vocab;
-  for (int d = 0; d < s.n_new; ++d)
-    if (s.out[d] >= 0 && s.out[d] < ps.vocab) counts[s.out[d]] += 1;
+  penalty_count_emitted(seqs[slot], ps.counts + static_cast<int64_t>(slot) * ps.vocab, ps.vocab);
 }
 
 // Logits [n, vocab] masked by masks [n, words].  grid n, block kPenaltyThreads.

@@ -8,6 +8,7 @@
 
 #include "kernels/penalties.h"
 #include "spec/draft_tree.h"
+#include "spec/seq_state.h"
 
 namespace trt_spec {
 
@@ -26,6 +27,12 @@ TRT_SPEC_HD float penalty_logit(float l, int x, const int32_t* counts, const uin
   for (int j = 0; j < n_path; ++j) c += path[j] == x ? 1 : 0;
   const bool in_prompt = (prompt[x >> 5] >> (x & 31)) & 1u;
   return penalized_logit(l, c, in_prompt, p);
+}
+
+// counts [vocab] += the tokens the sequence's last iteration emitted (out[0 .. n_new)).
+TRT_SPEC_HD void penalty_count_emitted(const SeqState& s, int32_t* counts, int vocab) {
+  for (int d = 0; d < s.n_new; ++d)
+    if (s.out[d] >= 0 && s.out[d] < vocab) counts[s.out[d]] += 1;
 }
 
 // A row's whole pass on one thread (the host's): logits l [vocab].

@@ -167,13 +167,10 @@ class CpuSpecOps final : public SpecOps {
 
   void count_emitted(const SpecState& st, const PenaltyState& ps, const int32_t* slots,
                      int B) override {
-    for (int b = 0; b < B; ++b) {
-      const SeqState& s = st.seqs[slots[b]];
-      if (!ps.params[slots[b]].active) continue;
-      int32_t* counts = ps.counts + static_cast<int64_t>(slots[b]) * ps.vocab;
-      for (int d = 0; d < s.n_new; ++d)
-        if (s.out[d] >= 0 && s.out[d] < ps.vocab) counts[s.out[d]] += 1;
-    }
+    for (int b = 0; b < B; ++b)
+      if (ps.params[slots[b]].active)
+        penalty_count_emitted(st.seqs[slots[b]],
+                              ps.counts + static_cast<int64_t>(slots[b]) * ps.vocab, ps.vocab);
   }
 
   void emitted_rows(const SpecState& st, const int32_t* slots, int B, int k, int32_t* rows,

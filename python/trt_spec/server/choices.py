@@ -73,7 +73,7 @@ class ChoiceStream:
         if self.req.chat:
             return lp.chat(new, tb) if new else None
         obj = lp.completion(new, tb, self.offset)
-        self.offset += lp.text_length(new, tb)
+        self.offset += sum(len(t) for t in obj["tokens"])  # (the tokens' text, decoded once)
         return obj if new else None
 
     def shown(self, piece: str) -> str:

@@ -75,11 +75,6 @@ def completion(
     }
 
 
-def text_length(entries: Sequence[TokenLogprob], token_bytes: TokenBytes) -> int:
-    """Characters the entries' tokens add to the text offsets."""
-    return sum(len(_text(token_bytes(e.token_id))) for e in entries)
-
-
 def answer_entries(
     entries: Sequence[TokenLogprob], token_ids: Sequence[int], finish_reason: str
 ) -> list[TokenLogprob]:
