@@ -192,6 +192,25 @@ def test_pard_and_medusa_match_cpu(root, kind: str) -> None:
         assert [r.token_ids for r in got] == [r.token_ids for r in want]
 
 
+def test_eagle3_trees_match_cpu_and_target_only(root) -> None:
+    """EAGLE-2 dynamic trees of an EAGLE-3 head (eagle_topk 3) on the GPU: the tree kernels and
+    the head's tree-masked rows inside the iteration graph; greedy output equals the CPU engine's
+    trees and target-only's, at batch 4; sampled equals target-only's for the seed."""
+    path = spec_pairs.make_pair(root, "eagle3", draft_len=6, max_batch=4, weights="f32")
+    g = Engine(path, device="cuda", eagle_topk=3)
+    c = Engine(path, device="cpu", eagle_topk=3, kv_cache_dtype=g.kv_cache_dtype)
+    base = g.generate(PROMPTS, max_new_tokens=32, draft="none", ignore_eos=True)
+    for k in (2, 6):
+        a = g.generate(PROMPTS, max_new_tokens=32, draft="model", draft_len=k, ignore_eos=True)
+        b = c.generate(PROMPTS, max_new_tokens=32, draft="model", draft_len=k, ignore_eos=True)
+        assert (
+            [r.token_ids for r in a] == [r.token_ids for r in b] == [r.token_ids for r in base]
+        ), k
+    want = g.generate(PROMPTS, max_new_tokens=32, draft="none", seed=5, **SAMPLING)
+    got = g.generate(PROMPTS, max_new_tokens=32, draft="model", draft_len=4, seed=5, **SAMPLING)
+    assert [r.token_ids for r in got] == [r.token_ids for r in want]
+
+
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 def test_graph_replay_equals_kernel_by_kernel(root, temperature: float) -> None:
     path = spec_pairs.make_pair(root, "noisy", draft_len=8, max_batch=4)

@@ -309,7 +309,7 @@ NB_MODULE(_core, m) {
           "__init__",
           [](Scheduler* self, Runtime& rt, const std::vector<nb::bytes>& token_bytes,
              int prefill_chunk, int interleave_chunk, bool carry_prefill, int draft_window,
-             int draft_read_chunk, bool prompt_cache) {
+             int draft_read_chunk, bool prompt_cache, int eagle_topk) {
             SchedulerOptions o;
             o.prompt_cache = prompt_cache;
             o.prefill_chunk = prefill_chunk;
@@ -317,6 +317,7 @@ NB_MODULE(_core, m) {
             o.carry_prefill = carry_prefill;
             o.draft_window = draft_window;
             o.draft_read_chunk = draft_read_chunk;
+            o.eagle_topk = eagle_topk;
             o.token_bytes.reserve(token_bytes.size());
             for (const nb::bytes& b : token_bytes) o.token_bytes.emplace_back(b.c_str(), b.size());
             nb::gil_scoped_release release;
@@ -325,7 +326,7 @@ NB_MODULE(_core, m) {
           "runtime"_a, "token_bytes"_a = std::vector<nb::bytes>{}, "prefill_chunk"_a = 256,
           "interleave_chunk"_a = 64, "carry_prefill"_a = true,
           "draft_window"_a = kDefaultDraftWindow, "draft_read_chunk"_a = kDefaultDraftReadChunk,
-          "prompt_cache"_a = true, nb::keep_alive<1, 2>())
+          "prompt_cache"_a = true, "eagle_topk"_a = 1, nb::keep_alive<1, 2>())
       .def("submit", &Scheduler::submit, "request"_a,
            "Validates and queues a request (ValueError naming the bad field); returns its id")
       .def("cancel", &Scheduler::cancel, "id"_a, "Ends a request at the next step")

@@ -37,8 +37,9 @@ Scheduler::Scheduler(Runtime& rt, SchedulerOptions opts)
   if (opts_.draft_read_chunk < 0)
     throw InvalidArgument("draft_read_chunk must be >= 0 (0: with the prefill), got " +
                           std::to_string(opts_.draft_read_chunk));
-  proposers_ = attach_proposers(iter_, rt.backend(), rt.file(), rt.target(), rt.draft(), B, K,
-                                ProposerOptions{opts_.draft_window, opts_.draft_read_chunk});
+  proposers_ = attach_proposers(
+      iter_, rt.backend(), rt.file(), rt.target(), rt.draft(), B, K,
+      ProposerOptions{opts_.draft_window, opts_.draft_read_chunk, opts_.eagle_topk});
   // draft="model" asks for the engine's draft, whatever its kind.
   limits_ =
       RequestLimits{rt.vocab_size(), rt.max_seq_len(), K, proposer(DraftSource::kModel) != nullptr};

@@ -67,6 +67,9 @@ struct SchedulerOptions {
   // token is the target's prefill alone, and the draft still sees the whole prompt: the read's
   // cost moves to the first steps' inter-token latency instead (read_pending_prompts).
   int draft_read_chunk = kDefaultDraftReadChunk;
+  // An EAGLE-3 head's proposals: 1: chains; w in [2, kEagle3MaxTopK]: dynamic trees expanding the
+  // w best nodes of each depth (eagle3_tree.h).
+  int eagle_topk = 1;
   // The prompt cache: a request takes the free slot whose cache still holds the longest prefix
   // of its prompt (left by the slot's previous request's prompt, as llama-server's cache_prompt)
   // and prefills only the rest; the draft model keeps what it read of that prefix. A live

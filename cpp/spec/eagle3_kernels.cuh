@@ -5,10 +5,15 @@
 //   eagle3_absorb_kernel   the [B, k + 1] absorbed rows and each one's last    grid B
 //   eagle3_keep_kernel     feat rows of the batch's slots                     grid B
 //   eagle3_chain_kernel    the best draft token of each row -> node j         grid B
+//   eagle3_top_kernel      a tree step's rows' top tokens (eagle3_tree.h)     grid (B, rows)
+//   eagle3_expand_kernel   its candidates and the next rows, by one thread    grid B
+//   eagle3_select_kernel   each sequence's tree, by one thread                grid B
 #pragma once
 
 #include "kernels/cuda/sampling.cuh"
 #include "spec/eagle3_rows.h"
+#include "spec/eagle3_tree.h"
+#include "spec/top_tokens.cuh"
 
 namespace trt_spec::cuda {
 
@@ -49,6 +54,31 @@ __global__ void __launch_bounds__(kSampleThreads)
                     next.slot[b]);
 }
 
+// Row f of sequence b of a tree step's logits [B, rows, draft_vocab]: its top w draft tokens.
+__global__ void __launch_bounds__(kSampleThreads)
+    eagle3_top_kernel(const float* __restrict__ logits, int rows, int draft_vocab, int w,
+                      Eagle3Tree* trees) {
+  const int b = blockIdx.x, f = blockIdx.y;
+  const float* x = logits + (static_cast<int64_t>(b) * rows + f) * draft_vocab;
+  block_top_tokens(x, draft_vocab, w, trees[b].top[f].id, trees[b].top[f].logp);
+}
+
+__global__ void eagle3_expand_kernel(const SeqState* __restrict__ seqs,
+                                     const int32_t* __restrict__ slots, int j, int w, bool expand,
+                                     int max_seq, const int32_t* __restrict__ tokens,
+                                     Eagle3Tree* trees, Eagle3TreeRows next) {
+  if (threadIdx.x != 0) return;
+  const int b = blockIdx.x;
+  eagle3_tree_expand(trees[b], seqs[slots[b]], slots[b], b, j, w, expand, max_seq, tokens, next);
+}
+
+__global__ void eagle3_select_kernel(SeqState* seqs, const int32_t* __restrict__ slots, int k,
+                                     const Eagle3Tree* __restrict__ trees) {
+  if (threadIdx.x != 0) return;
+  SeqState& s = seqs[slots[blockIdx.x]];
+  eagle3_tree_select(trees[blockIdx.x], min(k, s.max_nodes), s);
+}
+
 inline void launch_eagle3_absorb(cudaStream_t stream, const SeqState* seqs, const int32_t* slots,
                                  int B, int k, int max_seq, Eagle3Rows out, int32_t* last) {
   TRT_SPEC_LAUNCH(eagle3_absorb_kernel, B, 32, stream, seqs, slots, k, max_seq, out, last);
@@ -65,6 +95,24 @@ inline void launch_eagle3_chain(cudaStream_t stream, SeqState* seqs, const int32
                                 int threads = kSampleThreads) {
   TRT_SPEC_LAUNCH(eagle3_chain_kernel, B, threads, stream, seqs, slots, j, max_seq, logits,
                   draft_vocab, tokens, next);
+}
+
+// Tree step j of width w (eagle3_tree.h).
+inline void launch_eagle3_tree_step(cudaStream_t stream, const SeqState* seqs, const int32_t* slots,
+                                    int B, int j, int w, bool expand, int max_seq,
+                                    const float* logits, int draft_vocab, const int32_t* tokens,
+                                    Eagle3Tree* trees, Eagle3TreeRows next,
+                                    int threads = kSampleThreads) {
+  const int rows = j == 0 ? 1 : w;
+  const dim3 grid(static_cast<unsigned>(B), static_cast<unsigned>(rows));
+  TRT_SPEC_LAUNCH(eagle3_top_kernel, grid, threads, stream, logits, rows, draft_vocab, w, trees);
+  TRT_SPEC_LAUNCH(eagle3_expand_kernel, B, 32, stream, seqs, slots, j, w, expand, max_seq, tokens,
+                  trees, next);
+}
+
+inline void launch_eagle3_tree_select(cudaStream_t stream, SeqState* seqs, const int32_t* slots,
+                                      int B, int k, const Eagle3Tree* trees) {
+  TRT_SPEC_LAUNCH(eagle3_select_kernel, B, 32, stream, seqs, slots, k, trees);
 }
 
 }  // namespace trt_spec::cuda

@@ -11,6 +11,7 @@
 
 #include "backend/backend.h"
 #include "spec/eagle3_rows.h"
+#include "spec/eagle3_tree.h"
 #include "spec/spec_ops.h"
 
 namespace trt_spec {
@@ -32,6 +33,14 @@ class Eagle3Ops {
   virtual void chain_step(const SpecState& st, const int32_t* slots, int B, int j, int max_seq,
                           const float* logits, int draft_vocab, const int32_t* tokens,
                           Eagle3Rows next) = 0;
+  // Tree step j of width w (eagle3_tree.h): logits [B, rows, draft_vocab] of the step's rows (1 for
+  // j = 0, else w); trees [B]: scratch; with expand, next [B, w]: the next step's rows.
+  virtual void tree_step(const SpecState& st, const int32_t* slots, int B, int j, int w,
+                         bool expand, int max_seq, const float* logits, int draft_vocab,
+                         const int32_t* tokens, Eagle3Tree* trees, Eagle3TreeRows next) = 0;
+  // Each sequence's tree: its best min(k, max_nodes) candidates of trees [B].
+  virtual void tree_select(const SpecState& st, const int32_t* slots, int B, int k,
+                           const Eagle3Tree* trees) = 0;
 };
 
 // The ops of a backend (CPU or CUDA) for up to max_batch sequences; Error for a backend without
@@ -42,6 +51,11 @@ std::unique_ptr<Eagle3Ops> make_eagle3_ops(Backend& be, int max_batch);
 inline void check_eagle3_batch(int max_batch, int B, int k) {
   if (B < 0 || B > max_batch || k < 0 || k > kMaxDraftNodes)
     throw InvalidArgument("eagle3 ops: bad batch or draft length");
+}
+inline void check_eagle3_tree(int max_batch, int B, int j, int w, int draft_vocab) {
+  check_eagle3_batch(max_batch, B, j + 1);
+  if (w < 2 || w > kEagle3MaxTopK || w > draft_vocab)
+    throw InvalidArgument("eagle3 ops: bad tree width");
 }
 
 }  // namespace trt_spec

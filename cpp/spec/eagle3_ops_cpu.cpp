@@ -1,11 +1,13 @@
 // eagle3_ops_cpu.cpp: Eagle3Ops on the CPU backend (eagle3_ops.h); and make_eagle3_ops: the ops
 // of a backend's kind.
+#include <algorithm>
 #include <cstring>
 #include <memory>
 
 #include "backend/cpu/cpu_backend.h"
 #include "spec/backend_ops.h"
 #include "spec/eagle3_ops.h"
+#include "spec/top_tokens.h"
 
 namespace trt_spec {
 
@@ -47,6 +49,32 @@ class CpuEagle3Ops final : public Eagle3Ops {
                           next.pos[b], next.slot[b]);
       }
     });
+  }
+
+  void tree_step(const SpecState& st, const int32_t* slots, int B, int j, int w, bool expand,
+                 int max_seq, const float* logits, int draft_vocab, const int32_t* tokens,
+                 Eagle3Tree* trees, Eagle3TreeRows next) override {
+    check_eagle3_tree(max_batch_, B, j, w, draft_vocab);
+    const int rows = j == 0 ? 1 : w;
+    pool_.parallel_for(B, 1, [&](int64_t b0, int64_t b1) {
+      for (int64_t b = b0; b < b1; ++b) {
+        Eagle3Tree& t = trees[b];
+        for (int f = 0; f < rows; ++f)
+          top_tokens(logits + (static_cast<size_t>(b) * rows + f) * draft_vocab, draft_vocab, w,
+                     t.top[f].id, t.top[f].logp);
+        eagle3_tree_expand(t, st.seqs[slots[b]], slots[b], static_cast<int>(b), j, w, expand,
+                           max_seq, tokens, next);
+      }
+    });
+  }
+
+  void tree_select(const SpecState& st, const int32_t* slots, int B, int k,
+                   const Eagle3Tree* trees) override {
+    check_eagle3_batch(max_batch_, B, k);
+    for (int b = 0; b < B; ++b) {
+      SeqState& s = st.seqs[slots[b]];
+      eagle3_tree_select(trees[b], std::min(k, s.max_nodes), s);
+    }
   }
 
  private:

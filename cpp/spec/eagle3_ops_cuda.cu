@@ -41,6 +41,24 @@ class CudaEagle3Ops final : public Eagle3Ops {
     be_.check_launch("eagle3_chain");
   }
 
+  void tree_step(const SpecState& st, const int32_t* slots, int B, int j, int w, bool expand,
+                 int max_seq, const float* logits, int draft_vocab, const int32_t* tokens,
+                 Eagle3Tree* trees, Eagle3TreeRows next) override {
+    check_eagle3_tree(max_batch_, B, j, w, draft_vocab);
+    if (be_.sizing() || B <= 0) return;
+    cuda::launch_eagle3_tree_step(be_.stream(), st.seqs, slots, B, j, w, expand, max_seq, logits,
+                                  draft_vocab, tokens, trees, next);
+    be_.check_launch("eagle3_tree_step");
+  }
+
+  void tree_select(const SpecState& st, const int32_t* slots, int B, int k,
+                   const Eagle3Tree* trees) override {
+    check_eagle3_batch(max_batch_, B, k);
+    if (be_.sizing() || B <= 0) return;
+    cuda::launch_eagle3_tree_select(be_.stream(), st.seqs, slots, B, k, trees);
+    be_.check_launch("eagle3_tree_select");
+  }
+
  private:
   CudaBackend& be_;
   int max_batch_;

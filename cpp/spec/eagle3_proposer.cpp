@@ -21,7 +21,7 @@ int config_int(const Json& cfg, const char* key) {
 }  // namespace
 
 Eagle3Proposer::Eagle3Proposer(Backend& be, const EngineFile& file, Model& target, int max_batch,
-                               int max_k)
+                               int max_k, int topk)
     : HeadProposer(max_batch, max_k), be_(be), target_(target), max_batch_(max_batch) {
   const Json& entry = file.meta().at("draft_heads");
   const Json cfg = entry.at("config");
@@ -32,6 +32,10 @@ Eagle3Proposer::Eagle3Proposer(Backend& be, const EngineFile& file, Model& targe
   const int hd = config_int(cfg, "head_dim"), vocab = config_int(cfg, "vocab_size");
   eps_ = static_cast<float>(cfg.at("rms_eps").as_number());
   norm_before_residual_ = cfg.get_bool("norm_before_residual", false);
+  topk_ = topk;
+  if (topk_ < 1 || topk_ > kEagle3MaxTopK || topk_ > draft_vocab_)
+    throw InvalidArgument("eagle_topk must be in [1, " + std::to_string(kEagle3MaxTopK) +
+                          "] (1: chains), got " + std::to_string(topk_));
   const ModelConfig& tc = target.config();
   if (dim_ != tc.dim || vocab != tc.vocab_size)
     throw EngineFileError("EAGLE-3 head of hidden size " + std::to_string(dim_) +
@@ -77,10 +81,13 @@ Eagle3Proposer::Eagle3Proposer(Backend& be, const EngineFile& file, Model& targe
   tokens_ = BackendBuffer(be, ids.size() * 4);
   be.upload(tokens_.as<void>(), ids.data(), ids.size() * 4);
 
-  // Its cache (one layer, f32) and RoPE tables from the inverse frequencies (scaling applied).
+  // Its cache (one layer, f32; a tree's rows use kEagle3TreeCacheRoom indices past a sequence's
+  // end) and RoPE tables from the inverse frequencies (scaling applied).
   max_seq_ = target.limits().max_seq;
-  max_rows_ = target.limits().max_rows;  // (>= max_batch (max_k + 1): Iteration checks it)
-  kv_ = KvCache{nullptr, nullptr, KvType::F32, max_batch, 1, kv_heads, max_seq_, hd};
+  // (>= max_batch (max_k + 1): Iteration checks it; a tree step's rows are max_batch w)
+  max_rows_ = std::max(target.limits().max_rows, max_batch * topk_);
+  const int room = topk_ > 1 ? kEagle3TreeCacheRoom : 0;
+  kv_ = KvCache{nullptr, nullptr, KvType::F32, max_batch, 1, kv_heads, max_seq_ + room, hd};
   k_buf_ = BackendBuffer(be, kv_.elements() * 4);
   v_buf_ = BackendBuffer(be, kv_.elements() * 4);
   kv_.k = k_buf_.as<void>();
@@ -114,6 +121,12 @@ Eagle3Proposer::Eagle3Proposer(Backend& be, const EngineFile& file, Model& targe
   slot_ = ints();
   src_ = ints();
   last_ = ints();
+  if (topk_ > 1) {
+    kv_idx_ = ints();
+    tree_base_ = ints();
+    tree_bits_ = BackendBuffer(be, R * 8);
+    trees_ = BackendBuffer(be, static_cast<size_t>(max_batch) * sizeof(Eagle3Tree));
+  }
   feat_ = BackendBuffer(be, static_cast<size_t>(max_batch) * D * 4);
   pend_ = BackendBuffer(be, static_cast<size_t>(max_batch) * 3 * D * 4);
   const auto rows_of = [&](size_t cols) { return BackendBuffer(be, R * cols * 4); };
@@ -128,7 +141,7 @@ Eagle3Proposer::Eagle3Proposer(Backend& be, const EngineFile& file, Model& targe
   gu_ = rows_of(2 * static_cast<size_t>(ffn_));
   act_ = rows_of(ffn_);
   tmp_ = rows_of(std::max(D, qkv));
-  logits_ = BackendBuffer(be, static_cast<size_t>(max_batch) * draft_vocab_ * 4);
+  logits_ = BackendBuffer(be, static_cast<size_t>(max_batch) * topk_ * draft_vocab_ * 4);
 }
 
 Rows Eagle3Proposer::rows() const {
@@ -222,6 +235,10 @@ void Eagle3Proposer::issue_propose(IterationContext& ctx, int k) {
   const int B = ctx.B;
   float *cur = g_.as<float>(), *next = x_.as<float>(), *logits = logits_.as<float>();
   be_.gather_rows(feat_.as<float>(), ctx.slots, B, dim_, cur);  // [B, D]: each one's last output
+  if (topk_ > 1) {
+    propose_tree(ctx, k, cur);
+    return;
+  }
   const Eagle3Rows out{tok_.as<int32_t>(), pos_.as<int32_t>(), slot_.as<int32_t>()};
   for (int j = 0; j < k; ++j) {
     head(cur, B, logits);  // [B, draft_vocab]
@@ -231,6 +248,28 @@ void Eagle3Proposer::issue_propose(IterationContext& ctx, int k) {
     layer(rows(), B, cur, next);  // node j at position n_past + j
     std::swap(cur, next);
   }
+}
+
+void Eagle3Proposer::propose_tree(IterationContext& ctx, int k, float* cur) {
+  const int B = ctx.B, w = topk_;
+  float *next = x_.as<float>(), *g = a_[0].as<float>(), *logits = logits_.as<float>();
+  Eagle3Tree* trees = trees_.as<Eagle3Tree>();
+  const Eagle3TreeRows meta{tok_.as<int32_t>(),       pos_.as<int32_t>(),
+                            slot_.as<int32_t>(),      kv_idx_.as<int32_t>(),
+                            tree_base_.as<int32_t>(), tree_bits_.as<uint64_t>(),
+                            src_.as<int32_t>()};
+  const Rows rows{meta.tokens, meta.pos, meta.slot, meta.kv_idx, meta.tree_base, meta.tree_bits};
+  for (int j = 0; j < k; ++j) {
+    head(cur, B * (j == 0 ? 1 : w), logits);  // [B, 1 or w, draft_vocab]
+    const bool expand = j + 1 < k;
+    ops_->tree_step(ctx.st, ctx.slots, B, j, w, expand, max_seq_, logits, draft_vocab_,
+                    tokens_.as<int32_t>(), trees, meta);
+    if (!expand) break;
+    be_.gather_rows(cur, meta.src, B * w, dim_, g);  // [B, w, D]: the proposing rows' outputs
+    layer(rows, B * w, g, next);                     // the frontier's rows
+    std::swap(cur, next);
+  }
+  ops_->tree_select(ctx.st, ctx.slots, B, k, trees);
 }
 
 void Eagle3Proposer::issue_after_accept(IterationContext& ctx) {
@@ -271,7 +310,8 @@ std::vector<float> Eagle3Proposer::prompt_logits(const std::vector<int32_t>& ids
 
 std::unique_ptr<Proposer> make_eagle3_proposer(const ProposerEnv& env) {
   if (env.max_k == 0 || draft_heads_kind(env.file) != "eagle3") return nullptr;
-  return std::make_unique<Eagle3Proposer>(env.be, env.file, env.target, env.max_batch, env.max_k);
+  return std::make_unique<Eagle3Proposer>(env.be, env.file, env.target, env.max_batch, env.max_k,
+                                          env.opts.eagle_topk);
 }
 
 }  // namespace trt_spec

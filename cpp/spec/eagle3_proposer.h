@@ -14,9 +14,11 @@
 // The head absorbs every prompt chunk (prompt_done; the prompt's last row, whose next token is
 // the first sampled one, at start()) and, after each verify pass, the accepted path (whatever
 // source proposed it), so its cache holds each position the target's does; it keeps each
-// sequence's last output (feat). An iteration that uses it proposes a chain of k one-hot nodes:
-// the head's best token from feat, then k - 1 steps, each one row per sequence. The target's own
-// draws accept them or not, so the output is target-only decoding's, greedy or sampled.
+// sequence's last output (feat). An iteration that uses it proposes k one-hot nodes: with width
+// 1 a chain, the head's best token from feat, then k - 1 steps, each one row per sequence; with
+// width w > 1 a dynamic tree (eagle3_tree.h: k steps of w rows per sequence, the k best nodes
+// by the head's path probabilities). The target's own draws accept them or not, so the output is
+// target-only decoding's, greedy or sampled.
 //
 // Engine tensors (the builder writes them; builder/eagle3_source.py reads the published
 // layout): eagle3.fc.{0,1,2}.weight [dim, dim] (fc's column blocks per tap),
@@ -41,9 +43,11 @@ namespace trt_spec {
 class Eagle3Proposer final : public HeadProposer {
  public:
   // The head of file's "draft_heads" (kind "eagle3") for the target model (its taps are set).
-  Eagle3Proposer(Backend& be, const EngineFile& file, Model& target, int max_batch, int max_k);
+  // topk: the tree width (1: chains).
+  Eagle3Proposer(Backend& be, const EngineFile& file, Model& target, int max_batch, int max_k,
+                 int topk = 1);
 
-  bool proposes_trees() const override { return false; }
+  bool proposes_trees() const override { return topk_ > 1; }
   void begin(int slot, const Admission& a) override;
   bool active(int slot) const override { return ready_[slot]; }
   void prompt_done(int slot, const std::vector<int32_t>& prompt, int first, int n, int row,
@@ -54,6 +58,7 @@ class Eagle3Proposer final : public HeadProposer {
   void issue_after_accept(IterationContext& ctx) override;
 
   int draft_vocab() const { return draft_vocab_; }
+  int topk() const { return topk_; }
   // The head's logits [n, draft_vocab] over a prompt run in KV slot 0 (the target's forward over
   // ids, then the head absorbing each row p with the token at p + 1, `next` after the last):
   // host memory, for tests.
@@ -68,10 +73,14 @@ class Eagle3Proposer final : public HeadProposer {
   void head(const float* x, int n, float* logits);
   // The rows [n] of meta buffers tok_, pos_, slot_ (backend memory).
   Rows rows() const;
+  // A dynamic tree of k nodes for each of B sequences (eagle3_tree.h), cur [B, D] holding their
+  // last outputs.
+  void propose_tree(IterationContext& ctx, int k, float* cur);
 
   Backend& be_;
   Model& target_;
   int dim_ = 0, ffn_ = 0, draft_vocab_ = 0, max_batch_ = 0, max_rows_ = 0, max_seq_ = 0;
+  int topk_ = 1;
   float eps_ = 1e-6f;
   bool norm_before_residual_ = false;
   AttentionShape attn_;
@@ -82,11 +91,13 @@ class Eagle3Proposer final : public HeadProposer {
   std::vector<char> pending_;  // [max_batch]: the prompt's last taps wait for the first token
   std::vector<char> ready_;    // [max_batch]: feat holds the sequence's last output
   KvCache kv_;
-  BackendBuffer k_buf_, v_buf_, cos_, sin_;      // cache; RoPE [max_seq, head_dim / 2]
-  BackendBuffer tokens_;                         // [draft_vocab] target id of each draft token
-  BackendBuffer tok_, pos_, slot_, src_, last_;  // row metadata [max_rows]
-  BackendBuffer feat_;                           // [max_batch, dim]
-  BackendBuffer pend_;                           // [max_batch, 3, dim]
+  BackendBuffer k_buf_, v_buf_, cos_, sin_;       // cache; RoPE [max_seq, head_dim / 2]
+  BackendBuffer tokens_;                          // [draft_vocab] target id of each draft token
+  BackendBuffer tok_, pos_, slot_, src_, last_;   // row metadata [max_rows]
+  BackendBuffer kv_idx_, tree_base_, tree_bits_;  // tree rows' metadata [max_rows]
+  BackendBuffer trees_;                           // [max_batch] Eagle3Tree
+  BackendBuffer feat_;                            // [max_batch, dim]
+  BackendBuffer pend_;                            // [max_batch, 3, dim]
   // Scratch, [max_rows, *]
   BackendBuffer a_[3], g_, e_, en_, gn_, qkv_, att_, x_, gu_, act_, tmp_, logits_;
 };

@@ -10,6 +10,7 @@
 #include "kernels/cuda/sampling.cuh"
 #include "spec/medusa_tree.h"
 #include "spec/seq_state.h"
+#include "spec/top_tokens.cuh"
 
 namespace trt_spec::cuda {
 
@@ -24,34 +25,13 @@ __global__ void medusa_keep_kernel(const SeqState* __restrict__ seqs,
   for (int i = threadIdx.x; i < dim; i += blockDim.x) dst[i] = hidden[row * dim + i];
 }
 
-// Row (head h, sequence b) of logits [heads, B, vocab]: its top tokens by kMedusaTopK block
-// argmaxes (larger logit, then lower id, as the CPU), then the log-sum-exp.
+// Row (head h, sequence b) of logits [heads, B, vocab]: its top tokens (top_tokens.cuh).
 __global__ void __launch_bounds__(kSampleThreads)
     medusa_topk_kernel(const float* __restrict__ logits, int B, int vocab,
                        MedusaTopK* __restrict__ out) {
   const int b = blockIdx.x, h = blockIdx.y;
   const float* x = logits + (static_cast<int64_t>(h) * B + b) * vocab;
-  __shared__ int chosen[kMedusaTopK];
-  for (int r = 0; r < kMedusaTopK; ++r) {
-    ArgMax a{0.0f, -1};
-    for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
-      bool taken = false;
-      for (int j = 0; j < r; ++j) taken = taken || chosen[j] == i;
-      if (!taken) a = argmax_pick(a, ArgMax{x[i], i});
-    }
-    a = block_argmax(a);
-    if (threadIdx.x == 0) chosen[r] = a.i;
-    __syncthreads();
-  }
-  const float mx = x[chosen[0]];
-  float part = 0.0f;
-  for (int i = threadIdx.x; i < vocab; i += blockDim.x) part += expf(x[i] - mx);
-  const float lse = mx + logf(block_sum(part));
-  if (threadIdx.x != 0) return;
-  for (int r = 0; r < kMedusaTopK; ++r) {
-    out[b].token[h][r] = chosen[r];
-    out[b].logp[h][r] = x[chosen[r]] - lse;
-  }
+  block_top_tokens(x, vocab, kMedusaTopK, out[b].token[h], out[b].logp[h]);
 }
 
 __global__ void medusa_tree_kernel(SeqState* seqs, const int32_t* __restrict__ slots, int k,

@@ -8,32 +8,11 @@
 #include "backend/cpu/cpu_backend.h"
 #include "spec/backend_ops.h"
 #include "spec/medusa_ops.h"
+#include "spec/top_tokens.h"
 
 namespace trt_spec {
 
 namespace {
-
-// Row x [vocab]'s top kMedusaTopK tokens (larger logit first, then lower id) and their
-// log-probabilities, into c.token[h], c.logp[h] (vocab >= kMedusaTopK).
-void top_tokens(const float* x, int vocab, int h, MedusaTopK& c) {
-  int32_t* tok = c.token[h];
-  float top[kMedusaTopK];
-  int n = 0;
-  for (int i = 0; i < vocab; ++i) {  // one pass, a sorted list of the best so far
-    if (n == kMedusaTopK && !(x[i] > top[n - 1])) continue;
-    int j = n < kMedusaTopK ? n++ : n - 1;
-    for (; j > 0 && x[i] > top[j - 1]; --j) {
-      top[j] = top[j - 1];
-      tok[j] = tok[j - 1];
-    }
-    top[j] = x[i];
-    tok[j] = i;
-  }
-  float sum = 0.0f;
-  for (int i = 0; i < vocab; ++i) sum += std::exp(x[i] - top[0]);
-  const float lse = top[0] + std::log(sum);
-  for (int r = 0; r < kMedusaTopK; ++r) c.logp[h][r] = top[r] - lse;
-}
 
 class CpuMedusaOps final : public MedusaOps {
  public:
@@ -57,7 +36,8 @@ class CpuMedusaOps final : public MedusaOps {
         SeqState& s = st.seqs[slots[b]];
         MedusaTopK c;
         for (int h = 0; h < heads; ++h)
-          top_tokens(logits + (static_cast<size_t>(h) * B + b) * vocab, vocab, h, c);
+          top_tokens(logits + (static_cast<size_t>(h) * B + b) * vocab, vocab, kMedusaTopK,
+                     c.token[h], c.logp[h]);
         medusa_build_tree(c, heads, kMedusaTopK, std::min(k, s.max_nodes), s.tree);
       }
     });

@@ -124,6 +124,7 @@ struct AfterIteration {
 struct ProposerOptions {
   int draft_window = 0;      // SchedulerOptions::draft_window
   int draft_read_chunk = 0;  // SchedulerOptions::draft_read_chunk
+  int eagle_topk = 1;        // SchedulerOptions::eagle_topk
 };
 class Proposer;
 struct ProposerEnv {

@@ -88,6 +88,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         kv_cache_dtype=args.kv_cache_dtype,
         draft_window=args.draft_window,
         draft_read_chunk=args.draft_read_chunk,
+        eagle_topk=args.eagle_topk,
     )
     prompt = [{"role": "user", "content": args.prompt}] if args.chat else args.prompt
     kwargs = dict(
@@ -283,6 +284,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         kv_cache_dtype=args.kv_cache_dtype,
         draft_window=args.draft_window,
         draft_read_chunk=args.draft_read_chunk,
+        eagle_topk=args.eagle_topk,
         prompt_cache=not args.no_prompt_cache,
         drain_timeout=args.drain_timeout,
         log_level=args.log_level,
@@ -318,7 +320,7 @@ def add_kv_cache_flag(p: argparse.ArgumentParser) -> None:
 
 
 def add_draft_prompt_flags(p: argparse.ArgumentParser) -> None:
-    """--draft-window and --draft-read-chunk of the commands that generate."""
+    """--draft-window, --draft-read-chunk and --eagle-topk of the commands that generate."""
     p.add_argument(
         "--draft-window",
         type=int,
@@ -334,6 +336,13 @@ def add_draft_prompt_flags(p: argparse.ArgumentParser) -> None:
         help="read the prompt into the draft model after the first token, at most this many "
         f"rows per decode step (default {DEFAULT_DRAFT_READ_CHUNK}: with the target's prefill); "
         "keeps the draft out of the time to first token without shortening what it reads",
+    )
+    p.add_argument(
+        "--eagle-topk",
+        type=int,
+        default=1,
+        help="an EAGLE-3 head's proposals: 1 (default) chains; 2-4 dynamic trees that expand "
+        "the best W nodes of each depth and keep the best draft_len nodes",
     )
 
 

@@ -82,6 +82,11 @@ class Engine:
             chat's history, an agent's system prompt and tools), and prefills only the rest;
             the draft model keeps what it read of it. The output is the same either way
             (``stats.cached_tokens`` counts what was reused).
+        eagle_topk: an EAGLE-3 head's proposals. ``1``: chains (the head's best token at each
+            step). ``2`` to ``4``: EAGLE-2's dynamic trees: each head step expands the ``W``
+            nodes of best path probability under the head, and the ``draft_len`` best nodes
+            found are verified in one pass (more rows per pass for more accepted tokens; each
+            step runs ``W`` rows of the head). Engines with other drafts accept only ``1``.
     """
 
     def __init__(
@@ -98,6 +103,7 @@ class Engine:
         draft_window: int = DEFAULT_DRAFT_WINDOW,
         draft_read_chunk: int = DEFAULT_DRAFT_READ_CHUNK,
         prompt_cache: bool = True,
+        eagle_topk: int = 1,
     ) -> None:
         if n_threads is not None and n_threads < 1:  # (the runtime takes 0 for one per core)
             raise ValueError(f"n_threads must be >= 1, got {n_threads}")
@@ -120,6 +126,11 @@ class Engine:
         # vocabulary are never generated.
         table = table[: self.vocab_size] + [b""] * (self.vocab_size - len(table))
         self._token_table = table
+        if eagle_topk != 1 and self.draft_kind != "eagle3":
+            raise ValueError(
+                f"eagle_topk={eagle_topk}: trees of an EAGLE-3 head; this engine's draft is "
+                f"{self.draft_kind or 'none'} (leave eagle_topk at 1)"
+            )
         self._grammars = Grammars(tok["json"], self.vocab_size, self._eog)
         self._sched = _core.Scheduler(
             self._rt,
@@ -130,6 +141,7 @@ class Engine:
             draft_window,
             draft_read_chunk,
             bool(prompt_cache),
+            eagle_topk,
         )
         self._prefill_chunk = prefill_chunk
         self._lock = threading.Lock()  # the scheduler: one caller at a time

@@ -220,6 +220,25 @@ void emu_spec_eagle3_chain(void* seqs, const int32_t* slots, int B, int j, int m
                       draft_vocab, tokens, Eagle3Rows{tok, pos, slot}, threads);
 }
 
+// A tree step (eagle3_tree.h); trees: [B] Eagle3Tree scratch; next: tokens, pos, slot, kv_idx,
+// tree_base [B w] each, tree_bits [B w], src [B w].
+void emu_spec_eagle3_tree_step(const void* seqs, const int32_t* slots, int B, int j, int w,
+                               int expand, int max_seq, const float* logits, int draft_vocab,
+                               const int32_t* tokens, void* trees, int32_t* tok, int32_t* pos,
+                               int32_t* slot, int32_t* kv_idx, int32_t* tree_base,
+                               uint64_t* tree_bits, int32_t* src, int threads) {
+  launch_eagle3_tree_step(nullptr, static_cast<const SeqState*>(seqs), slots, B, j, w, expand != 0,
+                          max_seq, logits, draft_vocab, tokens, static_cast<Eagle3Tree*>(trees),
+                          Eagle3TreeRows{tok, pos, slot, kv_idx, tree_base, tree_bits, src},
+                          threads);
+}
+
+void emu_spec_eagle3_tree_select(void* seqs, const int32_t* slots, int B, int k,
+                                 const void* trees) {
+  launch_eagle3_tree_select(nullptr, static_cast<SeqState*>(seqs), slots, B, k,
+                            static_cast<const Eagle3Tree*>(trees));
+}
+
 void emu_spec_eagle3_keep(const int32_t* slots, int B, const int32_t* rows, const float* x, int dim,
                           float* feat) {
   launch_eagle3_keep(nullptr, slots, B, rows, x, dim, feat);

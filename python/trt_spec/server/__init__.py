@@ -29,6 +29,7 @@ def serve(
     kv_cache_dtype: str = "auto",
     draft_window: int = DEFAULT_DRAFT_WINDOW,
     draft_read_chunk: int = DEFAULT_DRAFT_READ_CHUNK,
+    eagle_topk: int = 1,
     prompt_cache: bool = True,
     drain_timeout: float = 30.0,
     log_level: str = "info",
@@ -57,6 +58,7 @@ def serve(
         kv_cache_dtype=kv_cache_dtype,
         draft_window=draft_window,
         draft_read_chunk=draft_read_chunk,
+        eagle_topk=eagle_topk,
         prompt_cache=prompt_cache,
     )
     name = model_name or Path(engine_path).stem
