@@ -89,15 +89,22 @@ def test_output_matches_and_speculation_changes_nothing(eng: Engine, kind: str, 
                 assert matches(kind, r.text), r.text
 
 
-def test_forbidden_draft_tokens_are_rejected(eng: Engine) -> None:
-    """The draft model does not see the grammar: its tokens the grammar forbids are drafted and
-    rejected, and the output is still the constrained target-only one."""
+def test_forbidden_draft_tokens_are_pruned(eng: Engine) -> None:
+    """The draft model does not see the grammar: on the CPU its tokens the grammar forbids (and
+    the chain after them) leave the tree before the verify pass, whose rows cost compute; the
+    output is still the constrained target-only one."""
     spec = dict(regex=REGEX)
+    pruned = verified_or_pruned = iterations = 0
     for p in PROMPTS:
         base = eng.generate(p, max_new_tokens=40, draft="none", **spec)
         got = eng.generate(p, max_new_tokens=40, draft="model", draft_len=4, **spec)
         assert got.token_ids == base.token_ids and matches("regex", got.text)
-        assert got.stats.drafted > got.stats.accepted
+        pruned += got.stats.pruned
+        verified_or_pruned += got.stats.drafted + got.stats.pruned
+        iterations += got.stats.iterations
+    # most iterations drafted 4 nodes, each of them verified or pruned (the noisy draft's tokens
+    # mostly break the pattern)
+    assert pruned > 0 and verified_or_pruned >= 0.5 * 4 * iterations
 
 
 def test_forced_tokens_are_free_drafts(eng: Engine) -> None:

@@ -159,6 +159,7 @@ inline void bind_scheduler_types(nb::module_& m) {
           "Per draft source: iterations, drafted, accepted")
       .def_ro("prediction_accepted", &RequestStats::prediction_accepted)
       .def_ro("prediction_rejected", &RequestStats::prediction_rejected)
+      .def_ro("pruned", &RequestStats::pruned)
       .def_ro("accepted_hist", &RequestStats::accepted_hist,
               "[max_draft_len + 1]: drafting iterations by accepted length")
       .def_prop_ro(

@@ -10,6 +10,7 @@
 
 #include "common/errors.h"
 #include "engine/scheduler_request.h"
+#include "spec/mask_rows.h"
 
 namespace trt_spec {
 
@@ -271,6 +272,8 @@ void Scheduler::decode(std::vector<SchedulerEvent>& events, bool carry) {
   iter_.set_penalties_on(any_pen);
   // Constraints: after the proposal, each constrained sequence's verify rows get their masks
   // (the proposal read back: a synchronisation inside the iteration); the others' allow all.
+  // Where the verify pass skips padding rows (its rows cost compute), the nodes the masks
+  // forbid leave the tree first (prune_forbidden): they could never be accepted.
   const bool any_mask =
       std::any_of(active.begin(), active.end(), [](const Request* r) { return r->constrained(); });
   iter_.set_masks_on(any_mask);
@@ -280,10 +283,17 @@ void Scheduler::decode(std::vector<SchedulerEvent>& events, bool carry) {
       iter_.read_states(seqs_);
       const int W = iter_.mask_words(), R = c.k + 1;
       std::vector<uint32_t> masks(static_cast<size_t>(B) * R * W, ~0u);
+      std::vector<int> pruned;
       for (int b = 0; b < B; ++b)
-        if (const auto& con = active[b]->req.constraint)
-          constraint_masks(*con, &seqs_[active[b]->slot].tree,
-                           masks.data() + static_cast<size_t>(b) * R * W, W);
+        if (const auto& con = active[b]->req.constraint) {
+          DraftTree& tree = seqs_[active[b]->slot].tree;
+          uint32_t* rows = masks.data() + static_cast<size_t>(b) * R * W;
+          constraint_masks(*con, &tree, rows, W);
+          const int removed = iter_.skips_padding() ? prune_forbidden(tree, rows, W) : 0;
+          if (removed > 0) pruned.push_back(active[b]->slot);
+          active[b]->stats.pruned += removed;
+        }
+      if (!pruned.empty()) iter_.replace_trees(seqs_, pruned);
       iter_.upload_masks(masks);
     };
   iter_.capture(c.source, c.k);  // (a no-op without graphs)

@@ -290,6 +290,7 @@ void Iteration::run(DraftSource source, int k, const std::function<void()>& betw
                           draft_source_name(source) + "' with k = " + std::to_string(k));
   const Key key{static_cast<int>(source), B_, k, flags()};
   last_k_ = k;
+  run_source_ = source;
   const Graphs* g = nullptr;
   if (use_graphs_ && be_.supports_graphs()) {
     capture(source, k);  // (normally done already, before the caller's timing)
@@ -383,6 +384,13 @@ void Iteration::issue_verify(DraftSource source, int k, int rows, int carried, i
     if (p && std::find(done, done + i, p) == done + i) p->issue_after_accept(ctx);
     done[i] = p;
   }
+}
+
+void Iteration::replace_trees(const std::vector<SeqState>& seqs, const std::vector<int>& slots) {
+  if (!skips_padding()) throw InvalidArgument("replace_trees: the verify rows are fixed here");
+  for (int s : slots) st_.seqs[s].tree = seqs[s].tree;  // (host memory)
+  IterationContext ctx = context();
+  ops_->verify_rows(st_, ctx.slots, B_, last_k_, run_source_, ctx.rows);
 }
 
 void Iteration::read_states(std::vector<SeqState>& out) {

@@ -149,6 +149,10 @@ class Iteration {
   int mask_words() const { return (vocab_t_ + 31) / 32; }
   // Masks of the next verify pass's rows, [B, k + 1, mask_words()] (host memory).
   void upload_masks(const std::vector<uint32_t>& masks);
+  // In run()'s `between` step, where the verify pass skips padding rows (host memory): the
+  // trees of `slots` become those of seqs[slot] (the proposal pruned: fewer verify rows), and
+  // the verify rows are laid out again.
+  void replace_trees(const std::vector<SeqState>& seqs, const std::vector<int>& slots);
   // Masks n rows of logits [n, vocab_t] (backend memory) with masks [n, mask_words()] (host
   // memory): the prompts' last rows, before their first tokens are drawn (n <= max_batch).
   void mask_rows(float* logits, int n, const std::vector<uint32_t>& masks);
@@ -210,6 +214,7 @@ class Iteration {
   BackendBuffer pen_params_, pen_counts_, pen_prompt_;
   std::vector<char> pen_active_;  // [max_batch] the slots' params are active
   int last_k_ = 0;
+  DraftSource run_source_ = DraftSource::kNone;  // run()'s, for replace_trees
   // Log-probabilities: each emitted token's row, token and slot [max_batch (max_k + 1)], and the
   // entries [max_batch (max_k + 1), kLogprobEntries] (allocated by the first set_logprobs(true)).
   BackendBuffer lp_rows_, lp_tok_, lp_slot_, lp_out_;

@@ -39,6 +39,7 @@ class GenerationStats:
     # accepted per source
     prediction_accepted: int = 0  # draft tokens taken from `prediction` that were kept
     prediction_rejected: int = 0  # ... that were verified and not kept
+    pruned: int = 0  # draft tokens a constraint forbade, removed before verification
     queue_s: float = 0.0  # submission -> a KV slot
     draft_s: float = 0.0  # time in draft steps
     verify_s: float = 0.0  # time in verify passes (acceptance included)
@@ -77,6 +78,8 @@ class GenerationStats:
                 f", prediction {self.prediction_accepted} accepted / "
                 f"{self.prediction_rejected} rejected"
             )
+        if self.pruned:
+            pred += f", {self.pruned} pruned by the constraint"
         return (
             f" | draft {self.draft}, draft_len {self.draft_len}: {self.iterations} iterations "
             f"({used}), acceptance {self.acceptance_rate:.1%} ({self.accepted}/{self.drafted}), "
@@ -125,6 +128,7 @@ def stats_from_request(r: _core.RequestStats, stop_reason: str) -> GenerationSta
         by_source=r.by_source,
         prediction_accepted=r.prediction_accepted,
         prediction_rejected=r.prediction_rejected,
+        pruned=r.pruned,
         queue_s=r.queue_s,
         draft_s=r.draft_s,
         verify_s=r.verify_s,
