@@ -498,3 +498,33 @@ def test_a_request_waits_for_the_draft_only_where_waiting_is_expected_to_pay() -
     for _ in range(40):
         c.observe_deferral(False)  # none joined: each saved its read
     assert c.join_rate < 0.01 and c.defers(1, 10, 12)
+
+
+def test_passes_are_priced_by_their_measured_row_counts() -> None:
+    """A CPU's pass is not a line in its rows: its matmul tiles take rows in blocks, so rows past
+    a block cost more than the rows before them. Here 1-4 rows cost 100 ms + 10 ms per row and
+    each row past 4 costs 30 ms. The cross-B line, fitted mostly to plain steps of 1-4 rows,
+    under-priced the 8-row passes of lookup iterations at batch 4 (which then lost to plain
+    steps); a row count that has been measured is priced at its own measurements, one between
+    two measured counts on the straight line between them, and the line is left for the rest."""
+
+    def passes(n: int) -> float:
+        return 0.1 + 0.01 * min(n, 4) + 0.03 * max(0, n - 4)
+
+    c = T.DraftController(4, 8)
+    lc = T.LookupController(4, 8, c)
+    for _ in range(6):
+        for B in (1, 2, 3, 4):
+            c.observe(B, 0, passes(B), 0.0, passes(B))  # plain steps: B rows
+    c.observe(1, 3, 0.02 + passes(4), 0.02, passes(4))  # one draft iteration: 4 rows
+    c.observe_verify(4, 2, passes(8))  # one pass of 8 rows (batch 4, 2 rows each)
+    assert c.pass_prior(8) == pytest.approx(passes(8))
+    assert c.pass_prior(6) == pytest.approx((passes(4) + passes(8)) / 2)
+    for n in (1, 2, 3, 4):
+        assert c.pass_prior(n) == pytest.approx(passes(n))
+    # Batch 4 with one node each: a lookup iteration of 8 rows, priced as measured.
+    k, tokens, seconds = lc.offer(4, [0.5] * 4, [1, 1, 1, 1], 1, True)
+    assert k == 1 and seconds == pytest.approx(passes(8))
+    # At acceptance 0.5 that iteration gives 6 tokens in 0.34 s against 4 in 0.14 s: no offer
+    # beats plain steps at this price.
+    assert tokens / seconds < 4 / passes(4)

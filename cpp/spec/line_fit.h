@@ -5,10 +5,14 @@
 //
 // Until two sizes are seen the line cannot be fitted; slope() then returns the time per row
 // (fixed cost included), which over-estimates the slope, and at(n) scales the one measured size
-// proportionally. Deterministic given the observations.
+// proportionally. at_within() prefers what was measured: a CPU's cost is not a line in the rows
+// (its matmul tiles take rows in blocks, so rows past a block cost more than the rows before
+// them), and a line fitted mostly to small passes under-prices the larger ones a speculative
+// iteration runs. Deterministic given the observations.
 #pragma once
 
 #include <cmath>
+#include <vector>
 
 namespace trt_spec {
 
@@ -19,6 +23,11 @@ class LineFit {
   // One observation: n rows took t seconds (ignored unless n > 0 and t finite, > 0).
   void observe(double n, double t) {
     if (!(n > 0.0) || !(t > 0.0) || !std::isfinite(t)) return;
+    const int i = static_cast<int>(n);
+    if (i == n && i <= kExactMax) {
+      if (exact_.empty()) exact_.assign(kExactMax + 1, -1.0);
+      exact_[i] = exact_[i] < 0.0 ? t : exact_[i] + kExactEma * (t - exact_[i]);
+    }
     max_n_ = n > max_n_ ? n : max_n_;
     w_ = decay_ * w_ + 1.0;
     sn_ = decay_ * sn_ + n;
@@ -30,10 +39,22 @@ class LineFit {
   bool empty() const { return w_ <= 0.0; }
   // The (weighted) mean size observed; with one size seen, that size.
   double mean_n() const { return empty() ? 0.0 : sn_ / w_; }
-  // at(n) within the sizes seen; beyond the largest, that size's time scaled proportionally:
-  // costs per row that grow with n (tiles, cache) are not under-estimated far from the data.
+  // Within the sizes seen: a size's own measurements (their running mean) where it has them,
+  // else the straight line between the nearest measured sizes on either side, else at(n);
+  // beyond the largest size seen, that size's time scaled proportionally: costs per row that
+  // grow with n (tiles, cache) are not under-estimated far from the data.
   double at_within(double n) const {
-    return n <= max_n_ || empty() ? at(n) : at(max_n_) * n / max_n_;
+    if (n > max_n_ && !empty()) return at_within(max_n_) * n / max_n_;
+    const int i = static_cast<int>(n);
+    if (i == n && i <= kExactMax && !exact_.empty()) {
+      if (exact_[i] > 0.0) return exact_[i];
+      int lo = i - 1, hi = i + 1;
+      while (lo > 0 && !(exact_[lo] > 0.0)) --lo;
+      while (hi <= kExactMax && !(exact_[hi] > 0.0)) ++hi;
+      if (lo > 0 && hi <= kExactMax)
+        return exact_[lo] + (exact_[hi] - exact_[lo]) * (n - lo) / (hi - lo);
+    }
+    return at(n);
   }
   // Whether two sizes have been seen, with a positive slope: a line, not a proportion.
   bool fitted() const { return fit_slope() > 0.0; }
@@ -67,7 +88,10 @@ class LineFit {
     return s > 0.0 ? s : 0.0;
   }
 
+  static constexpr int kExactMax = 128;      // sizes measured one by one: [1, kExactMax]
+  static constexpr double kExactEma = 0.25;  // their running means: about the last 4
   double decay_;
+  std::vector<double> exact_;  // [kExactMax + 1] seconds of each size (-1: none), once one is
   double w_ = 0.0, sn_ = 0.0, snn_ = 0.0, st_ = 0.0, snt_ = 0.0;
   double max_n_ = 0.0;
 };
