@@ -88,6 +88,23 @@ def test_speculation_changes_nothing(eng: Engine, kw: dict) -> None:
         assert got.token_ids == base.token_ids
 
 
+@pytest.mark.parametrize("kw", PENALTIES)
+def test_the_draft_model_drafts_from_penalized_logits(root, kw: dict) -> None:
+    """The draft model's step logits get the request's penalties too (each step seeing its chain
+    so far), so a draft that is the target itself keeps every token it proposes, penalties or
+    not (without them on the draft, every token a penalty turns away from the draft's own choice
+    would be rejected); greedy and sampled output stay target-only's."""
+    same = Engine(spec_pairs.make_pair(root, "same", draft_len=4, max_batch=2))
+    for p in PROMPTS:
+        base = same.generate(p, max_new_tokens=30, draft="none", ignore_eos=True, **kw)
+        got = same.generate(p, max_new_tokens=30, draft="model", draft_len=4, ignore_eos=True, **kw)
+        assert got.token_ids == base.token_ids
+        assert got.stats.drafted > 0 and got.stats.acceptance_rate == 1.0, kw
+        s = dict(temperature=0.9, seed=4, ignore_eos=True)
+        got = same.generate(p, max_new_tokens=30, draft="model", draft_len=3, **s, **kw)
+        assert got.stats.acceptance_rate > 0.9, kw  # (q equals p: only ties in draws reject)
+
+
 def test_penalties_change_the_output(eng: Engine) -> None:
     p = [7, 7, 7, 7, 7, 7]
     plain = eng.generate(p, max_new_tokens=40, ignore_eos=True)
@@ -179,7 +196,7 @@ def test_emulated_kernels_match_the_oracle() -> None:
     got = logits.copy()
     emu.emu_spec_penalize(
         _p(words), _p(params), _p(counts), _p(bits), I32(V), _p(slots), I32(3 * (k + 1)), I32(k),
-        _p(got),
+        _p(got), I32(-1), I32(0),
     )  # fmt: skip
     paths = {0: [[], [30], [30, 4], [30, 4, 11]], 1: [[], [8], None, None]}
     kws = {
@@ -198,10 +215,24 @@ def test_emulated_kernels_match_the_oracle() -> None:
     # Plain rows (a first token): the counts alone.
     got = logits[:2].copy()
     emu.emu_spec_penalize(
-        _p(words), _p(params), _p(counts), _p(bits), I32(V), _p(slots), I32(2), I32(-1), _p(got)
-    )
+        _p(words), _p(params), _p(counts), _p(bits), I32(V), _p(slots), I32(2), I32(-1), _p(got),
+        I32(-1), I32(0),
+    )  # fmt: skip
     for b in range(2):
         np.testing.assert_allclose(got[b], penalize(logits[b], prompts[b], gens[b], kws[b]))
+    # A draft step's rows (draft step 2: each sees node 1's path), rows of a wider draft
+    # vocabulary (stride V + 6, ids past V untouched), on the CPU op and the kernel.
+    W = V + 6
+    wide = (3 * rng.standard_normal((2, W))).astype(np.float32)
+    got = wide.copy()
+    emu.emu_spec_penalize(
+        _p(words), _p(params), _p(counts), _p(bits), I32(V), _p(slots), I32(2), I32(-1), _p(got),
+        I32(1), I32(W),
+    )  # fmt: skip
+    for b, path in ((0, [30, 4]), (1, [8, 50])):
+        want = penalize(wide[b, :V], prompts[b], gens[b] + path, kws[b])
+        np.testing.assert_allclose(got[b, :V], want, rtol=1e-6, atol=1e-6)
+        np.testing.assert_array_equal(got[b, V:], wide[b, V:])
     # The counts after an iteration that emitted out[0 .. n_new).
     recs["n_new"] = [2, 1, 3]
     recs["out"][0, :2] = [4, 88]

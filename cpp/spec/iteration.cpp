@@ -77,15 +77,22 @@ void Iteration::set_proposer(DraftSource s, Proposer* p) {
 IterationContext Iteration::context() {
   RowBuffers rows{tok_.as<int32_t>(),    pos_.as<int32_t>(),       row_slots_.as<int32_t>(),
                   kv_idx_.as<int32_t>(), tree_base_.as<int32_t>(), tree_bits_.as<uint64_t>()};
-  return IterationContext{be_,
-                          st_,
-                          slots_.as<int32_t>(),
-                          B_,
-                          rows,
-                          identity_.as<int32_t>(),
-                          odd_.as<int32_t>(),
-                          q_.as<float>(),
-                          vocab_d_};
+  IterationContext ctx{be_,
+                       st_,
+                       slots_.as<int32_t>(),
+                       B_,
+                       rows,
+                       identity_.as<int32_t>(),
+                       odd_.as<int32_t>(),
+                       q_.as<float>(),
+                       vocab_d_};
+  if (penalties_ && pen_.params) {
+    const int32_t* slots = ctx.slots;
+    ctx.penalize_draft = [this, slots](float* logits, int j, int stride, int vocab) {
+      ops_->penalize_draft(st_, pen_, slots, B_, j, logits, stride, vocab);
+    };
+  }
+  return ctx;
 }
 
 void Iteration::start(int slot, const SeqState& seq, const SamplingState& sampling,

@@ -2,7 +2,7 @@
 // penalize_rows, count_emitted, mask_rows), header-only so that tests run them through the host
 // emulation. The arithmetic per logit is penalty_rows.h's, the host's.
 //
-//   penalize_kernel       verify row r = b (k + 1) + row, or a plain row      grid rows
+//   penalize_kernel       verify row r = b (k + 1) + row, a plain or draft row grid rows
 //   count_emitted_kernel  the emitted tokens into the counts                  grid B
 //   mask_rows_kernel      a structured-output mask on each row (mask_rows.h)   grid rows
 #pragma once
@@ -18,11 +18,12 @@ namespace trt_spec::cuda {
 constexpr int kPenaltyThreads = 256;
 
 // k >= 0: the verify rows [B, k + 1] of sequences slots[b] (seqs: their trees); k < 0: plain
-// rows, row r of the sequence in slots[r].  grid rows, block kPenaltyThreads.
+// rows, row r of the sequence in slots[r], seeing the path of node `node` of its tree (seqs;
+// -1: none). Rows [rows, stride], ids [0, vocab).  grid rows, block kPenaltyThreads.
 __global__ void __launch_bounds__(kPenaltyThreads)
     penalize_kernel(const SeqState* __restrict__ seqs, PenaltyState ps,
-                    const int32_t* __restrict__ slots, int k, float* __restrict__ logits,
-                    int vocab) {
+                    const int32_t* __restrict__ slots, int k, int node, float* __restrict__ logits,
+                    int stride, int vocab) {
   const int r = blockIdx.x;
   const int b = k >= 0 ? r / (k + 1) : r, row = k >= 0 ? r % (k + 1) : 0;
   const int slot = slots[b];
@@ -35,11 +36,13 @@ __global__ void __launch_bounds__(kPenaltyThreads)
     if (k >= 0 && row > 0) {
       const DraftTree& t = seqs[slot].tree;
       n_path = row - 1 < t.n ? penalty_path(t, row - 1, path) : -1;  // -1: a padding row
+    } else if (k < 0 && node >= 0) {
+      n_path = penalty_path(seqs[slot].tree, node, path);
     }
   }
   __syncthreads();
   if (n_path < 0) return;
-  float* l = logits + static_cast<int64_t>(r) * vocab;
+  float* l = logits + static_cast<int64_t>(r) * stride;
   const int32_t* counts = ps.counts + static_cast<int64_t>(slot) * ps.vocab;
   const uint32_t* prompt = ps.prompt + static_cast<int64_t>(slot) * ps.words;
   for (int x = threadIdx.x; x < vocab; x += blockDim.x)
@@ -74,11 +77,13 @@ inline void launch_mask_rows(cudaStream_t stream, float* logits, int n, int voca
   TRT_SPEC_LAUNCH(mask_rows_kernel, n, kPenaltyThreads, stream, logits, vocab, masks, words);
 }
 
+// node, stride: penalize_kernel's (stride 0: vocab).
 inline void launch_penalize(cudaStream_t stream, const SeqState* seqs, const PenaltyState& ps,
-                            const int32_t* slots, int rows, int k, float* logits, int vocab) {
+                            const int32_t* slots, int rows, int k, float* logits, int vocab,
+                            int node = -1, int stride = 0) {
   if (rows <= 0) return;
-  TRT_SPEC_LAUNCH(penalize_kernel, rows, kPenaltyThreads, stream, seqs, ps, slots, k, logits,
-                  vocab);
+  TRT_SPEC_LAUNCH(penalize_kernel, rows, kPenaltyThreads, stream, seqs, ps, slots, k, node, logits,
+                  stride > 0 ? stride : vocab, vocab);
 }
 
 inline void launch_count_emitted(cudaStream_t stream, const SeqState* seqs, const PenaltyState& ps,

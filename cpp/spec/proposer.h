@@ -27,6 +27,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -60,6 +61,10 @@ struct IterationContext {
   // After acceptance: a verify pass ran (false: a sequence's start, Iteration::start). Its rows'
   // target taps (Model::set_taps) are rows [0, B (k + 1)) of the taps, as its logits.
   bool verified = false;
+  // Where the verify pass applies penalties (Iteration::set_penalties_on), a draft that samples
+  // its nodes applies them to its step j's logits [B, stride] (ids [0, vocab)) first
+  // (SpecOps::penalize_draft); null otherwise.
+  std::function<void(float* logits, int j, int stride, int vocab)> penalize_draft;
 };
 
 // A request as it takes its slot.

@@ -93,6 +93,11 @@ class SpecOps {
   // prompt's last row: the first token).
   virtual void penalize_rows(const PenaltyState& ps, const int32_t* row_slots, int n, float* logits,
                              int vocab) = 0;
+  // The same on a draft step's logits [B, stride] (ids [0, vocab)): row b sees the counts and the
+  // path of node j - 1 of sequence b's tree (none for j = 0), the text its node j follows, so
+  // that a draft proposes from what the penalized target will score.
+  virtual void penalize_draft(const SpecState& st, const PenaltyState& ps, const int32_t* slots,
+                              int B, int j, float* logits, int stride, int vocab) = 0;
   // Token masks (engine/constraint.h) on n rows of logits [n, vocab]: logit x of row r becomes
   // -inf where bit x of masks [n, words] is clear.
   virtual void mask_rows(float* logits, int n, int vocab, const uint32_t* masks, int words) = 0;

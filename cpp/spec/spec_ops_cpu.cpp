@@ -158,6 +158,21 @@ class CpuSpecOps final : public SpecOps {
     }
   }
 
+  void penalize_draft(const SpecState& st, const PenaltyState& ps, const int32_t* slots, int B,
+                      int j, float* logits, int stride, int vocab) override {
+    pool_.parallel_for(B, 1, [&](int64_t b0, int64_t b1) {
+      int32_t path[kMaxDraftNodes];
+      for (int64_t b = b0; b < b1; ++b) {
+        const int slot = slots[b];
+        if (!ps.params[slot].active) continue;
+        const int n_path = penalty_path(st.seqs[slot].tree, j - 1, path);
+        penalty_row(logits + b * stride, vocab, ps.counts + static_cast<int64_t>(slot) * ps.vocab,
+                    ps.prompt + static_cast<int64_t>(slot) * ps.words, path, n_path,
+                    ps.params[slot]);
+      }
+    });
+  }
+
   void mask_rows(float* logits, int n, int vocab, const uint32_t* masks, int words) override {
     pool_.parallel_for(n, 1, [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r)

@@ -69,6 +69,13 @@ class CudaSpecOps final : public SpecOps {
     be_.check_launch("mask_rows");
   }
 
+  void penalize_draft(const SpecState& st, const PenaltyState& ps, const int32_t* slots, int B,
+                      int j, float* logits, int stride, int vocab) override {
+    if (be_.sizing()) return;
+    cuda::launch_penalize(be_.stream(), st.seqs, ps, slots, B, -1, logits, vocab, j - 1, stride);
+    be_.check_launch("penalize_draft");
+  }
+
   void count_emitted(const SpecState& st, const PenaltyState& ps, const int32_t* slots,
                      int B) override {
     if (be_.sizing() || B <= 0) return;

@@ -123,15 +123,17 @@ void emu_logprobs(const float* logits, int vocab, int n, const int32_t* rows, co
 }
 
 // The penalties (penalty_kernels.cuh) through their launch functions: k >= 0 verify rows
-// [rows / (k + 1), k + 1] of slots[b], k < 0 plain rows of slots[r].
+// [rows / (k + 1), k + 1] of slots[b], k < 0 plain rows of slots[r] (node >= 0: draft rows seeing
+// that node's path; rows of stride floats).
 long long emu_penalty_params_bytes() {
   return static_cast<long long>(sizeof(PenaltyParams));
 }
 void emu_spec_penalize(const void* seqs, void* params, int32_t* counts, uint32_t* prompt, int vocab,
-                       const int32_t* slots, int rows, int k, float* logits) {
+                       const int32_t* slots, int rows, int k, float* logits, int node, int stride) {
   const PenaltyState ps{static_cast<PenaltyParams*>(params), counts, prompt, vocab,
                         (vocab + 31) / 32};
-  launch_penalize(nullptr, static_cast<const SeqState*>(seqs), ps, slots, rows, k, logits, vocab);
+  launch_penalize(nullptr, static_cast<const SeqState*>(seqs), ps, slots, rows, k, logits, vocab,
+                  node, stride);
 }
 void emu_spec_mask_rows(float* logits, int n, int vocab, const uint32_t* masks, int words) {
   launch_mask_rows(nullptr, logits, n, vocab, masks, words);
