@@ -104,6 +104,22 @@ def test_batch_auto_and_sampled_seeds(engines) -> None:
     assert eng.generate(ps, **kw)[0].token_ids == alone.token_ids
 
 
+def test_penalties_keep_target_only_output_and_acceptance(engines) -> None:
+    """With penalties and logit bias, the PARD draft's positions are penalized as the target's
+    (each seeing the drafted chain before it): greedy output stays target-only's, and acceptance
+    stays far above chance."""
+    eng = Engine(engines["pard"], device="cpu")
+    kw = dict(frequency_penalty=0.6, presence_penalty=0.3, logit_bias={5: -100.0})
+    drafted = accepted = 0
+    for p in _prompts(41, 4):
+        want = eng.generate(p, max_new_tokens=30, draft="none", **kw)
+        got = eng.generate(p, max_new_tokens=30, draft="model", draft_len=4, **kw)
+        assert got.token_ids == want.token_ids and 5 not in got.token_ids
+        drafted += got.stats.drafted
+        accepted += got.stats.accepted
+    assert accepted > 0.3 * drafted, (accepted, drafted)
+
+
 def test_one_draft_forward_per_iteration(engines) -> None:
     """The CUDA plan (no GPU needed): a PARD iteration launches one draft forward whatever k,
     the same draft as a plain draft model k of them."""
