@@ -288,6 +288,41 @@ def test_replica_killed_mid_load(server: RayServer, offline: Engine) -> None:
 
 
 @needs_ray
+def test_disconnect_mid_stream_cancels_on_the_replica(server: RayServer, offline: Engine) -> None:
+    """A client that hangs up mid-stream: the ingress cancels the call, the replica's app sees
+    the disconnect and cancels the generation (its slot freed), as trt-spec serve does."""
+
+    def totals() -> tuple[float, float]:
+        text = server.metrics()
+
+        def total(name: str) -> float:
+            return sum(map(float, re.findall(rf'^{name}\{{replica="\w+"\}} (\S+)$', text, re.M)))
+
+        return total("trt_spec:request_cancelled_total"), total("vllm:num_requests_running")
+
+    before, _ = totals()
+    body = {"model": MODEL, "prompt": "count 3 21 39", "max_tokens": LONG, "temperature": 0,
+            "stream": True, "ignore_eos": True}  # fmt: skip
+    with httpx.stream("POST", server.url + "/v1/completions", json=body, timeout=60) as r:
+        lines = r.iter_lines()
+        got = [next(lines) for _ in range(3)]  # a few chunks, then hang up
+    assert any(g.startswith("data: ") for g in got)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and totals() != (before + 1, 0):
+        time.sleep(0.1)
+    assert totals() == (before + 1, 0)
+
+
+def test_python_m_trt_spec_ray_is_serve_with_replicas(engine_file, capsys) -> None:
+    from trt_spec.ray.__main__ import main
+
+    # --threads 0 is refused by the replica options' check (a single server's Engine says
+    # "n_threads must be >= 1"): the command took the Ray path with one replica.
+    assert main([str(engine_file), "--threads", "0"]) == 1
+    assert "--threads must be >= 1" in capsys.readouterr().err
+
+
+@needs_ray
 @pytest.mark.slow
 def test_sigterm_drains_every_replica(engine_file: Path, offline: Engine) -> None:
     """SIGTERM with a long request running on each replica: both finish, new requests get 503,
@@ -312,9 +347,16 @@ def test_sigterm_drains_every_replica(engine_file: Path, offline: Engine) -> Non
                 break
             time.sleep(0.05)
         s.proc.send_signal(signal.SIGTERM)
-        time.sleep(0.5)
-        late = s.post("/v1/completions", {"model": MODEL, "prompt": "a", "max_tokens": 2})
-        assert late.status_code == 503 and "shutting down" in late.json()["error"]["message"]
+        late = None
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:  # new requests get 503 once the drain begins
+            late = s.post("/v1/completions", {"model": MODEL, "prompt": "a", "max_tokens": 2})
+            if late.status_code != 200:
+                break
+            time.sleep(0.1)
+        assert late is not None and late.status_code == 503, late
+        assert "shutting down" in late.json()["error"]["message"]
+        assert all(t.is_alive() for t in threads)  # (while the long ones still run)
         for t in threads:
             t.join(timeout=60)
         wants = offline.generate(prompts, max_new_tokens=LONG, temperature=0.0, ignore_eos=True)
@@ -344,6 +386,17 @@ def test_bad_replica_options_are_one_line_errors(engine_file, capsys, args, mess
     assert cli.main(["serve", str(engine_file), *args]) == 1
     err = capsys.readouterr().err
     assert err.startswith("trt-spec: error: ") and message in err and "Traceback" not in err
+
+
+@needs_ray
+def test_a_port_in_use_is_an_error_before_ray_starts(engine_file, capsys) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        args = ["serve", str(engine_file), "--replicas", "1", "--port", str(port)]
+        assert cli.main(args) == 1
+    assert f"cannot listen on 127.0.0.1:{port}" in capsys.readouterr().err
 
 
 def test_missing_ray_and_bad_engine_files_are_clear(engine_file, tmp_path, capsys, monkeypatch):

@@ -555,7 +555,8 @@ def make_parser() -> argparse.ArgumentParser:
     r.add_argument(
         "--address",
         default=None,
-        help="join this Ray cluster (e.g. auto, ray://head:10001) instead of starting Ray here",
+        help="join this Ray cluster (auto, or the head node's HOST:6379) instead of starting "
+        "Ray here; every node needs trt-spec installed and the engine file at the same path",
     )
     add_kv_cache_flag(s)
     add_draft_prompt_flags(s)

@@ -6,6 +6,10 @@ replicas: trt_spec.ray.ingress, trt_spec.ray.deployment) under the name ``trt-sp
 where it serves, and waits. On SIGTERM or SIGINT it drains: the ingress answers new requests
 503, the requests in flight finish (at most ``--drain-timeout`` seconds), then the application
 is deleted (with a local Ray instance, Serve and Ray are shut down) and the command exits 0.
+
+On a cluster (``--address``) every node that may host a replica needs trt-spec installed and the
+engine file at the same path; Serve's HTTP options (host, port) apply only if this command is the
+first to start Serve there.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import struct
 import sys
 import threading
@@ -112,6 +117,16 @@ def plan(opts: RayOptions, cpu_count: int | None = None, gpus_available: int = 0
     return Plan(n, lo, hi, threads, gpus, max_batch)
 
 
+def _check_port(host: str, port: int) -> None:
+    """A port another process listens on is an error here, not a Serve proxy failing later."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as e:
+            raise ValueError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+
+
 def _import_ray() -> None:
     try:
         import ray  # noqa: F401
@@ -128,6 +143,8 @@ def serve(opts: RayOptions) -> int:
     import ray
 
     first = plan(opts)  # (the options' errors before Ray starts)
+    if opts.address is None:
+        _check_port(opts.host, opts.port)
     quiet = opts.log_level in ("critical", "error", "warning")
     local = opts.address is None
     init: dict = dict(
