@@ -270,6 +270,10 @@ def print_launch_plan(path: str, draft_len: int | None, engine_draft_len: int) -
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    if any(
+        v is not None for v in (args.replicas, args.min_replicas, args.max_replicas, args.address)
+    ):
+        return _serve_ray(args)
     from trt_spec.server import serve
 
     serve(
@@ -290,6 +294,40 @@ def cmd_serve(args: argparse.Namespace) -> int:
         log_level=args.log_level,
     )
     return 0
+
+
+def _serve_ray(args: argparse.Namespace) -> int:
+    """serve with --replicas / --min-replicas / --max-replicas / --address: Ray Serve."""
+    from trt_spec.ray.deployment import ReplicaConfig
+    from trt_spec.ray.launch import RayOptions, serve
+
+    if args.max_queue < 0:
+        raise ValueError(f"--max-queue must be >= 0, got {args.max_queue}")
+    replica = ReplicaConfig(
+        engine=str(Path(args.engine).resolve()),
+        model_name=args.served_model_name or Path(args.engine).stem,
+        device=args.device,
+        n_threads=args.threads,
+        kv_cache_dtype=args.kv_cache_dtype,
+        draft_window=args.draft_window,
+        draft_read_chunk=args.draft_read_chunk,
+        prompt_cache=not args.no_prompt_cache,
+        max_queue=args.max_queue,
+        api_key=args.api_key or os.environ.get("TRT_SPEC_API_KEY"),
+    )
+    return serve(
+        RayOptions(
+            replica,
+            replicas=args.replicas,
+            min_replicas=args.min_replicas,
+            max_replicas=args.max_replicas,
+            address=args.address,
+            host=args.host,
+            port=args.port,
+            drain_timeout=args.drain_timeout,
+            log_level=args.log_level,
+        )
+    )
 
 
 def _prediction(args: argparse.Namespace) -> str | None:
@@ -490,7 +528,12 @@ def make_parser() -> argparse.ArgumentParser:
     s.add_argument("--api-key", help="require 'Authorization: Bearer KEY' (or $TRT_SPEC_API_KEY)")
     s.add_argument("--served-model-name", help="the model name clients use (default: file stem)")
     s.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
-    s.add_argument("--threads", type=int, default=None, help="CPU threads (default: all cores)")
+    s.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="CPU threads (default: all cores; with replicas: per replica, the cores / replicas)",
+    )
     s.add_argument(
         "--drain-timeout", type=float, default=30.0, help="seconds SIGTERM waits for requests"
     )
@@ -500,6 +543,29 @@ def make_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="prefill every prompt whole (default: a request reuses the longest prefix of its "
         "prompt that a free slot's cache holds, as llama-server's cache_prompt)",
+    )
+    r = s.add_argument_group(
+        "replicas (Ray Serve; needs the ray extra)",
+        "any of these serves the engine from replicas behind one router on Ray Serve: a "
+        "conversation stays on the replica that holds its prompt cache, other requests go to "
+        "the least loaded one",
+    )
+    r.add_argument("--replicas", type=int, default=None, help="replicas, one engine each")
+    r.add_argument(
+        "--min-replicas", type=int, default=None, help="autoscaling's lower bound (default 1)"
+    )
+    r.add_argument(
+        "--max-replicas",
+        type=int,
+        default=None,
+        help="autoscaling's upper bound: more replicas while requests queue beyond each "
+        "replica's max_batch (default: --replicas, no autoscaling)",
+    )
+    r.add_argument(
+        "--address",
+        default=None,
+        help="join this Ray cluster (auto, or the head node's HOST:6379) instead of starting "
+        "Ray here; every node needs trt-spec installed and the engine file at the same path",
     )
     add_kv_cache_flag(s)
     add_draft_prompt_flags(s)
