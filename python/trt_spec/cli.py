@@ -311,6 +311,7 @@ def _serve_ray(args: argparse.Namespace) -> int:
         kv_cache_dtype=args.kv_cache_dtype,
         draft_window=args.draft_window,
         draft_read_chunk=args.draft_read_chunk,
+        eagle_topk=args.eagle_topk,
         prompt_cache=not args.no_prompt_cache,
         max_queue=args.max_queue,
         api_key=args.api_key or os.environ.get("TRT_SPEC_API_KEY"),

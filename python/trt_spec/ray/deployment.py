@@ -42,6 +42,7 @@ class ReplicaConfig:
     kv_cache_dtype: str = "auto"
     draft_window: int = DEFAULT_DRAFT_WINDOW
     draft_read_chunk: int = DEFAULT_DRAFT_READ_CHUNK
+    eagle_topk: int = 1
     prompt_cache: bool = True
     max_queue: int = 64
     api_key: str | None = None
@@ -65,6 +66,7 @@ class EngineReplica:
             kv_cache_dtype=c.kv_cache_dtype,
             draft_window=c.draft_window,
             draft_read_chunk=c.draft_read_chunk,
+            eagle_topk=c.eagle_topk,
             prompt_cache=c.prompt_cache,
         )
         self.app = create_app(
