@@ -25,6 +25,7 @@ from fastapi import FastAPI, Request
 from ray import serve
 from ray.exceptions import RayError
 from ray.serve.exceptions import BackPressureError
+from starlette.background import BackgroundTask
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from trt_spec.ray import affinity, metrics
@@ -136,8 +137,15 @@ class Ingress:
         if not head.more:
             return Response(head.body, status_code=head.status, headers=headers)
         sse = headers.get("content-type", "").startswith("text/event-stream")
+
+        async def cancel() -> None:  # (after the response, also when the client hung up first)
+            stream.cancel()
+
         return StreamingResponse(
-            self._rest(head.body, stream, sse), status_code=head.status, headers=headers
+            self._rest(head.body, stream, sse),
+            status_code=head.status,
+            headers=headers,
+            background=BackgroundTask(cancel),
         )
 
     async def _send(self, call: Call) -> tuple[str, Head, Any]:
@@ -163,6 +171,9 @@ class Ingress:
         except (RayError, StopAsyncIteration) as e:
             stream.cancel()
             raise _unavailable(f"the replica failed before answering ({type(e).__name__})") from e
+        except BaseException:  # (cancelled: the client hung up; the replica stops too)
+            stream.cancel()
+            raise
         return replica, head, stream
 
     async def _rest(self, first: bytes, stream: Any, sse: bool) -> AsyncIterator[bytes]:
