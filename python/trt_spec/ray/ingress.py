@@ -52,6 +52,14 @@ def _unavailable(message: str) -> APIError:
     )
 
 
+def _cancel(stream: Any) -> None:
+    """Cancels a handle call (done or not); a call that failed may raise its error again."""
+    try:
+        stream.cancel()
+    except Exception:  # noqa: BLE001 (its error was handled where it was raised)
+        pass
+
+
 def _sse_error(e: APIError) -> bytes:
     return b"data: " + json.dumps(e.body(), separators=(",", ":")).encode() + b"\n\n"
 
@@ -139,7 +147,7 @@ class Ingress:
         sse = headers.get("content-type", "").startswith("text/event-stream")
 
         async def cancel() -> None:  # (after the response, also when the client hung up first)
-            stream.cancel()
+            _cancel(stream)
 
         return StreamingResponse(
             self._rest(head.body, stream, sse),
@@ -156,8 +164,7 @@ class Ingress:
         try:
             replica = await asyncio.wait_for(stream.__anext__(), self.route_timeout)
             head = await stream.__anext__()
-        except BackPressureError:
-            stream.cancel()
+        except BackPressureError:  # (never sent: nothing to cancel)
             raise APIError(
                 "every replica is at capacity; retry later",
                 status=429,
@@ -166,13 +173,13 @@ class Ingress:
                 headers={"Retry-After": "1"},
             ) from None
         except asyncio.TimeoutError:
-            stream.cancel()
+            _cancel(stream)
             raise _unavailable(f"no replica took the request in {self.route_timeout:g} s") from None
         except (RayError, StopAsyncIteration) as e:
-            stream.cancel()
+            _cancel(stream)
             raise _unavailable(f"the replica failed before answering ({type(e).__name__})") from e
         except BaseException:  # (cancelled: the client hung up; the replica stops too)
-            stream.cancel()
+            _cancel(stream)
             raise
         return replica, head, stream
 
@@ -187,7 +194,7 @@ class Ingress:
             if sse:
                 yield _sse_error(_unavailable(f"the replica died mid-stream ({type(e).__name__})"))
         finally:
-            stream.cancel()  # (a client that hung up: the replica cancels the generation)
+            _cancel(stream)  # (a client that hung up: the replica cancels the generation)
 
     async def _metrics(self) -> bytes:
         """The replicas' metrics, each asked of its own replica, and the router's. (One call at
@@ -203,7 +210,7 @@ class Ingress:
                 got, head, stream = await asyncio.wait_for(self._send(call), 10.0)
             except (APIError, asyncio.TimeoutError):
                 return None
-            stream.cancel()
+            _cancel(stream)
             if replica is not None and got != replica:
                 return None  # (that replica is gone; its call went to another)
             return got, head.body.decode()
