@@ -68,6 +68,7 @@ PRODUCT = (
     "trt_spec/bench/*.py",
     "trt_spec/builder/*.py",
     "trt_spec/server/*.py",
+    "trt_spec/ray/*.py",
     "trt_spec/_core.*.so",
     "trt_spec/_core.pyi",
     "trt_spec/py.typed",
@@ -89,6 +90,7 @@ def _is_product(path: str) -> bool:
 
 def test_product_rules_catch_lab_files() -> None:
     assert _is_product("trt_spec/builder/gguf_source.py")
+    assert _is_product("trt_spec/ray/router.py")
     assert _is_product("trt_spec/_core.cpython-311-x86_64-linux-gnu.so")
     for lab in (
         "trt_spec/bench/peers/runs.py",

@@ -127,3 +127,5 @@ async def run_asgi(app: ASGIApp, call: Call) -> AsyncIterator[Head | bytes]:
         gone.set()  # a streaming response hears the disconnect and cancels its generation
         if not task.done():
             task.cancel()
+        elif not task.cancelled():
+            task.exception()  # (retrieved: the client already has its response or an error)

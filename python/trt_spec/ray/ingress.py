@@ -25,6 +25,7 @@ from fastapi import FastAPI, Request
 from ray import serve
 from ray.exceptions import RayError
 from ray.serve.exceptions import BackPressureError
+from starlette.background import BackgroundTask
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from trt_spec.ray import affinity, metrics
@@ -49,6 +50,14 @@ def _unavailable(message: str) -> APIError:
         code="replica_unavailable",
         headers={"Retry-After": "1"},
     )
+
+
+def _cancel(stream: Any) -> None:
+    """Cancels a handle call (done or not); a call that failed may raise its error again."""
+    try:
+        stream.cancel()
+    except Exception:  # noqa: BLE001 (its error was handled where it was raised)
+        pass
 
 
 def _sse_error(e: APIError) -> bytes:
@@ -136,8 +145,15 @@ class Ingress:
         if not head.more:
             return Response(head.body, status_code=head.status, headers=headers)
         sse = headers.get("content-type", "").startswith("text/event-stream")
+
+        async def cancel() -> None:  # (after the response, also when the client hung up first)
+            _cancel(stream)
+
         return StreamingResponse(
-            self._rest(head.body, stream, sse), status_code=head.status, headers=headers
+            self._rest(head.body, stream, sse),
+            status_code=head.status,
+            headers=headers,
+            background=BackgroundTask(cancel),
         )
 
     async def _send(self, call: Call) -> tuple[str, Head, Any]:
@@ -148,8 +164,7 @@ class Ingress:
         try:
             replica = await asyncio.wait_for(stream.__anext__(), self.route_timeout)
             head = await stream.__anext__()
-        except BackPressureError:
-            stream.cancel()
+        except BackPressureError:  # (never sent: nothing to cancel)
             raise APIError(
                 "every replica is at capacity; retry later",
                 status=429,
@@ -158,11 +173,14 @@ class Ingress:
                 headers={"Retry-After": "1"},
             ) from None
         except asyncio.TimeoutError:
-            stream.cancel()
+            _cancel(stream)
             raise _unavailable(f"no replica took the request in {self.route_timeout:g} s") from None
         except (RayError, StopAsyncIteration) as e:
-            stream.cancel()
+            _cancel(stream)
             raise _unavailable(f"the replica failed before answering ({type(e).__name__})") from e
+        except BaseException:  # (cancelled: the client hung up; the replica stops too)
+            _cancel(stream)
+            raise
         return replica, head, stream
 
     async def _rest(self, first: bytes, stream: Any, sse: bool) -> AsyncIterator[bytes]:
@@ -176,7 +194,7 @@ class Ingress:
             if sse:
                 yield _sse_error(_unavailable(f"the replica died mid-stream ({type(e).__name__})"))
         finally:
-            stream.cancel()  # (a client that hung up: the replica cancels the generation)
+            _cancel(stream)  # (a client that hung up: the replica cancels the generation)
 
     async def _metrics(self) -> bytes:
         """The replicas' metrics, each asked of its own replica, and the router's. (One call at
@@ -192,7 +210,7 @@ class Ingress:
                 got, head, stream = await asyncio.wait_for(self._send(call), 10.0)
             except (APIError, asyncio.TimeoutError):
                 return None
-            stream.cancel()
+            _cancel(stream)
             if replica is not None and got != replica:
                 return None  # (that replica is gone; its call went to another)
             return got, head.body.decode()

@@ -22,7 +22,7 @@ import struct
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +45,6 @@ class RayOptions:
     port: int = 8000
     drain_timeout: float = 30.0
     log_level: str = "info"
-    ray_init: dict = field(default_factory=dict)  # extra ray.init arguments (tests)
 
 
 @dataclass
@@ -155,7 +154,6 @@ def serve(opts: RayOptions) -> int:
     )
     if local:  # (logical CPUs: every replica fits; the cores are shared as --threads says)
         init["num_cpus"] = max(os.cpu_count() or 1, first.max_replicas * first.n_threads)
-    init.update(opts.ray_init)
     ray.init(**init)
     stop = threading.Event()
     handlers = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGTERM, signal.SIGINT)}
