@@ -15,7 +15,8 @@ no prompt cache on either (the same prompts come back at every concurrency).
 Each cell is one ``aiperf profile`` run: streaming ``/v1/completions``, the first N HumanEval
 prompts each sent once (``--custom-dataset-type single_turn``, sequential), a fixed number of
 new tokens (``output_length``, ``ignore_eos``), greedy (``temperature: 0``), token counts from the
-server's usage. From its ``profile_export_aiperf.json``: output tokens/s, TTFT and ITL p50/p95
+server's usage, sends paced (``--request-rate``) under the concurrency cap (AIPerf's burst mode
+busy-polls a core). From its ``profile_export_aiperf.json``: output tokens/s, TTFT and ITL p50/p95
 (AIPerf's ITL: (request latency - TTFT) / (output tokens - 1), per request). From its
 ``server_metrics_export.json`` (AIPerf scrapes each server's Prometheus ``/metrics``): the
 speculative counters ``vllm:spec_decode_num_{drafts,draft_tokens,accepted_tokens}`` (ours) and
@@ -41,6 +42,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -261,6 +263,10 @@ def aiperf_command(
     cmd += ["--input-file", str(dataset), "--custom-dataset-type", "single_turn"]
     cmd += ["--dataset-sampling-strategy", "sequential", "--random-seed", "0"]
     cmd += ["--concurrency", str(c), "--request-count", str(args.requests)]
+    # Paced sends under the concurrency cap: with --concurrency alone (AIPerf's
+    # concurrency-burst mode) its timing manager polls for a free slot without sleeping and
+    # keeps a third of a core busy for the whole run, on the host of the servers it measures.
+    cmd += ["--request-rate", str(args.pace), "--arrival-pattern", "constant"]
     cmd += ["--workers-max", "1", "--record-processors", "1", "--no-gpu-telemetry"]
     cmd += ["--ui-type", "none", "--artifact-dir", str(out)]
     return cmd
@@ -372,10 +378,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--tokenizer", help="an HF tokenizer folder (default: exported from --target)")
     p.add_argument("--scrape-interval", type=float, default=5.0, help="AIPerf's /metrics period")
+    p.add_argument(
+        "--pace", type=float, default=20.0, help="AIPerf's request rate cap (req/s) under C"
+    )
     p.add_argument("--llama-draft-max", type=int, help="--spec-draft-n-max (default: its own)")
     p.add_argument("--no-llama", action="store_true")
     p.add_argument("--out", default="/tmp/trt-spec-bench-load")
     args = p.parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # (the servers stop in `finally`)
     if not args.aiperf:
         p.error(
             "aiperf not found: python -m venv V && V/bin/pip install aiperf; --aiperf V/bin/aiperf"
@@ -424,6 +434,8 @@ def main(argv: list[str] | None = None) -> int:
             "accepted / drafted; tok/step = 1 + accepted / drafts",
             "every server started at once, idle outside its cells; each concurrency's runners "
             "back to back, in an order rotated per concurrency; one warm-up request per server; "
+            f"AIPerf sends at most {args.pace:g} requests/s under the concurrency cap (a free "
+            "slot waits at most one interval), not its busy-polling burst mode; "
             "load: the host's 1-minute load average as the cell started",
         ],
     }
