@@ -209,6 +209,74 @@ def test_server_benchmark_rounds_take_medians() -> None:
     assert any("DIFFER BETWEEN ROUNDS at C=[4]" in g for g in bench_server.goals(report))
 
 
+def test_load_benchmark_reads_aiperf_and_prometheus(tmp_path: Path) -> None:
+    """bench_load's readers on fixtures of AIPerf 0.13's export files and of both servers'
+    /metrics text: the table row, the speculative counters (vllm:* ours, llamacpp:*
+    llama-server's) and the check that the tool's counters equal the script's own scrapes."""
+    bl = script("bench_load")
+    profile = {
+        "request_count": {"unit": "requests", "avg": 8.0},
+        "output_token_throughput": {"unit": "tokens/sec", "avg": 12.345},
+        "total_output_tokens": {"avg": 512.0},
+        "benchmark_duration": {"avg": 41.5},
+        "time_to_first_token": {"unit": "ms", "avg": 900.0, "p50": 812.4, "p95": 1500.6},
+        "inter_token_latency": {"unit": "ms", "p50": 95.2, "p95": 130.0},
+        "inter_chunk_latency": {"unit": "ms", "p50": 180.0, "p95": 400.0},
+        "error_summary": [{"error_details": {"code": 400}, "count": 2}],
+    }
+    p = bl.parse_profile(profile)
+    assert p["requests"] == 8 and p["errors"] == 2 and p["output_tok_s"] == 12.345
+    assert p["ttft_p95_ms"] == 1500.6 and p["itl_p50_ms"] == 95.2 and p["icl_p50_ms"] == 180.0
+    series = [{"endpoint_url": "u", "stats": {"total": 120.0, "rate": 3.0}}]
+    sm = {"metrics": {
+        "vllm:spec_decode_num_drafts": {"type": "counter", "series": [{"stats": {"total": 40.0}}]},
+        "vllm:spec_decode_num_draft_tokens": {"type": "counter", "series": series},
+        "vllm:spec_decode_num_accepted_tokens": {"type": "counter",
+                                                 "series": [{"stats": {"total": 90.0}}]},
+        "trt_spec:spec_decode_num_draft_tokens": {"series": [  # by source: not counted again
+            {"labels": {"source": "model"}, "stats": {"total": 100.0}}]},
+    }}  # fmt: skip
+    spec = bl.aiperf_spec(sm)
+    assert spec == {"drafts": 40.0, "draft_tokens": 120.0, "accepted_tokens": 90.0}
+    text = """# HELP vllm:spec_decode_num_drafts_total Iterations.
+# TYPE vllm:spec_decode_num_drafts_total counter
+vllm:spec_decode_num_drafts_total 10.0
+vllm:spec_decode_num_draft_tokens_total 30.0
+vllm:spec_decode_num_accepted_tokens_total 20.0
+trt_spec:spec_decode_num_draft_tokens_total{source="model"} 30.0
+"""
+    before = bl.parse_prometheus(text)
+    assert before['trt_spec:spec_decode_num_draft_tokens_total{source="model"}'] == 30.0
+    after = bl.parse_prometheus(text.replace(" 10.0", " 50.0").replace(" 30.0", " 150.0")
+                                .replace(" 20.0", " 110.0"))  # fmt: skip
+    scraped = bl.scrape_spec(before, after)
+    assert scraped == spec
+    cell = {"profile": p, "spec_aiperf": spec, "spec_scrape": scraped, "loadavg_start": 2.04}
+    assert bl.row("trt-spec auto", 4, cell) == (
+        "| trt-spec auto | 4 | 8 | 12.35 | 812 | 1501 | 95 | 130 | 180 | 40 | 120 | 90 | "
+        "0.75 | 3.25 | 2 | 2.0 |"
+    )
+    llama = "llamacpp:spec_decode_num_draft_tokens_total 7\nllamacpp:n_decode_total 3\n"
+    none = {"profile": p, "spec_aiperf": {}}
+    none["spec_scrape"] = bl.scrape_spec({}, bl.parse_prometheus(llama))
+    assert none["spec_scrape"] == {"draft_tokens": 7.0}
+    nodraft = {"profile": p, "spec_aiperf": {}, "spec_scrape": {"draft_tokens": 0.0}}
+    report = {"runs": {"trt-spec auto": {"4": cell}, "llama-server target": {"1": none},
+                       "llama-server draft": {"2": nodraft}}}  # fmt: skip
+    got = bl.checks(report)
+    assert "llama-server draft C=2: NO SPECULATION (no draft tokens)" in got
+    assert any("llama-server target C=1: AIPerf's counters" in c for c in got)
+    assert any("drafted 7 tokens with no draft" in c for c in got)
+    assert bl.checks({"runs": {"trt-spec auto": {"4": cell}}}) == [
+        "every cell: AIPerf's speculative counters equal the /metrics scrape deltas"
+    ]
+    data = tmp_path / "p.jsonl"
+    bl.write_dataset(data, ["def f():", "x = 1"], 64, {"draft": "none"})
+    rows = [json.loads(line) for line in data.read_text().splitlines()]
+    extra = {"temperature": 0, "ignore_eos": True, "draft": "none"}
+    assert rows[1] == {"text": "x = 1", "output_length": 64, "extra": extra}
+
+
 def test_profile_gpu_reads_an_nsys_trace(tmp_path: Path) -> None:
     """profile_gpu's reading of an nsys SQLite export (a synthetic one, in the tables and columns
     nsys writes): the kernels of each cudaGraphLaunch, the iteration taken as the most frequent
