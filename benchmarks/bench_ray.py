@@ -9,11 +9,11 @@ its server has not seen, and each round new ones):
     over the run (all new tokens / wall time), and the requests' median end-to-end latency;
   - latency: ``--latency-requests`` requests one at a time; the median end-to-end latency
     (send to last byte) against a direct request to one replica's server.
-Every configuration runs alone on the machine (started, warmed up with 2 other prompts,
-measured, stopped), and the configurations alternate in ``--rounds`` rounds (the order
-rotating), so load from other processes spreads over all of them; each figure is the median of
-its rounds. The CPU seconds each configuration's process tree spent (Ray's processes included)
-are reported per output token.
+One configuration runs at a time (started, warmed up with 2 other prompts, measured, stopped),
+and the configurations alternate in ``--rounds`` rounds (the order rotating), so load from
+other processes on the host (not controlled here: read the load averages in the report) spreads
+over all of them; each figure is the median of its rounds. The CPU seconds each configuration's
+process tree spent (Ray's processes included) are reported per output token.
 
     python benchmarks/bench_ray.py [--engine /tmp/pair.engine] [--rounds 3] [--concurrency 8]
         [--requests 16] [--latency-requests 4] [--max-tokens 64] [--json OUT.json]
@@ -286,7 +286,8 @@ def markdown(rep: dict) -> str:
         f"- engine: `{rep['engine']}`; {s['max_tokens']}-token greedy streams; throughput: "
         f"{s['requests']} requests at concurrency {s['concurrency']}; latency: "
         f"{s['latency_requests']} requests one at a time; {s['rounds']} rounds, configurations "
-        "alternating (each alone on the machine), figures the median of the rounds",
+        "alternating (one at a time; other processes on the host not controlled), figures the "
+        "median of the rounds",
         "",
         "| configuration | tok/s at C | p50 latency at C | CPU ms/token at C | p50 latency at "
         "C=1 | CPU ms/token at C=1 |",

@@ -102,7 +102,6 @@ def deployment_options(
         "max_queued_requests": max(max_queue, max_batch),
         "graceful_shutdown_timeout_s": drain_timeout,
         "graceful_shutdown_wait_loop_s": 0.5,
-        "health_check_period_s": 5.0,
         "request_router_config": RequestRouterConfig(request_router_class=ROUTER_CLASS),
     }
     if max_replicas > min_replicas:
