@@ -179,17 +179,22 @@ def markdown(report: dict[str, Any]) -> str:
 
 def checks(report: dict[str, Any]) -> list[str]:
     """The tool's counters against the script's own scrapes; speculation where expected."""
-    out = []
+    out, agree = [], 0
     for name, cells in report["runs"].items():
         for c, r in cells.items():
-            a, b = r["spec_aiperf"], r["spec_scrape"]
-            if any(abs(a.get(k, 0.0) - b.get(k, 0.0)) > 0.5 for k in SPEC):
+            a, b = r["spec_aiperf"], r.get("spec_scrape")
+            if b is None:  # (a cell rebuilt from AIPerf's files alone)
+                out.append(f"{name} C={c}: AIPerf's counters only, no scrape of its own")
+                b = a
+            elif any(abs(a.get(k, 0.0) - b.get(k, 0.0)) > 0.5 for k in SPEC):
                 out.append(f"{name} C={c}: AIPerf's counters {a} differ from the scrape's {b}")
+            else:
+                agree += 1
             if name.endswith(("none", "target")) and b.get("draft_tokens"):
                 out.append(f"{name} C={c}: drafted {b['draft_tokens']:.0f} tokens with no draft")
             if name.endswith(("auto", "draft")) and not b.get("draft_tokens"):
                 out.append(f"{name} C={c}: NO SPECULATION (no draft tokens)")
-    return out or ["every cell: AIPerf's speculative counters equal the /metrics scrape deltas"]
+    return [f"{agree} cells: AIPerf's speculative counters equal the /metrics scrape deltas", *out]
 
 
 # ---------------------------------------------------------------- servers and the tool
@@ -383,6 +388,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--llama-draft-max", type=int, help="--spec-draft-n-max (default: its own)")
     p.add_argument("--no-llama", action="store_true")
+    p.add_argument("--resume", action="store_true", help="keep the cells --out already holds")
     p.add_argument("--out", default="/tmp/trt-spec-bench-load")
     args = p.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # (the servers stop in `finally`)
@@ -471,7 +477,14 @@ def main(argv: list[str] | None = None) -> int:
             order = runners[i % len(runners) :] + runners[: i % len(runners)]
             for r in order:
                 cell = out / "aiperf" / f"{r.name.replace(' ', '_')}_c{c}"
-                res = run_cell(args, servers[r.server], c, cell, datasets[r.name], tokenizer)
+                saved = cell / "cell.json"
+                if args.resume and saved.is_file():  # a previous run's cell (same --out)
+                    res = json.loads(saved.read_text())
+                else:
+                    if cell.exists():
+                        shutil.rmtree(cell)
+                    res = run_cell(args, servers[r.server], c, cell, datasets[r.name], tokenizer)
+                    saved.write_text(json.dumps(res, indent=1) + "\n")
                 report["runs"][r.name][str(c)] = res
                 if c == cs[0]:
                     report["aiperf_commands"][r.name] = res["aiperf_command"]
@@ -481,15 +494,20 @@ def main(argv: list[str] | None = None) -> int:
                     f"{res['spec_aiperf']} (aiperf {res['aiperf_wall_s']:.0f} s)",
                     file=sys.stderr,
                 )
+                write_report(report, out)  # after every cell: a killed run leaves its table
     finally:
         for srv in servers.values():
             srv.stop()
+    print(write_report(report, out))
+    return 0
+
+
+def write_report(report: dict[str, Any], out: Path) -> str:
     report["checks"] = checks(report)
     md = markdown(report)
     (out / "bench_load.json").write_text(json.dumps(report, indent=1) + "\n")
     (out / "bench_load.md").write_text(md)
-    print(md)
-    return 0
+    return md
 
 
 if __name__ == "__main__":

@@ -268,7 +268,7 @@ trt_spec:spec_decode_num_draft_tokens_total{source="model"} 30.0
     assert any("llama-server target C=1: AIPerf's counters" in c for c in got)
     assert any("drafted 7 tokens with no draft" in c for c in got)
     assert bl.checks({"runs": {"trt-spec auto": {"4": cell}}}) == [
-        "every cell: AIPerf's speculative counters equal the /metrics scrape deltas"
+        "1 cells: AIPerf's speculative counters equal the /metrics scrape deltas"
     ]
     data = tmp_path / "p.jsonl"
     bl.write_dataset(data, ["def f():", "x = 1"], 64, {"draft": "none"})
