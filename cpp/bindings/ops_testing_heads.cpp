@@ -124,10 +124,10 @@ void bind_head_ops(nb::class_<OpRunner>& c) {
             std::vector<BackendBuffer> meta;
             for (int i = 0; i < 6; ++i) meta.emplace_back(r.be(), static_cast<size_t>(n) * 4);
             BackendBuffer bits(r.be(), static_cast<size_t>(n) * 8);
-            const Eagle3TreeRows rows{meta[0].as<int32_t>(), meta[1].as<int32_t>(),
-                                      meta[2].as<int32_t>(), meta[3].as<int32_t>(),
-                                      meta[4].as<int32_t>(), bits.as<uint64_t>(),
-                                      meta[5].as<int32_t>()};
+            const Eagle3TreeRows rows{
+                {meta[0].as<int32_t>(), meta[1].as<int32_t>(), meta[2].as<int32_t>(),
+                 meta[3].as<int32_t>(), meta[4].as<int32_t>(), bits.as<uint64_t>()},
+                meta[5].as<int32_t>()};
             Eagle3Ops& ops = r.eagle3_ops(static_cast<int>(s.size()));
             std::vector<int32_t> out;        // [k - 1, 6, B w]
             std::vector<uint64_t> out_bits;  // [k - 1, B w]

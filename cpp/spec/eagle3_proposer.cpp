@@ -254,11 +254,11 @@ void Eagle3Proposer::propose_tree(IterationContext& ctx, int k, float* cur) {
   const int B = ctx.B, w = topk_;
   float *next = x_.as<float>(), *g = a_[0].as<float>(), *logits = logits_.as<float>();
   Eagle3Tree* trees = trees_.as<Eagle3Tree>();
-  const Eagle3TreeRows meta{tok_.as<int32_t>(),       pos_.as<int32_t>(),
-                            slot_.as<int32_t>(),      kv_idx_.as<int32_t>(),
-                            tree_base_.as<int32_t>(), tree_bits_.as<uint64_t>(),
-                            src_.as<int32_t>()};
-  const Rows rows{meta.tokens, meta.pos, meta.slot, meta.kv_idx, meta.tree_base, meta.tree_bits};
+  const Eagle3TreeRows meta{
+      {tok_.as<int32_t>(), pos_.as<int32_t>(), slot_.as<int32_t>(), kv_idx_.as<int32_t>(),
+       tree_base_.as<int32_t>(), tree_bits_.as<uint64_t>()},
+      src_.as<int32_t>()};
+  const Rows rows = meta.rows.rows(true);
   for (int j = 0; j < k; ++j) {
     head(cur, B * (j == 0 ? 1 : w), logits);  // [B, 1 or w, draft_vocab]
     const bool expand = j + 1 < k;

@@ -19,6 +19,7 @@
 
 #include "spec/draft_tree.h"
 #include "spec/seq_state.h"
+#include "spec/spec_ops.h"  // (RowBuffers)
 
 namespace trt_spec {
 
@@ -50,12 +51,7 @@ struct Eagle3Tree {
 // The row metadata of a tree step's rows [B, w] (backend memory); src: the row of the previous
 // step whose output each reads as its feature.
 struct Eagle3TreeRows {
-  int32_t* tokens = nullptr;
-  int32_t* pos = nullptr;
-  int32_t* slot = nullptr;
-  int32_t* kv_idx = nullptr;
-  int32_t* tree_base = nullptr;
-  uint64_t* tree_bits = nullptr;
+  RowBuffers rows;
   int32_t* src = nullptr;
 };
 
@@ -100,12 +96,12 @@ TRT_SPEC_HD void eagle3_tree_expand(Eagle3Tree& t, const SeqState& s, int32_t sl
     bits[f] = (j == 0 ? uint64_t{0} : t.bits[from]) | (uint64_t{1} << (j * w + f));
     const int r = b * w + f;
     const int p = s.n_past + j;
-    next.tokens[r] = t.token[best];
-    next.pos[r] = p < max_seq - 1 ? p : max_seq - 1;
-    next.slot[r] = slot;
-    next.kv_idx[r] = s.n_past + j * w + f;
-    next.tree_base[r] = s.n_past;
-    next.tree_bits[r] = bits[f];
+    next.rows.tokens[r] = t.token[best];
+    next.rows.pos[r] = p < max_seq - 1 ? p : max_seq - 1;
+    next.rows.slot[r] = slot;
+    next.rows.kv_idx[r] = s.n_past + j * w + f;
+    next.rows.tree_base[r] = s.n_past;
+    next.rows.tree_bits[r] = bits[f];
     next.src[r] = j == 0 ? b : b * w + from;
   }
   for (int f = 0; f < w; ++f) {

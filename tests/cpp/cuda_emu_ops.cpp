@@ -231,7 +231,7 @@ void emu_spec_eagle3_tree_step(const void* seqs, const int32_t* slots, int B, in
                                uint64_t* tree_bits, int32_t* src, int threads) {
   launch_eagle3_tree_step(nullptr, static_cast<const SeqState*>(seqs), slots, B, j, w, expand != 0,
                           max_seq, logits, draft_vocab, tokens, static_cast<Eagle3Tree*>(trees),
-                          Eagle3TreeRows{tok, pos, slot, kv_idx, tree_base, tree_bits, src},
+                          Eagle3TreeRows{{tok, pos, slot, kv_idx, tree_base, tree_bits}, src},
                           threads);
 }
 
