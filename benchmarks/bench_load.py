@@ -43,7 +43,6 @@ import re
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -55,6 +54,12 @@ from typing import Any, NamedTuple
 from peers.llama_spec_runner import CACHE, find_binary
 from trt_spec.bench.common import environment
 from trt_spec.bench.prompts import load_prompts
+from trt_spec.bench.servers import (
+    ServerProcess,
+    free_port,
+    llama_server_command,
+    trt_serve_command,
+)
 
 SPEC = ("drafts", "draft_tokens", "accepted_tokens")
 # Server-wide speculative counter families (ours: vLLM's names; trt_spec:* splits them by source).
@@ -200,48 +205,11 @@ def checks(report: dict[str, Any]) -> list[str]:
 # ---------------------------------------------------------------- servers and the tool
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def http(url: str, body: dict[str, Any] | None = None, timeout: float = 600) -> str:
     data = json.dumps(body).encode() if body is not None else None
     req = urllib.request.Request(url, data, {"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=timeout) as r:
         return r.read().decode()
-
-
-class Server:
-    """A server subprocess, ready once GET /health answers 200."""
-
-    def __init__(self, name: str, cmd: list[str], port: int, log: Path, env: dict | None = None):
-        self.name, self.cmd, self.url = name, cmd, f"http://127.0.0.1:{port}"
-        self.log = open(log, "w")  # noqa: SIM115 (closed in stop)
-        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env)
-
-    def wait_ready(self, timeout: float = 600) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"{self.name} exited ({self.proc.returncode}): {self.log.name}")
-            try:
-                http(self.url + "/health", timeout=2)
-                return
-            except (urllib.error.URLError, OSError):
-                time.sleep(0.5)
-        raise RuntimeError(f"{self.name} not ready in {timeout:.0f} s")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.log.close()
 
 
 def export_tokenizer(gguf: Path, dest: Path) -> Path:
@@ -287,7 +255,7 @@ def write_dataset(path: Path, prompts: list[str], max_tokens: int, extra: dict[s
 
 def run_cell(
     args: argparse.Namespace,
-    srv: Server,
+    srv: ServerProcess,
     c: int,
     out: Path,
     dataset: Path,
@@ -334,15 +302,11 @@ def _version(cmd: list[str]) -> str:
     return hits[0] if hits else "unknown"
 
 
-def start_servers(args: argparse.Namespace, slots: int, logs: Path) -> dict[str, Server]:
-    servers: dict[str, Server] = {}
-    port = _free_port()
-    cmd = [sys.executable, "-m", "trt_spec.cli", "serve", args.engine, "--port", str(port)]
-    cmd += ["--threads", str(args.threads), "--served-model-name", "m", "--no-prompt-cache"]
-    servers["trt-spec"] = Server(
-        "trt-spec", [*cmd, "--log-level", "warning"], port, logs / "trt-spec.log"
-    )
-    servers["trt-spec"].wait_ready()
+def start_servers(args: argparse.Namespace, slots: int, logs: Path) -> dict[str, ServerProcess]:
+    servers: dict[str, ServerProcess] = {}
+    port = free_port()
+    cmd = trt_serve_command(args.engine, port, "--threads", str(args.threads), "--no-prompt-cache")
+    servers["trt-spec"] = ServerProcess("trt-spec", cmd, port, logs / "trt-spec.log")
     models = json.loads(http(servers["trt-spec"].url + "/v1/models"))
     args.ctx = args.ctx or int(models["data"][0]["max_model_len"])
     if args.no_llama:
@@ -350,19 +314,26 @@ def start_servers(args: argparse.Namespace, slots: int, logs: Path) -> dict[str,
     binary = find_binary("llama-server")
     env = dict(os.environ, LD_LIBRARY_PATH=str(binary.parent))
     for key, draft in (("llama-draft", args.draft), ("llama-target", None)):
-        port = _free_port()
-        cmd = [str(binary), "-m", args.target, "--port", str(port), "--metrics", "--no-webui"]
-        cmd += ["-t", str(args.threads), "-tb", str(args.threads), "-np", str(slots)]
-        cmd += ["-c", str(args.ctx * slots), "--alias", "m"]
-        if draft:
-            # --spec-type: without it this llama.cpp (0c1e570) loads the draft and never drafts
-            cmd += ["--model-draft", draft, "--spec-type", "draft-simple"]
-            cmd += ["-td", str(args.threads), "-tbd", str(args.threads)]
-            if args.llama_draft_max:
-                cmd += ["--spec-draft-n-max", str(args.llama_draft_max)]
-        servers[key] = Server(key, cmd, port, logs / f"{key}.log", env)
-    for srv in servers.values():
-        srv.wait_ready()
+        port = free_port()
+        cmd = llama_server_command(
+            binary,
+            args.target,
+            port,
+            threads=args.threads,
+            slots=slots,
+            ctx_per_slot=args.ctx,
+            draft=draft,
+            draft_max=args.llama_draft_max or None,
+            metrics=True,
+        )
+        servers[key] = ServerProcess(key, cmd, port, logs / f"{key}.log", env, wait=False)
+    try:
+        for srv in servers.values():
+            srv.wait_ready()
+    except BaseException:
+        for srv in servers.values():
+            srv.stop()
+        raise
     return servers
 
 

@@ -27,9 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -38,64 +36,18 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import psutil
 from trt_spec.bench.common import environment
 from trt_spec.bench.prompts import load_prompts
+from trt_spec.bench.servers import ServerProcess, free_port, trt_serve_command
 
 GOAL_THROUGHPUT = 0.9  # replicas' tokens/s at least this share of the single server's
 GOAL_LATENCY = 1.10  # replicas' median latency at most this multiple of a direct request's
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Server:
-    """A `trt-spec serve` subprocess, ready once /health answers 200."""
-
-    def __init__(self, engine: str, args: list[str], log: Path) -> None:
-        port = _free_port()
-        self.url = f"http://127.0.0.1:{port}"
-        cmd = [sys.executable, "-m", "trt_spec.cli", "serve", engine, "--port", str(port)]
-        cmd += ["--served-model-name", "m", "--log-level", "warning", *args]
-        self.log = log.open("w")
-        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 600
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"{cmd} exited with {self.proc.returncode}; see {log}")
-            try:
-                if httpx.get(self.url + "/health", timeout=5).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.5)
-        self.stop()
-        raise RuntimeError(f"{cmd} did not become ready in 600 s")
-
-    def cpu_seconds(self) -> float:
-        """User + system CPU seconds of the server's process tree so far (live processes)."""
-        total = 0.0
-        root = psutil.Process(self.proc.pid)
-        for p in [root, *root.children(recursive=True)]:
-            try:
-                t = p.cpu_times()
-                total += t.user + t.system
-            except psutil.Error:
-                pass
-        return total
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=120)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.log.close()
+def serve(engine: str, args: list[str], log: Path) -> ServerProcess:
+    """A `trt-spec serve` subprocess (its extra arguments `args`), ready."""
+    port = free_port()
+    return ServerProcess("trt-spec", trt_serve_command(engine, port, *args), port, log)
 
 
 def one_request(url: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -117,7 +69,7 @@ def one_request(url: str, body: dict[str, Any]) -> dict[str, Any]:
     return {"latency_s": time.perf_counter() - t0, "tokens": tokens, "text": "".join(text)}
 
 
-def run_load(srv: Server, bodies: list[dict[str, Any]], concurrency: int) -> dict[str, Any]:
+def run_load(srv: ServerProcess, bodies: list[dict[str, Any]], concurrency: int) -> dict[str, Any]:
     """Every body once from `concurrency` threads: tokens/s, median latency, CPU per token."""
     results: list[dict[str, Any] | None] = [None] * len(bodies)
     next_i = [0]
@@ -202,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
         for name in order[r % 3 :] + order[: r % 3]:
             first = 2 + r * per_round  # (this round's prompts; a fresh server has seen none)
             mine = texts[first : first + per_round]
-            srv = Server(engine, configs[name], tmp / f"{name}-{r}.log")
+            srv = serve(engine, configs[name], tmp / f"{name}-{r}.log")
             try:
                 for t in texts[:2]:  # warm-up
                     one_request(srv.url, {**base, "prompt": t, "max_tokens": 8})

@@ -12,7 +12,7 @@ every prompt has been answered once, and the run reports:
 Runners, in one run on the same prompts:
   - ``trt-spec spec``: our server, ``draft: auto`` (the engine's draft model and prompt lookup);
   - ``trt-spec target``: the same server, ``draft: none``;
-  - ``llama-server spec``: ``llama-server -m TARGET --model-draft DRAFT``;
+  - ``llama-server spec``: ``llama-server -m TARGET --model-draft DRAFT --spec-type draft-simple``;
   - ``llama-server target``: ``llama-server -m TARGET``.
 Both servers get the same threads, context per slot and parallel slots (the largest C).
 
@@ -29,9 +29,7 @@ import argparse
 import json
 import os
 import queue
-import socket
 import statistics
-import subprocess
 import sys
 import threading
 import time
@@ -42,47 +40,14 @@ import httpx
 from peers.llama_spec_runner import find_binary
 from trt_spec.bench.common import environment, percentile
 from trt_spec.bench.prompts import load_prompts
+from trt_spec.bench.servers import (
+    ServerProcess,
+    free_port,
+    llama_server_command,
+    trt_serve_command,
+)
 
 RESULTS = Path(__file__).resolve().parent / "results"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class ServerProcess:
-    """A server subprocess, ready once GET `health` answers 200."""
-
-    def __init__(self, cmd: list[str], port: int, name: str, env: dict | None = None) -> None:
-        self.url = f"http://127.0.0.1:{port}"
-        self.name = name
-        self.log = open(RESULTS / f".{name.replace(' ', '_')}.log", "w")  # noqa: SIM115
-        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env)
-        deadline = time.monotonic() + 600
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(
-                    f"{name} exited with {self.proc.returncode}; see {self.log.name}"
-                )
-            try:
-                if httpx.get(self.url + "/health", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.5)
-        self.stop()
-        raise RuntimeError(f"{name} did not become ready in 600 s")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-        self.log.close()
 
 
 def one_request(url: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -303,23 +268,34 @@ def render(report: dict[str, Any], stem: Path) -> str:
 
 
 def _serve_trt(args: argparse.Namespace) -> ServerProcess:
-    port = _free_port()
-    cmd = [sys.executable, "-m", "trt_spec.cli", "serve", args.engine, "--port", str(port)]
-    cmd += ["--threads", str(args.threads), "--served-model-name", "m", "--log-level", "warning"]
-    return ServerProcess(cmd, port, "trt-spec")
+    # No prompt cache: the same prompts come back for every runner and concurrency (llama-server
+    # runs with cache_prompt false for the same reason).
+    port = free_port()
+    cmd = trt_serve_command(args.engine, port, "--threads", str(args.threads), "--no-prompt-cache")
+    return ServerProcess("trt-spec", cmd, port, RESULTS / ".trt-spec.log")
 
 
 def _serve_llama(
     args: argparse.Namespace, binary: Path, name: str, draft: str | None, par: int
 ) -> ServerProcess:
-    port = _free_port()
-    cmd = [str(binary), "-m", args.target, "--port", str(port), "-t", str(args.threads)]
-    cmd += ["-c", str(args.ctx * par), "-np", str(par), "--no-webui", "-tb", str(args.threads)]
-    if draft:
-        cmd += ["--model-draft", draft, "-td", str(args.threads)]
-        if args.draft_max is not None:
-            cmd += ["--spec-draft-n-max", str(args.draft_max)]
-    return ServerProcess(cmd, port, name, dict(os.environ, LD_LIBRARY_PATH=str(binary.parent)))
+    port = free_port()
+    cmd = llama_server_command(
+        binary,
+        args.target,
+        port,
+        threads=args.threads,
+        slots=par,
+        ctx_per_slot=args.ctx,
+        draft=draft,
+        draft_max=args.draft_max,
+    )
+    env = dict(os.environ, LD_LIBRARY_PATH=str(binary.parent))
+    return ServerProcess(name, cmd, port, RESULTS / f".{name.replace(' ', '_')}.log", env)
+
+
+def warm_up(url: str, body: dict[str, Any]) -> None:
+    """One short request before a runner's timed sweep (first-use costs are not its figures)."""
+    one_request(url, {**body, "max_tokens": 8})
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -379,7 +355,9 @@ def main(argv: list[str] | None = None) -> int:
             "TPOT: (last - first token) / (tokens - 1)",
             "runners one after another, each server alone on the machine; with rounds > 1 the"
             " runners alternate round by round and each figure is the median of its rounds",
-            "llama-server with cache_prompt false (no reuse of a previous run's prompt KV)",
+            "llama-server with cache_prompt false and trt-spec with --no-prompt-cache (no reuse"
+            " of a previous run's prompt KV); every runner warms up with one short request; our"
+            " two runners' order alternates round by round",
         ],
     }
     runners = [("trt-spec spec", {"draft": "auto"}), ("trt-spec target", {"draft": "none"})]
@@ -392,11 +370,15 @@ def main(argv: list[str] | None = None) -> int:
     for i in range(args.rounds):
         if args.rounds > 1:
             print(f"round {i + 1} of {args.rounds}", file=sys.stderr)
-        # Our two runners share one server (the request's `draft` picks the mode).
+        # Our two runners share one server (the request's `draft` picks the mode); each warms
+        # up first, and their order alternates round by round (the one that runs first on a
+        # fresh server also teaches the cost model).
         srv = _serve_trt(args)
         try:
-            for name, extra in runners[:2]:
+            ours = runners[:2] if i % 2 == 0 else runners[1::-1]
+            for name, extra in ours:
                 bodies = [{"model": "m", "prompt": t, **base, **extra} for t in texts]
+                warm_up(srv.url, bodies[0])
                 rounds[name].append(sweep(name, srv.url, bodies, cs))
         finally:
             srv.stop()
@@ -404,9 +386,9 @@ def main(argv: list[str] | None = None) -> int:
             srv = _serve_llama(args, binary, name, draft, max(cs))
             try:
                 # cache_prompt off: the same prompts come back at every concurrency, and
-                # llama-server would reuse their KV from the previous run (trt-spec has no
-                # prefix cache)
+                # llama-server would reuse their KV from the previous run
                 bodies = [{"model": "m", "prompt": t, **base, "cache_prompt": False} for t in texts]
+                warm_up(srv.url, bodies[0])
                 rounds[name].append(sweep(name, srv.url, bodies, cs))
             finally:
                 srv.stop()

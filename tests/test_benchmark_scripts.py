@@ -460,3 +460,43 @@ def test_gpu_report_projection_from_histograms(tmp_path: Path) -> None:
     md = gr.markdown(rep | {"iterations": {"pair-q4": []}, "projections": {"pair-q4": p}})
     assert "a PROJECTION, not a measurement" in md and "Target-only: 200 tok/s." in md
     assert f"| 2 | 2.25 | histogram at this K | {2.25 / 0.010:.0f} | 1.12x |" in md
+
+
+def test_server_processes_and_peer_commands(tmp_path: Path) -> None:
+    """trt_spec.bench.servers, which the serving benchmarks share: a subprocess is ready once
+    /health answers 200, one that exits first raises naming its log, and llama-server's
+    speculative command turns drafting on (without --spec-type it loads the draft and never
+    drafts, so its "spec" figures were target-only)."""
+    from trt_spec.bench import servers
+
+    port = servers.free_port()
+    health = (
+        "import http.server as h\n"
+        "class H(h.BaseHTTPRequestHandler):\n"
+        "    def do_GET(self):\n"
+        "        self.send_response(200 if self.path == '/health' else 404); self.end_headers()\n"
+        f"h.HTTPServer(('127.0.0.1', {port}), H).serve_forever()\n"
+    )
+    with servers.ServerProcess(
+        "ok", [sys.executable, "-c", health], port, tmp_path / "ok.log"
+    ) as s:
+        assert servers.get(s.url + "/health")[0] == 200
+        assert servers.get(s.url + "/other")[0] == 404
+        assert s.cpu_seconds() >= 0.0
+    assert s.proc.poll() is not None  # stopped on leaving the block
+    bad = [sys.executable, "-c", "import sys; print('no model'); sys.exit(3)"]
+    with pytest.raises(RuntimeError, match=r"exited with 3; see .*bad\.log"):
+        servers.ServerProcess("bad", bad, servers.free_port(), tmp_path / "bad.log")
+    assert "no model" in (tmp_path / "bad.log").read_text()
+
+    binary = Path("/x/llama-server")
+    spec = servers.llama_server_command(
+        binary, "t.gguf", 1, threads=2, slots=4, ctx_per_slot=512, draft="d.gguf", draft_max=6
+    )
+    target = servers.llama_server_command(binary, "t.gguf", 1, threads=2, slots=4, ctx_per_slot=512)
+    assert spec[spec.index("--spec-type") + 1] == "draft-simple"
+    assert spec[spec.index("--model-draft") + 1] == "d.gguf"
+    assert spec[spec.index("--spec-draft-n-max") + 1] == "6"
+    assert target[target.index("-c") + 1] == "2048" and "--spec-type" not in target
+    ours = servers.trt_serve_command("e.engine", 7, "--threads", "1")
+    assert ours[ours.index("serve") + 1] == "e.engine" and ours[-2:] == ["--threads", "1"]

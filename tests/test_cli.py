@@ -469,3 +469,28 @@ def test_usage_errors(args):
     assert "usage: trt-spec" in r.stderr
     assert "error:" in r.stderr
     assert r.stdout == ""
+
+
+def test_engine_options_come_from_each_command_s_flags():
+    """generate, serve and serve --replicas open their engines through one EngineOptions, read
+    from the command's own flags; a flag the command lacks keeps Engine's default."""
+    from trt_spec.engine_options import EngineOptions
+
+    p = cli.make_parser()
+    serve = p.parse_args(
+        ["serve", "e.engine", "--threads", "3", "--device", "cpu", "--kv-cache-dtype", "f32"]
+        + ["--eagle-topk", "2", "--draft-window", "64", "--no-prompt-cache"]
+    )
+    o = EngineOptions.from_args(serve)
+    assert (o.n_threads, o.device, o.kv_cache_dtype) == (3, "cpu", "f32")
+    assert (o.eagle_topk, o.draft_window, o.prompt_cache) == (2, 64, False)
+    gen = EngineOptions.from_args(p.parse_args(["generate", "e.engine", "hi"]))
+    assert gen == EngineOptions()  # (generate has no --device or --no-prompt-cache)
+    # As the options travel to a Ray replica: a dict, back to the same options.
+    assert EngineOptions.coerce(o.kwargs()) == o and EngineOptions.coerce(None) == EngineOptions()
+    with pytest.raises(ValueError, match="unknown engine options: threads"):
+        EngineOptions.coerce({"threads": 2})
+    from trt_spec.ray.deployment import ReplicaConfig
+
+    r = ReplicaConfig(engine="e.engine", model_name="m", options=o.kwargs())  # type: ignore[arg-type]
+    assert r.options == o

@@ -519,12 +519,40 @@ def test_passes_are_priced_by_their_measured_row_counts() -> None:
     c.observe(1, 3, 0.02 + passes(4), 0.02, passes(4))  # one draft iteration: 4 rows
     c.observe_verify(4, 2, passes(8))  # one pass of 8 rows (batch 4, 2 rows each)
     assert c.pass_prior(8) == pytest.approx(passes(8))
-    assert c.pass_prior(6) == pytest.approx((passes(4) + passes(8)) / 2)
+    # (The counts measured a few observations ago have faded towards the line a little.)
+    assert c.pass_prior(6) == pytest.approx((passes(4) + passes(8)) / 2, rel=0.01)
     for n in (1, 2, 3, 4):
-        assert c.pass_prior(n) == pytest.approx(passes(n))
+        assert c.pass_prior(n) == pytest.approx(passes(n), rel=0.03)
     # Batch 4 with one node each: a lookup iteration of 8 rows, priced as measured.
     k, tokens, seconds = lc.offer(4, [0.5] * 4, [1, 1, 1, 1], 1, True)
     assert k == 1 and seconds == pytest.approx(passes(8))
     # At acceptance 0.5 that iteration gives 6 tokens in 0.34 s against 4 in 0.14 s: no offer
     # beats plain steps at this price.
     assert tokens / seconds < 4 / passes(4)
+
+
+def test_a_stalled_measurement_fades_once_its_k_is_not_chosen() -> None:
+    """One iteration at k = 4 stalled by the machine (0.5 s where 0.15 s is usual) priced k = 4
+    out; k = 4 was then never chosen again, so nothing corrected it. A T(B, k) that is not
+    re-measured fades towards what the rest of the model predicts for it (draft steps and the
+    pass line), so that after a few dozen other iterations k = 4 wins again at high acceptance."""
+    step, row = 0.012, 0.015
+
+    def verify(rows: int) -> float:
+        return 0.04 + row * (rows - 1)
+
+    c = T.DraftController(1, 8)
+    c.observe(1, 4, 0.5, 0.4, 0.1)  # the stall
+    stalled = c.predicted_time(1, 4)
+    assert stalled == pytest.approx(0.5)
+    for _ in range(3):
+        c.observe(1, 0, verify(1))
+        c.observe(1, 1, step + verify(2), step, verify(2))
+    for _ in range(30):
+        c.observe(1, 1, step + verify(2), step, verify(2))
+        c.observe(1, 2, 2 * step + verify(3), 2 * step, verify(3))
+    usual = 4 * step + verify(5)
+    assert c.predicted_time(1, 4) < 1.2 * usual < 0.5 * stalled
+    for _ in range(50):
+        c.observe_acceptance(4, 4)
+    assert c.choose(1, [0.95], 8) >= 3

@@ -791,3 +791,21 @@ def test_sigterm_drains_running_requests_and_exits_0(small_own) -> None:
     t.join(timeout=60)
     assert out["r"].status_code == 200 and out["r"].json()["choices"][0]["text"] == want
     assert s.proc.wait(timeout=30) == 0
+
+
+def test_labelled_series_exist_before_their_first_increment() -> None:
+    """A fresh server exposes every draft source's and finish reason's series at 0 (a router's
+    first scrape, or a rate() over it, sees them before any request moved them)."""
+    from trt_spec._core import DRAFT_SOURCES, FINISH_REASONS
+    from trt_spec.server.metrics import ServerMetrics
+
+    text = ServerMetrics(lambda: 0, lambda: 0).render().decode()
+    sources = [s for s in DRAFT_SOURCES if s != "none"]
+    assert sources
+    for src in sources:
+        for tail in ("num_drafts", "num_draft_tokens", "num_accepted_tokens"):
+            assert f'trt_spec:spec_decode_{tail}_total{{source="{src}"}} 0.0' in text, (src, tail)
+    for reason in FINISH_REASONS:
+        for prefix in ("trt_spec:", "vllm:"):
+            line = f'{prefix}request_success_total{{finished_reason="{reason}"}} 0.0'
+            assert line in text, line

@@ -68,6 +68,15 @@ inline void ema(double& slot, double x, double w) {
   slot = (1.0 - w) * slot + w * std::min(x, 2.0 * slot);
 }
 
+// A cost measured `age` observations ago (of other configurations at the same batch size), faded
+// towards what the model's other costs predict for it (`prior`, used where > 0): one stalled
+// measurement of a configuration that is then never chosen again does not price it out for
+// good, and a configuration whose measurement has aged is re-tried once the prior favours it.
+inline double faded(double own, double age, double prior, double keep) {
+  const double w = std::pow(keep, age);
+  return prior > 0.0 ? w * own + (1.0 - w) * prior : own;
+}
+
 // v[i] where measured (>= 0), else interpolated between the nearest measured entries, or
 // extrapolated from the two nearest on one side (one point only: flat plus `grow` per step).
 // Entries below `first` are ignored. -1 when nothing is measured.

@@ -11,6 +11,7 @@ DraftController::DraftController(int max_batch, int max_k) : max_k_(max_k) {
   for (Costs& c : costs_) {
     c.verify.assign(max_k + 2, -1.0);
     c.total.assign(max_k + 1, -1.0);
+    c.total_at.assign(max_k + 1, 0.0);
   }
 }
 
@@ -19,7 +20,11 @@ void DraftController::observe(int B, int k, double total_s, double draft_s, doub
   if (B <= 0 || B >= static_cast<int>(costs_.size()) || k < 0 || k > max_k_) return;
   Costs& c = costs_[B];
   const bool full = rows < 0 || rows == B * (k + 1);  // (else B's tables would mix row counts)
-  if (full) ema(c.total[k], total_s, kEma);
+  c.seen += 1.0;
+  if (full) {
+    ema(c.total[k], total_s, kEma);
+    c.total_at[k] = c.seen;
+  }
   if (draft_s < 0.0) {
     if (k == 0) passes_.observe(B, total_s);  // a plain step is a pass of B rows
     return;
@@ -180,7 +185,10 @@ AcceptanceEstimate DraftController::prior() const {
 
 double DraftController::predicted_time(int B, int k, bool prior) const {
   const Costs& c = costs_[B];
-  if (c.total[k] >= 0.0) return c.total[k];
+  if (c.total[k] >= 0.0) {
+    const double age = c.seen - c.total_at[k];
+    return faded(c.total[k], age, prior && age > 0.0 ? prior_time(B, k) : -1.0, kKeep);
+  }
   if (c.draft_step >= 0.0) {  // phases measured: k draft steps + a verify pass of k + 1 rows
     const double v = verify_time(B, k + 1, prior);
     if (v >= 0.0) return v + k * c.draft_step;
@@ -214,6 +222,7 @@ void DraftController::observe_verify(int B, int rows, double seconds, int comput
   if (B <= 0 || B >= static_cast<int>(costs_.size()) || rows < 1 || seconds < 0.0) return;
   Costs& c = costs_[B];
   const bool full = computed < 0 || computed == B * rows;
+  c.seen += 1.0;
   if (full && rows < static_cast<int>(c.verify.size())) ema(c.verify[rows], seconds, kEma);
   passes_.observe(full ? B * rows : computed, seconds);
 }

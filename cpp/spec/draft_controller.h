@@ -167,6 +167,8 @@ class DraftController {
   static constexpr int kZeroEvery = 32;
   static constexpr int kMaxExplore = 256;
   static constexpr double kEma = 0.25;
+  static constexpr double kKeep =
+      0.95;  // a T(B, k) not re-measured fades to the prior: ~14 to half
   static constexpr double kLongDecay = 0.99;  // the long-run acceptance: about 100 iterations
   static constexpr double kRegimeMargin = 0.03;
   static constexpr double kCheapLag = 0.25;   // probe from k = 0 while catch-up < this * T(B, 0)
@@ -191,9 +193,11 @@ class DraftController {
   // rows checked by the caller.
   double table_verify(int B, int rows, bool one_point) const;
   struct Costs {
-    double draft_step = -1.0;    // seconds per draft step
-    std::vector<double> verify;  // [max_k + 2]: seconds per verify pass of m rows; -1 unknown
-    std::vector<double> total;   // [max_k + 1]: seconds per iteration with k drafts
+    double draft_step = -1.0;      // seconds per draft step
+    std::vector<double> verify;    // [max_k + 2]: seconds per verify pass of m rows; -1 unknown
+    std::vector<double> total;     // [max_k + 1]: seconds per iteration with k drafts
+    std::vector<double> total_at;  // [max_k + 1]: `seen` when total[k] was last observed
+    double seen = 0.0;             // iterations and passes observed at this B
     int since_probe = 0, probe_every = kExplore, probes = 0;
     int since_zero = 0;         // drafting iterations since the last k = 0
     bool drafting_pays = true;  // the regime (see above)

@@ -8,11 +8,15 @@
 // proportionally. at_within() prefers what was measured: a CPU's cost is not a line in the rows
 // (its matmul tiles take rows in blocks, so rows past a block cost more than the rows before
 // them), and a line fitted mostly to small passes under-prices the larger ones a speculative
-// iteration runs. Deterministic given the observations.
+// iteration runs. A size's own mean fades towards the line as other sizes are observed and it is
+// not (kExactKeep per observation): one stalled pass of a size that is then never chosen again
+// does not price it out for good. Deterministic given the observations.
 #pragma once
 
 #include <cmath>
 #include <vector>
+
+#include "spec/acceptance.h"
 
 namespace trt_spec {
 
@@ -24,9 +28,14 @@ class LineFit {
   void observe(double n, double t) {
     if (!(n > 0.0) || !(t > 0.0) || !std::isfinite(t)) return;
     const int i = static_cast<int>(n);
+    count_ += 1.0;
     if (i == n && i <= kExactMax) {
-      if (exact_.empty()) exact_.assign(kExactMax + 1, -1.0);
-      exact_[i] = exact_[i] < 0.0 ? t : exact_[i] + kExactEma * (t - exact_[i]);
+      if (exact_.empty()) {
+        exact_.assign(kExactMax + 1, -1.0);
+        exact_at_.assign(kExactMax + 1, 0.0);
+      }
+      ema(exact_[i], t, kExactEma);
+      exact_at_[i] = count_;
     }
     max_n_ = n > max_n_ ? n : max_n_;
     w_ = decay_ * w_ + 1.0;
@@ -39,20 +48,20 @@ class LineFit {
   bool empty() const { return w_ <= 0.0; }
   // The (weighted) mean size observed; with one size seen, that size.
   double mean_n() const { return empty() ? 0.0 : sn_ / w_; }
-  // Within the sizes seen: a size's own measurements (their running mean) where it has them,
-  // else the straight line between the nearest measured sizes on either side, else at(n);
+  // Within the sizes seen: a size's own measurements (their running mean, faded towards at(n) by
+  // the observations of other sizes since) where it has them, else the straight line between
+  // the nearest measured sizes on either side, else at(n);
   // beyond the largest size seen, that size's time scaled proportionally: costs per row that
   // grow with n (tiles, cache) are not under-estimated far from the data.
   double at_within(double n) const {
     if (n > max_n_ && !empty()) return at_within(max_n_) * n / max_n_;
     const int i = static_cast<int>(n);
     if (i == n && i <= kExactMax && !exact_.empty()) {
-      if (exact_[i] > 0.0) return exact_[i];
+      if (exact_[i] > 0.0) return own(i);
       int lo = i - 1, hi = i + 1;
       while (lo > 0 && !(exact_[lo] > 0.0)) --lo;
       while (hi <= kExactMax && !(exact_[hi] > 0.0)) ++hi;
-      if (lo > 0 && hi <= kExactMax)
-        return exact_[lo] + (exact_[hi] - exact_[lo]) * (n - lo) / (hi - lo);
+      if (lo > 0 && hi <= kExactMax) return own(lo) + (own(hi) - own(lo)) * (n - lo) / (hi - lo);
     }
     return at(n);
   }
@@ -79,6 +88,13 @@ class LineFit {
   }
 
  private:
+  // Measured size i's running mean, faded towards the line by the observations since its last.
+  double own(int i) const {
+    const double w = std::pow(kExactKeep, count_ - exact_at_[i]);
+    const double line = w < 1.0 ? at(i) : -1.0;
+    return line > 0.0 ? w * exact_[i] + (1.0 - w) * line : exact_[i];
+  }
+
   // The weighted least-squares slope; 0 with one size (or a fit that makes no sense).
   double fit_slope() const {
     if (empty()) return 0.0;
@@ -88,10 +104,13 @@ class LineFit {
     return s > 0.0 ? s : 0.0;
   }
 
-  static constexpr int kExactMax = 128;      // sizes measured one by one: [1, kExactMax]
-  static constexpr double kExactEma = 0.25;  // their running means: about the last 4
+  static constexpr int kExactMax = 128;       // sizes measured one by one: [1, kExactMax]
+  static constexpr double kExactEma = 0.25;   // their running means: about the last 4
+  static constexpr double kExactKeep = 0.97;  // per observation of another size: half in ~23
   double decay_;
-  std::vector<double> exact_;  // [kExactMax + 1] seconds of each size (-1: none), once one is
+  std::vector<double> exact_;     // [kExactMax + 1] seconds of each size (-1: none), once one is
+  std::vector<double> exact_at_;  // [kExactMax + 1] count_ at each size's last observation
+  double count_ = 0.0;            // observations so far
   double w_ = 0.0, sn_ = 0.0, snn_ = 0.0, st_ = 0.0, snt_ = 0.0;
   double max_n_ = 0.0;
 };

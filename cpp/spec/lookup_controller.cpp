@@ -8,7 +8,10 @@ namespace trt_spec {
 LookupController::LookupController(int max_batch, int max_k, const DraftController* model)
     : max_k_(max_k), model_(model) {
   costs_.resize(max_batch + 1);
-  for (Costs& c : costs_) c.total.assign(max_k + 1, -1.0);
+  for (Costs& c : costs_) {
+    c.total.assign(max_k + 1, -1.0);
+    c.total_at.assign(max_k + 1, 0.0);
+  }
   // A start: proposals found by matching 2 or more tokens are often right, a 1-gram's less often
   // (the running estimates move away from these within a few dozen iterations).
   for (int c = 0; c < kNgramClasses; ++c) {
@@ -24,7 +27,11 @@ AcceptanceEstimate LookupController::prior(int ngram) const {
 double LookupController::predicted_time(int B, int k, bool prior) const {
   if (B <= 0 || B >= static_cast<int>(costs_.size()) || k < 0 || k > max_k_) return -1.0;
   const Costs& c = costs_[B];
-  if (c.total[k] >= 0.0) return c.total[k];
+  if (c.total[k] >= 0.0) {
+    const double age = c.seen - c.total_at[k];
+    const double p = prior && age > 0.0 ? pass_time(B * (k + 1)) : -1.0;
+    return faded(c.total[k], age, p, DraftController::kKeep);
+  }
   if (model_) {
     const double v = model_->verify_time(B, k + 1, prior);
     if (v >= 0.0) return v;
@@ -39,7 +46,12 @@ void LookupController::observe(int B, int k, double total_s, int rows) {
   if (B <= 0 || B >= static_cast<int>(costs_.size()) || k < 0 || k > max_k_ || total_s < 0.0)
     return;
   const bool full = rows < 0 || rows == B * (k + 1);
-  if (full) ema(costs_[B].total[k], total_s, kEma);
+  Costs& c = costs_[B];
+  c.seen += 1.0;
+  if (full) {
+    ema(c.total[k], total_s, kEma);
+    c.total_at[k] = c.seen;
+  }
   passes_.observe(full ? B * (k + 1) : rows, total_s);
 }
 

@@ -19,6 +19,7 @@ from trt_spec._core import (
     KV_CACHE_DTYPES,
 )
 from trt_spec.builder.builder import DEFAULT_DRAFT_LEN, DEFAULT_MAX_BATCH, WEIGHT_FORMATS
+from trt_spec.engine_options import EngineOptions
 from trt_spec.progress import Reporter, add_output_flags, mode_from_flags
 
 
@@ -80,16 +81,7 @@ def cmd_build(args: argparse.Namespace) -> int:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from trt_spec.engine import Engine
-
-    engine = Engine(
-        args.engine,
-        n_threads=args.threads,
-        kv_cache_dtype=args.kv_cache_dtype,
-        draft_window=args.draft_window,
-        draft_read_chunk=args.draft_read_chunk,
-        eagle_topk=args.eagle_topk,
-    )
+    engine = EngineOptions.from_args(args).open(args.engine)
     prompt = [{"role": "user", "content": args.prompt}] if args.chat else args.prompt
     kwargs = dict(
         max_new_tokens=args.max_new_tokens,
@@ -283,13 +275,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         max_queue=args.max_queue,
         api_key=args.api_key or os.environ.get("TRT_SPEC_API_KEY"),
         model_name=args.served_model_name,
-        device=args.device,
-        n_threads=args.threads,
-        kv_cache_dtype=args.kv_cache_dtype,
-        draft_window=args.draft_window,
-        draft_read_chunk=args.draft_read_chunk,
-        eagle_topk=args.eagle_topk,
-        prompt_cache=not args.no_prompt_cache,
+        options=EngineOptions.from_args(args),
         drain_timeout=args.drain_timeout,
         log_level=args.log_level,
     )
@@ -306,13 +292,7 @@ def _serve_ray(args: argparse.Namespace) -> int:
     replica = ReplicaConfig(
         engine=str(Path(args.engine).resolve()),
         model_name=args.served_model_name or Path(args.engine).stem,
-        device=args.device,
-        n_threads=args.threads,
-        kv_cache_dtype=args.kv_cache_dtype,
-        draft_window=args.draft_window,
-        draft_read_chunk=args.draft_read_chunk,
-        eagle_topk=args.eagle_topk,
-        prompt_cache=not args.no_prompt_cache,
+        options=EngineOptions.from_args(args),
         max_queue=args.max_queue,
         api_key=args.api_key or os.environ.get("TRT_SPEC_API_KEY"),
     )

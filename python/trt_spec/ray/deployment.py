@@ -21,10 +21,10 @@ through a Serve handle (:mod:`trt_spec.ray.asgi`). Its Serve settings
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from trt_spec._core import DEFAULT_DRAFT_READ_CHUNK, DEFAULT_DRAFT_WINDOW
+from trt_spec.engine_options import EngineOptions
 from trt_spec.ray.asgi import Call, Head, run_asgi
 
 REPLICA_HEADER = "x-trt-spec-replica"  # the response header naming the replica that served it
@@ -37,15 +37,12 @@ class ReplicaConfig:
 
     engine: str
     model_name: str
-    device: str = "auto"
-    n_threads: int | None = None
-    kv_cache_dtype: str = "auto"
-    draft_window: int = DEFAULT_DRAFT_WINDOW
-    draft_read_chunk: int = DEFAULT_DRAFT_READ_CHUNK
-    eagle_topk: int = 1
-    prompt_cache: bool = True
+    options: EngineOptions = field(default_factory=EngineOptions)
     max_queue: int = 64
     api_key: str | None = None
+
+    def __post_init__(self) -> None:  # (a dict where the config travelled as one)
+        self.options = EngineOptions.coerce(self.options)
 
 
 class EngineReplica:
@@ -54,21 +51,11 @@ class EngineReplica:
     def __init__(self, config: dict[str, Any]) -> None:
         from ray import serve
 
-        from trt_spec.engine import Engine
         from trt_spec.server.app import create_app
 
         c = ReplicaConfig(**config)
         self.id = serve.get_replica_context().replica_id.unique_id
-        self.engine = Engine(
-            c.engine,
-            device=c.device,
-            n_threads=c.n_threads,
-            kv_cache_dtype=c.kv_cache_dtype,
-            draft_window=c.draft_window,
-            draft_read_chunk=c.draft_read_chunk,
-            eagle_topk=c.eagle_topk,
-            prompt_cache=c.prompt_cache,
-        )
+        self.engine = c.options.open(c.engine)
         self.app = create_app(
             self.engine, model_name=c.model_name, max_queue=c.max_queue, api_key=c.api_key
         )

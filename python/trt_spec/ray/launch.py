@@ -100,14 +100,14 @@ def plan(opts: RayOptions, cpu_count: int | None = None, gpus_available: int = 0
                          f"--max-replicas ({hi})")  # fmt: skip
     if opts.drain_timeout < 0:
         raise ValueError(f"--drain-timeout must be >= 0, got {opts.drain_timeout}")
-    device = opts.replica.device
+    device = opts.replica.options.device
     if device.startswith("cuda:"):
         raise ValueError(
             "--device cuda:N names one GPU; with --replicas Ray gives each replica its own GPU "
             "(use --device cuda or auto)"
         )
     gpus = 1 if device == "cuda" or (device == "auto" and gpus_available > 0) else 0
-    threads = opts.replica.n_threads
+    threads = opts.replica.options.n_threads
     if threads is None:  # the cores, shared by the replicas that start
         threads = 1 if gpus else max(1, (cpu_count or os.cpu_count() or 1) // n)
     if threads < 1:
@@ -211,8 +211,9 @@ def _deploy(opts: RayOptions, p: Plan) -> Any:
     from trt_spec.ray.deployment import EngineReplica, deployment_options
     from trt_spec.ray.ingress import Ingress
 
-    device = "cuda" if p.gpus else opts.replica.device
-    config = replace(opts.replica, n_threads=p.n_threads, device=device)
+    device = "cuda" if p.gpus else opts.replica.options.device
+    options = replace(opts.replica.options, n_threads=p.n_threads, device=device)
+    config = replace(opts.replica, options=options)
     engines = serve.deployment(EngineReplica, name="Engine").options(
         **deployment_options(
             max_batch=p.max_batch,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import signal
 from pathlib import Path
 
-from trt_spec._core import DEFAULT_DRAFT_READ_CHUNK, DEFAULT_DRAFT_WINDOW
+from trt_spec.engine_options import EngineOptions
 
 __all__ = ["serve"]
 
@@ -24,13 +24,7 @@ def serve(
     max_queue: int = 64,
     api_key: str | None = None,
     model_name: str | None = None,
-    device: str = "auto",
-    n_threads: int | None = None,
-    kv_cache_dtype: str = "auto",
-    draft_window: int = DEFAULT_DRAFT_WINDOW,
-    draft_read_chunk: int = DEFAULT_DRAFT_READ_CHUNK,
-    eagle_topk: int = 1,
-    prompt_cache: bool = True,
+    options: EngineOptions | None = None,
     drain_timeout: float = 30.0,
     log_level: str = "info",
 ) -> None:
@@ -47,20 +41,9 @@ def serve(
         raise RuntimeError(
             f"trt-spec serve needs the server extra: pip install 'trt-spec[server]' ({e})"
         ) from None
-    from trt_spec.engine import Engine
-
     if max_queue < 0:
         raise ValueError(f"--max-queue must be >= 0, got {max_queue}")
-    engine = Engine(
-        engine_path,
-        device=device,
-        n_threads=n_threads,
-        kv_cache_dtype=kv_cache_dtype,
-        draft_window=draft_window,
-        draft_read_chunk=draft_read_chunk,
-        eagle_topk=eagle_topk,
-        prompt_cache=prompt_cache,
-    )
+    engine = EngineOptions.coerce(options).open(engine_path)
     name = model_name or Path(engine_path).stem
     app = create_app(engine, model_name=name, max_queue=max_queue, api_key=api_key)
     # uvicorn drains on SIGTERM, then re-raises the signal to the handler it found: this one

@@ -29,6 +29,7 @@ from collections.abc import Callable
 from prometheus_client import CONTENT_TYPE_LATEST as CONTENT_TYPE
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from trt_spec._core import DRAFT_SOURCES, FINISH_REASONS
 from trt_spec.engine import GenerationResult
 
 __all__ = ["CONTENT_TYPE", "PROTOCOL_GAUGES", "VLLM_NAMES", "ServerMetrics"]
@@ -58,7 +59,8 @@ VLLM_NAMES = (
 _LATENCY_BUCKETS = (0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75,
                     1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0)  # fmt: skip
 _E2E_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 60.0, 120.0, 300.0, 600.0)
-_SOURCES = ("model", "lookup")  # the draft sources, as GenerationStats.by_source names them
+# The draft sources, as GenerationStats.by_source names them (the names defined in C++).
+_SOURCES = tuple(name for name in DRAFT_SOURCES if name != "none")
 
 
 class ServerMetrics:
@@ -172,6 +174,14 @@ class ServerMetrics:
             "Tokens a request got per decode iteration (averaged over the request).",
             (1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0, 17.0),
         )
+        # Every labelled series exists from the start, at 0: a router or a rate() over the first
+        # scrape sees each source and finish reason before its first increment.
+        for name in _SOURCES:
+            for c in (self.drafts, self.draft_tokens, self.accepted_tokens):
+                c.labels(name)
+        for reason in FINISH_REASONS:
+            self.request_success.labels(reason)
+            self.vllm_request_success.labels(reason)
 
     def observe(self, result: GenerationResult) -> None:
         s = result.stats
