@@ -75,25 +75,26 @@ def one_request(url: str, body: dict[str, Any]) -> dict[str, Any]:
     return {"t0": t0, "times": times, "tokens": n, "text": "".join(text)}
 
 
-def run_load(url: str, bodies: list[dict[str, Any]], concurrency: int) -> dict[str, Any]:
-    """Sends every body once from `concurrency` threads; the run's statistics."""
-    todo: queue.Queue[dict[str, Any]] = queue.Queue()
-    for b in bodies:
-        todo.put(b)
-    done: list[dict[str, Any]] = []
+def send_all(
+    url: str, bodies: list[dict[str, Any]], concurrency: int
+) -> tuple[list[dict[str, Any] | None], list[str], float]:
+    """Sends every body once from `concurrency` threads: (results in the bodies' order, None
+    where a request failed; the errors; wall seconds)."""
+    todo: queue.Queue[int] = queue.Queue()
+    for i in range(len(bodies)):
+        todo.put(i)
+    done: list[dict[str, Any] | None] = [None] * len(bodies)
     errors: list[str] = []
     lock = threading.Lock()
 
     def worker() -> None:
         while True:
             try:
-                b = todo.get_nowait()
+                i = todo.get_nowait()
             except queue.Empty:
                 return
             try:
-                r = one_request(url, b)
-                with lock:
-                    done.append(r)
+                done[i] = one_request(url, bodies[i])
             except Exception as e:  # noqa: BLE001 (counted and reported)
                 with lock:
                     errors.append(repr(e))
@@ -104,7 +105,14 @@ def run_load(url: str, bodies: list[dict[str, Any]], concurrency: int) -> dict[s
         t.start()
     for t in threads:
         t.join()
-    wall = time.perf_counter() - start
+    return done, errors, time.perf_counter() - start
+
+
+def summarize(
+    results: list[dict[str, Any] | None], errors: list[str], wall: float, concurrency: int
+) -> dict[str, Any]:
+    """A runner's statistics at one concurrency from its requests (in prompt order)."""
+    done = [r for r in results if r is not None]
     ttft = [r["times"][0] - r["t0"] for r in done if r["times"]]
     itl = [b - a for r in done for a, b in zip(r["times"], r["times"][1:], strict=False)]
     tpot = [
@@ -124,8 +132,13 @@ def run_load(url: str, bodies: list[dict[str, Any]], concurrency: int) -> dict[s
         **{f"ttft_p{q}_ms": (percentile(ttft, q) or 0.0) * ms for q in (50, 95, 99)},
         **{f"itl_p{q}_ms": (percentile(itl, q) or 0.0) * ms for q in (50, 95, 99)},
         "tpot_p50_ms": (percentile(tpot, 50) or 0.0) * ms,
-        "texts": [r["text"] for r in sorted(done, key=lambda r: r["t0"])],
+        "texts": [r["text"] if r else None for r in results],
     }
+
+
+def run_load(url: str, bodies: list[dict[str, Any]], concurrency: int) -> dict[str, Any]:
+    """Sends every body once from `concurrency` threads; the run's statistics."""
+    return summarize(*send_all(url, bodies, concurrency), concurrency)
 
 
 def sweep(name: str, url: str, bodies: list[dict[str, Any]], cs: list[int]) -> list[dict]:
@@ -137,6 +150,31 @@ def sweep(name: str, url: str, bodies: list[dict[str, Any]], cs: list[int]) -> l
         print(f"{name} C={c}: {r['tokens_per_s']:.2f} tok/s", file=sys.stderr)
         runs.append(r)
     return runs
+
+
+def interleaved_sweep(
+    url: str, runners: dict[str, list[dict[str, Any]]], cs: list[int]
+) -> dict[str, list[dict]]:
+    """Runners that share one server, interleaved: at each concurrency C the prompts go in waves
+    of C, each wave sent by every runner in turn (their order alternating wave by wave), and a
+    runner's figures are over its waves (tokens / the sum of its waves' wall times). A shared
+    host's speed drifts by tens of percent over minutes; runners that take turns every few
+    seconds see the same drift, where whole sweeps one after another do not."""
+    names = list(runners)
+    n = len(runners[names[0]])
+    out: dict[str, list[dict]] = {name: [] for name in names}
+    for c in cs:
+        acc: dict[str, tuple[list, list, float]] = {name: ([], [], 0.0) for name in names}
+        for w, first in enumerate(range(0, n, c)):
+            for name in names if w % 2 == 0 else names[::-1]:
+                done, errors, wall = send_all(url, runners[name][first : first + c], c)
+                d, e, t = acc[name]
+                acc[name] = (d + done, e + errors, t + wall)
+        for name in names:
+            r = summarize(*acc[name], c)
+            print(f"{name} C={c}: {r['tokens_per_s']:.2f} tok/s", file=sys.stderr)
+            out[name].append(r)
+    return out
 
 
 def combine(rounds: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
@@ -356,8 +394,9 @@ def main(argv: list[str] | None = None) -> int:
             "runners one after another, each server alone on the machine; with rounds > 1 the"
             " runners alternate round by round and each figure is the median of its rounds",
             "llama-server with cache_prompt false and trt-spec with --no-prompt-cache (no reuse"
-            " of a previous run's prompt KV); every runner warms up with one short request; our"
-            " two runners' order alternates round by round",
+            " of a previous run's prompt KV); every runner warms up with one short request",
+            "our two runners take turns on one server in waves of C requests (the order"
+            " alternating wave by wave); each figure is over the runner's waves",
         ],
     }
     runners = [("trt-spec spec", {"draft": "auto"}), ("trt-spec target", {"draft": "none"})]
@@ -370,16 +409,19 @@ def main(argv: list[str] | None = None) -> int:
     for i in range(args.rounds):
         if args.rounds > 1:
             print(f"round {i + 1} of {args.rounds}", file=sys.stderr)
-        # Our two runners share one server (the request's `draft` picks the mode); each warms
-        # up first, and their order alternates round by round (the one that runs first on a
-        # fresh server also teaches the cost model).
+        # Our two runners share one server (the request's `draft` picks the mode): each warms
+        # up, then they take turns wave by wave (interleaved_sweep).
         srv = _serve_trt(args)
         try:
             ours = runners[:2] if i % 2 == 0 else runners[1::-1]
-            for name, extra in ours:
-                bodies = [{"model": "m", "prompt": t, **base, **extra} for t in texts]
-                warm_up(srv.url, bodies[0])
-                rounds[name].append(sweep(name, srv.url, bodies, cs))
+            bodies = {
+                name: [{"model": "m", "prompt": t, **base, **extra} for t in texts]
+                for name, extra in ours
+            }
+            for b in bodies.values():
+                warm_up(srv.url, b[0])
+            for name, runs in interleaved_sweep(srv.url, bodies, cs).items():
+                rounds[name].append(runs)
         finally:
             srv.stop()
         for name, draft in runners[2:]:
@@ -388,7 +430,6 @@ def main(argv: list[str] | None = None) -> int:
                 # cache_prompt off: the same prompts come back at every concurrency, and
                 # llama-server would reuse their KV from the previous run
                 bodies = [{"model": "m", "prompt": t, **base, "cache_prompt": False} for t in texts]
-                warm_up(srv.url, bodies[0])
                 rounds[name].append(sweep(name, srv.url, bodies, cs))
             finally:
                 srv.stop()

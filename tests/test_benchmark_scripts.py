@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import types
 from pathlib import Path
 from types import ModuleType
@@ -500,3 +501,33 @@ def test_server_processes_and_peer_commands(tmp_path: Path) -> None:
     assert target[target.index("-c") + 1] == "2048" and "--spec-type" not in target
     ours = servers.trt_serve_command("e.engine", 7, "--threads", "1")
     assert ours[ours.index("serve") + 1] == "e.engine" and ours[-2:] == ["--threads", "1"]
+
+
+def test_server_benchmark_interleaves_runners_in_waves(monkeypatch) -> None:
+    """bench_server's runners on one server take turns in waves of C prompts, their order
+    alternating wave by wave, and each runner's tokens/s is over its own waves only."""
+    bench_server = script("bench_server")
+    calls: list[tuple[str, str]] = []
+
+    def fake(url: str, body: dict) -> dict:
+        calls.append((body["draft"], body["prompt"]))
+        t = time.perf_counter()
+        time.sleep(0.002 if body["draft"] == "auto" else 0.004)
+        done = time.perf_counter()
+        return {"t0": t, "times": [done], "tokens": 8, "text": body["prompt"].upper()}
+
+    monkeypatch.setattr(bench_server, "one_request", fake)
+    prompts = [f"p{i}" for i in range(6)]
+    runners = {d: [{"prompt": p, "draft": d} for p in prompts] for d in ("auto", "none")}
+    out = bench_server.interleaved_sweep("http://x", runners, [1, 2])
+    c1 = [d for d, _ in calls[:12]]
+    assert c1 == ["auto", "none", "none", "auto"] * 3  # C=1: waves of one, order alternating
+    waves = calls[12:]  # C=2: waves of two prompts, the same two prompts for both runners
+    assert [sorted(p for _, p in waves[i : i + 2]) for i in (0, 2)] == [["p0", "p1"]] * 2
+    assert [waves[0][0], waves[2][0], waves[4][0]] == ["auto", "none", "none"]
+    for d in ("auto", "none"):
+        for r in out[d]:
+            assert r["requests"] == 6 and r["tokens"] == 48 and not r["errors"]
+            assert r["texts"] == [p.upper() for p in prompts]
+    # Each runner's own wall time: auto's requests took half as long as none's.
+    assert out["auto"][0]["tokens_per_s"] > 1.3 * out["none"][0]["tokens_per_s"]
