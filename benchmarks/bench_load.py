@@ -57,7 +57,7 @@ from trt_spec.bench.prompts import load_prompts
 from trt_spec.bench.servers import (
     ServerProcess,
     free_port,
-    llama_server_command,
+    start_llama_server,
     trt_serve_command,
 )
 
@@ -312,13 +312,13 @@ def start_servers(args: argparse.Namespace, slots: int, logs: Path) -> dict[str,
     if args.no_llama:
         return servers
     binary = find_binary("llama-server")
-    env = dict(os.environ, LD_LIBRARY_PATH=str(binary.parent))
     for key, draft in (("llama-draft", args.draft), ("llama-target", None)):
-        port = free_port()
-        cmd = llama_server_command(
+        servers[key] = start_llama_server(
             binary,
             args.target,
-            port,
+            key,
+            logs / f"{key}.log",
+            wait=False,
             threads=args.threads,
             slots=slots,
             ctx_per_slot=args.ctx,
@@ -326,7 +326,6 @@ def start_servers(args: argparse.Namespace, slots: int, logs: Path) -> dict[str,
             draft_max=args.llama_draft_max or None,
             metrics=True,
         )
-        servers[key] = ServerProcess(key, cmd, port, logs / f"{key}.log", env, wait=False)
     try:
         for srv in servers.values():
             srv.wait_ready()

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import queue
 import statistics
 import sys
@@ -43,7 +42,7 @@ from trt_spec.bench.prompts import load_prompts
 from trt_spec.bench.servers import (
     ServerProcess,
     free_port,
-    llama_server_command,
+    start_llama_server,
     trt_serve_command,
 )
 
@@ -316,19 +315,17 @@ def _serve_trt(args: argparse.Namespace) -> ServerProcess:
 def _serve_llama(
     args: argparse.Namespace, binary: Path, name: str, draft: str | None, par: int
 ) -> ServerProcess:
-    port = free_port()
-    cmd = llama_server_command(
+    return start_llama_server(
         binary,
         args.target,
-        port,
+        name,
+        RESULTS / f".{name.replace(' ', '_')}.log",
         threads=args.threads,
         slots=par,
         ctx_per_slot=args.ctx,
         draft=draft,
         draft_max=args.draft_max,
     )
-    env = dict(os.environ, LD_LIBRARY_PATH=str(binary.parent))
-    return ServerProcess(name, cmd, port, RESULTS / f".{name.replace(' ', '_')}.log", env)
 
 
 def warm_up(url: str, body: dict[str, Any]) -> None:

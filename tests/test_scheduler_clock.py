@@ -84,9 +84,9 @@ def test_capture_never_enters_the_estimates(same_pair) -> None:
         if clock == "graphs":  # exactly the first iteration of each k (B is 1 throughout)
             assert warm == sorted(ks.index(k) for k in set(ks))
             assert s.captures == 2 * len(set(ks))  # two graphs (proposal, verify) per k
-        for k in {k for k, w in its if not w}:  # measured: the exact scripted time
-            d, v = _phases(k)
-            assert s.predicted_time("model", 1, k) == pytest.approx(d + v, rel=1e-9), (clock, k)
+        for k in {k for k, w in its if not w}:  # measured: the scripted time (a measured k
+            d, v = _phases(k)  # fades towards the model's prior while others run: within 2%)
+            assert s.predicted_time("model", 1, k) == pytest.approx(d + v, rel=0.02), (clock, k)
             assert s.verify_time(1, k + 1) == pytest.approx(v, rel=1e-9), (clock, k)
         for k in range(7):  # unmeasured k: interpolated, and nowhere near a capture
             assert 0 < s.predicted_time("model", 1, k) < 2 * sum(_phases(6)), (clock, k)

@@ -56,6 +56,16 @@ double DraftController::prior_time(int B, int k) const {
   return step < 0.0 ? -1.0 : pass + k * step;
 }
 
+double DraftController::fade_target(int B, int k) const {
+  // The cross-B prior prices passes and draft steps only; a drafting iteration also pays what a
+  // plain step pays besides its pass (sampling, host work; on a tiny model, most of the step).
+  // So, where B's plain step is measured: that step, plus the rows and draft steps drafting adds.
+  const double p = prior_time(B, k), t0 = costs_[B].total[0];
+  if (k == 0 || p < 0.0 || t0 < 0.0) return p;
+  const double rows = std::max(0.0, pass_prior(B * (k + 1)) - pass_prior(B));
+  return std::max(p, t0 + rows + k * std::max(0.0, step_prior(B)));
+}
+
 void DraftController::observe_acceptance(int n_accepted, int k) {
   long_run_.observe(n_accepted, k, kLongDecay);
 }
@@ -187,7 +197,7 @@ double DraftController::predicted_time(int B, int k, bool prior) const {
   const Costs& c = costs_[B];
   if (c.total[k] >= 0.0) {
     const double age = c.seen - c.total_at[k];
-    return faded(c.total[k], age, prior && age > 0.0 ? prior_time(B, k) : -1.0, kKeep);
+    return faded(c.total[k], age, prior && age > 0.0 ? fade_target(B, k) : -1.0, kKeep);
   }
   if (c.draft_step >= 0.0) {  // phases measured: k draft steps + a verify pass of k + 1 rows
     const double v = verify_time(B, k + 1, prior);

@@ -186,6 +186,9 @@ class DraftController {
  private:
   bool measured(int B) const;             // T(B, 0) and some drafting T(B, k) measured
   double prior_time(int B, int k) const;  // k * step_prior(B) + pass_prior(B * (k + 1))
+  // What a measured T(B, k) fades towards while it is not re-measured: prior_time, or where
+  // T(B, 0) is measured and more, T(B, 0) plus the rows and draft steps that drafting adds.
+  double fade_target(int B, int k) const;
   bool priced(int B) const;               // measured(B), or B's drafting has a cross-B prior
   bool read_known(int B) const;           // a read's cost and B's saving (or B = 1's) are known
   // B's verify time from its own table (see verify_time); one_point: also from a single

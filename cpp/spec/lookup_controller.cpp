@@ -29,7 +29,11 @@ double LookupController::predicted_time(int B, int k, bool prior) const {
   const Costs& c = costs_[B];
   if (c.total[k] >= 0.0) {
     const double age = c.seen - c.total_at[k];
-    const double p = prior && age > 0.0 ? pass_time(B * (k + 1)) : -1.0;
+    // Towards the pass line; where B's plain step is measured, at least that step plus the
+    // rows the nodes add (the line prices passes, not the iteration's other work).
+    double p = prior && age > 0.0 ? pass_time(B * (k + 1)) : -1.0;
+    if (p > 0.0 && k > 0 && c.total[0] >= 0.0)
+      p = std::max(p, c.total[0] + std::max(0.0, p - pass_time(B)));
     return faded(c.total[k], age, p, DraftController::kKeep);
   }
   if (model_) {

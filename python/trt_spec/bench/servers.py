@@ -7,6 +7,7 @@ bench_load) runs the peers with the same settings.
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 
 def free_port() -> int:
@@ -141,3 +143,14 @@ def llama_server_command(
         if draft_max is not None:
             cmd += ["--spec-draft-n-max", str(draft_max)]
     return cmd
+
+
+def start_llama_server(
+    binary: Path, target: str, name: str, log: Path, *, wait: bool = True, **options: Any
+) -> ServerProcess:
+    """`llama-server` on a free port (llama_server_command's `options`), its shared libraries
+    beside the binary."""
+    port = free_port()
+    cmd = llama_server_command(binary, target, port, **options)
+    env = dict(os.environ, LD_LIBRARY_PATH=str(Path(binary).parent))
+    return ServerProcess(name, cmd, port, log, env, wait=wait)
