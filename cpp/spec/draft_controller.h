@@ -189,8 +189,8 @@ class DraftController {
   // What a measured T(B, k) fades towards while it is not re-measured: prior_time, or where
   // T(B, 0) is measured and more, T(B, 0) plus the rows and draft steps that drafting adds.
   double fade_target(int B, int k) const;
-  bool priced(int B) const;               // measured(B), or B's drafting has a cross-B prior
-  bool read_known(int B) const;           // a read's cost and B's saving (or B = 1's) are known
+  bool priced(int B) const;      // measured(B), or B's drafting has a cross-B prior
+  bool read_known(int B) const;  // a read's cost and B's saving (or B = 1's) are known
   // B's verify time from its own table (see verify_time); one_point: also from a single
   // measured row count, flat plus 0.1 of it per row. -1 where the table does not say. B and
   // rows checked by the caller.
