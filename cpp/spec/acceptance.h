@@ -77,6 +77,47 @@ inline double faded(double own, double age, double prior, double keep) {
   return prior > 0.0 ? w * own + (1.0 - w) * prior : own;
 }
 
+// Running means of measured costs, one per configuration (ema; -1: not measured), each stamped
+// with the observation count at its last update, so that a mean not refreshed since can be
+// faded (faded()) towards a prior as the other configurations are observed.
+class AgedCosts {
+ public:
+  void assign(int n) {
+    mean_.assign(n, -1.0);
+    at_.assign(n, 0.0);
+  }
+  // One observation of some configuration (every one ages the means not refreshed by it).
+  void tick() { seen_ += 1.0; }
+  // Configuration i measured x seconds (after this observation's tick()).
+  void observe(int i, double x, double w) {
+    ema(mean_[i], x, w);
+    at_[i] = seen_;
+  }
+  double operator[](int i) const { return mean_[i]; }  // the running mean itself
+  const std::vector<double>& means() const { return mean_; }
+  double age(int i) const { return seen_ - at_[i]; }
+  // The mean of measured configuration i, faded towards `prior` (used where > 0) by `keep` per
+  // observation since its last.
+  double value(int i, double prior, double keep) const {
+    return faded(mean_[i], age(i), prior, keep);
+  }
+
+ private:
+  std::vector<double> mean_, at_;
+  double seen_ = 0.0;
+};
+
+// What a measured iteration cost with k > 0 draft nodes fades towards: the model's lines for it
+// (pass_k, a verify pass of its rows, plus `extra`, its draft steps), but where B's plain step
+// t0 is measured at least t0 plus what drafting adds to it (the rows beyond a plain pass, pass_k
+// - pass_1, and extra): the lines price passes and draft steps, not an iteration's other work
+// (sampling, host work; on a tiny model most of a step). -1 where pass_k is unknown.
+inline double iteration_prior(double pass_k, double pass_1, double extra, double t0) {
+  if (!(pass_k > 0.0)) return -1.0;
+  const double p = pass_k + extra;
+  return t0 < 0.0 ? p : std::max(p, t0 + std::max(0.0, pass_k - pass_1) + extra);
+}
+
 // v[i] where measured (>= 0), else interpolated between the nearest measured entries, or
 // extrapolated from the two nearest on one side (one point only: flat plus `grow` per step).
 // Entries below `first` are ignored. -1 when nothing is measured.

@@ -10,8 +10,7 @@ DraftController::DraftController(int max_batch, int max_k) : max_k_(max_k) {
   costs_.resize(max_batch + 1);
   for (Costs& c : costs_) {
     c.verify.assign(max_k + 2, -1.0);
-    c.total.assign(max_k + 1, -1.0);
-    c.total_at.assign(max_k + 1, 0.0);
+    c.total.assign(max_k + 1);
   }
 }
 
@@ -20,11 +19,8 @@ void DraftController::observe(int B, int k, double total_s, double draft_s, doub
   if (B <= 0 || B >= static_cast<int>(costs_.size()) || k < 0 || k > max_k_) return;
   Costs& c = costs_[B];
   const bool full = rows < 0 || rows == B * (k + 1);  // (else B's tables would mix row counts)
-  c.seen += 1.0;
-  if (full) {
-    ema(c.total[k], total_s, kEma);
-    c.total_at[k] = c.seen;
-  }
+  c.total.tick();
+  if (full) c.total.observe(k, total_s, kEma);
   if (draft_s < 0.0) {
     if (k == 0) passes_.observe(B, total_s);  // a plain step is a pass of B rows
     return;
@@ -57,13 +53,10 @@ double DraftController::prior_time(int B, int k) const {
 }
 
 double DraftController::fade_target(int B, int k) const {
-  // The cross-B prior prices passes and draft steps only; a drafting iteration also pays what a
-  // plain step pays besides its pass (sampling, host work; on a tiny model, most of the step).
-  // So, where B's plain step is measured: that step, plus the rows and draft steps drafting adds.
-  const double p = prior_time(B, k), t0 = costs_[B].total[0];
-  if (k == 0 || p < 0.0 || t0 < 0.0) return p;
-  const double rows = std::max(0.0, pass_prior(B * (k + 1)) - pass_prior(B));
-  return std::max(p, t0 + rows + k * std::max(0.0, step_prior(B)));
+  if (k == 0) return prior_time(B, 0);
+  const double step = step_prior(B);
+  if (step < 0.0) return -1.0;
+  return iteration_prior(pass_prior(B * (k + 1)), pass_prior(B), k * step, costs_[B].total[0]);
 }
 
 void DraftController::observe_acceptance(int n_accepted, int k) {
@@ -195,16 +188,14 @@ AcceptanceEstimate DraftController::prior() const {
 
 double DraftController::predicted_time(int B, int k, bool prior) const {
   const Costs& c = costs_[B];
-  if (c.total[k] >= 0.0) {
-    const double age = c.seen - c.total_at[k];
-    return faded(c.total[k], age, prior && age > 0.0 ? fade_target(B, k) : -1.0, kKeep);
-  }
+  if (c.total[k] >= 0.0)
+    return c.total.value(k, prior && c.total.age(k) > 0.0 ? fade_target(B, k) : -1.0, kKeep);
   if (c.draft_step >= 0.0) {  // phases measured: k draft steps + a verify pass of k + 1 rows
     const double v = verify_time(B, k + 1, prior);
     if (v >= 0.0) return v + k * c.draft_step;
   }
   const double p = prior ? prior_time(B, k) : -1.0;  // B has not drafted: the cross-B lines
-  return p > 0.0 ? p : interpolate(c.total, k, 0, 0.5);
+  return p > 0.0 ? p : interpolate(c.total.means(), k, 0, 0.5);
 }
 
 double DraftController::rate(int B, int k, double tokens) const {
@@ -232,7 +223,7 @@ void DraftController::observe_verify(int B, int rows, double seconds, int comput
   if (B <= 0 || B >= static_cast<int>(costs_.size()) || rows < 1 || seconds < 0.0) return;
   Costs& c = costs_[B];
   const bool full = computed < 0 || computed == B * rows;
-  c.seen += 1.0;
+  c.total.tick();
   if (full && rows < static_cast<int>(c.verify.size())) ema(c.verify[rows], seconds, kEma);
   passes_.observe(full ? B * rows : computed, seconds);
 }

@@ -186,8 +186,8 @@ class DraftController {
  private:
   bool measured(int B) const;             // T(B, 0) and some drafting T(B, k) measured
   double prior_time(int B, int k) const;  // k * step_prior(B) + pass_prior(B * (k + 1))
-  // What a measured T(B, k) fades towards while it is not re-measured: prior_time, or where
-  // T(B, 0) is measured and more, T(B, 0) plus the rows and draft steps that drafting adds.
+  // What a measured T(B, k) fades towards while it is not re-measured: prior_time(B, 0) for
+  // k = 0, else iteration_prior() of the cross-B lines and B's measured plain step.
   double fade_target(int B, int k) const;
   bool priced(int B) const;      // measured(B), or B's drafting has a cross-B prior
   bool read_known(int B) const;  // a read's cost and B's saving (or B = 1's) are known
@@ -196,11 +196,10 @@ class DraftController {
   // rows checked by the caller.
   double table_verify(int B, int rows, bool one_point) const;
   struct Costs {
-    double draft_step = -1.0;      // seconds per draft step
-    std::vector<double> verify;    // [max_k + 2]: seconds per verify pass of m rows; -1 unknown
-    std::vector<double> total;     // [max_k + 1]: seconds per iteration with k drafts
-    std::vector<double> total_at;  // [max_k + 1]: `seen` when total[k] was last observed
-    double seen = 0.0;             // iterations and passes observed at this B
+    double draft_step = -1.0;    // seconds per draft step
+    std::vector<double> verify;  // [max_k + 2]: seconds per verify pass of m rows; -1 unknown
+    AgedCosts total;             // [max_k + 1]: seconds per iteration with k drafts (aged by
+                                 // every iteration and pass observed at this B)
     int since_probe = 0, probe_every = kExplore, probes = 0;
     int since_zero = 0;         // drafting iterations since the last k = 0
     bool drafting_pays = true;  // the regime (see above)

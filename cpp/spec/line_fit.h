@@ -22,21 +22,14 @@ namespace trt_spec {
 
 class LineFit {
  public:
-  explicit LineFit(double decay) : decay_(decay) {}
+  explicit LineFit(double decay) : decay_(decay) { exact_.assign(kExactMax + 1); }
 
   // One observation: n rows took t seconds (ignored unless n > 0 and t finite, > 0).
   void observe(double n, double t) {
     if (!(n > 0.0) || !(t > 0.0) || !std::isfinite(t)) return;
     const int i = static_cast<int>(n);
-    count_ += 1.0;
-    if (i == n && i <= kExactMax) {
-      if (exact_.empty()) {
-        exact_.assign(kExactMax + 1, -1.0);
-        exact_at_.assign(kExactMax + 1, 0.0);
-      }
-      ema(exact_[i], t, kExactEma);
-      exact_at_[i] = count_;
-    }
+    exact_.tick();
+    if (i == n && i <= kExactMax) exact_.observe(i, t, kExactEma);
     max_n_ = n > max_n_ ? n : max_n_;
     w_ = decay_ * w_ + 1.0;
     sn_ = decay_ * sn_ + n;
@@ -56,7 +49,7 @@ class LineFit {
   double at_within(double n) const {
     if (n > max_n_ && !empty()) return at_within(max_n_) * n / max_n_;
     const int i = static_cast<int>(n);
-    if (i == n && i <= kExactMax && !exact_.empty()) {
+    if (i == n && i <= kExactMax) {
       if (exact_[i] > 0.0) return own(i);
       int lo = i - 1, hi = i + 1;
       while (lo > 0 && !(exact_[lo] > 0.0)) --lo;
@@ -90,9 +83,7 @@ class LineFit {
  private:
   // Measured size i's running mean, faded towards the line by the observations since its last.
   double own(int i) const {
-    const double w = std::pow(kExactKeep, count_ - exact_at_[i]);
-    const double line = w < 1.0 ? at(i) : -1.0;
-    return line > 0.0 ? w * exact_[i] + (1.0 - w) * line : exact_[i];
+    return exact_.value(i, exact_.age(i) > 0.0 ? at(i) : -1.0, kExactKeep);
   }
 
   // The weighted least-squares slope; 0 with one size (or a fit that makes no sense).
@@ -108,9 +99,7 @@ class LineFit {
   static constexpr double kExactEma = 0.25;   // their running means: about the last 4
   static constexpr double kExactKeep = 0.97;  // per observation of another size: half in ~23
   double decay_;
-  std::vector<double> exact_;     // [kExactMax + 1] seconds of each size (-1: none), once one is
-  std::vector<double> exact_at_;  // [kExactMax + 1] count_ at each size's last observation
-  double count_ = 0.0;            // observations so far
+  AgedCosts exact_;  // [kExactMax + 1] seconds of each size (-1: none), aged per observation
   double w_ = 0.0, sn_ = 0.0, snn_ = 0.0, st_ = 0.0, snt_ = 0.0;
   double max_n_ = 0.0;
 };

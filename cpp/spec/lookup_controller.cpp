@@ -8,10 +8,7 @@ namespace trt_spec {
 LookupController::LookupController(int max_batch, int max_k, const DraftController* model)
     : max_k_(max_k), model_(model) {
   costs_.resize(max_batch + 1);
-  for (Costs& c : costs_) {
-    c.total.assign(max_k + 1, -1.0);
-    c.total_at.assign(max_k + 1, 0.0);
-  }
+  for (Costs& c : costs_) c.total.assign(max_k + 1);
   // A start: proposals found by matching 2 or more tokens are often right, a 1-gram's less often
   // (the running estimates move away from these within a few dozen iterations).
   for (int c = 0; c < kNgramClasses; ++c) {
@@ -27,23 +24,21 @@ AcceptanceEstimate LookupController::prior(int ngram) const {
 double LookupController::predicted_time(int B, int k, bool prior) const {
   if (B <= 0 || B >= static_cast<int>(costs_.size()) || k < 0 || k > max_k_) return -1.0;
   const Costs& c = costs_[B];
-  if (c.total[k] >= 0.0) {
-    const double age = c.seen - c.total_at[k];
-    // Towards the pass line; where B's plain step is measured, at least that step plus the
-    // rows the nodes add (the line prices passes, not the iteration's other work).
-    double p = prior && age > 0.0 ? pass_time(B * (k + 1)) : -1.0;
-    if (p > 0.0 && k > 0 && c.total[0] >= 0.0)
-      p = std::max(p, c.total[0] + std::max(0.0, p - pass_time(B)));
-    return faded(c.total[k], age, p, DraftController::kKeep);
+  if (c.total[k] >= 0.0) {  // faded towards the pass line (iteration_prior, for k > 0)
+    double p = -1.0;
+    if (prior && c.total.age(k) > 0.0)
+      p = k == 0 ? pass_time(B)
+                 : iteration_prior(pass_time(B * (k + 1)), pass_time(B), 0.0, c.total[0]);
+    return c.total.value(k, p, DraftController::kKeep);
   }
   if (model_) {
     const double v = model_->verify_time(B, k + 1, prior);
     if (v >= 0.0) return v;
   }
-  const double own = interpolate_known(c.total, k, 0);  // (one measured k does not say)
+  const double own = interpolate_known(c.total.means(), k, 0);  // (one measured k does not say)
   if (own >= 0.0 || !prior) return own;
   if (passes_.fitted()) return passes_.at_within(B * (k + 1));
-  return interpolate(c.total, k, 0, 0.35);  // one measured k: flat plus 0.35 of it per node
+  return interpolate(c.total.means(), k, 0, 0.35);  // one measured k: flat plus 0.35 of it per node
 }
 
 void LookupController::observe(int B, int k, double total_s, int rows) {
@@ -51,11 +46,8 @@ void LookupController::observe(int B, int k, double total_s, int rows) {
     return;
   const bool full = rows < 0 || rows == B * (k + 1);
   Costs& c = costs_[B];
-  c.seen += 1.0;
-  if (full) {
-    ema(c.total[k], total_s, kEma);
-    c.total_at[k] = c.seen;
-  }
+  c.total.tick();
+  if (full) c.total.observe(k, total_s, kEma);
   passes_.observe(full ? B * (k + 1) : rows, total_s);
 }
 

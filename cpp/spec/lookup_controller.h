@@ -72,9 +72,7 @@ class LookupController {
 
  private:
   struct Costs {
-    std::vector<double> total;     // [max_k + 1] seconds per iteration verifying k nodes
-    std::vector<double> total_at;  // [max_k + 1] `seen` when total[k] was last observed
-    double seen = 0.0;             // iterations observed at this B
+    AgedCosts total;  // [max_k + 1] seconds per iteration verifying k nodes (aged per iteration)
     int since_probe = 0, probes = 0;
   };
   int max_k_;
