@@ -21,7 +21,12 @@ import tiny_models
 import torch
 from cuda_helpers import SOURCE, emulation_library, fields, random_logits, seq_states
 from native import T
-from test_medusa import _prompts, _target_outputs, greedy_runs
+from test_medusa import (
+    _prompts,
+    _target_outputs,
+    assert_seeded_runs_equal_target_only,
+    greedy_runs,
+)
 from trt_spec import Engine, _core, build_engine
 
 TAPS = [0, 1, 2]  # the 2-layer target's three depths (entering layers 0 and 1, and after 1)
@@ -115,11 +120,7 @@ def test_sampled_equals_target_only_with_the_same_seed(setup, draft_len: int) ->
     target-only's tokens (whose distribution test_sampling checks)."""
     _, _, engines = setup
     eng = Engine(engines["bin"], device="cpu")
-    for i, p in enumerate(_prompts(7, 4)):
-        kw = dict(max_new_tokens=32, temperature=0.9, top_p=0.95, seed=100 + i)
-        want = eng.generate(p, draft="none", **kw)
-        got = eng.generate(p, draft="model", draft_len=draft_len, **kw)
-        assert got.token_ids == want.token_ids
+    assert_seeded_runs_equal_target_only(eng, _prompts(7, 4), 100, draft_len)
 
 
 def test_batch_of_two_auto_and_a_long_prompt(setup) -> None:
@@ -165,11 +166,7 @@ def test_tree_sampled_equals_target_only_with_the_same_seed(setup, draft_len: in
     or none, so a seeded sampled request emits target-only's tokens."""
     _, _, engines = setup
     eng = Engine(engines["bin"], device="cpu", eagle_topk=3)
-    for i, p in enumerate(_prompts(8, 4)):
-        kw = dict(max_new_tokens=32, temperature=0.9, top_p=0.95, seed=200 + i)
-        want = eng.generate(p, draft="none", **kw)
-        got = eng.generate(p, draft="model", draft_len=draft_len, **kw)
-        assert got.token_ids == want.token_ids
+    assert_seeded_runs_equal_target_only(eng, _prompts(8, 4), 200, draft_len)
 
 
 def test_tree_width_errors(setup) -> None:

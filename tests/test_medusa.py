@@ -171,6 +171,18 @@ def greedy_runs(eng: Engine, prompts: list[list[int]], k: int = 3) -> tuple[floa
     return accepted / max(drafted, 1), emitted / iters
 
 
+def assert_seeded_runs_equal_target_only(
+    eng: Engine, prompts: list[list[int]], seed: int, draft_len: int
+) -> None:
+    """Each prompt sampled (temperature 0.9, top-p 0.95, seed `seed` + its index) with draft="model"
+    at draft_len emits target-only's tokens for the same seed."""
+    for i, p in enumerate(prompts):
+        kw = dict(max_new_tokens=32, temperature=0.9, top_p=0.95, seed=seed + i)
+        want = eng.generate(p, draft="none", **kw)
+        got = eng.generate(p, draft="model", draft_len=draft_len, **kw)
+        assert got.token_ids == want.token_ids
+
+
 def test_greedy_equals_target_only_with_acceptance_far_above_chance(setup) -> None:
     """On prompts the heads never saw: draft="model" (the Medusa heads) emits target-only's
     tokens, its length chosen or fixed, and at a fixed length (the chosen one follows the host's
@@ -189,11 +201,7 @@ def test_sampled_equals_target_only_with_the_same_seed(setup, draft_len: int) ->
     target-only's tokens (whose distribution test_sampling checks)."""
     _, _, _, _, engines = setup
     eng = Engine(engines["vllm"], device="cpu")
-    for i, p in enumerate(_prompts(7, 4)):
-        kw = dict(max_new_tokens=32, temperature=0.9, top_p=0.95, seed=100 + i)
-        want = eng.generate(p, draft="none", **kw)
-        got = eng.generate(p, draft="model", draft_len=draft_len, **kw)
-        assert got.token_ids == want.token_ids
+    assert_seeded_runs_equal_target_only(eng, _prompts(7, 4), 100, draft_len)
 
 
 def test_batch_of_two_and_auto(setup) -> None:
