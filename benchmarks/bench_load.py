@@ -56,9 +56,8 @@ from trt_spec.bench.common import environment
 from trt_spec.bench.prompts import load_prompts
 from trt_spec.bench.servers import (
     ServerProcess,
-    free_port,
     start_llama_server,
-    trt_serve_command,
+    start_trt_server,
 )
 
 SPEC = ("drafts", "draft_tokens", "accepted_tokens")
@@ -304,9 +303,9 @@ def _version(cmd: list[str]) -> str:
 
 def start_servers(args: argparse.Namespace, slots: int, logs: Path) -> dict[str, ServerProcess]:
     servers: dict[str, ServerProcess] = {}
-    port = free_port()
-    cmd = trt_serve_command(args.engine, port, "--threads", str(args.threads), "--no-prompt-cache")
-    servers["trt-spec"] = ServerProcess("trt-spec", cmd, port, logs / "trt-spec.log")
+    servers["trt-spec"] = start_trt_server(
+        args.engine, logs / "trt-spec.log", "--threads", str(args.threads), "--no-prompt-cache"
+    )
     models = json.loads(http(servers["trt-spec"].url + "/v1/models"))
     args.ctx = args.ctx or int(models["data"][0]["max_model_len"])
     if args.no_llama:

@@ -38,16 +38,10 @@ from typing import Any
 import httpx
 from trt_spec.bench.common import environment
 from trt_spec.bench.prompts import load_prompts
-from trt_spec.bench.servers import ServerProcess, free_port, trt_serve_command
+from trt_spec.bench.servers import ServerProcess, start_trt_server
 
 GOAL_THROUGHPUT = 0.9  # replicas' tokens/s at least this share of the single server's
 GOAL_LATENCY = 1.10  # replicas' median latency at most this multiple of a direct request's
-
-
-def serve(engine: str, args: list[str], log: Path) -> ServerProcess:
-    """A `trt-spec serve` subprocess (its extra arguments `args`), ready."""
-    port = free_port()
-    return ServerProcess("trt-spec", trt_serve_command(engine, port, *args), port, log)
 
 
 def one_request(url: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -154,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         for name in order[r % 3 :] + order[: r % 3]:
             first = 2 + r * per_round  # (this round's prompts; a fresh server has seen none)
             mine = texts[first : first + per_round]
-            srv = serve(engine, configs[name], tmp / f"{name}-{r}.log")
+            srv = start_trt_server(engine, tmp / f"{name}-{r}.log", *configs[name])
             try:
                 for t in texts[:2]:  # warm-up
                     one_request(srv.url, {**base, "prompt": t, "max_tokens": 8})

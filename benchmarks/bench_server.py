@@ -41,9 +41,8 @@ from trt_spec.bench.common import environment, percentile
 from trt_spec.bench.prompts import load_prompts
 from trt_spec.bench.servers import (
     ServerProcess,
-    free_port,
     start_llama_server,
-    trt_serve_command,
+    start_trt_server,
 )
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -142,7 +141,7 @@ def run_load(url: str, bodies: list[dict[str, Any]], concurrency: int) -> dict[s
 
 def sweep(name: str, url: str, bodies: list[dict[str, Any]], cs: list[int]) -> list[dict]:
     """One runner at every concurrency, after a one-request warm-up."""
-    run_load(url, bodies[:1], 1)
+    warm_up(url, bodies[0])
     runs = []
     for c in cs:
         r = run_load(url, bodies, c)
@@ -307,9 +306,9 @@ def render(report: dict[str, Any], stem: Path) -> str:
 def _serve_trt(args: argparse.Namespace) -> ServerProcess:
     # No prompt cache: the same prompts come back for every runner and concurrency (llama-server
     # runs with cache_prompt false for the same reason).
-    port = free_port()
-    cmd = trt_serve_command(args.engine, port, "--threads", str(args.threads), "--no-prompt-cache")
-    return ServerProcess("trt-spec", cmd, port, RESULTS / ".trt-spec.log")
+    return start_trt_server(
+        args.engine, RESULTS / ".trt-spec.log", "--threads", str(args.threads), "--no-prompt-cache"
+    )
 
 
 def _serve_llama(

@@ -116,6 +116,12 @@ def trt_serve_command(engine: str, port: int, *extra: str) -> list[str]:
     return [*cmd, "--served-model-name", "m", "--log-level", "warning", *extra]
 
 
+def start_trt_server(engine: str, log: Path, *extra: str) -> ServerProcess:
+    """`trt-spec serve ENGINE` on a free port (trt_serve_command with `extra`), ready."""
+    port = free_port()
+    return ServerProcess("trt-spec", trt_serve_command(engine, port, *extra), port, log)
+
+
 def llama_server_command(
     binary: Path,
     target: str,
