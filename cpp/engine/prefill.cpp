@@ -39,6 +39,16 @@ void Scheduler::constraint_masks(TokenConstraint& con, const DraftTree* tree, ui
   }
 }
 
+void Scheduler::chain_mask(TokenConstraint& con, const std::vector<int32_t>& chain,
+                           uint32_t* row, int words) {
+  DraftTree t;
+  const int n = static_cast<int>(chain.size());
+  for (int i = 0; i < n; ++i) tree_set_chain_node(t, i, chain[i], 0);
+  std::vector<uint32_t> rows(static_cast<size_t>(n + 1) * words);  // [n + 1, words]
+  constraint_masks(con, &t, rows.data(), words);
+  std::copy_n(rows.data() + static_cast<size_t>(n) * words, words, row);
+}
+
 void Scheduler::admit(std::vector<SchedulerEvent>& events) {
   while (!queue_.empty()) {
     Request& head = *queue_.front();

@@ -296,8 +296,17 @@ void Scheduler::decode(std::vector<SchedulerEvent>& events, bool carry) {
       if (!pruned.empty()) iter_.replace_trees(seqs_, pruned);
       iter_.upload_masks(masks);
     };
+  // ... and on the host their draft chains are drawn inside the grammar, step by step.
+  if (any_mask)
+    iter_.set_draft_masker([&](int b, const std::vector<int32_t>& chain, uint32_t* row) {
+      const auto& con = active[b]->req.constraint;
+      if (!con) return false;
+      chain_mask(*con, chain, row, iter_.mask_words());
+      return true;
+    });
   iter_.capture(c.source, c.k);  // (a no-op without graphs)
   iter_.run(c.source, c.k, between);
+  iter_.set_draft_masker(nullptr);
   iter_.read_states(seqs_);
   if (any_lp) iter_.read_logprobs(lp_);
   const double now = now_s();

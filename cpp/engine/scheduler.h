@@ -221,6 +221,9 @@ class Scheduler {
   // token's row) from its constraint, none of them empty.
   static void constraint_masks(TokenConstraint& con, const DraftTree* tree, uint32_t* rows,
                                int words);
+  // The mask row [words] after a draft chain's tokens (none of it empty).
+  static void chain_mask(TokenConstraint& con, const std::vector<int32_t>& chain, uint32_t* row,
+                         int words);
   void finish(Request& r, FinishReason why, SchedulerEvent& ev, double now);
   SchedulerEvent& event_for(Request& r, std::vector<SchedulerEvent>& events);
 

@@ -239,6 +239,7 @@ void DraftModelProposer::issue_propose(IterationContext& ctx, int k) {
     else  // [B, 1] rows: node j - 1
       draft_.forward(ctx.rows.rows(false), B, ctx.identity, B, qj);
     if (ctx.penalize_draft) ctx.penalize_draft(qj, j, ctx.vocab_draft, vocab_common_);
+    if (ctx.mask_draft) ctx.mask_draft(qj, j, ctx.vocab_draft, vocab_common_);
     // ... and the rows of step j + 1 (node j), written as node j is drawn.
     ops_->draft_sample(ctx.st, ctx.slots, B, j, qj, ctx.vocab_draft, vocab_common_,
                        j + 1 < k ? &ctx.rows : nullptr);

@@ -2,6 +2,7 @@
 #include "spec/iteration.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstring>
 #include <numeric>
@@ -92,7 +93,33 @@ IterationContext Iteration::context() {
       ops_->penalize_draft(st_, pen_, slots, B_, j, logits, stride, vocab);
     };
   }
+  if (masks_ && draft_masker_ && be_.runs_on_host()) {
+    const int32_t* slots = ctx.slots;
+    ctx.mask_draft = [this, slots](float* logits, int j, int stride, int vocab) {
+      mask_draft_step(slots, j, logits, stride, vocab);
+    };
+  }
   return ctx;
+}
+
+void Iteration::mask_draft_step(const int32_t* slots, int j, float* logits, int stride,
+                                int vocab) {
+  // (host memory: the backend runs on the host, and has drawn the chain's nodes [0, j))
+  const int W = mask_words();
+  std::vector<uint32_t> row(W);
+  std::vector<int32_t> chain;
+  auto allowed = [&](int v) { return (row[v >> 5] >> (v & 31)) & 1u; };
+  for (int b = 0; b < B_; ++b) {
+    const DraftTree& t = st_.seqs[slots[b]].tree;
+    chain.assign(t.token, t.token + j);
+    if (!draft_masker_(b, chain, row.data())) continue;
+    float* l = logits + static_cast<size_t>(b) * stride;  // [vocab] of [B, stride]
+    bool any = false;
+    for (int v = 0; v < vocab && !any; ++v) any = allowed(v) && l[v] > -INFINITY;
+    if (!any) continue;  // (nothing it can draw inside the grammar: its own choice, pruned later)
+    for (int v = 0; v < vocab; ++v)
+      if (!allowed(v)) l[v] = -INFINITY;
+  }
 }
 
 void Iteration::start(int slot, const SeqState& seq, const SamplingState& sampling,

@@ -146,6 +146,13 @@ class Iteration {
   // before acceptance: run()'s `between` step, after the proposal, uploads them
   // (upload_masks); graphs are captured per setting.
   void set_masks_on(bool on);
+  // The grammar inside the draft, where masks are on and the backend runs on the host (each
+  // draft step then waits for the last): fn(b, chain, row) fills row [mask_words()] with the
+  // tokens allowed after sequence b's text and `chain` (its draft nodes so far) and returns
+  // false where sequence b is unconstrained. Drafts that sample their chains step by step apply
+  // it to each step's logits (IterationContext::mask_draft): they draft inside the grammar.
+  using DraftMasker = std::function<bool(int b, const std::vector<int32_t>& chain, uint32_t* row)>;
+  void set_draft_masker(DraftMasker fn) { draft_masker_ = std::move(fn); }
   int mask_words() const { return (vocab_t_ + 31) / 32; }
   // Masks of the next verify pass's rows, [B, k + 1, mask_words()] (host memory).
   void upload_masks(const std::vector<uint32_t>& masks);
@@ -172,6 +179,7 @@ class Iteration {
   using Key = std::tuple<int, int, int, int>;  // (source, B, k, flags())
   int flags() const { return (logprobs_ ? 1 : 0) | (penalties_ ? 2 : 0) | (masks_ ? 4 : 0); }
   IterationContext context();
+  void mask_draft_step(const int32_t* slots, int j, float* logits, int stride, int vocab);
   void issue_propose(DraftSource source, int k);  // proposals and the verify rows [B, k + 1]
   // Verify (with `carried` rows after the verify rows, `carried_logits` of them kept), accept,
   // move, next.
@@ -210,6 +218,7 @@ class Iteration {
   bool use_graphs_ = true, warm_up_ = false, skip_padding_ = true, logprobs_ = false;
   bool penalties_ = false, masks_ = false;
   BackendBuffer mask_;  // (mask_buffer())
+  DraftMasker draft_masker_;
   PenaltyState pen_;    // (null until the first set_penalties)
   BackendBuffer pen_params_, pen_counts_, pen_prompt_;
   std::vector<char> pen_active_;  // [max_batch] the slots' params are active

@@ -65,6 +65,11 @@ struct IterationContext {
   // its nodes applies them to its step j's logits [B, stride] (ids [0, vocab)) first
   // (SpecOps::penalize_draft); null otherwise.
   std::function<void(float* logits, int j, int stride, int vocab)> penalize_draft;
+  // Where the verify pass applies token masks and the backend runs on the host, a draft that
+  // samples its chain step by step masks step j's logits [B, stride] (ids [0, vocab)) with the
+  // grammar after its nodes [0, j), after the penalties (Iteration::set_draft_masker); null
+  // otherwise.
+  std::function<void(float* logits, int j, int stride, int vocab)> mask_draft;
 };
 
 // A request as it takes its slot.

@@ -162,7 +162,9 @@ class GrammarConstraint(_core.TokenConstraint):
                     depth = want - 1
                 t = tokens[node]
                 allowed = (int(out[row_of_parent, t >> 5]) >> (t & 31)) & 1
-                if not allowed or not self._m.consume_token(t):
+                # (a stopped matcher's text has ended: nothing after it is ever accepted, and it
+                # would take the token without counting it, so that a rollback went too far)
+                if not allowed or self._m.is_stopped() or not self._m.consume_token(t):
                     continue
                 depth += 1
                 self._fill(out, 1 + node)
