@@ -39,8 +39,8 @@ void Scheduler::constraint_masks(TokenConstraint& con, const DraftTree* tree, ui
   }
 }
 
-void Scheduler::chain_mask(TokenConstraint& con, const std::vector<int32_t>& chain,
-                           uint32_t* row, int words) {
+void Scheduler::chain_mask(TokenConstraint& con, const std::vector<int32_t>& chain, uint32_t* row,
+                           int words) {
   DraftTree t;
   const int n = static_cast<int>(chain.size());
   for (int i = 0; i < n; ++i) tree_set_chain_node(t, i, chain[i], 0);

@@ -102,8 +102,7 @@ IterationContext Iteration::context() {
   return ctx;
 }
 
-void Iteration::mask_draft_step(const int32_t* slots, int j, float* logits, int stride,
-                                int vocab) {
+void Iteration::mask_draft_step(const int32_t* slots, int j, float* logits, int stride, int vocab) {
   // (host memory: the backend runs on the host, and has drawn the chain's nodes [0, j))
   const int W = mask_words();
   std::vector<uint32_t> row(W);

@@ -219,7 +219,7 @@ class Iteration {
   bool penalties_ = false, masks_ = false;
   BackendBuffer mask_;  // (mask_buffer())
   DraftMasker draft_masker_;
-  PenaltyState pen_;    // (null until the first set_penalties)
+  PenaltyState pen_;  // (null until the first set_penalties)
   BackendBuffer pen_params_, pen_counts_, pen_prompt_;
   std::vector<char> pen_active_;  // [max_batch] the slots' params are active
   int last_k_ = 0;
