@@ -131,18 +131,39 @@ def test_the_draft_model_drafts_inside_the_grammar(eng: Engine) -> None:
     assert accepted >= 0.4 * drafted, (accepted, drafted)
 
 
+def test_forced_draft_steps_run_no_draft_forward(eng: Engine) -> None:
+    """A draft step where the grammar allows one token (a schema's keys and punctuation) draws
+    it without running the draft (stats.forced); the output stays target-only's, and the draft
+    cache stays right (the unfed rows are caught up): a later request matches too."""
+    forced = 0
+    for _ in range(2):
+        for p in PROMPTS:
+            base = eng.generate(p, max_new_tokens=60, draft="none", **SPECS[0][1])
+            got = eng.generate(p, max_new_tokens=60, draft="model", draft_len=4, **SPECS[0][1])
+            assert got.token_ids == base.token_ids and matches("schema", got.text)
+            assert got.stats.forced <= got.stats.drafted
+            forced += got.stats.forced
+            free = eng.generate(p, max_new_tokens=30, draft="model", draft_len=4)
+            assert free.stats.forced == 0
+            assert free.token_ids == eng.generate(p, max_new_tokens=30, draft="none").token_ids
+    # {"color": "..", "size": "..", "ok": ..}: at least the keys after the first are forced
+    assert forced >= 2 * len(PROMPTS) * 2
+
+
 def test_sampled_drafts_inside_the_grammar_follow_the_target(eng: Engine) -> None:
-    """Sampled, the masked draft's q (the grammar's tokens only) is the q acceptance uses: 1,500
-    constrained completions with the draft model follow the same distribution as 1,500
-    target-only ones (chi-square, two samples)."""
-    n, spec = 1500, dict(regex=r"[a-c]{3}")
+    """Sampled, the masked draft's q (the grammar's tokens only; one-hot at a forced step) is the
+    q acceptance uses: 1,500 constrained completions with the draft model follow the same
+    distribution as 1,500 target-only ones (chi-square, two samples)."""
+    n, pattern = 1500, r"[a-c]-[a-c]{2}"  # (the "-" a forced step)
     counts = []
     for draft, seed0 in (("none", 1000), ("model", 50_000)):
+        seeds = [seed0 + i for i in range(n)]
         rs = eng.generate(["the answer is"] * n, max_new_tokens=8, draft=draft, draft_len=3,
-                          temperature=1.0, seed=[seed0 + i for i in range(n)], **spec)  # fmt: skip
-        assert all(re.fullmatch(r"[a-c]{3}", r.text) for r in rs)
+                          temperature=1.0, seed=seeds, regex=pattern)  # fmt: skip
+        assert all(re.fullmatch(pattern, r.text) for r in rs)
         counts.append(Counter(r.text for r in rs))
     assert sum(r.stats.accepted for r in rs) > 0.5 * sum(r.stats.drafted for r in rs)
+    assert sum(r.stats.forced for r in rs) > n / 2
     keys = sorted(set(counts[0]) | set(counts[1]))
     table = np.array([[c.get(k, 0) for k in keys] for c in counts])
     assert len(keys) > 5 and chi2_contingency(table).pvalue > ALPHA

@@ -160,6 +160,7 @@ inline void bind_scheduler_types(nb::module_& m) {
       .def_ro("prediction_accepted", &RequestStats::prediction_accepted)
       .def_ro("prediction_rejected", &RequestStats::prediction_rejected)
       .def_ro("pruned", &RequestStats::pruned)
+      .def_ro("forced", &RequestStats::forced)
       .def_ro("accepted_hist", &RequestStats::accepted_hist,
               "[max_draft_len + 1]: drafting iterations by accepted length")
       .def_prop_ro(

@@ -307,6 +307,8 @@ void Scheduler::decode(std::vector<SchedulerEvent>& events, bool carry) {
   iter_.capture(c.source, c.k);  // (a no-op without graphs)
   iter_.run(c.source, c.k, between);
   iter_.set_draft_masker(nullptr);
+  if (any_mask)
+    for (int b = 0; b < B; ++b) active[b]->stats.forced += iter_.forced_steps(b);
   iter_.read_states(seqs_);
   if (any_lp) iter_.read_logprobs(lp_);
   const double now = now_s();

@@ -97,6 +97,7 @@ struct RequestStats {
   int prediction_accepted = 0;     // draft tokens from the predicted output that were kept
   int prediction_rejected = 0;     // ... and that were verified and not kept
   int pruned = 0;                  // draft tokens a constraint forbade, removed before verification
+  int forced = 0;                  // draft steps the constraint forced, drawn without the draft
   std::vector<int> accepted_hist;  // [max_k + 1]: drafting iterations by accepted length
   std::vector<int> accepted_hist_by_source[kDraftSourceCount];  // ... of each source's iterations
   std::string sources;               // per iteration: 'n' none, 'm' draft model, 'l' lookup

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <utility>
 
 namespace trt_spec {
 
@@ -21,6 +22,7 @@ DraftModelProposer::DraftModelProposer(Backend& be, Model& draft, int max_batch,
   tok_ = BackendBuffer(be, R * 4);
   pos_ = BackendBuffer(be, R * 4);
   row_slot_ = BackendBuffer(be, R * 4);
+  last_rows_ = BackendBuffer(be, max_batch * 4);
 }
 
 void DraftModelProposer::begin(int slot, const Admission& a) {
@@ -231,6 +233,8 @@ void DraftModelProposer::drop_catch_up(int slot) {
 
 void DraftModelProposer::issue_propose(IterationContext& ctx, int k) {
   const int B = ctx.B;
+  if (ctx.forced_draft && B * (k + 1) <= draft_.limits().max_rows)
+    return propose_skipping_forced(ctx, k);
   for (int j = 0; j < k; ++j) {
     float* qj = ctx.q + static_cast<size_t>(j) * B * ctx.vocab_draft;  // [B, vocab_draft]
     if (j == 0) ops_->draft_rows(ctx.st, ctx.slots, B, j, ctx.rows);   // (later steps: below)
@@ -246,12 +250,62 @@ void DraftModelProposer::issue_propose(IterationContext& ctx, int k) {
   }
 }
 
+void DraftModelProposer::propose_skipping_forced(IterationContext& ctx, int k) {
+  // (host memory: the backend runs on the host)
+  const int B = ctx.B;
+  const RowBuffers& r = ctx.rows;
+  std::vector<std::vector<int32_t>> tok(B), pos(B);  // each sequence's rows not fed yet
+  std::vector<int32_t> forced(B), last(B);
+  std::vector<int> fed(B, 0);
+  for (int j = 0; j < k; ++j) {
+    float* qj = ctx.q + static_cast<size_t>(j) * B * ctx.vocab_draft;  // [B, vocab_draft]
+    ops_->draft_rows(ctx.st, ctx.slots, B, j, r);  // prev, last (j = 0), or node j - 1
+    const int per = j == 0 ? 2 : 1;
+    for (int b = 0; b < B; ++b)
+      for (int i = 0; i < per; ++i) {
+        tok[b].push_back(r.tokens[per * b + i]);
+        pos[b].push_back(r.pos[per * b + i]);
+      }
+    if (ctx.forced_draft(j, vocab_common_, forced.data())) {
+      // Node j is the grammar's one token: q one-hot at it (certain to be accepted).
+      for (int b = 0; b < B; ++b) {
+        float* row = qj + static_cast<size_t>(b) * ctx.vocab_draft;
+        std::fill(row, row + ctx.vocab_draft, -INFINITY);
+        row[forced[b]] = 0.0f;
+      }
+      ops_->draft_sample(ctx.st, ctx.slots, B, j, qj, ctx.vocab_draft, vocab_common_, nullptr);
+      continue;
+    }
+    int n = 0;  // [sum of the rows not fed] rows; the logits of each sequence's last
+    for (int b = 0; b < B; ++b) {
+      for (size_t i = 0; i < tok[b].size(); ++i, ++n) {
+        r.tokens[n] = tok[b][i];
+        r.pos[n] = pos[b][i];
+        r.slot[n] = ctx.slots[b];
+      }
+      last[b] = n - 1;
+      tok[b].clear();
+      pos[b].clear();
+      fed[b] = j;  // (nodes [0, j) are fed now)
+    }
+    be_.upload(last_rows_.as<void>(), last.data(), B * 4);
+    draft_.forward(r.rows(false), n, last_rows_.as<int32_t>(), B, qj);
+    if (ctx.penalize_draft) ctx.penalize_draft(qj, j, ctx.vocab_draft, vocab_common_);
+    ctx.mask_draft(qj, j, ctx.vocab_draft, vocab_common_);
+    ops_->draft_sample(ctx.st, ctx.slots, B, j, qj, ctx.vocab_draft, vocab_common_, nullptr);
+  }
+  for (int b = 0; b < B; ++b) slots_[ctx.slots[b]].fed = fed[b];
+}
+
 void DraftModelProposer::commit(int slot, const SeqState& seq, bool used) {
   SlotState& s = slots_[slot];
+  const int fed = std::exchange(s.fed, -1);
   if (used && seq.n_drafted > 0) {
     s.est.observe(seq.n_acc, seq.depth);
     controller_.observe_acceptance(seq.n_acc, seq.depth);
     s.draft_valid = valid_after(seq);
+    // Positions up to the last node fed: n_past before the iteration (its `last`) + 1 + fed.
+    if (fed >= 0) s.draft_valid = std::min(s.draft_valid, seq.n_past - seq.n_new + 1 + fed);
   } else {
     s.est.relax(controller_.long_run_alpha());  // nothing observed: back toward the mean
   }

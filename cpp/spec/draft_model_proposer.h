@@ -125,12 +125,18 @@ class DraftModelProposer : public Proposer {
     double deferred_s[2] = {0.0, 0.0};
     int deferred_tokens[2] = {0, 0};
     AcceptanceEstimate est;
+    // The last proposal skipped forced steps (propose_skipping_forced): its nodes [0, fed) were
+    // fed to the draft (-1: every node but the last, as a chain's steps feed them).
+    int fed = -1;
   };
   // The rows read_prompt(slot, .., 0, upto) reads.
   int rows_up_to(int slot, int upto) const { return std::max(0, upto - slots_[slot].off); }
   // Sequences of the query that may use the draft: their acceptance estimates (0 for the
   // others), and the tokens they lag in all; false when none may.
   bool alphas(const OfferQuery& q, std::vector<double>& a, int* lags) const;
+  // issue_propose under a grammar on the host (IterationContext::forced_draft): a step whose
+  // token the grammar forces for every sequence runs no forward; its row joins the next one's.
+  void propose_skipping_forced(IterationContext& ctx, int k);
   // prompt: the rows read the prompt (Rows::prompt_from; a catch-up's rows do not).
   void forward_rows(const int32_t* tokens, int n, int first_pos, int slot, bool prompt);
 
@@ -148,6 +154,7 @@ class DraftModelProposer : public Proposer {
   void drop_catch_up(int slot);
 
   BackendBuffer tok_, pos_, row_slot_;  // catch-up rows [max_rows]
+  BackendBuffer last_rows_;             // [max_batch] propose_skipping_forced's logit rows
   std::vector<TimedRows> catch_ups_;
   std::vector<TimedRows> reads_;  // prompt reads
   int64_t prompt_rows_read_ = 0;

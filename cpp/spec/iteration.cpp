@@ -95,23 +95,41 @@ IterationContext Iteration::context() {
   }
   if (masks_ && draft_masker_ && be_.runs_on_host()) {
     const int32_t* slots = ctx.slots;
+    step_masks_.j = -1;  // (this proposal's steps)
     ctx.mask_draft = [this, slots](float* logits, int j, int stride, int vocab) {
       mask_draft_step(slots, j, logits, stride, vocab);
+    };
+    ctx.forced_draft = [this, slots](int j, int vocab, int32_t* tokens) {
+      return forced_draft_step(slots, j, vocab, tokens);
     };
   }
   return ctx;
 }
 
-void Iteration::mask_draft_step(const int32_t* slots, int j, float* logits, int stride, int vocab) {
+const Iteration::StepMasks& Iteration::draft_step_masks(const int32_t* slots, int j) {
   // (host memory: the backend runs on the host, and has drawn the chain's nodes [0, j))
+  StepMasks& m = step_masks_;
+  if (m.j == j) return m;
   const int W = mask_words();
-  std::vector<uint32_t> row(W);
+  m.rows.assign(static_cast<size_t>(B_) * W, ~0u);
+  m.on.assign(B_, 0);
   std::vector<int32_t> chain;
-  auto allowed = [&](int v) { return (row[v >> 5] >> (v & 31)) & 1u; };
   for (int b = 0; b < B_; ++b) {
     const DraftTree& t = st_.seqs[slots[b]].tree;
     chain.assign(t.token, t.token + j);
-    if (!draft_masker_(b, chain, row.data())) continue;
+    m.on[b] = draft_masker_(b, chain, m.rows.data() + static_cast<size_t>(b) * W);
+  }
+  m.j = j;
+  return m;
+}
+
+void Iteration::mask_draft_step(const int32_t* slots, int j, float* logits, int stride, int vocab) {
+  const StepMasks& m = draft_step_masks(slots, j);
+  const int W = mask_words();
+  for (int b = 0; b < B_; ++b) {
+    if (!m.on[b]) continue;
+    const uint32_t* row = m.rows.data() + static_cast<size_t>(b) * W;
+    auto allowed = [row](int v) { return (row[v >> 5] >> (v & 31)) & 1u; };
     float* l = logits + static_cast<size_t>(b) * stride;  // [vocab] of [B, stride]
     bool any = false;
     for (int v = 0; v < vocab && !any; ++v) any = allowed(v) && l[v] > -INFINITY;
@@ -119,6 +137,25 @@ void Iteration::mask_draft_step(const int32_t* slots, int j, float* logits, int 
     for (int v = 0; v < vocab; ++v)
       if (!allowed(v)) l[v] = -INFINITY;
   }
+}
+
+bool Iteration::forced_draft_step(const int32_t* slots, int j, int vocab, int32_t* tokens) {
+  const StepMasks& m = draft_step_masks(slots, j);
+  const int W = mask_words();
+  for (int b = 0; b < B_; ++b) {
+    if (!m.on[b]) return false;
+    const uint32_t* row = m.rows.data() + static_cast<size_t>(b) * W;
+    int only = -1;
+    for (int w = 0; w < W; ++w) {
+      if (row[w] == 0) continue;
+      if (only >= 0 || (row[w] & (row[w] - 1)) != 0) return false;  // (two or more)
+      only = w * 32 + __builtin_ctz(row[w]);
+    }
+    if (only < 0 || only >= vocab) return false;
+    tokens[b] = only;
+  }
+  for (int b = 0; b < B_; ++b) ++forced_[b];
+  return true;
 }
 
 void Iteration::start(int slot, const SeqState& seq, const SamplingState& sampling,
@@ -361,6 +398,7 @@ PhaseTimes Iteration::times() {
 
 void Iteration::issue_propose(DraftSource source, int k) {
   IterationContext ctx = context();
+  forced_.assign(B_, 0);
   if (k > 0) proposer(source)->issue_propose(ctx, k);
   ops_->verify_rows(st_, ctx.slots, B_, k, source, ctx.rows);  // [B, k+1]: root, nodes
 }

@@ -153,6 +153,8 @@ class Iteration {
   // it to each step's logits (IterationContext::mask_draft): they draft inside the grammar.
   using DraftMasker = std::function<bool(int b, const std::vector<int32_t>& chain, uint32_t* row)>;
   void set_draft_masker(DraftMasker fn) { draft_masker_ = std::move(fn); }
+  // The last run()'s draft steps that the grammar forced for sequence b (drawn without logits).
+  int forced_steps(int b) const { return b < static_cast<int>(forced_.size()) ? forced_[b] : 0; }
   int mask_words() const { return (vocab_t_ + 31) / 32; }
   // Masks of the next verify pass's rows, [B, k + 1, mask_words()] (host memory).
   void upload_masks(const std::vector<uint32_t>& masks);
@@ -179,7 +181,16 @@ class Iteration {
   using Key = std::tuple<int, int, int, int>;  // (source, B, k, flags())
   int flags() const { return (logprobs_ ? 1 : 0) | (penalties_ ? 2 : 0) | (masks_ ? 4 : 0); }
   IterationContext context();
+  // The draft's step masks (set_draft_masker), for the proposal's step j: rows [B, mask_words()]
+  // and whether each sequence is constrained; computed once per step.
+  struct StepMasks {
+    int j = -1;
+    std::vector<uint32_t> rows;
+    std::vector<char> on;
+  };
+  const StepMasks& draft_step_masks(const int32_t* slots, int j);
   void mask_draft_step(const int32_t* slots, int j, float* logits, int stride, int vocab);
+  bool forced_draft_step(const int32_t* slots, int j, int vocab, int32_t* tokens);
   void issue_propose(DraftSource source, int k);  // proposals and the verify rows [B, k + 1]
   // Verify (with `carried` rows after the verify rows, `carried_logits` of them kept), accept,
   // move, next.
@@ -219,6 +230,8 @@ class Iteration {
   bool penalties_ = false, masks_ = false;
   BackendBuffer mask_;  // (mask_buffer())
   DraftMasker draft_masker_;
+  std::vector<int> forced_;  // [B] the last proposal's forced steps
+  StepMasks step_masks_;
   PenaltyState pen_;  // (null until the first set_penalties)
   BackendBuffer pen_params_, pen_counts_, pen_prompt_;
   std::vector<char> pen_active_;  // [max_batch] the slots' params are active

@@ -70,6 +70,10 @@ struct IterationContext {
   // grammar after its nodes [0, j), after the penalties (Iteration::set_draft_masker); null
   // otherwise.
   std::function<void(float* logits, int j, int stride, int vocab)> mask_draft;
+  // Where mask_draft is set: true where the grammar allows every sequence exactly one token at
+  // step j (after its nodes [0, j)), all of them ids in [0, vocab), written to tokens [B]: a
+  // draft need not compute that step's logits.
+  std::function<bool(int j, int vocab, int32_t* tokens)> forced_draft;
 };
 
 // A request as it takes its slot.

@@ -40,6 +40,7 @@ class GenerationStats:
     prediction_accepted: int = 0  # draft tokens taken from `prediction` that were kept
     prediction_rejected: int = 0  # ... that were verified and not kept
     pruned: int = 0  # draft tokens a constraint forbade, removed before verification
+    forced: int = 0  # draft steps a constraint forced (one token allowed), drawn without the draft
     queue_s: float = 0.0  # submission -> a KV slot
     draft_s: float = 0.0  # time in draft steps
     verify_s: float = 0.0  # time in verify passes (acceptance included)
@@ -80,6 +81,8 @@ class GenerationStats:
             )
         if self.pruned:
             pred += f", {self.pruned} pruned by the constraint"
+        if self.forced:
+            pred += f", {self.forced} forced by the constraint"
         return (
             f" | draft {self.draft}, draft_len {self.draft_len}: {self.iterations} iterations "
             f"({used}), acceptance {self.acceptance_rate:.1%} ({self.accepted}/{self.drafted}), "
@@ -129,6 +132,7 @@ def stats_from_request(r: _core.RequestStats, stop_reason: str) -> GenerationSta
         prediction_accepted=r.prediction_accepted,
         prediction_rejected=r.prediction_rejected,
         pruned=r.pruned,
+        forced=r.forced,
         queue_s=r.queue_s,
         draft_s=r.draft_s,
         verify_s=r.verify_s,
