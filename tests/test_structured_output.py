@@ -148,6 +148,12 @@ def test_forced_draft_steps_run_no_draft_forward(eng: Engine) -> None:
             assert free.token_ids == eng.generate(p, max_new_tokens=30, draft="none").token_ids
     # {"color": "..", "size": "..", "ok": ..}: at least the keys after the first are forced
     assert forced >= 2 * len(PROMPTS) * 2
+    # a batch of two (the engine's max_batch): a step is skipped where both are forced
+    spec = SPECS[0][1]
+    batch = eng.generate(PROMPTS[:2], max_new_tokens=60, draft="model", draft_len=4, **spec)
+    for p, got in zip(PROMPTS, batch, strict=False):
+        assert got.token_ids == eng.generate(p, max_new_tokens=60, draft="none", **spec).token_ids
+        assert got.stats.forced > 0
 
 
 def test_sampled_drafts_inside_the_grammar_follow_the_target(eng: Engine) -> None:
