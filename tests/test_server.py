@@ -809,3 +809,25 @@ def test_labelled_series_exist_before_their_first_increment() -> None:
         for prefix in ("trt_spec:", "vllm:"):
             line = f'{prefix}request_success_total{{finished_reason="{reason}"}} 0.0'
             assert line in text, line
+    for kind in ("pruned", "forced"):
+        assert f'trt_spec:constraint_draft_tokens_total{{kind="{kind}"}} 0.0' in text
+
+
+def test_constraint_draft_tokens_are_counted() -> None:
+    """A finished request's draft tokens that its grammar pruned or forced add to
+    trt_spec:constraint_draft_tokens_total{kind}."""
+    from trt_spec.results import GenerationResult
+    from trt_spec.server.metrics import ServerMetrics
+    from trt_spec.stats import GenerationStats
+
+    m = ServerMetrics(lambda: 0, lambda: 0)
+    stats = GenerationStats(
+        prompt_tokens=1, new_tokens=9, iterations=4, pruned=3, forced=5, ttft_s=0.1, total_s=1.0,
+        tokens_per_s=9.0, decode_tokens_per_s=8.9, prefill_tokens_per_s=10.0, itl_p50_ms=100.0,
+        itl_p95_ms=110.0, itl_p99_ms=120.0, stop_reason="stop_token",
+    )  # fmt: skip
+    for _ in range(2):
+        m.observe(GenerationResult("x", [1] * 9, [1], "stop_token", stats))
+    text = m.render().decode()
+    assert 'trt_spec:constraint_draft_tokens_total{kind="pruned"} 6.0' in text
+    assert 'trt_spec:constraint_draft_tokens_total{kind="forced"} 10.0' in text

@@ -169,6 +169,12 @@ class ServerMetrics:
             "source",
             "position",
         )
+        self.constraint_draft_tokens = counter(
+            "constraint_draft_tokens",
+            "Draft tokens of constrained requests that the grammar pruned before verification, or "
+            "forced (drawn without a draft step).",
+            "kind",
+        )
         self.tokens_per_iteration = histogram(
             "tokens_per_iteration",
             "Tokens a request got per decode iteration (averaged over the request).",
@@ -179,6 +185,8 @@ class ServerMetrics:
         for name in _SOURCES:
             for c in (self.drafts, self.draft_tokens, self.accepted_tokens):
                 c.labels(name)
+        for kind in ("pruned", "forced"):
+            self.constraint_draft_tokens.labels(kind)
         for reason in FINISH_REASONS:
             self.request_success.labels(reason)
             self.vllm_request_success.labels(reason)
@@ -200,6 +208,8 @@ class ServerMetrics:
             self.itl.observe(ms / 1e3)
         if s.iterations:
             self.tokens_per_iteration.observe(s.tokens_per_iteration)
+        self.constraint_draft_tokens.labels("pruned").inc(s.pruned)
+        self.constraint_draft_tokens.labels("forced").inc(s.forced)
         for name in _SOURCES:
             src = s.by_source.get(name, {})
             if src.get("drafted", 0):
