@@ -113,6 +113,24 @@ def test_greedy_equals_target_only_and_beats_the_draft_model(setup) -> None:
     assert per_iteration >= 0.85 * model_per_iteration, (per_iteration, model_per_iteration)
 
 
+def test_chains_under_a_grammar_are_drawn_inside_it(setup) -> None:
+    """On the CPU the head's chain steps are masked by the grammar after the chain so far (the
+    draft ids mapped to tokens through d2t on the reduced head): no node is pruned, and the
+    output equals constrained target-only decoding."""
+    _, _, engines = setup
+    for layout in ("safetensors", "bin"):
+        eng = Engine(engines[layout], device="cpu")
+        drafted = 0
+        for p in _prompts(99, 3):
+            for rx in (r"[a-z ]+", r"(w[0-9] )+"):
+                want = eng.generate(p, max_new_tokens=30, draft="none", regex=rx)
+                got = eng.generate(p, max_new_tokens=30, draft="model", draft_len=4, regex=rx)
+                assert got.token_ids == want.token_ids, (layout, rx)
+                assert got.stats.pruned == 0, (layout, rx)
+                drafted += got.stats.drafted
+        assert drafted > 100
+
+
 @pytest.mark.parametrize("draft_len", [1, 4, 6])
 def test_sampled_equals_target_only_with_the_same_seed(setup, draft_len: int) -> None:
     """The head's nodes are one-hot: the target's own draws (at each position's generation index,

@@ -243,7 +243,7 @@ void DraftModelProposer::issue_propose(IterationContext& ctx, int k) {
     else  // [B, 1] rows: node j - 1
       draft_.forward(ctx.rows.rows(false), B, ctx.identity, B, qj);
     if (ctx.penalize_draft) ctx.penalize_draft(qj, j, ctx.vocab_draft, vocab_common_);
-    if (ctx.mask_draft) ctx.mask_draft(qj, j, ctx.vocab_draft, vocab_common_);
+    if (ctx.mask_draft) ctx.mask_draft(qj, j, ctx.vocab_draft, vocab_common_, nullptr);
     // ... and the rows of step j + 1 (node j), written as node j is drawn.
     ops_->draft_sample(ctx.st, ctx.slots, B, j, qj, ctx.vocab_draft, vocab_common_,
                        j + 1 < k ? &ctx.rows : nullptr);
@@ -291,7 +291,7 @@ void DraftModelProposer::propose_skipping_forced(IterationContext& ctx, int k) {
     be_.upload(last_rows_.as<void>(), last.data(), B * 4);
     draft_.forward(r.rows(false), n, last_rows_.as<int32_t>(), B, qj);
     if (ctx.penalize_draft) ctx.penalize_draft(qj, j, ctx.vocab_draft, vocab_common_);
-    ctx.mask_draft(qj, j, ctx.vocab_draft, vocab_common_);
+    ctx.mask_draft(qj, j, ctx.vocab_draft, vocab_common_, nullptr);
     ops_->draft_sample(ctx.st, ctx.slots, B, j, qj, ctx.vocab_draft, vocab_common_, nullptr);
   }
   for (int b = 0; b < B; ++b) slots_[ctx.slots[b]].fed = fed[b];

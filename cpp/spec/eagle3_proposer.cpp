@@ -242,6 +242,8 @@ void Eagle3Proposer::issue_propose(IterationContext& ctx, int k) {
   const Eagle3Rows out{tok_.as<int32_t>(), pos_.as<int32_t>(), slot_.as<int32_t>()};
   for (int j = 0; j < k; ++j) {
     head(cur, B, logits);  // [B, draft_vocab]
+    if (ctx.mask_draft)    // (the host: draft id c is token tokens_[c])
+      ctx.mask_draft(logits, j, draft_vocab_, draft_vocab_, tokens_.as<int32_t>());
     ops_->chain_step(ctx.st, ctx.slots, B, j, max_seq_, logits, draft_vocab_, tokens_.as<int32_t>(),
                      out);
     if (j + 1 == k) break;

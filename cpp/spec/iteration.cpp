@@ -96,8 +96,8 @@ IterationContext Iteration::context() {
   if (masks_ && draft_masker_ && be_.runs_on_host()) {
     const int32_t* slots = ctx.slots;
     step_masks_.j = -1;  // (this proposal's steps)
-    ctx.mask_draft = [this, slots](float* logits, int j, int stride, int vocab) {
-      mask_draft_step(slots, j, logits, stride, vocab);
+    ctx.mask_draft = [this, slots](float* logits, int j, int stride, int n, const int32_t* ids) {
+      mask_draft_step(slots, j, logits, stride, n, ids);
     };
     ctx.forced_draft = [this, slots](int j, int vocab, int32_t* tokens) {
       return forced_draft_step(slots, j, vocab, tokens);
@@ -123,19 +123,23 @@ const Iteration::StepMasks& Iteration::draft_step_masks(const int32_t* slots, in
   return m;
 }
 
-void Iteration::mask_draft_step(const int32_t* slots, int j, float* logits, int stride, int vocab) {
+void Iteration::mask_draft_step(const int32_t* slots, int j, float* logits, int stride, int n,
+                                const int32_t* ids) {
   const StepMasks& m = draft_step_masks(slots, j);
-  const int W = mask_words();
+  const int W = mask_words(), V = vocab_t_;
   for (int b = 0; b < B_; ++b) {
     if (!m.on[b]) continue;
     const uint32_t* row = m.rows.data() + static_cast<size_t>(b) * W;
-    auto allowed = [row](int v) { return (row[v >> 5] >> (v & 31)) & 1u; };
-    float* l = logits + static_cast<size_t>(b) * stride;  // [vocab] of [B, stride]
+    auto allowed = [row, ids, V](int c) {
+      const int v = ids ? ids[c] : c;
+      return v >= 0 && v < V && ((row[v >> 5] >> (v & 31)) & 1u);
+    };
+    float* l = logits + static_cast<size_t>(b) * stride;  // [n] of [B, stride]
     bool any = false;
-    for (int v = 0; v < vocab && !any; ++v) any = allowed(v) && l[v] > -INFINITY;
+    for (int c = 0; c < n && !any; ++c) any = allowed(c) && l[c] > -INFINITY;
     if (!any) continue;  // (nothing it can draw inside the grammar: its own choice, pruned later)
-    for (int v = 0; v < vocab; ++v)
-      if (!allowed(v)) l[v] = -INFINITY;
+    for (int c = 0; c < n; ++c)
+      if (!allowed(c)) l[c] = -INFINITY;
   }
 }
 

@@ -189,7 +189,8 @@ class Iteration {
     std::vector<char> on;
   };
   const StepMasks& draft_step_masks(const int32_t* slots, int j);
-  void mask_draft_step(const int32_t* slots, int j, float* logits, int stride, int vocab);
+  void mask_draft_step(const int32_t* slots, int j, float* logits, int stride, int n,
+                       const int32_t* ids);
   bool forced_draft_step(const int32_t* slots, int j, int vocab, int32_t* tokens);
   void issue_propose(DraftSource source, int k);  // proposals and the verify rows [B, k + 1]
   // Verify (with `carried` rows after the verify rows, `carried_logits` of them kept), accept,

@@ -46,7 +46,7 @@ void PardProposer::issue_propose(IterationContext& ctx, int k) {
   for (int j = 0; j < k; ++j) {
     float* qj = ctx.q + static_cast<size_t>(j) * B * ctx.vocab_draft;  // [B, vocab_draft]
     if (ctx.penalize_draft) ctx.penalize_draft(qj, j, ctx.vocab_draft, vocab_common_);
-    if (ctx.mask_draft) ctx.mask_draft(qj, j, ctx.vocab_draft, vocab_common_);
+    if (ctx.mask_draft) ctx.mask_draft(qj, j, ctx.vocab_draft, vocab_common_, nullptr);
     ops_->draft_sample(ctx.st, ctx.slots, B, j, qj, ctx.vocab_draft, vocab_common_);
   }
 }

@@ -66,10 +66,10 @@ struct IterationContext {
   // (SpecOps::penalize_draft); null otherwise.
   std::function<void(float* logits, int j, int stride, int vocab)> penalize_draft;
   // Where the verify pass applies token masks and the backend runs on the host, a draft that
-  // samples its chain step by step masks step j's logits [B, stride] (ids [0, vocab)) with the
-  // grammar after its nodes [0, j), after the penalties (Iteration::set_draft_masker); null
-  // otherwise.
-  std::function<void(float* logits, int j, int stride, int vocab)> mask_draft;
+  // draws its chain step by step masks step j's logits [B, stride] (columns [0, n): token ids[c],
+  // or c where ids is null) with the grammar after its nodes [0, j), after the penalties
+  // (Iteration::set_draft_masker); null otherwise.
+  std::function<void(float* logits, int j, int stride, int n, const int32_t* ids)> mask_draft;
   // Where mask_draft is set: true where the grammar allows every sequence exactly one token at
   // step j (after its nodes [0, j)), all of them ids in [0, vocab), written to tokens [B]: a
   // draft need not compute that step's logits.
