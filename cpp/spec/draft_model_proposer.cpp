@@ -256,7 +256,7 @@ void DraftModelProposer::propose_skipping_forced(IterationContext& ctx, int k) {
   const RowBuffers& r = ctx.rows;
   std::vector<std::vector<int32_t>> tok(B), pos(B);  // each sequence's rows not fed yet
   std::vector<int32_t> forced(B), last(B);
-  std::vector<int> fed(B, 0);
+  int fed = 0;  // nodes [0, fed) fed to the draft (a step is skipped for the whole batch or none)
   for (int j = 0; j < k; ++j) {
     float* qj = ctx.q + static_cast<size_t>(j) * B * ctx.vocab_draft;  // [B, vocab_draft]
     ops_->draft_rows(ctx.st, ctx.slots, B, j, r);  // prev, last (j = 0), or node j - 1
@@ -286,15 +286,15 @@ void DraftModelProposer::propose_skipping_forced(IterationContext& ctx, int k) {
       last[b] = n - 1;
       tok[b].clear();
       pos[b].clear();
-      fed[b] = j;  // (nodes [0, j) are fed now)
     }
+    fed = j;
     be_.upload(last_rows_.as<void>(), last.data(), B * 4);
     draft_.forward(r.rows(false), n, last_rows_.as<int32_t>(), B, qj);
     if (ctx.penalize_draft) ctx.penalize_draft(qj, j, ctx.vocab_draft, vocab_common_);
     ctx.mask_draft(qj, j, ctx.vocab_draft, vocab_common_, nullptr);
     ops_->draft_sample(ctx.st, ctx.slots, B, j, qj, ctx.vocab_draft, vocab_common_, nullptr);
   }
-  for (int b = 0; b < B; ++b) slots_[ctx.slots[b]].fed = fed[b];
+  for (int b = 0; b < B; ++b) slots_[ctx.slots[b]].fed = fed;
 }
 
 void DraftModelProposer::commit(int slot, const SeqState& seq, bool used) {
