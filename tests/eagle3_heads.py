@@ -212,7 +212,7 @@ def train_head(
 ) -> Eagle3Head:
     """A head trained on the target's greedy sequences [n, T]: row p predicts token p + 2 + d at
     unrolled step d; the draft vocabulary is the most frequent tokens of seqs (all without
-    draft_vocab)."""
+    draft_vocab); lm_head starts from the target's output rows of those tokens."""
     torch.manual_seed(seed)
     c = model.config
     V = c.vocab_size
@@ -222,6 +222,8 @@ def train_head(
         counts = torch.bincount(seqs.reshape(-1), minlength=V)
         tokens = counts.argsort(descending=True, stable=True)[:draft_vocab].sort().values
     head = Eagle3Head(c.hidden_size, V, tokens, ffn=ffn)
+    with torch.no_grad():
+        head.lm_head.weight.copy_(model.get_output_embeddings().weight[tokens])
     index = torch.full((V,), -100, dtype=torch.long)  # target id -> draft id (-100: outside)
     index[tokens] = torch.arange(tokens.numel())
     aux = target_taps(model, seqs, taps)

@@ -71,14 +71,15 @@ def _pad_vocab(folder: Path, extra: int) -> None:
     (folder / "config.json").write_text(json.dumps(cfg))
 
 
-def make_markov_target(root: Path) -> Path:
+def make_markov_target(root: Path, layer_scale: float = 0.1) -> Path:
     """A tiny target whose next token is mostly a function of the current one (a random
     permutation's successor): attention and MLP outputs scaled down, the head's row of
     perm[x] along x's embedding. A random tiny model's continuations are a random function of
     the whole context, which no draft learns from a few thousand examples; these are
     learnable, as a trained model's largely are, while the layers still perturb them (the
-    first positions after a prompt most). For drafts trained in the tests (Medusa, PARD)."""
-    folder = root / "target-markov"
+    first positions after a prompt most). For drafts trained in the tests (Medusa, PARD).
+    layer_scale: the attention and MLP outputs' factor (larger: the context weighs more)."""
+    folder = root / ("target-markov" if layer_scale == 0.1 else f"target-markov-{layer_scale:g}")
     if (folder / "config.json").exists():
         return folder
     make_checkpoint(root, folder.name, seed=3, small_vocab=False)
@@ -92,7 +93,7 @@ def make_markov_target(root: Path) -> Path:
         t["lm_head.weight"] = head.contiguous()
         for name in list(t):
             if name.endswith(("o_proj.weight", "down_proj.weight")):
-                t[name] = (0.1 * t[name]).contiguous()
+                t[name] = (layer_scale * t[name]).contiguous()
 
     _edit_weights(folder, markov)
     return folder

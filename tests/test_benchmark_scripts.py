@@ -531,3 +531,34 @@ def test_server_benchmark_interleaves_runners_in_waves(monkeypatch) -> None:
             assert r["texts"] == [p.upper() for p in prompts]
     # Each runner's own wall time: auto's requests took half as long as none's.
     assert out["auto"][0]["tokens_per_s"] > 1.3 * out["none"][0]["tokens_per_s"]
+
+
+def test_draft_heads_report_compares_at_equal_verified_nodes() -> None:
+    """bench_draft_heads' report: each shape's tokens per iteration per seed and their mean, and
+    the head over the draft model at the same number of verified nodes (the tree's 6 nodes
+    against the chain of 6)."""
+    mod = script("bench_draft_heads")
+    args = mod.argparse.Namespace(
+        threads=2, seeds=[0, 1], n=4, head_steps=10, head_depth=3, model_steps=5, layer_scale=0.1
+    )
+
+    def shape(tpi: float) -> dict[str, float]:
+        return {"tokens_per_iteration": tpi, "acceptance": 0.5, "draft_ms_per_iteration": 1.0}
+
+    def seed(m3: float, m6: float, h3: float, h6: float, tree: float) -> dict:
+        return {
+            "draft model, chain k=3": shape(m3),
+            "draft model, chain k=6": shape(m6),
+            "EAGLE-3 head, chain k=3": shape(h3),
+            "EAGLE-3 head, chain k=6": shape(h6),
+            "EAGLE-3 head, tree W=2, 6 nodes": shape(tree),
+            "train_s": {"draft model": 1.0, "EAGLE-3 head": 3.0},
+            "markov": {"share": 0.9},
+        }
+
+    md = mod.report(args, {0: seed(3.0, 4.0, 3.0, 3.0, 5.0), 1: seed(3.0, 4.0, 2.4, 3.0, 4.0)})
+    assert "| EAGLE-3 head, chain k=3 | 3.00 | 2.40 | 2.70 | 0.500 | 1.00 |" in md
+    assert "head chain k=3 / draft model chain k=3: 0.900x" in md
+    assert "head chain k=6 / draft model chain k=6: 0.750x" in md
+    assert "head tree W=2, 6 nodes / draft model chain k=6: 1.125x" in md
+    assert "successor at 90.0%" in md and "head 3.0" in md

@@ -17,38 +17,20 @@ import eagle3_heads
 import numpy as np
 import pytest
 import spec_pairs
-import tiny_models
 import torch
 from cuda_helpers import SOURCE, emulation_library, fields, random_logits, seq_states
 from native import T
-from test_medusa import (
-    _prompts,
-    _target_outputs,
+from trained_drafts import (
     assert_seeded_runs_equal_target_only,
     greedy_runs,
+    random_prompts,
+    target_outputs,
+    train_draft_model,
 )
 from trt_spec import Engine, _core, build_engine
 
 TAPS = [0, 1, 2]  # the 2-layer target's three depths (entering layers 0 and 1, and after 1)
 DRAFT_VOCAB = 256
-
-
-def _train_draft_model(target_model, seqs: torch.Tensor, folder: Path, steps: int) -> Path:
-    """A 1-layer draft model trained on the same sequences with the next-token loss."""
-    draft = tiny_models.make_model(folder, "qwen2", vocab_size=384, layers=1, seed=9)
-    draft.train()
-    opt = torch.optim.Adam(draft.parameters(), lr=3e-3)
-    for _ in range(steps):
-        logits = draft(seqs[:, :-1]).logits
-        loss = torch.nn.functional.cross_entropy(
-            logits.reshape(-1, logits.shape[-1]), seqs[:, 1:].reshape(-1)
-        )
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    draft.eval()
-    draft.save_pretrained(folder, safe_serialization=True)
-    return folder
 
 
 @pytest.fixture(scope="module")
@@ -59,13 +41,13 @@ def setup(tmp_path_factory: pytest.TempPathFactory):
     root = tmp_path_factory.mktemp("eagle3")
     target = spec_pairs.make_markov_target(root)
     model = AutoModelForCausalLM.from_pretrained(target, dtype=torch.float32).eval()
-    seqs = _target_outputs(model, 48, 40, seed=1)
+    seqs = target_outputs(model, 48, 40, seed=1)
     head = eagle3_heads.train_head(model, seqs, TAPS)
     small = eagle3_heads.reduce_vocab(head, seqs, DRAFT_VOCAB)
     dirs = {
         "safetensors": eagle3_heads.save_head(head, root / "head-st", taps=TAPS),
         "bin": eagle3_heads.save_head(small, root / "head-bin", taps=TAPS, bin=True),
-        "model": _train_draft_model(model, seqs, root / "draft", steps=150),
+        "model": train_draft_model(seqs, root / "draft", steps=150),
     }
     engines = {}
     for name, d in dirs.items():
@@ -96,7 +78,7 @@ def test_head_matches_torch(setup, layout: str) -> None:
     np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3)
 
 
-def test_greedy_equals_target_only_and_beats_the_draft_model(setup) -> None:
+def test_greedy_equals_target_only_near_the_draft_model(setup) -> None:
     """On prompts the head never saw: draft="model" (the EAGLE-3 head) emits target-only's
     tokens, its length chosen or fixed, accepts most of what it proposes (chance: about 1 in
     384), and about the tokens per iteration of a draft model trained on the same data, at the
@@ -104,12 +86,13 @@ def test_greedy_equals_target_only_and_beats_the_draft_model(setup) -> None:
     _, _, engines = setup
     eng = Engine(engines["safetensors"], device="cpu")
     assert eng.draft_kind == "eagle3" and eng.has_draft
-    prompts = _prompts(99, 6)
+    prompts = random_prompts(99, 6)
     acceptance, per_iteration = greedy_runs(eng, prompts)
     assert acceptance > 0.3 and per_iteration > 1.6, (acceptance, per_iteration)
     _, model_per_iteration = greedy_runs(Engine(engines["model"], device="cpu"), prompts)
-    # (measured: 2.84 against 3.09 on this toy target, whose next token is mostly a function of
-    # the current one: a draft model learns that as well as the head does)
+    # (a little below it on this toy target, whose next token is mostly a function of the
+    # current one, which a draft model with its own embeddings learns directly; the head
+    # trained longer: benchmarks/bench_draft_heads.py)
     assert per_iteration >= 0.85 * model_per_iteration, (per_iteration, model_per_iteration)
 
 
@@ -121,7 +104,7 @@ def test_chains_under_a_grammar_are_drawn_inside_it(setup) -> None:
     for layout in ("safetensors", "bin"):
         eng = Engine(engines[layout], device="cpu")
         drafted = 0
-        for p in _prompts(99, 3):
+        for p in random_prompts(99, 3):
             for rx in (r"[a-z ]+", r"(w[0-9] )+"):
                 want = eng.generate(p, max_new_tokens=30, draft="none", regex=rx)
                 got = eng.generate(p, max_new_tokens=30, draft="model", draft_len=4, regex=rx)
@@ -138,7 +121,7 @@ def test_sampled_equals_target_only_with_the_same_seed(setup, draft_len: int) ->
     target-only's tokens (whose distribution test_sampling checks)."""
     _, _, engines = setup
     eng = Engine(engines["bin"], device="cpu")
-    assert_seeded_runs_equal_target_only(eng, _prompts(7, 4), 100, draft_len)
+    assert_seeded_runs_equal_target_only(eng, random_prompts(7, 4), 100, draft_len)
 
 
 def test_batch_of_two_auto_and_a_long_prompt(setup) -> None:
@@ -146,13 +129,13 @@ def test_batch_of_two_auto_and_a_long_prompt(setup) -> None:
     and a prompt read in several chunks: still target-only's tokens, and the head ran."""
     _, _, engines = setup
     eng = Engine(engines["safetensors"], device="cpu")
-    ps = _prompts(5, 2)
+    ps = random_prompts(5, 2)
     want = [eng.generate(p, max_new_tokens=30, draft="none").token_ids for p in ps]
     got = eng.generate(ps, max_new_tokens=30, draft="auto")
     assert [r.token_ids for r in got] == want
     assert sum(r.stats.sources.count("m") for r in got) > 0
     chunked = Engine(engines["safetensors"], device="cpu", prefill_chunk=32)
-    long = _prompts(6, 1)[0] * 20  # 120 tokens: 4 chunks, the head reading each
+    long = random_prompts(6, 1)[0] * 20  # 120 tokens: 4 chunks, the head reading each
     want = chunked.generate(long, max_new_tokens=20, draft="none").token_ids
     got = chunked.generate(long, max_new_tokens=20, draft="model", draft_len=4)
     assert got.token_ids == want and got.stats.accepted > 0
@@ -162,9 +145,9 @@ def test_trees_equal_target_only_and_keep_more_per_iteration(setup) -> None:
     """eagle_topk > 1 (EAGLE-2's dynamic trees, eagle3_tree.h): greedy output equals target-only's
     at every width, a batch of two under draft="auto" too; at 6 nodes a tree of width 2 emits at
     least about a chain's tokens per iteration (it holds the chain wherever the head is sure,
-    siblings where it is not; measured 3.23-3.80 against 3.18-3.74 in four trainings)."""
+    siblings where it is not)."""
     _, _, engines = setup
-    prompts = _prompts(99, 6)
+    prompts = random_prompts(99, 6)
     chain = Engine(engines["safetensors"], device="cpu")
     _, chain_per_iteration = greedy_runs(chain, prompts, k=6)
     for w in (2, 4):
@@ -172,7 +155,7 @@ def test_trees_equal_target_only_and_keep_more_per_iteration(setup) -> None:
         acceptance, per_iteration = greedy_runs(tree, prompts, k=6)
         assert acceptance > 0.3, (w, acceptance)
         assert per_iteration >= 0.97 * chain_per_iteration, (w, per_iteration, chain_per_iteration)
-    ps = _prompts(5, 2)
+    ps = random_prompts(5, 2)
     want = [chain.generate(p, max_new_tokens=30, draft="none").token_ids for p in ps]
     got = tree.generate(ps, max_new_tokens=30, draft="auto")
     assert [r.token_ids for r in got] == want
@@ -184,7 +167,7 @@ def test_tree_sampled_equals_target_only_with_the_same_seed(setup, draft_len: in
     or none, so a seeded sampled request emits target-only's tokens."""
     _, _, engines = setup
     eng = Engine(engines["bin"], device="cpu", eagle_topk=3)
-    assert_seeded_runs_equal_target_only(eng, _prompts(8, 4), 200, draft_len)
+    assert_seeded_runs_equal_target_only(eng, random_prompts(8, 4), 200, draft_len)
 
 
 def test_tree_width_errors(setup) -> None:

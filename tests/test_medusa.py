@@ -19,6 +19,12 @@ import spec_pairs
 import torch
 from cuda_helpers import SOURCE, emulation_library, fields, random_logits, seq_states
 from native import T
+from trained_drafts import (
+    assert_seeded_runs_equal_target_only,
+    greedy_runs,
+    random_prompts,
+    target_outputs,
+)
 from trt_spec import BuildError, Engine, build_engine
 
 HEADS, LAYERS = 3, 1
@@ -42,24 +48,9 @@ class Heads(torch.nn.Module):
         )
 
 
-def _target_outputs(model, n: int, length: int, seed: int) -> torch.Tensor:
-    """Greedy continuations of random 6-token prompts: [n, 6 + length] token ids."""
-    g = torch.Generator().manual_seed(seed)
-    prompts = torch.randint(0, model.config.vocab_size - 1, (n, 6), generator=g)
-    with torch.no_grad():
-        return model.generate(
-            prompts,
-            attention_mask=torch.ones_like(prompts),
-            max_new_tokens=length,
-            min_new_tokens=length,
-            do_sample=False,
-            pad_token_id=0,
-        )
-
-
 def _train(model, steps: int = 150) -> Heads:
     """Heads trained on the target's own outputs: head h at position p learns token p + 2 + h."""
-    seqs = _target_outputs(model, 48, 40, seed=1)
+    seqs = target_outputs(model, 48, 40, seed=1)
     with torch.no_grad():
         hid = model(seqs, output_hidden_states=True).hidden_states[-1]  # [n, T, dim], normed
     torch.manual_seed(0)
@@ -149,40 +140,6 @@ def test_heads_match_torch(setup, layout: str) -> None:
     )
 
 
-def _prompts(seed: int, n: int) -> list[list[int]]:
-    rng = np.random.default_rng(seed)
-    return [rng.integers(0, 383, 6).tolist() for _ in range(n)]
-
-
-def greedy_runs(eng: Engine, prompts: list[list[int]], k: int = 3) -> tuple[float, float]:
-    """Each prompt greedy with draft="model", its length chosen and fixed to k, both equal to
-    target-only; returns the fixed length's acceptance and tokens per iteration (the chosen
-    length follows the host's timing)."""
-    drafted = accepted = iters = emitted = 0
-    for p in prompts:
-        want = eng.generate(p, max_new_tokens=40, draft="none")
-        chosen = eng.generate(p, max_new_tokens=40, draft="model")
-        got = eng.generate(p, max_new_tokens=40, draft="model", draft_len=k)
-        assert got.token_ids == chosen.token_ids == want.token_ids
-        drafted += got.stats.drafted
-        accepted += got.stats.accepted
-        iters += got.stats.iterations
-        emitted += got.stats.new_tokens - 1  # (the first token is the prefill's)
-    return accepted / max(drafted, 1), emitted / iters
-
-
-def assert_seeded_runs_equal_target_only(
-    eng: Engine, prompts: list[list[int]], seed: int, draft_len: int
-) -> None:
-    """Each prompt sampled (temperature 0.9, top-p 0.95, seed `seed` + its index) with draft="model"
-    at draft_len emits target-only's tokens for the same seed."""
-    for i, p in enumerate(prompts):
-        kw = dict(max_new_tokens=32, temperature=0.9, top_p=0.95, seed=seed + i)
-        want = eng.generate(p, draft="none", **kw)
-        got = eng.generate(p, draft="model", draft_len=draft_len, **kw)
-        assert got.token_ids == want.token_ids
-
-
 def test_greedy_equals_target_only_with_acceptance_far_above_chance(setup) -> None:
     """On prompts the heads never saw: draft="model" (the Medusa heads) emits target-only's
     tokens, its length chosen or fixed, and at a fixed length (the chosen one follows the host's
@@ -190,7 +147,7 @@ def test_greedy_equals_target_only_with_acceptance_far_above_chance(setup) -> No
     _, _, _, _, engines = setup
     eng = Engine(engines["fasterdecoding"], device="cpu")
     assert eng.draft_kind == "medusa" and eng.has_draft
-    acceptance, per_iteration = greedy_runs(eng, _prompts(99, 6))
+    acceptance, per_iteration = greedy_runs(eng, random_prompts(99, 6))
     assert acceptance > 0.3 and per_iteration > 1.6, (acceptance, per_iteration)
 
 
@@ -201,7 +158,7 @@ def test_sampled_equals_target_only_with_the_same_seed(setup, draft_len: int) ->
     target-only's tokens (whose distribution test_sampling checks)."""
     _, _, _, _, engines = setup
     eng = Engine(engines["vllm"], device="cpu")
-    assert_seeded_runs_equal_target_only(eng, _prompts(7, 4), 100, draft_len)
+    assert_seeded_runs_equal_target_only(eng, random_prompts(7, 4), 100, draft_len)
 
 
 def test_batch_of_two_and_auto(setup) -> None:
@@ -209,7 +166,7 @@ def test_batch_of_two_and_auto(setup) -> None:
     target-only's tokens, and the Medusa source ran."""
     _, _, _, _, engines = setup
     eng = Engine(engines["fasterdecoding"], device="cpu")
-    ps = _prompts(5, 2)
+    ps = random_prompts(5, 2)
     want = [eng.generate(p, max_new_tokens=30, draft="none").token_ids for p in ps]
     got = eng.generate(ps, max_new_tokens=30, draft="auto")
     assert [r.token_ids for r in got] == want

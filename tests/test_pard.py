@@ -19,8 +19,8 @@ import spec_pairs
 import tiny_models
 import torch
 from native import T
-from test_medusa import _prompts, _target_outputs, greedy_runs
 from test_speculative import assert_sampled_follows_target
+from trained_drafts import greedy_runs, random_prompts, target_outputs
 from trt_spec import Engine, _core, build_engine
 
 MASK, K = 382, 4
@@ -29,7 +29,7 @@ MASK, K = 382, 4
 def _train_pard(target_model, folder: Path, steps: int = 200) -> Path:
     """A 1-layer draft trained with the AR loss on the context rows and PARD's on the K rows
     [last, mask x (K - 1)], on the target's greedy continuations."""
-    seqs = _target_outputs(target_model, 48, 40, seed=1)
+    seqs = target_outputs(target_model, 48, 40, seed=1)
     draft = tiny_models.make_model(folder, "qwen2", vocab_size=384, layers=1, seed=9)
     draft.train()
     opt = torch.optim.Adam(draft.parameters(), lr=3e-3)
@@ -87,7 +87,7 @@ def engines(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 def test_greedy_equals_target_only_with_acceptance_far_above_chance(engines) -> None:
     eng = Engine(engines["pard"], device="cpu")
     assert eng.draft_kind == "pard"
-    acceptance, per_iteration = greedy_runs(eng, _prompts(99, 6))
+    acceptance, per_iteration = greedy_runs(eng, random_prompts(99, 6))
     assert acceptance > 0.5 and per_iteration > 2.0, (acceptance, per_iteration)
 
 
@@ -95,7 +95,7 @@ def test_batch_auto_and_sampled_seeds(engines) -> None:
     """Two sequences at once under draft="auto" emit target-only's greedy tokens; a seeded
     sampled request's output does not depend on its batch companion."""
     eng = Engine(engines["pard"], device="cpu")
-    ps = _prompts(5, 2)
+    ps = random_prompts(5, 2)
     want = [eng.generate(p, max_new_tokens=30, draft="none").token_ids for p in ps]
     got = eng.generate(ps, max_new_tokens=30, draft="auto")
     assert [r.token_ids for r in got] == want
@@ -111,7 +111,7 @@ def test_penalties_keep_target_only_output_and_acceptance(engines) -> None:
     eng = Engine(engines["pard"], device="cpu")
     kw = dict(frequency_penalty=0.6, presence_penalty=0.3, logit_bias={5: -100.0})
     drafted = accepted = 0
-    for p in _prompts(41, 4):
+    for p in random_prompts(41, 4):
         want = eng.generate(p, max_new_tokens=30, draft="none", **kw)
         got = eng.generate(p, max_new_tokens=30, draft="model", draft_len=4, **kw)
         assert got.token_ids == want.token_ids and 5 not in got.token_ids
