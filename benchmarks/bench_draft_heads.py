@@ -17,7 +17,7 @@ head's tokens per iteration over the draft model's at the same number of verifie
 output is checked equal to target-only for every run.
 
     python benchmarks/bench_draft_heads.py [--seeds 0,1,2] [--n 16] [--head-steps 800]
-        [--head-depth 6] [--model-steps 150] [--threads 2] [--layer-scale 0.1]
+        [--head-depth 6] [--head-kv-heads 2] [--model-steps 150] [--threads 2] [--layer-scale 0.1]
 
 Prints a Markdown report (device, commit, settings); writes nothing.
 """
@@ -83,7 +83,13 @@ def one_seed(args: argparse.Namespace, root: Path, seed: int) -> dict[str, dict[
     model_train_s = time.perf_counter() - t
     t = time.perf_counter()
     head = eagle3_heads.train_head(
-        model, seqs, TAPS, steps=args.head_steps, depth=args.head_depth, seed=seed
+        model,
+        seqs,
+        TAPS,
+        steps=args.head_steps,
+        depth=args.head_depth,
+        seed=seed,
+        kv_heads=args.head_kv_heads,
     )
     head_train_s = time.perf_counter() - t
     head_dir = eagle3_heads.save_head(head, root / f"head{seed}", taps=TAPS)
@@ -110,7 +116,8 @@ def report(args: argparse.Namespace, runs: dict[int, dict]) -> str:
         "",
         f"{env['cpu']}, commit {env['git_commit']}, threads {args.threads}, seeds "
         f"{args.seeds}, {args.n} unseen prompts x 40 tokens per seed, head {args.head_steps} "
-        f"steps unrolling {args.head_depth}, draft model {args.model_steps} steps; target layer "
+        f"steps unrolling {args.head_depth}, {args.head_kv_heads} KV heads, draft model "
+        f"{args.model_steps} steps; target layer "
         f"scale {args.layer_scale:g}: its next token is the current token's successor at "
         f"{100 * statistics.mean(runs[s]['markov']['share'] for s in runs):.1f}% of the "
         "training positions",
@@ -152,6 +159,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n", type=int, default=16, help="unseen prompts per seed")
     ap.add_argument("--head-steps", type=int, default=800)
     ap.add_argument("--head-depth", type=int, default=6)
+    ap.add_argument(
+        "--head-kv-heads",
+        type=int,
+        default=2,
+        choices=[1, 2, 4],
+        help="the head's KV heads of its 4 attention heads (default 2, as the target)",
+    )
     ap.add_argument("--model-steps", type=int, default=150)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument(

@@ -209,6 +209,7 @@ def train_head(
     batch: int = 16,
     ffn: int = 256,
     seed: int = 0,
+    kv_heads: int = 2,
 ) -> Eagle3Head:
     """A head trained on the target's greedy sequences [n, T]: row p predicts token p + 2 + d at
     unrolled step d; the draft vocabulary is the most frequent tokens of seqs (all without
@@ -221,7 +222,7 @@ def train_head(
     else:
         counts = torch.bincount(seqs.reshape(-1), minlength=V)
         tokens = counts.argsort(descending=True, stable=True)[:draft_vocab].sort().values
-    head = Eagle3Head(c.hidden_size, V, tokens, ffn=ffn)
+    head = Eagle3Head(c.hidden_size, V, tokens, ffn=ffn, kv_heads=kv_heads)
     with torch.no_grad():
         head.lm_head.weight.copy_(model.get_output_embeddings().weight[tokens])
     index = torch.full((V,), -100, dtype=torch.long)  # target id -> draft id (-100: outside)

@@ -539,7 +539,14 @@ def test_draft_heads_report_compares_at_equal_verified_nodes() -> None:
     against the chain of 6)."""
     mod = script("bench_draft_heads")
     args = mod.argparse.Namespace(
-        threads=2, seeds=[0, 1], n=4, head_steps=10, head_depth=3, model_steps=5, layer_scale=0.1
+        threads=2,
+        seeds=[0, 1],
+        n=4,
+        head_steps=10,
+        head_depth=3,
+        head_kv_heads=2,
+        model_steps=5,
+        layer_scale=0.1,
     )
 
     def shape(tpi: float) -> dict[str, float]:
