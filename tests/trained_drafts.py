@@ -53,21 +53,38 @@ def train_draft_model(seqs: torch.Tensor, folder: Path, steps: int, seed: int = 
     return folder
 
 
-def greedy_runs(eng: Engine, prompts: list[list[int]], k: int = 3) -> tuple[float, float]:
-    """Each prompt greedy with draft="model", its length chosen and fixed to k, both equal to
-    target-only; returns the fixed length's acceptance and tokens per iteration (the chosen
-    length follows the host's timing)."""
+def fixed_length_runs(
+    eng: Engine, prompts: list[list[int]], k: int, want: list[list[int]]
+) -> dict[str, float]:
+    """Each prompt greedy with draft="model" at the fixed length k (40 tokens), its tokens equal
+    to want's (target-only's); returns acceptance, tokens per iteration and draft milliseconds
+    per iteration over all prompts."""
     drafted = accepted = iters = emitted = 0
-    for p in prompts:
-        want = eng.generate(p, max_new_tokens=40, draft="none")
-        chosen = eng.generate(p, max_new_tokens=40, draft="model")
+    draft_s = 0.0
+    for p, w in zip(prompts, want, strict=True):
         got = eng.generate(p, max_new_tokens=40, draft="model", draft_len=k)
-        assert got.token_ids == chosen.token_ids == want.token_ids
+        assert got.token_ids == w, p
         drafted += got.stats.drafted
         accepted += got.stats.accepted
         iters += got.stats.iterations
         emitted += got.stats.new_tokens - 1  # (the first token is the prefill's)
-    return accepted / max(drafted, 1), emitted / iters
+        draft_s += got.stats.draft_s
+    return {
+        "acceptance": accepted / max(drafted, 1),
+        "tokens_per_iteration": emitted / iters,
+        "draft_ms_per_iteration": 1e3 * draft_s / iters,
+    }
+
+
+def greedy_runs(eng: Engine, prompts: list[list[int]], k: int = 3) -> tuple[float, float]:
+    """Each prompt greedy with draft="model", its length chosen and fixed to k, both equal to
+    target-only; returns the fixed length's acceptance and tokens per iteration (the chosen
+    length follows the host's timing)."""
+    want = [eng.generate(p, max_new_tokens=40, draft="none").token_ids for p in prompts]
+    for p, w in zip(prompts, want, strict=True):
+        assert eng.generate(p, max_new_tokens=40, draft="model").token_ids == w
+    runs = fixed_length_runs(eng, prompts, k, want)
+    return runs["acceptance"], runs["tokens_per_iteration"]
 
 
 def assert_seeded_runs_equal_target_only(
