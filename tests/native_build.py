@@ -1,7 +1,7 @@
 """The test-only native targets, built with CMake: ``_trt_spec_testing`` (the test bindings,
-cpp/bindings/testing.cpp) and the CUDA emulation libraries ``cuda_emu_ops``, ``emu_attention``
-and ``emu_matmul`` (tests/cpp/). CMakeLists.txt defines them behind ``TRT_SPEC_BUILD_TESTS``,
-which every pip build turns OFF, so the wheel never holds them.
+cpp/bindings/testing.cpp) and the CUDA emulation libraries ``cuda_emu_ops``, ``emu_attention``,
+``emu_matmul`` and ``emu_forward`` (tests/cpp/). CMakeLists.txt defines them behind
+``TRT_SPEC_BUILD_TESTS``, which every pip build turns OFF, so the wheel never holds them.
 
 The build folder is the package's own, ``build/<wheel tag>/`` where ``pip install .`` left it
 (its runtime library is already compiled): it is configured once more with
@@ -31,7 +31,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 TESTING = "_trt_spec_testing"
-EMULATION = ("cuda_emu_ops", "emu_attention", "emu_matmul")
+EMULATION = ("cuda_emu_ops", "emu_attention", "emu_matmul", "emu_forward")
 TARGETS = (TESTING, *EMULATION)
 SOABI = sysconfig.get_config_var("SOABI")
 INSTALL = "pip install '.[test]' brings cmake, ninja and nanobind"

@@ -7,7 +7,7 @@
 #include <cstddef>
 #include <stdexcept>
 
-#include "kernels/cuda/attention.cuh"
+#include "kernels/cuda/attention_launch.cuh"
 
 using namespace trt_spec;
 using namespace trt_spec::cuda;

@@ -13,7 +13,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.h"
 #include "common/errors.h"
-#include "kernels/cuda/attention.cuh"
+#include "kernels/cuda/attention_launch.cuh"
 #include "kernels/cuda/norm_rope.cuh"
 #include "kernels/cuda/random_fill.cuh"
 

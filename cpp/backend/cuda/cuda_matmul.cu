@@ -17,22 +17,12 @@
 #include "backend/cuda/cuda_api.h"
 #include "backend/cuda/cuda_backend.h"
 #include "common/errors.h"
+#include "kernels/cuda/layer_args.cuh"
 #include "kernels/cuda/matmul_launch.cuh"
 
 namespace trt_spec {
 
 namespace {
-
-cuda::MatmulArgs args_of(WeightView w, const float* x, int n, float* out) {
-  cuda::MatmulArgs a{};
-  a.W = cuda::dev_weight(w);
-  a.x = x;
-  a.n = n;
-  a.in = cuda::MatmulIn::kPlain;
-  a.epi = cuda::MatmulOut::kStore;
-  a.out = out;
-  return a;
-}
 
 const float* f32_or_null(WeightView v) {
   return v.data ? static_cast<const float*>(v.section(0)) : nullptr;
@@ -102,21 +92,15 @@ void CudaBackend::matmul(const cuda::MatmulArgs& a, const char* what) {
 
 void CudaBackend::linear(WeightView w, WeightView bias, const float* x, int n, float* out) {
   if (n <= 0) return;
-  cuda::MatmulArgs a = args_of(w, x, n, out);  // [n, w.rows]
-  a.bias = f32_or_null(bias);
-  matmul(a, "linear");
+  matmul(cuda::linear_args(w, f32_or_null(bias), x, n, out), "linear");  // [n, w.rows]
 }
 
 void CudaBackend::norm_linear(const float* x, const int32_t* in_rows, WeightView norm, float eps,
                               WeightView w, WeightView bias, int n, float* out, float* tmp) {
   if (n <= 0) return;
-  cuda::MatmulArgs a = args_of(w, x, n, out);  // [n, w.rows]
-  a.in_rows = in_rows;
-  a.in = cuda::MatmulIn::kRmsNorm;
-  a.norm_w = static_cast<const float*>(norm.section(0));
-  a.eps = eps;
-  a.bias = f32_or_null(bias);
-  matmul(a, "norm_linear");
+  matmul(cuda::norm_linear_args(x, in_rows, static_cast<const float*>(norm.section(0)), eps, w,
+                                f32_or_null(bias), n, out),
+         "norm_linear");  // [n, w.rows]
 }
 
 void CudaBackend::qkv_projection(const float* x, WeightView norm, float eps, WeightView w,
@@ -125,40 +109,24 @@ void CudaBackend::qkv_projection(const float* x, WeightView norm, float eps, Wei
                                  const float* sin_table, KvCache& cache, int layer, float* qkv,
                                  float* tmp) {
   if (n <= 0) return;
-  cuda::MatmulArgs a = args_of(w, x, n, qkv);  // [n, (n_heads + 2 n_kv_heads) head_dim]
-  a.in = cuda::MatmulIn::kRmsNorm;
-  a.norm_w = static_cast<const float*>(norm.section(0));
-  a.eps = eps;
-  a.bias = f32_or_null(bias);
-  a.epi = cuda::MatmulOut::kRopeKv;
-  a.pos = rows.pos;
-  a.slot = rows.slot;
-  a.kv_idx = rows.kv_idx;
-  a.n_heads = shape.n_heads;
-  a.n_kv_heads = shape.n_kv_heads;
-  a.head_dim = shape.head_dim;
-  a.cos_t = cos_table;
-  a.sin_t = sin_table;
-  a.kv = cuda::KvView{cache.k,        cache.v,       cache.type,    cache.layers,
-                      cache.kv_heads, cache.max_seq, cache.head_dim};
-  a.layer = layer;
-  matmul(a, "qkv_projection");
+  const cuda::KvView kv{cache.k,        cache.v,       cache.type,    cache.layers,
+                        cache.kv_heads, cache.max_seq, cache.head_dim};
+  matmul(cuda::qkv_args(x, static_cast<const float*>(norm.section(0)), eps, w, f32_or_null(bias),
+                        rows.pos, rows.slot, rows.kv_idx, n, shape.n_heads, shape.n_kv_heads,
+                        shape.head_dim, cos_table, sin_table, kv, layer, qkv),
+         "qkv_projection");  // [n, (n_heads + 2 n_kv_heads) head_dim]
 }
 
 void CudaBackend::linear_residual(WeightView w, const float* in, int n, float* x, float* tmp) {
   if (n <= 0) return;
-  cuda::MatmulArgs a = args_of(w, in, n, x);  // x [n, w.rows] += in @ W^T
-  a.epi = cuda::MatmulOut::kAccumulate;
-  matmul(a, "linear_residual");
+  matmul(cuda::residual_args(w, in, n, x), "linear_residual");  // x [n, w.rows] += in @ W^T
 }
 
 void CudaBackend::swiglu_linear_residual(WeightView w, const float* gate_up, int n, float* x,
                                          float* act, float* tmp) {
   if (n <= 0) return;
-  cuda::MatmulArgs a = args_of(w, gate_up, n, x);  // x [n, w.rows] += swiglu(gate_up) @ W^T
-  a.in = cuda::MatmulIn::kSwiGLU;
-  a.epi = cuda::MatmulOut::kAccumulate;
-  matmul(a, "swiglu_linear_residual");
+  // x [n, w.rows] += swiglu(gate_up) @ W^T
+  matmul(cuda::swiglu_residual_args(w, gate_up, n, x), "swiglu_linear_residual");
 }
 
 }  // namespace trt_spec

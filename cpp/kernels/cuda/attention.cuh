@@ -1,6 +1,7 @@
 // attention.cuh: attention over a typed KV cache (kv.cuh: f32, f16, bf16) for any number of query
 // rows (decode: one row per sequence; verify: the k + 1 rows of a draft chain or tree; prefill
-// chunks), plus the cache writes (kv_write) and moves (kv_copy).
+// chunks), plus the cache writes (kv_write) and moves (kv_copy). Host side (plan and launch):
+// attention_launch.cuh.
 //
 //   attention_kernel   one block per (row tile, kv head [, head chunk], split). A row tile is a
 //                      run of consecutive rows of ONE slot (at most plan.tile_rows, aligned to
@@ -30,9 +31,7 @@
 // (even inf in f16) do not leak. Layout: [slots, layers, kv_heads, max_seq, head_dim].
 #pragma once
 
-#include <algorithm>
 #include <cstddef>
-#include <stdexcept>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/kv.cuh"
@@ -118,6 +117,7 @@ __device__ __forceinline__ void load_kv_tile_typed(const KvView& kv, int64_t hea
   constexpr int kIters = (S::kt * HD / kPer + kAttnThreads - 1) / kAttnThreads;
   constexpr int kBatch = kIters < 4 ? kIters : 4;
   constexpr int64_t kElem = kPer == 4 ? 4 : 2;  // bytes per element
+  if (threadIdx.x >= kAttnThreads) return;      // a wider block's extra threads
   const int hd = kv.head_dim, vpr = hd / kPer, total = cnt * vpr;
   const char* kb = static_cast<const char*>(kv.k);
   const char* vb = static_cast<const char*>(kv.v);
@@ -234,35 +234,53 @@ __device__ __forceinline__ void attention_merge(const float* __restrict__ pp, in
     if (lane + 32 * c < hd) o[lane + 32 * c] = a[c] * inv;
 }
 
+// Shared memory of one attention_block<HD>.
+template <int HD>
+struct AttnSmem {
+  using S = AttnTile<HD>;
+  float4 sq4[S::queries * HD / 4];  // the pairs' q (16-byte aligned: float4 stores)
+  float sk[S::kt * S::k_stride];
+  float sv[S::kt * HD];
+  float sp[S::queries * S::kt];  // probabilities of a tile, per pair
+  int s_phys[S::kt];             // a gathered tile's cache indices
+  int s_llog[S::queries];        // logical length per tile row
+  int s_mode[S::queries];        // per tile row and key tile: 0 idle, 1 shared, 2 gathered
+  int s_last;
+};
+
 // Work items (row x, y = kv group chunk gy * splits + split z): n * gy_total of them, dealt
 // round the grid's blocks (grid = min(items, kAttnBlocksPerSm SMs): one wave), item-major; each
-// item's work is the same whichever block takes it. block kAttnThreads; see the file comment.
+// item's work is the same whichever block takes it. One block of it: block bx of a grid of gx,
+// kAttnThreads threads (a wider block: the threads past them only reach the barriers). `wait`
+// runs (every thread) before anything is read: the standalone kernel's grid dependency, or the
+// persistent forward's counters (forward_program.cuh). See the file comment.
 // out [n, n_heads hd]; partial [n, n_heads, splits, hd + 2]; counters [n, kv_heads head_chunks].
-template <int HD>
-__global__ void __launch_bounds__(kAttnThreads, kAttnBlocksPerSm)
-    attention_kernel(const float* __restrict__ qkv, RowsView rows, int n, int n_heads, float scale,
-                     KvView kv, int layer, int tile_rows, int head_chunk, int chunk, int splits,
-                     int gy_total, float* __restrict__ out, float* __restrict__ partial,
-                     unsigned* __restrict__ counters) {
+template <int HD, class Wait>
+__device__ __forceinline__ void attention_block(const float* qkv, RowsView rows, int n, int n_heads,
+                                                float scale, KvView kv, int layer, int tile_rows,
+                                                int head_chunk, int chunk, int splits, int gy_total,
+                                                float* out, float* partial, unsigned* counters,
+                                                int64_t bx, int64_t gx, AttnSmem<HD>& sm,
+                                                Wait&& wait) {
   using S = AttnTile<HD>;
   constexpr int KT = S::kt, QW = S::per_warp, ND = S::dims, KS = S::k_stride;
-  __shared__ float4 sq4[S::queries * HD / 4];  // the pairs' q (16-byte aligned: float4 stores)
-  float* sq = reinterpret_cast<float*>(sq4);
-  __shared__ float sk[KT * KS];
-  __shared__ float sv[KT * HD];
-  __shared__ float sp[S::queries * KT];  // probabilities of a tile, per pair
-  __shared__ int s_phys[KT];             // a gathered tile's cache indices
-  __shared__ int s_llog[S::queries];     // logical length per tile row
-  __shared__ int s_mode[S::queries];     // per tile row and key tile: 0 idle, 1 shared, 2 gathered
-  __shared__ int s_last;
+  float* sq = reinterpret_cast<float*>(sm.sq4);
+  float* sk = sm.sk;
+  float* sv = sm.sv;
+  float* sp = sm.sp;
+  int* s_phys = sm.s_phys;
+  int* s_llog = sm.s_llog;
+  int* s_mode = sm.s_mode;
+  int& s_last = sm.s_last;
 
-  grid_dependency_launch();  // the next matmul may fetch its weights meanwhile (common.cuh)
-  grid_dependency_wait();    // as a programmatic dependent: nothing read before the qkv matmul ends
+  wait();  // nothing read before the qkv matmul ends
+  // Warps past kAttnWarps (a wider block) own no pairs: they only reach the barriers.
+  const bool idle = threadIdx.x >= kAttnThreads;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int hd = kv.head_dim, nkv = kv.kv_heads, group = n_heads / nkv;
   const int n_chunks = (group + head_chunk - 1) / head_chunk;
   const int64_t items = static_cast<int64_t>(n) * gy_total;
-  for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
+  for (int64_t item = bx; item < items; item += gx) {
     __syncthreads();  // the previous item's readers of shared memory are done
     const int y = static_cast<int>(item % gy_total);
     const int z = y % splits, gy = y / splits;
@@ -304,7 +322,7 @@ __global__ void __launch_bounds__(kAttnThreads, kAttnBlocksPerSm)
 #pragma unroll
     for (int jj = 0; jj < QW; ++jj) {
       const int j = warp + kAttnWarps * jj;
-      row[jj] = j < nq ? j / nhb : -1;
+      row[jj] = j < nq && !idle ? j / nhb : -1;
       len[jj] = j < nq ? s_llog[row[jj]] : 0;
       m[jj] = -INFINITY;
       l[jj] = 0.0f;
@@ -444,7 +462,7 @@ __global__ void __launch_bounds__(kAttnThreads, kAttnBlocksPerSm)
     __syncthreads();
     if (!s_last) continue;
     __threadfence();
-    for (int j = warp; j < nq; j += kAttnWarps) {
+    for (int j = warp; j < nq && !idle; j += kAttnWarps) {
       const int r = j / nhb, i = x + r, h = h0 + j % nhb;
       const int rs = splits_of(s_llog[r]);  // the row's own splits
       const float* pp = partial + (static_cast<int64_t>(i) * n_heads + h) * splits * (hd + 2);
@@ -460,102 +478,19 @@ __global__ void __launch_bounds__(kAttnThreads, kAttnBlocksPerSm)
   }
 }
 
-// The launch of one attention call: the kernel instance, tiling, splits and scratch.
-struct AttentionPlan {
-  int hd_class = 0;          // the kernel instance: head_dim <= 64, 128 or 256
-  int tile_rows = 1;         // rows of one slot per block, at most
-  int head_chunk = 1;        // query heads of a kv group per block
-  int head_chunks = 1;       // blocks per kv group (group > the block's pairs)
-  int chunk = 0;             // logical entries per granule (granule u goes to split u % splits)
-  int splits = 1;            // split blocks per tile
-  int gy_total = 1;          // work items per row: kv_heads head_chunks splits
-  dim3 grid, block;          // grid: min(n gy_total, kAttnBlocksPerSm SMs) blocks (one wave)
-  size_t smem_bytes = 0;     // static shared memory per block
-  size_t partial_bytes = 0;  // scratch: [n, n_heads, splits, hd + 2] f32 (splits > 1)
-  size_t counter_bytes = 0;  // scratch: [n, kv_heads head_chunks] u32, zeroed at allocation
-};
-
+// attention_block as a kernel: grid min(items, kAttnBlocksPerSm SMs), block kAttnThreads.
 template <int HD>
-inline void plan_tiles(AttentionPlan& p, int group) {
-  using S = AttnTile<HD>;
-  p.hd_class = HD;
-  p.head_chunk = std::min(group, S::queries);
-  p.head_chunks = (group + p.head_chunk - 1) / p.head_chunk;
-  p.tile_rows = std::max(1, S::queries / p.head_chunk);
-  p.smem_bytes = S::smem;
-}
-
-// The split rule depends on max_seq and the SM count alone (never on n or on the rows):
-// granules of kAttnMinChunk (32) entries dealt round min(64, sm_count / 2, granules of max_seq)
-// splits. A decode row is latency-bound: its splits are the blocks that read its entries at
-// once (in one block, a short row's entries would be one chain of loads). Contiguous chunks
-// of max_seq / splits entries, as before, gave a short row fewer
-// blocks the longer the cache (at max_seq 4,096 two blocks of two tiles each for 128 entries,
-// at 32,768 one block of four); dealt granules give it ceil(len / 32) blocks up to the split
-// count, each a row's result the same whatever max_seq. A long row's split reads one granule
-// every splits. The cost: scratch of n_heads * splits * (hd + 2) floats per row, and a merge of
-// up to 64 partials. Throws std::invalid_argument
-// for shapes the kernel does not take (head_dim a multiple of 8 up to 256, n_heads a multiple
-// of n_kv_heads) or shared memory over 48 KiB.
-// one_wave false: a block per work item (the earlier grid, kept behind the CUDA backend's
-// switch so that a GPU run times both in one process).
-inline AttentionPlan plan_attention(int n, int n_heads, int n_kv_heads, int head_dim, int max_seq,
-                                    int sm_count, bool one_wave = true) {
-  if (head_dim <= 0 || head_dim % 8 != 0 || head_dim > 256)
-    throw std::invalid_argument("CUDA attention: head_dim must be a multiple of 8, at most 256");
-  if (n_kv_heads <= 0 || n_heads % n_kv_heads != 0 || max_seq <= 0)
-    throw std::invalid_argument("CUDA attention: n_heads must be a multiple of n_kv_heads");
-  AttentionPlan p;
-  const int group = n_heads / n_kv_heads;
-  if (head_dim <= 64)
-    plan_tiles<64>(p, group);
-  else if (head_dim <= 128)
-    plan_tiles<128>(p, group);
-  else
-    plan_tiles<256>(p, group);
-  if (p.smem_bytes > kAttnMaxSmem)
-    throw std::invalid_argument("CUDA attention: shared memory over 48 KiB");
-  p.chunk = kAttnMinChunk;
-  const int granules = (max_seq + p.chunk - 1) / p.chunk;
-  p.splits = std::max(1, std::min({kAttnMaxSplits, sm_count / 2, granules}));
-  const int gy = n_kv_heads * p.head_chunks;
-  const size_t rows = static_cast<size_t>(std::max(n, 1));
-  p.gy_total = gy * p.splits;
-  const size_t items = rows * static_cast<size_t>(p.gy_total);
-  const size_t resident = static_cast<size_t>(kAttnBlocksPerSm) * std::max(sm_count, 1);
-  p.grid = dim3(static_cast<unsigned>(one_wave ? std::min(items, resident) : items));
-  p.block = dim3(kAttnThreads);
-  if (p.splits > 1) {
-    p.partial_bytes = sizeof(float) * rows * n_heads * p.splits * (head_dim + 2);
-    p.counter_bytes = sizeof(unsigned) * rows * gy;
-  }
-  return p;
-}
-
-// One kernel launch (n >= 1 rows; plan from plan_attention with this n). partial, counters:
-// scratch of the plan's sizes (null when those are 0), counters zero (they are left zero).
-// pdl: launched as a programmatic dependent (common.cuh), its launch and block scheduling
-// overlap the qkv matmul's tail; the kernel reads nothing before grid_dependency_wait.
-inline void launch_attention(cudaStream_t stream, const AttentionPlan& p, const float* qkv,
-                             RowsView rows, int n, int n_heads, float scale, KvView kv, int layer,
-                             float* out, float* partial, unsigned* counters, bool pdl = false) {
-  switch (p.hd_class) {
-    case 64:
-      TRT_SPEC_LAUNCH_PDL(pdl, attention_kernel<64>, p.grid, p.block, stream, qkv, rows, n, n_heads,
-                          scale, kv, layer, p.tile_rows, p.head_chunk, p.chunk, p.splits,
-                          p.gy_total, out, partial, counters);
-      break;
-    case 128:
-      TRT_SPEC_LAUNCH_PDL(pdl, attention_kernel<128>, p.grid, p.block, stream, qkv, rows, n,
-                          n_heads, scale, kv, layer, p.tile_rows, p.head_chunk, p.chunk, p.splits,
-                          p.gy_total, out, partial, counters);
-      break;
-    default:
-      TRT_SPEC_LAUNCH_PDL(pdl, attention_kernel<256>, p.grid, p.block, stream, qkv, rows, n,
-                          n_heads, scale, kv, layer, p.tile_rows, p.head_chunk, p.chunk, p.splits,
-                          p.gy_total, out, partial, counters);
-      break;
-  }
+__global__ void __launch_bounds__(kAttnThreads, kAttnBlocksPerSm)
+    attention_kernel(const float* __restrict__ qkv, RowsView rows, int n, int n_heads, float scale,
+                     KvView kv, int layer, int tile_rows, int head_chunk, int chunk, int splits,
+                     int gy_total, float* __restrict__ out, float* __restrict__ partial,
+                     unsigned* __restrict__ counters) {
+  __shared__ AttnSmem<HD> sm;
+  attention_block<HD>(qkv, rows, n, n_heads, scale, kv, layer, tile_rows, head_chunk, chunk, splits,
+                      gy_total, out, partial, counters, blockIdx.x, gridDim.x, sm, [] {
+                        grid_dependency_launch();  // the next matmul may fetch its weights
+                        grid_dependency_wait();    // as a programmatic dependent
+                      });
 }
 
 // grid n, block kKvThreads: the k and v heads of qkv row i into the cache, rounded to its type.

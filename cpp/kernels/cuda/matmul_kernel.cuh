@@ -9,30 +9,37 @@
 
 namespace trt_spec::cuda {
 
-// The vectorized path: W.cols % unit columns == 0, 16-byte aligned x (and norm_w).
-// grid (row blocks * tiles, splits), block kMatmulThreads; partial [splits, n, rows] and
-// counters [row blocks * tiles] (zero) when splits > 1. A one-row tile (decode) is held to 3
-// blocks per SM (at most 85 registers; ptxas, sm_90: 64-80 and no spills, against 64-99 and 2
-// blocks of the q4 kernel unbounded); tiles of 2 to 8 rows (verify) to 2 blocks (at most 128
-// registers: 91-126, no spills; the q4 8-row tile took 137 unbounded, one block of 8 warps per
-// SM); 16-row tiles (prefill of float weights; q8 / q4 prefill runs matmul_imma.cuh) are left
-// unbounded (bounded, they spill).
+// Shared memory of one matmul_block<T, kTile>.
 template <WeightType T, int kTile>
-__global__ void __launch_bounds__(kMatmulThreads, matmul_blocks_per_sm(kTile))
-    matmul_kernel(MatmulArgs a, MatmulGeom g, float* __restrict__ partial, int* counters) {
+struct MatmulSmem {
+  MatmulStage<T, kTile> st;
+  float rs[kTile];  // RMSNorm factors of the tile's rows
+  float red[kMatmulWarps][kTile];
+  int last;
+};
+
+// The vectorized path, one block of it: block (bx, by) of the grid (row blocks * tiles, splits)
+// with W.cols % unit columns == 0, 16-byte aligned x (and norm_w); kMatmulThreads threads; partial
+// [splits, n, rows] and counters [row blocks * tiles] (zero) when splits > 1. `wait` runs (every
+// thread) after the first weight fetches and before anything an earlier op writes is read: the
+// standalone kernel's grid dependency, or the persistent forward's counters (forward_program.cuh).
+template <WeightType T, int kTile, class Wait>
+__device__ __forceinline__ void matmul_block(const MatmulArgs& a, const MatmulGeom& g,
+                                             float* partial, int* counters, int64_t bx, int by,
+                                             MatmulSmem<T, kTile>& sm, Wait&& wait) {
   using S = MatmulStage<T, kTile>;
   constexpr int kUC = matmul_unit_cols(T);
-  __shared__ S st;
-  __shared__ float rs[kTile];  // RMSNorm factors of the tile's rows
-  __shared__ float red[kMatmulWarps][kTile];
-  __shared__ int last;
+  S& st = sm.st;
+  float* rs = sm.rs;
+  auto& red = sm.red;
+  int& last = sm.last;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   // The block's row block and tiles: every tile (tile_loop: a verify pass's two 8-row tiles
-  // through one block, the weights of the second from L2) or tile blockIdx.x % tiles.
-  const int64_t row_block = g.tile_loop ? blockIdx.x : blockIdx.x / g.tiles;
-  const int tile0 = g.tile_loop ? 0 : static_cast<int>(blockIdx.x % g.tiles);
+  // through one block, the weights of the second from L2) or tile bx % tiles.
+  const int64_t row_block = g.tile_loop ? bx : bx / g.tiles;
+  const int tile0 = g.tile_loop ? 0 : static_cast<int>(bx % g.tiles);
   const int tile1 = g.tile_loop ? g.tiles : tile0 + 1;
-  const int split = static_cast<int>(blockIdx.y);
+  const int split = by;
   const int64_t rows = a.W.rows;
   const int64_t u0 = split * g.split_units;
   const int64_t u1 = u0 + g.split_units < g.units ? u0 + g.split_units : g.units;
@@ -63,8 +70,7 @@ __global__ void __launch_bounds__(kMatmulThreads, matmul_blocks_per_sm(kTile))
     return true;
   };
   bool have = fetch_first(0, 0);
-  grid_dependency_launch();  // the next kernel may start its own weight fetches
-  grid_dependency_wait();    // x, the output and the scratch: after the previous kernel
+  wait();  // x, the output and the scratch: after the op before
 
   for (int tile = tile0; tile < tile1; ++tile) {
     const int i0 = tile * kTile, nr = min(kTile, a.n - i0);
@@ -146,6 +152,22 @@ __global__ void __launch_bounds__(kMatmulThreads, matmul_blocks_per_sm(kTile))
       matmul_split_sum(a, g, partial, i0 + lane, ra, rb < rows ? rb : -1);
     }
   }
+}
+
+// The vectorized path as a kernel: grid (row blocks * tiles, splits), block kMatmulThreads. A
+// one-row tile (decode) is held to 3 blocks per SM (at most 85 registers; ptxas, sm_90: 64-80
+// and no spills, against 64-99 and 2 blocks of the q4 kernel unbounded); tiles of 2 to 8 rows
+// (verify) to 2 blocks (at most 128 registers: 91-126, no spills; the q4 8-row tile took 137
+// unbounded, one block of 8 warps per SM); 16-row tiles (prefill of float weights; q8 / q4
+// prefill runs matmul_imma.cuh) are left unbounded (bounded, they spill).
+template <WeightType T, int kTile>
+__global__ void __launch_bounds__(kMatmulThreads, matmul_blocks_per_sm(kTile))
+    matmul_kernel(MatmulArgs a, MatmulGeom g, float* __restrict__ partial, int* counters) {
+  __shared__ MatmulSmem<T, kTile> sm;
+  matmul_block<T, kTile>(a, g, partial, counters, blockIdx.x, static_cast<int>(blockIdx.y), sm, [] {
+    grid_dependency_launch();  // the next kernel may fetch its weights
+    grid_dependency_wait();    // as a programmatic dependent
+  });
 }
 
 // Any shape and alignment (float arithmetic on the dequantized weights, no split):

@@ -74,11 +74,14 @@ inline bool matmul_vectorized(const MatmulArgs& a) {
 // imma_rows <= 0 means the default.
 constexpr int kImmaRowsDefault = 0x7fffffff;
 
+// tile > 0 (decode and verify, n <= 16, not imma): the tile rows to plan with, at least those n
+// asks for (the persistent forward plans every op of a pass with the pass's tile: the head's
+// fewer rows too). A row's bits do not depend on the tile.
 // one_wave false: the earlier rules, kept behind the CUDA backend's switch (set_one_wave) so
 // that a GPU run times both in one process: splits ceil(2 SMs / groups), a block per tile, reps
 // at most 8 (decode and verify grids of more blocks than the resident slots).
 inline MatmulPlan plan_matmul(const MatmulArgs& a, int sm_count, int imma_rows = kImmaRowsDefault,
-                              bool one_wave = true) {
+                              bool one_wave = true, int tile = 0) {
   auto fail = [](const char* what) { throw std::invalid_argument(std::string("matmul: ") + what); };
   if (sm_count < 1) fail("sm_count < 1");
   if (a.n < 1 || a.W.rows < 1 || a.W.cols < 1) fail("empty product");
@@ -124,6 +127,12 @@ inline MatmulPlan plan_matmul(const MatmulArgs& a, int sm_count, int imma_rows =
   g.splits = static_cast<int>((g.units + su - 1) / su);
   p.imma = matmul_quantized(a.W.type) && a.n >= (imma_rows > 0 ? imma_rows : kImmaRowsDefault);
   p.tile_rows = p.imma ? kMatmulMaxTile : matmul_tile_rows(a.n);
+  if (tile > 0) {
+    if (p.imma || p.tile_rows >= kMatmulMaxTile || tile < p.tile_rows || tile >= kMatmulMaxTile ||
+        tile != matmul_tile_rows(tile))
+      fail("tile does not hold the rows");
+    p.tile_rows = tile;
+  }
   g.tiles = (a.n + p.tile_rows - 1) / p.tile_rows;
   // Decode and verify (n <= 16): one wave. A block runs every tile of the pass (9-16 rows: two
   // 8-row tiles) and its reps back to back, each rep's (and tile's) first weights fetched during

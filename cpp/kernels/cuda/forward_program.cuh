@@ -1,0 +1,417 @@
+// forward_program.cuh: a whole forward (embed, every layer's matmuls and attention, the head) as
+// ONE persistent kernel launch running a list of instructions.
+//
+// An instruction is one block of one of the per-operation launches the forward would make (a
+// matmul block (bx, by), an attention block bx, one row of the embedding or of a row gather): the
+// same device code (matmul_block, attention_block), the same plan arithmetic (plan_matmul,
+// plan_attention), so every row keeps the bits of the per-operation path. Kernel boundaries are
+// replaced by counters: each instruction adds 1 to its op's counter when done, and waits, after
+// its weight prefetch (matmul_block's first fetches) and before it reads anything, for the
+// counters it depends on to reach their targets (release: __threadfence then atomicAdd; acquire:
+// ld.acquire.gpu then a block barrier and a fence). The last instruction waits for every op and
+// zeroes the counters, so the program can be launched again (graph replays).
+//
+// Scheduling: the grid is exactly the resident blocks (non-cooperative, so it can live in a CUDA
+// graph); block b runs instructions b, b + grid, b + 2 grid, .. in order. No deadlock when every
+// wait points earlier in the global order (a wait on counter c for target t has at least t
+// signallers of c before it) and every block is resident: the earliest unfinished instruction
+// then has all its inputs and its block is at it (check_forward_program proves the first; the
+// grid the second).
+//
+// Dependencies: an op waits for the whole op before it (the per-operation path's order; scratch
+// and split counters of consecutive ops are shared, which this order keeps safe).
+//
+// Host side (plain C++ here, used by CudaBackend and the emulated tests): ForwardOps collects the
+// ops, build_forward_program lays out the instructions and waits, check_forward_program is the
+// static check. Device side: persistent_forward_kernel<kTile> (kTile: the matmul tile of the
+// forward's rows, 1 to 8; at most 16 rows) and forward_instruction_kernel (one instruction, for
+// the emulation's adversarial orders: tests/cpp/emu_forward.cpp).
+#pragma once
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/attention_launch.cuh"
+#include "kernels/cuda/matmul_launch.cuh"
+#include "kernels/cuda/norm_rope.cuh"
+
+namespace trt_spec::cuda {
+
+enum class FwdKind : int32_t { kEmbed = 0, kGather = 1, kMatmul = 2, kAttention = 3, kReset = 4 };
+
+// One op of the forward with everything its launch would take. Instructions: grid_x * grid_y.
+struct FwdOp {
+  FwdKind kind = FwdKind::kReset;
+  int64_t grid_x = 1;
+  int32_t grid_y = 1;
+  // kMatmul: the product, its plan's geometry and split scratch.
+  MatmulArgs mm{};
+  MatmulGeom geom{};
+  float* partial = nullptr;
+  int* mm_counters = nullptr;
+  // kAttention: the attention_block arguments (plan_attention's numbers).
+  const float* qkv = nullptr;
+  RowsView rows{};
+  int n = 0, n_heads = 0, hd_class = 0, tile_rows = 1, head_chunk = 1, chunk = 0, splits = 1;
+  int gy_total = 1, layer = 0;
+  float scale = 0.0f;
+  KvView kv{};
+  float* att_out = nullptr;
+  float* att_partial = nullptr;
+  unsigned* att_counters = nullptr;
+  // kEmbed: out [n, table.cols] = table rows tokens[i]. kGather: out [n, dim] = src rows
+  // src_rows[i].
+  DevWeight table{};
+  const int32_t* tokens = nullptr;
+  const float* src = nullptr;
+  const int32_t* src_rows = nullptr;
+  int dim = 0;
+  float* out = nullptr;
+};
+
+struct FwdInstr {
+  int32_t op = 0;
+  int32_t by = 0;
+  int64_t bx = 0;
+  int32_t wait_begin = 0, wait_count = 0;  // waits [wait_begin, + wait_count)
+  int32_t signal = -1;                     // the counter it adds 1 to when done (-1: none)
+};
+
+struct FwdWait {
+  int32_t counter = 0;
+  int32_t target = 0;  // done when counters[counter] >= target
+};
+
+// A program in device memory (what the kernel reads).
+struct FwdProgramView {
+  const FwdOp* ops = nullptr;
+  const FwdInstr* instrs = nullptr;
+  const FwdWait* waits = nullptr;
+  int* counters = nullptr;  // [n_counters], zero between launches
+  int n_instrs = 0;
+  int n_counters = 0;
+};
+
+// ---- host: the ops ---------------------------------------------------------------------------
+
+// A fused matmul planned by plan_matmul (a vectorized, non-imma plan: the persistent kernel runs
+// matmul_block only) with its split scratch.
+inline FwdOp fwd_matmul_op(const MatmulArgs& a, const MatmulPlan& p, float* partial,
+                           int* counters) {
+  if (!p.vectorized || p.imma || p.tile_rows >= kMatmulMaxTile)
+    throw std::invalid_argument("persistent forward: a matmul off the vectorized decode path");
+  FwdOp op;
+  op.kind = FwdKind::kMatmul;
+  op.grid_x = p.grid.x;
+  op.grid_y = static_cast<int32_t>(p.grid.y);
+  op.mm = a;
+  op.geom = p.geom;
+  op.partial = partial;
+  op.mm_counters = counters;
+  return op;
+}
+
+// attention_block over plan p (plan_attention of the same n) and its split scratch.
+inline FwdOp fwd_attention_op(const AttentionPlan& p, const float* qkv, RowsView rows, int n,
+                              int n_heads, float scale, KvView kv, int layer, float* out,
+                              float* partial, unsigned* counters) {
+  FwdOp op;
+  op.kind = FwdKind::kAttention;
+  op.grid_x = p.grid.x;
+  op.qkv = qkv;
+  op.rows = rows;
+  op.n = n;
+  op.n_heads = n_heads;
+  op.hd_class = p.hd_class;
+  op.tile_rows = p.tile_rows;
+  op.head_chunk = p.head_chunk;
+  op.chunk = p.chunk;
+  op.splits = p.splits;
+  op.gy_total = p.gy_total;
+  op.layer = layer;
+  op.scale = scale;
+  op.kv = kv;
+  op.att_out = out;
+  op.att_partial = partial;
+  op.att_counters = counters;
+  return op;
+}
+
+// out [n, table.cols] = table rows tokens[i] (zeros for ids outside it).
+inline FwdOp fwd_embed_op(const DevWeight& table, const int32_t* tokens, int n, float* out) {
+  FwdOp op;
+  op.kind = FwdKind::kEmbed;
+  op.grid_x = n;
+  op.table = table;
+  op.tokens = tokens;
+  op.out = out;
+  return op;
+}
+
+// out [n, dim] = src rows rows[i].
+inline FwdOp fwd_gather_op(const float* src, const int32_t* rows, int n, int dim, float* out) {
+  FwdOp op;
+  op.kind = FwdKind::kGather;
+  op.grid_x = n;
+  op.src = src;
+  op.src_rows = rows;
+  op.dim = dim;
+  op.out = out;
+  return op;
+}
+
+// ---- host: building and checking ----------------------------------------------------------
+
+struct FwdProgram {
+  std::vector<FwdOp> ops;  // the forward's ops, then the reset
+  std::vector<FwdInstr> instrs;
+  std::vector<FwdWait> waits;
+  int n_counters = 0;  // one per op
+  int tile = 1;        // the matmul tile every op of it was planned with
+};
+
+inline int64_t fwd_op_blocks(const FwdOp& op) {
+  return op.grid_x * op.grid_y;
+}
+
+// The instructions of ops in global order: op by op, each op's blocks by (by, bx); op j waits for
+// every block of op j - 1; a final reset waits for every op and zeroes the counters.
+inline FwdProgram build_forward_program(std::vector<FwdOp> ops, int tile) {
+  FwdProgram p;
+  p.tile = tile;
+  p.n_counters = static_cast<int>(ops.size());
+  FwdOp reset;
+  reset.kind = FwdKind::kReset;
+  ops.push_back(reset);
+  p.ops = std::move(ops);
+  const int n_ops = static_cast<int>(p.ops.size());
+  for (int j = 0; j < n_ops; ++j) {
+    const int wb = static_cast<int>(p.waits.size());
+    if (p.ops[j].kind == FwdKind::kReset) {
+      for (int c = 0; c < j; ++c)
+        p.waits.push_back(FwdWait{c, static_cast<int32_t>(fwd_op_blocks(p.ops[c]))});
+    } else if (j > 0) {
+      p.waits.push_back(FwdWait{j - 1, static_cast<int32_t>(fwd_op_blocks(p.ops[j - 1]))});
+    }
+    const int wc = static_cast<int>(p.waits.size()) - wb;
+    const FwdOp& op = p.ops[j];
+    for (int32_t by = 0; by < op.grid_y; ++by)
+      for (int64_t bx = 0; bx < op.grid_x; ++bx)
+        p.instrs.push_back(FwdInstr{j, by, bx, wb, wc, op.kind == FwdKind::kReset ? -1 : j});
+  }
+  return p;
+}
+
+// The static check: "" when the program cannot deadlock on `grid` blocks of which `resident` fit
+// the device at once, else what is wrong. Every op's blocks appear exactly once; every wait
+// (c, t) of instruction i has at least t signallers of c before i in the global order (so the
+// earliest unfinished instruction can always run); the grid fits the resident blocks (so every
+// block runs); the reset comes last and waits for every signal.
+inline std::string check_forward_program(const FwdProgram& p, int64_t grid, int64_t resident) {
+  auto fail = [](const std::string& s) { return "forward program: " + s; };
+  if (grid < 1) return fail("empty grid");
+  if (grid > resident)
+    return fail("grid of " + std::to_string(grid) + " blocks over the " + std::to_string(resident) +
+                " resident ones: blocks could wait for unstarted ones");
+  const int n_ops = static_cast<int>(p.ops.size());
+  std::vector<int64_t> seen(n_ops, 0), signalled(p.n_counters, 0);
+  std::vector<std::vector<char>> hit(n_ops);
+  for (int j = 0; j < n_ops; ++j) hit[j].assign(fwd_op_blocks(p.ops[j]), 0);
+  for (size_t i = 0; i < p.instrs.size(); ++i) {
+    const FwdInstr& in = p.instrs[i];
+    const std::string at = "instruction " + std::to_string(i);
+    if (in.op < 0 || in.op >= n_ops) return fail(at + " names no op");
+    const FwdOp& op = p.ops[in.op];
+    if (in.bx < 0 || in.bx >= op.grid_x || in.by < 0 || in.by >= op.grid_y)
+      return fail(at + " is outside its op's grid");
+    char& h = hit[in.op][in.by * op.grid_x + in.bx];
+    if (h) return fail(at + " repeats a block of op " + std::to_string(in.op));
+    h = 1;
+    ++seen[in.op];
+    if (in.wait_begin < 0 || in.wait_count < 0 ||
+        in.wait_begin + in.wait_count > static_cast<int>(p.waits.size()))
+      return fail(at + " has waits outside the list");
+    for (int w = in.wait_begin; w < in.wait_begin + in.wait_count; ++w) {
+      const FwdWait& wt = p.waits[w];
+      if (wt.counter < 0 || wt.counter >= p.n_counters) return fail(at + " waits on no counter");
+      if (signalled[wt.counter] < wt.target)
+        return fail(at + " waits for " + std::to_string(wt.target) + " signals of counter " +
+                    std::to_string(wt.counter) + " with only " +
+                    std::to_string(signalled[wt.counter]) + " before it");
+    }
+    if (op.kind == FwdKind::kReset) {
+      if (i + 1 != p.instrs.size()) return fail("the reset is not the last instruction");
+      for (int c = 0; c < p.n_counters; ++c) {
+        bool waited = false;
+        for (int w = in.wait_begin; w < in.wait_begin + in.wait_count; ++w)
+          waited |= p.waits[w].counter == c && p.waits[w].target == signalled[c];
+        if (!waited)
+          return fail("the reset does not wait for every signal of counter " + std::to_string(c));
+      }
+    }
+    if (in.signal >= p.n_counters) return fail(at + " signals no counter");
+    if (in.signal >= 0) ++signalled[in.signal];
+  }
+  for (int j = 0; j < n_ops; ++j)
+    if (seen[j] != fwd_op_blocks(p.ops[j])) return fail("op " + std::to_string(j) + " incomplete");
+  if (p.instrs.empty() || p.ops[p.instrs.back().op].kind != FwdKind::kReset)
+    return fail("no reset at the end");
+  return "";
+}
+
+// ---- device --------------------------------------------------------------------------------
+
+// Shared memory of every instruction kind a kTile kernel runs (one at a time).
+template <int kTile>
+union FwdSmem {
+  MatmulSmem<WeightType::F32, kTile> f32;
+  MatmulSmem<WeightType::F16, kTile> f16;
+  MatmulSmem<WeightType::BF16, kTile> bf16;
+  MatmulSmem<WeightType::Q8, kTile> q8;
+  MatmulSmem<WeightType::Q4, kTile> q4;
+  AttnSmem<64> a64;
+  AttnSmem<128> a128;
+  AttnSmem<256> a256;
+};
+static_assert(sizeof(FwdSmem<1>) <= 48 * 1024 && sizeof(FwdSmem<8>) <= 48 * 1024,
+              "persistent forward: shared memory over 48 KiB");
+
+__device__ __forceinline__ int fwd_load_acquire(const int* p) {
+#if defined(TRT_SPEC_CUDA_EMU)
+  return __atomic_load_n(p, __ATOMIC_ACQUIRE);
+#else
+  int v;
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+#endif
+}
+
+// Waits (every thread calls it) until the instruction's counters reach their targets.
+__device__ __forceinline__ void fwd_wait(const FwdProgramView& p, const FwdInstr& in) {
+  if (threadIdx.x == 0) {
+    for (int w = in.wait_begin; w < in.wait_begin + in.wait_count; ++w) {
+      const FwdWait wt = p.waits[w];
+      while (fwd_load_acquire(p.counters + wt.counter) < wt.target) {
+#if defined(TRT_SPEC_CUDA_EMU)
+        // One block at a time: a wait not met now is never met (an order the counters forbid).
+        std::fprintf(stderr, "forward program: instruction of op %d waits for counter %d\n", in.op,
+                     wt.counter);
+        std::abort();
+#elif __CUDA_ARCH__ >= 700
+        __nanosleep(32);
+#endif
+      }
+    }
+  }
+  __syncthreads();
+  __threadfence();
+}
+
+__device__ __forceinline__ void fwd_signal(const FwdProgramView& p, const FwdInstr& in) {
+  __syncthreads();
+  if (threadIdx.x == 0 && in.signal >= 0) {
+    __threadfence();
+    atomicAdd(p.counters + in.signal, 1);
+  }
+}
+
+template <WeightType T, int kTile>
+__device__ __forceinline__ void fwd_matmul(const FwdProgramView& p, const FwdInstr& in,
+                                           const FwdOp& op, MatmulSmem<T, kTile>& sm) {
+  matmul_block<T, kTile>(op.mm, op.geom, op.partial, op.mm_counters, in.bx, in.by, sm,
+                         [&] { fwd_wait(p, in); });
+}
+
+template <int HD>
+__device__ __forceinline__ void fwd_attention(const FwdProgramView& p, const FwdInstr& in,
+                                              const FwdOp& op, AttnSmem<HD>& sm) {
+  attention_block<HD>(op.qkv, op.rows, op.n, op.n_heads, op.scale, op.kv, op.layer, op.tile_rows,
+                      op.head_chunk, op.chunk, op.splits, op.gy_total, op.att_out, op.att_partial,
+                      op.att_counters, in.bx, op.grid_x, sm, [&] { fwd_wait(p, in); });
+}
+
+// Instruction i, by the whole block (kMatmulThreads threads), waits and signal included.
+template <int kTile>
+__device__ __forceinline__ void fwd_run(const FwdProgramView& p, int64_t i, FwdSmem<kTile>& sm) {
+  const FwdInstr in = p.instrs[i];
+  const FwdOp& op = p.ops[in.op];
+  switch (op.kind) {
+    case FwdKind::kMatmul:
+      switch (op.mm.W.type) {
+        case WeightType::F32: fwd_matmul<WeightType::F32, kTile>(p, in, op, sm.f32); break;
+        case WeightType::F16: fwd_matmul<WeightType::F16, kTile>(p, in, op, sm.f16); break;
+        case WeightType::BF16: fwd_matmul<WeightType::BF16, kTile>(p, in, op, sm.bf16); break;
+        case WeightType::Q8: fwd_matmul<WeightType::Q8, kTile>(p, in, op, sm.q8); break;
+        case WeightType::Q4: fwd_matmul<WeightType::Q4, kTile>(p, in, op, sm.q4); break;
+      }
+      break;
+    case FwdKind::kAttention:
+      if (op.hd_class == 64)
+        fwd_attention<64>(p, in, op, sm.a64);
+      else if (op.hd_class == 128)
+        fwd_attention<128>(p, in, op, sm.a128);
+      else
+        fwd_attention<256>(p, in, op, sm.a256);
+      break;
+    case FwdKind::kEmbed: {  // row bx, as embed_kernel
+      fwd_wait(p, in);
+      const int64_t r = op.tokens[in.bx];
+      float* o = op.out + in.bx * op.table.cols;
+      const bool inside = r >= 0 && r < op.table.rows;
+      for (int64_t c = threadIdx.x; c < op.table.cols; c += blockDim.x)
+        o[c] = inside ? weight_at(op.table, r, c) : 0.0f;
+      break;
+    }
+    case FwdKind::kGather: {  // row bx, as gather_rows_kernel
+      fwd_wait(p, in);
+      const float* s = op.src + static_cast<int64_t>(op.src_rows[in.bx]) * op.dim;
+      float* d = op.out + in.bx * op.dim;
+      for (int c = threadIdx.x; c < op.dim; c += blockDim.x) d[c] = s[c];
+      break;
+    }
+    case FwdKind::kReset:
+      fwd_wait(p, in);
+      for (int c = threadIdx.x; c < p.n_counters; c += blockDim.x) p.counters[c] = 0;
+      break;
+  }
+  fwd_signal(p, in);
+}
+
+// The persistent forward: grid = the resident blocks (at most), block kMatmulThreads; block b runs
+// instructions b, b + grid, .. (see the file comment).
+template <int kTile>
+__global__ void __launch_bounds__(kMatmulThreads, matmul_blocks_per_sm(kTile))
+    persistent_forward_kernel(FwdProgramView p) {
+  __shared__ FwdSmem<kTile> sm;
+  for (int64_t i = blockIdx.x; i < p.n_instrs; i += gridDim.x) {
+    if (i != blockIdx.x) __syncthreads();  // the previous instruction's shared memory is free
+    fwd_run<kTile>(p, i, sm);
+  }
+}
+
+// One instruction as a launch of one block (the emulation runs the program in chosen orders).
+template <int kTile>
+__global__ void __launch_bounds__(kMatmulThreads)
+    forward_instruction_kernel(FwdProgramView p, int64_t i) {
+  __shared__ FwdSmem<kTile> sm;
+  fwd_run<kTile>(p, i, sm);
+}
+
+// Resident blocks per SM persistent_forward_kernel<tile> is compiled for: its launch bounds,
+// within the shared memory of an SM (228 KiB on Hopper, 164 KiB on A100: 4 and 3 blocks).
+inline int fwd_blocks_per_sm(int tile) {
+  return matmul_blocks_per_sm(tile);
+}
+
+inline void launch_forward_program(cudaStream_t stream, const FwdProgramView& p, int tile,
+                                   int64_t grid) {
+  switch (tile) {
+    case 1: TRT_SPEC_LAUNCH(persistent_forward_kernel<1>, grid, kMatmulThreads, stream, p); break;
+    case 2: TRT_SPEC_LAUNCH(persistent_forward_kernel<2>, grid, kMatmulThreads, stream, p); break;
+    case 4: TRT_SPEC_LAUNCH(persistent_forward_kernel<4>, grid, kMatmulThreads, stream, p); break;
+    default: TRT_SPEC_LAUNCH(persistent_forward_kernel<8>, grid, kMatmulThreads, stream, p); break;
+  }
+}
+
+}  // namespace trt_spec::cuda

@@ -1,0 +1,344 @@
+// emu_forward.cpp: a tiny transformer's forward on the emulated CUDA kernels (cuda_emu.h), once as
+// the per-operation launches the CUDA backend makes and once as the persistent forward program
+// (cpp/kernels/cuda/forward_program.cuh) run in a chosen instruction order, behind a C interface
+// for tests/test_cuda_emulated_forward.py (ctypes), on host memory.
+//
+// The model: random weights of one type (kernels/random_fill.h), Model::forward's op sequence
+// (embed; per layer the qkv projection with RoPE and the cache write, attention, x += o, the
+// normed gate / up, x += down(swiglu); a tap of the residual stream entering layer 1; the head
+// over the selected rows), an f16 KV cache holding a random context.
+//
+// The shared library target emu_forward of CMakeLists.txt (TRT_SPEC_BUILD_TESTS=ON).
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/forward_program.cuh"
+#include "kernels/cuda/layer_args.cuh"
+#include "kernels/half_float.h"
+#include "kernels/random_fill.h"
+
+using namespace trt_spec;
+using namespace trt_spec::cuda;
+using cuda_emu::launch;
+
+namespace {
+
+struct Shape {
+  int32_t wtype, layers, dim, heads, kv_heads, head_dim, ffn, vocab, max_seq, sm_count;
+};
+
+// 64-byte aligned host memory of floats / bytes.
+struct Buf {
+  std::vector<uint8_t> bytes;
+  void* p = nullptr;
+  explicit Buf(size_t n = 0) : bytes(n + 64) {
+    p = reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(bytes.data()) + 63) / 64 * 64);
+  }
+  float* f() { return static_cast<float*>(p); }
+  int32_t* i() { return static_cast<int32_t*>(p); }
+};
+
+struct Weight {
+  Buf blob;
+  WeightView view;
+};
+
+void fill_weight(Weight& w, WeightType t, int64_t rows, int64_t cols, uint64_t key, float scale) {
+  w.blob = Buf(weight_blob_bytes(t, rows, cols));
+  const RandomFill f{key, 0.0f, scale};
+  SectionFill sections[3];
+  const int n = random_fill_sections(t, rows, cols, f, sections);
+  for (int s = 0; s < n; ++s)
+    random_fill_host(f, sections[s], static_cast<uint32_t>(s), 0, (sections[s].bytes + 15) / 16,
+                     static_cast<uint8_t*>(w.blob.p));
+  w.view = WeightView{t, rows, cols, static_cast<const uint8_t*>(w.blob.p)};
+}
+
+void fill_floats(Buf& b, size_t n, std::mt19937_64& rng, float base, float spread) {
+  b = Buf(n * sizeof(float));
+  std::uniform_real_distribution<float> u(-spread, spread);
+  for (size_t i = 0; i < n; ++i) b.f()[i] = base + u(rng);
+}
+
+struct Model {
+  Shape s;
+  Weight embd, out_w;
+  std::vector<Weight> qkv, o, gu, down;
+  std::vector<Buf> attn_norm, ffn_norm, qkv_bias;
+  Buf out_norm, cos_t, sin_t, k, v;
+  KvView kv{};
+
+  Model(const Shape& sh, uint64_t seed) : s(sh) {
+    const auto t = static_cast<WeightType>(s.wtype);
+    std::mt19937_64 rng(seed);
+    const int64_t D = s.dim, Q = static_cast<int64_t>(s.heads + 2 * s.kv_heads) * s.head_dim;
+    fill_weight(embd, WeightType::F32, s.vocab, D, seed * 31 + 1, 1.0f);
+    fill_weight(out_w, t, s.vocab, D, seed * 31 + 2, 0.05f);
+    fill_floats(out_norm, D, rng, 1.0f, 0.1f);
+    qkv.resize(s.layers), o.resize(s.layers), gu.resize(s.layers), down.resize(s.layers);
+    attn_norm.resize(s.layers), ffn_norm.resize(s.layers), qkv_bias.resize(s.layers);
+    for (int l = 0; l < s.layers; ++l) {
+      const uint64_t key = seed * 31 + 10 * (l + 1);
+      fill_weight(qkv[l], t, Q, D, key + 1, 0.05f);
+      fill_weight(o[l], t, D, static_cast<int64_t>(s.heads) * s.head_dim, key + 2, 0.05f);
+      fill_weight(gu[l], t, 2 * static_cast<int64_t>(s.ffn), D, key + 3, 0.05f);
+      fill_weight(down[l], t, D, s.ffn, key + 4, 0.05f);
+      fill_floats(attn_norm[l], D, rng, 1.0f, 0.1f);
+      fill_floats(ffn_norm[l], D, rng, 1.0f, 0.1f);
+      fill_floats(qkv_bias[l], Q, rng, 0.0f, 0.1f);
+    }
+    const int half = s.head_dim / 2;
+    cos_t = Buf(sizeof(float) * s.max_seq * half);
+    sin_t = Buf(sizeof(float) * s.max_seq * half);
+    for (int p = 0; p < s.max_seq; ++p)
+      for (int i = 0; i < half; ++i) {
+        const double a = p * std::pow(10000.0, -2.0 * i / s.head_dim);
+        cos_t.f()[p * half + i] = static_cast<float>(std::cos(a));
+        sin_t.f()[p * half + i] = static_cast<float>(std::sin(a));
+      }
+    const size_t kv_bytes = 2ull * s.layers * s.kv_heads * s.max_seq * s.head_dim;  // f16, 1 slot
+    k = Buf(kv_bytes);
+    v = Buf(kv_bytes);
+    kv = KvView{k.p, v.p, KvType::F16, s.layers, s.kv_heads, s.max_seq, s.head_dim};
+  }
+};
+
+// The forward's buffers, with unwritten scratch filled with NaN.
+struct Pass {
+  int n, n_logits;
+  Buf tokens, pos, slot, logit_rows, x, qkv, att, gate_up, tap, logits, partial, counters;
+  Buf att_partial, att_counters;
+  Pass(const Shape& s, int n_, int n_logits_, int p0, uint64_t seed)
+      : n(n_),
+        n_logits(n_logits_),
+        tokens(4 * n),
+        pos(4 * n),
+        slot(4 * n),
+        logit_rows(4 * n),
+        x(4ull * n * s.dim),
+        qkv(4ull * n * (s.heads + 2 * s.kv_heads) * s.head_dim),
+        att(4ull * n * s.heads * s.head_dim),
+        gate_up(8ull * n * s.ffn),
+        tap(4ull * n * s.dim),
+        logits(4ull * n * s.vocab),
+        partial(4ull * 64 * n * (s.vocab > 2 * s.ffn ? s.vocab : 2 * s.ffn)),
+        counters(4 * 4096),
+        att_partial(4ull * n * s.heads * 64 * (s.head_dim + 2)),
+        att_counters(4 * 4096) {
+    std::mt19937_64 rng(seed);
+    for (int i = 0; i < n; ++i) {
+      tokens.i()[i] = static_cast<int32_t>(rng() % s.vocab);
+      pos.i()[i] = p0 + i;
+      slot.i()[i] = 0;
+    }
+    for (int i = 0; i < n_logits; ++i) logit_rows.i()[i] = n - n_logits + i;
+    for (Buf* b : {&x, &qkv, &att, &gate_up, &tap, &logits, &partial, &att_partial}) {
+      float* f = b->f();
+      for (size_t i = 0; i < (b->bytes.size() - 64) / 4; ++i) f[i] = NAN;
+    }
+    std::memset(counters.p, 0, 4 * 4096);
+    std::memset(att_counters.p, 0, 4 * 4096);
+  }
+};
+
+// Model::forward's ops. program: appended as FwdOps planned with tile; else launched one by one.
+void forward_ops(Model& m, Pass& ps, std::vector<FwdOp>* program, int tile) {
+  const Shape& s = m.s;
+  const int n = ps.n, sm = s.sm_count;
+  float* x = ps.x.f();
+  auto matmul = [&](const MatmulArgs& a) {
+    const MatmulPlan p = plan_matmul(a, sm, kImmaRowsDefault, true, program ? tile : 0);
+    if (program)
+      program->push_back(fwd_matmul_op(a, p, ps.partial.f(), ps.counters.i()));
+    else
+      launch_matmul(nullptr, a, p, ps.partial.f(), ps.counters.i());
+  };
+  const DevWeight table = dev_weight(m.embd.view);
+  if (program)
+    program->push_back(fwd_embed_op(table, ps.tokens.i(), n, x));
+  else
+    launch_embed(nullptr, table, ps.tokens.i(), n, x);
+  const RowsView rows{ps.pos.i(), ps.slot.i(), nullptr, nullptr, nullptr};
+  const float scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
+  for (int l = 0; l < s.layers; ++l) {
+    if (l == 1) {  // a tap: the residual stream entering layer 1
+      if (program)
+        program->push_back(fwd_gather_op(x, ps.logit_rows.i(), ps.n_logits, s.dim, ps.tap.f()));
+      else
+        launch_gather_rows(nullptr, x, ps.logit_rows.i(), ps.n_logits, s.dim, ps.tap.f());
+    }
+    matmul(qkv_args(x, m.attn_norm[l].f(), 1e-6f, m.qkv[l].view, m.qkv_bias[l].f(), ps.pos.i(),
+                    ps.slot.i(), nullptr, n, s.heads, s.kv_heads, s.head_dim, m.cos_t.f(),
+                    m.sin_t.f(), m.kv, l, ps.qkv.f()));
+    const AttentionPlan ap = plan_attention(n, s.heads, s.kv_heads, s.head_dim, s.max_seq, sm);
+    if (program)
+      program->push_back(fwd_attention_op(ap, ps.qkv.f(), rows, n, s.heads, scale, m.kv, l,
+                                          ps.att.f(), ps.att_partial.f(),
+                                          reinterpret_cast<unsigned*>(ps.att_counters.p)));
+    else
+      launch_attention(nullptr, ap, ps.qkv.f(), rows, n, s.heads, scale, m.kv, l, ps.att.f(),
+                       ps.att_partial.f(), reinterpret_cast<unsigned*>(ps.att_counters.p));
+    matmul(residual_args(m.o[l].view, ps.att.f(), n, x));
+    matmul(norm_linear_args(x, nullptr, m.ffn_norm[l].f(), 1e-6f, m.gu[l].view, nullptr, n,
+                            ps.gate_up.f()));
+    matmul(swiglu_residual_args(m.down[l].view, ps.gate_up.f(), n, x));
+  }
+  matmul(norm_linear_args(x, ps.logit_rows.i(), m.out_norm.f(), 1e-6f, m.out_w.view, nullptr,
+                          ps.n_logits, ps.logits.f()));
+}
+
+thread_local std::string g_error;
+
+}  // namespace
+
+extern "C" {
+
+const char* emu_forward_error() {
+  return g_error.c_str();
+}
+
+// A forward of n rows (positions n_ctx ..) after a context of n_ctx rows, on a model of shape
+// `shape` (Shape's 10 ints) from `seed`. mode 0: the per-operation launches; 1: the persistent
+// kernel with a grid of one block (global order); 2: the program's instructions one by one in a
+// random order the counters allow (order_seed); 3: the same, always the latest instruction the
+// counters allow (each consumer as early as possible). Writes logits [n_logits, vocab] (the last
+// n_logits rows), tap [n_logits, dim], and info[0] = instructions, info[1] = ops, info[2] = the
+// static check's verdict on the grid of resident blocks (0: sound). Returns 0, or -1 (see
+// emu_forward_error).
+int emu_forward(const int32_t* shape, int n_ctx, int n, int n_logits, int mode, uint64_t seed,
+                uint64_t order_seed, float* logits, float* tap, int64_t* info) {
+  try {
+    Shape s;
+    std::memcpy(&s, shape, sizeof(Shape));
+    Model m(s, seed);
+    {  // the context: random k and v at positions [0, n_ctx) of every layer and kv head
+      std::mt19937_64 rng(seed + 7);
+      std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+      for (void* c : {m.k.p, m.v.p})
+        for (int l = 0; l < s.layers * s.kv_heads; ++l)
+          for (int64_t e = 0; e < static_cast<int64_t>(n_ctx) * s.head_dim; ++e)
+            static_cast<uint16_t*>(c)[l * s.max_seq * s.head_dim + e] = f32_to_f16(u(rng));
+    }
+    Pass ps(s, n, n_logits, n_ctx, seed + 11);
+    if (mode == 0) {
+      forward_ops(m, ps, nullptr, 0);
+    } else {
+      const int tile = matmul_tile_rows(n);
+      std::vector<FwdOp> ops;
+      forward_ops(m, ps, &ops, tile);
+      FwdProgram prog = build_forward_program(std::move(ops), tile);
+      Buf counters(4 * (prog.n_counters + 1));
+      std::memset(counters.p, 0, 4 * (prog.n_counters + 1));
+      const FwdProgramView view{prog.ops.data(),
+                                prog.instrs.data(),
+                                prog.waits.data(),
+                                counters.i(),
+                                static_cast<int>(prog.instrs.size()),
+                                prog.n_counters};
+      const int64_t resident = static_cast<int64_t>(fwd_blocks_per_sm(tile)) * s.sm_count;
+      info[0] = static_cast<int64_t>(prog.instrs.size());
+      info[1] = static_cast<int64_t>(prog.ops.size());
+      info[2] = check_forward_program(prog, resident, resident).empty() ? 0 : 1;
+      if (mode == 1) {
+        switch (tile) {
+          case 1: launch(dim3(1), dim3(kMatmulThreads), persistent_forward_kernel<1>, view); break;
+          case 2: launch(dim3(1), dim3(kMatmulThreads), persistent_forward_kernel<2>, view); break;
+          case 4: launch(dim3(1), dim3(kMatmulThreads), persistent_forward_kernel<4>, view); break;
+          default: launch(dim3(1), dim3(kMatmulThreads), persistent_forward_kernel<8>, view);
+        }
+      } else {
+        std::mt19937_64 rng(order_seed);
+        std::vector<char> done(prog.instrs.size(), 0);
+        for (size_t step = 0; step < prog.instrs.size(); ++step) {
+          std::vector<int64_t> ready;
+          for (size_t i = 0; i < prog.instrs.size(); ++i) {
+            if (done[i]) continue;
+            const FwdInstr& in = prog.instrs[i];
+            bool ok = true;
+            for (int w = in.wait_begin; w < in.wait_begin + in.wait_count; ++w)
+              ok &= counters.i()[prog.waits[w].counter] >= prog.waits[w].target;
+            if (ok) ready.push_back(static_cast<int64_t>(i));
+          }
+          if (ready.empty()) {
+            g_error = "no instruction ready: the counters deadlock";
+            return -1;
+          }
+          const int64_t i = mode == 3 ? ready.back() : ready[rng() % ready.size()];
+          done[i] = 1;
+          switch (tile) {
+            case 1:
+              launch(dim3(1), dim3(kMatmulThreads), forward_instruction_kernel<1>, view, i);
+              break;
+            case 2:
+              launch(dim3(1), dim3(kMatmulThreads), forward_instruction_kernel<2>, view, i);
+              break;
+            case 4:
+              launch(dim3(1), dim3(kMatmulThreads), forward_instruction_kernel<4>, view, i);
+              break;
+            default: launch(dim3(1), dim3(kMatmulThreads), forward_instruction_kernel<8>, view, i);
+          }
+        }
+      }
+      for (int c = 0; c < prog.n_counters; ++c)
+        if (counters.i()[c] != 0) {
+          g_error = "the program left counter " + std::to_string(c) + " set";
+          return -1;
+        }
+    }
+    std::memcpy(logits, ps.logits.f(), sizeof(float) * n_logits * s.vocab);
+    std::memcpy(tap, ps.tap.f(), sizeof(float) * n_logits * s.dim);
+    return 0;
+  } catch (const std::exception& e) {
+    g_error = e.what();
+    return -1;
+  }
+}
+
+// The static check of the program of a forward of n rows on `shape`, run on `grid` blocks of
+// `resident` after `tamper`: 0 none; 1 the reset moved before the last op; 2 a wait's target
+// raised by one; 3 the first instruction of op 1 moved before op 0's; 4 a block of op 2 repeated.
+// Writes the verdict ("" when sound) to out (cap bytes). Returns 0, or -1.
+int emu_forward_check(const int32_t* shape, int n, int tamper, int64_t grid, int64_t resident,
+                      char* out, int cap) {
+  try {
+    Shape s;
+    std::memcpy(&s, shape, sizeof(Shape));
+    Model m(s, 1);
+    Pass ps(s, n, 1, 0, 2);
+    const int tile = matmul_tile_rows(n);
+    std::vector<FwdOp> ops;
+    forward_ops(m, ps, &ops, tile);
+    FwdProgram p = build_forward_program(std::move(ops), tile);
+    auto first_of = [&](int op) {
+      size_t i = 0;
+      while (p.instrs[i].op != op) ++i;
+      return i;
+    };
+    if (tamper == 1) {
+      const FwdInstr r = p.instrs.back();
+      p.instrs.pop_back();
+      p.instrs.insert(p.instrs.begin() + first_of(static_cast<int>(p.ops.size()) - 2), r);
+    } else if (tamper == 2) {
+      p.waits[p.instrs[first_of(1)].wait_begin].target += 1;
+    } else if (tamper == 3) {
+      const size_t i = first_of(1);
+      const FwdInstr r = p.instrs[i];
+      p.instrs.erase(p.instrs.begin() + i);
+      p.instrs.insert(p.instrs.begin(), r);
+    } else if (tamper == 4) {
+      p.instrs[first_of(2) + 1] = p.instrs[first_of(2)];
+    }
+    const std::string v = check_forward_program(p, grid, resident);
+    std::snprintf(out, cap, "%s", v.c_str());
+    return 0;
+  } catch (const std::exception& e) {
+    g_error = e.what();
+    return -1;
+  }
+}
+
+}  // extern "C"

@@ -1,0 +1,115 @@
+"""The persistent forward (cpp/kernels/cuda/forward_program.cuh) on the CUDA emulation: a tiny
+model's whole forward as one instruction list, run in the global order by the persistent kernel
+and in adversarial orders (random, and each consumer as early as its counters allow) with every
+unwritten buffer filled with NaN, gives the bits of the per-operation launches; the static check
+refuses programs that could deadlock.
+
+Loads tests/cpp/emu_forward.cpp (built by native_build.py)."""
+
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+import pytest
+from cuda_helpers import emulation_library
+
+F32, F16, BF16, Q8, Q4 = range(5)
+# wtype, layers, dim, heads, kv_heads, head_dim, ffn, vocab, max_seq, sm_count: f32 gives split-K
+# products (o, down, head) and a 33-entry context two attention splits.
+SHAPE = dict(layers=2, dim=256, heads=4, kv_heads=2, head_dim=64, ffn=512, vocab=256, max_seq=64)
+
+
+@pytest.fixture(scope="module")
+def lib():
+    so = emulation_library("emu_forward")
+    so.emu_forward_error.restype = ctypes.c_char_p
+    return so
+
+
+def _shape(wtype: int, sm_count: int = 32, **kw) -> np.ndarray:
+    s = {**SHAPE, **kw}
+    return np.array(
+        [wtype, s["layers"], s["dim"], s["heads"], s["kv_heads"], s["head_dim"], s["ffn"],
+         s["vocab"], s["max_seq"], sm_count],
+        np.int32,
+    )  # fmt: skip
+
+
+def forward(lib, shape: np.ndarray, n: int, mode: int, *, n_ctx: int = 33, n_logits: int = 0,
+            order: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+    n_logits = n_logits or n
+    logits = np.zeros((n_logits, shape[7]), np.float32)
+    tap = np.zeros((n_logits, shape[2]), np.float32)
+    info = np.zeros(3, np.int64)
+    p = ctypes.c_void_p
+    rc = lib.emu_forward(
+        p(shape.ctypes.data), n_ctx, n, n_logits, mode, ctypes.c_uint64(7), ctypes.c_uint64(order),
+        p(logits.ctypes.data), p(tap.ctypes.data), p(info.ctypes.data),
+    )  # fmt: skip
+    assert rc == 0, lib.emu_forward_error().decode()
+    return logits, tap, info
+
+
+def bits(a: np.ndarray) -> np.ndarray:
+    return a.view(np.uint32)
+
+
+@pytest.mark.parametrize(
+    "wtype, n, n_logits, mode",
+    [
+        (F32, 3, 0, 3),  # split-K products, consumers as early as allowed
+        (Q4, 1, 0, 1),  # decode, the persistent kernel in global order
+        (Q8, 5, 2, 3),  # an 8-row tile; the head over 2 rows with the pass's tile
+        (BF16, 2, 0, 2),  # a random order
+    ],
+)
+def test_program_gives_the_per_operation_bits(lib, wtype: int, n: int, n_logits: int, mode: int):
+    shape = _shape(wtype)
+    ref_logits, ref_tap, _ = forward(lib, shape, n, 0, n_logits=n_logits)
+    assert np.isfinite(ref_logits).all() and np.isfinite(ref_tap).all()
+    logits, tap, info = forward(lib, shape, n, mode, n_logits=n_logits, order=wtype + 1)
+    # embed, the tap, 5 ops per layer, the head, the reset
+    assert info[1] == 1 + 1 + 5 * SHAPE["layers"] + 1 + 1
+    assert info[2] == 0, "the static check refused the program"
+    np.testing.assert_array_equal(bits(logits), bits(ref_logits))
+    np.testing.assert_array_equal(bits(tap), bits(ref_tap))
+
+
+def test_orders_agree_on_a_long_row(lib):
+    """Attention over two splits (a 33-entry context) and split-K: three random orders."""
+    shape = _shape(F32, sm_count=16)
+    ref, _, _ = forward(lib, shape, 1, 0)
+    for order in (11, 12, 13):
+        got, _, _ = forward(lib, shape, 1, 2, order=order)
+        np.testing.assert_array_equal(bits(got), bits(ref))
+
+
+def check(lib, shape: np.ndarray, n: int, tamper: int, grid: int, resident: int) -> str:
+    out = ctypes.create_string_buffer(512)
+    rc = lib.emu_forward_check(
+        ctypes.c_void_p(shape.ctypes.data), n, tamper, ctypes.c_int64(grid),
+        ctypes.c_int64(resident), out, 512,
+    )  # fmt: skip
+    assert rc == 0, lib.emu_forward_error().decode()
+    return out.value.decode()
+
+
+@pytest.mark.parametrize(
+    "tamper, grid, resident, words",
+    [
+        (0, 96, 96, ""),
+        (0, 1, 96, ""),
+        (0, 97, 96, "resident"),  # a block could wait for one that never starts
+        (1, 96, 96, "waits for"),  # the reset before the last op: its waits fail
+        (2, 96, 96, "waits for"),  # a target no earlier signals reach
+        (3, 96, 96, "waits for"),  # a consumer before its producer
+        (4, 96, 96, "repeats"),  # a block run twice (and one never)
+    ],
+)
+def test_static_check(lib, tamper: int, grid: int, resident: int, words: str):
+    verdict = check(lib, _shape(F32), 3, tamper, grid, resident)
+    if not words:
+        assert verdict == ""
+    else:
+        assert words in verdict, verdict
