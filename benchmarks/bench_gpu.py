@@ -43,6 +43,7 @@ import argparse
 import datetime as dt
 import gc
 import json
+import os
 import platform
 import struct
 import sys
@@ -172,6 +173,13 @@ def decode_steps(engines: dict[str, Path], bw_gbps: float | None, args, save) ->
                     waves_arms(s),
                 )
             )
+        if args.persistent and s.set_cuda_persistent(True):  # sm_90+, interleaved
+            row.update(
+                switch_compare(
+                    lambda role=role, s=s, ctx=ctx: s.time_forward(role, 1, 1, ctx, args.iters),
+                    persistent_arms(s),
+                )
+            )
         if role == "target":  # the engine's own target-only iteration (sampling, read-back)
             row["engine_step_ms"] = engine_iteration(s, 0, args) * 1e3
         rows.append(row)
@@ -213,6 +221,12 @@ def iterations(engine: Path, args, save) -> list[dict]:
     ctx = args.context
     draft1 = s.time_forward("draft", 1, 1, ctx, args.iters, True)
     draft0 = s.time_forward("draft", 2, 1, ctx, args.iters, True)
+    sp = None  # a second session whose scheduler's graphs hold persistent forwards (sm_90+)
+    if args.persistent and s.set_cuda_persistent(True):
+        s.set_cuda_persistent(False)
+        os.environ["TRT_SPEC_CUDA_PERSISTENT"] = "1"  # read when its backend is made
+        sp = T.Session(str(engine), args.device)
+        del os.environ["TRT_SPEC_CUDA_PERSISTENT"]
     rows = []
     for k in args.ks:
         log(f"iteration K={k}")
@@ -224,6 +238,7 @@ def iterations(engine: Path, args, save) -> list[dict]:
             {
                 "k": k,
                 "iteration_ms": it * 1e3,
+                "iteration_persistent_ms": engine_iteration(sp, k, args) * 1e3 if sp else None,
                 "iteration_no_graph_ms": it_plain * 1e3 if it_plain else None,
                 "verify_ms": verify * 1e3,
                 "draft_step0_ms": draft0 * 1e3,
@@ -259,6 +274,12 @@ def forward_rows(engine: Path, target: str, args) -> dict:
             row.update(
                 switch_compare(
                     lambda n=n: s.time_forward("target", n, n, ctx, args.iters), waves_arms(s)
+                )
+            )
+        if args.persistent and s.set_cuda_persistent(True):  # per operation against persistent
+            row.update(
+                switch_compare(
+                    lambda n=n: s.time_forward("target", n, n, ctx, args.iters), persistent_arms(s)
                 )
             )
         rows.append(row)
@@ -298,6 +319,16 @@ def waves_arms(s: Any) -> dict[str, Any]:
         "earlier_grids": lambda: s.set_cuda_one_wave(False),
         "one_wave": lambda: s.set_cuda_one_wave(True),
         "": lambda: s.set_cuda_one_wave(True),
+    }
+
+
+def persistent_arms(s: Any) -> dict[str, Any]:
+    """A forward as its per-operation launches, or as one persistent launch (then the default:
+    per operation)."""
+    return {
+        "per_op": lambda: s.set_cuda_persistent(False),
+        "persistent": lambda: s.set_cuda_persistent(True),
+        "": lambda: s.set_cuda_persistent(False),
     }
 
 
@@ -440,6 +471,12 @@ def main() -> int:
         type=lambda v: [int(k) for k in v.split(",")],
         default=list(range(1, 9)),
         help="draft lengths of the iteration sweep (comma-separated)",
+    )
+    ap.add_argument(
+        "--persistent",
+        action="store_true",
+        help="also time each forward (steps, verify rows, iterations) as one persistent launch "
+        "against its per-operation launches, in the same process (sm_90+)",
     )
     ap.add_argument(
         "--op-by-op-iterations",

@@ -18,6 +18,7 @@
 #   bash benchmarks/run_gpu_checks.sh followup   # ~8 minutes: what session 24 left (see below)
 #   bash benchmarks/run_gpu_checks.sh short      # ~5.5 minutes: a lease's last minutes (see below)
 #   bash benchmarks/run_gpu_checks.sh calibrate  # ~8 minutes: a lease's first call (see below)
+#   bash benchmarks/run_gpu_checks.sh persistent # ~8 minutes: the persistent forward (see below)
 #
 # `lease` fits one call of the device tool (10 minutes at most, of a 15-minute lease that also
 # pays the machine's start): see its comment below. Each part has its own time limit, so a hang
@@ -82,6 +83,14 @@ bench_q4() {  # time limit, bench_gpu.py arguments: the q4 numbers of both pairs
   run bench timeout "$limit" python benchmarks/bench_gpu.py --part trt --formats q4 \
     --big-formats q4 --iters 20 --tag "$TAG" "$@"
   cp benchmarks/results/gpu_"$TAG".* "$OUT/" 2>/dev/null || true
+}
+
+# A part's time limit held to what is left of CAL_BUDGET seconds (default 540), so that the logs
+# are packed before the device call's own limit (the calibrate and persistent steps).
+cap() {
+  local left=$((${CAL_BUDGET:-540} - SECONDS - 15))
+  left=$((left > 1 ? left : 1))
+  echo $(($1 < left ? $1 : left))
 }
 
 sanitize_ops() {  # time limit, pytest -k filter: racecheck and synccheck over test_cuda_ops.py
@@ -214,13 +223,6 @@ fi
 # speculation equal to target-only (tiny pairs, the real-shape q4 sweep at batch 1); the 7B
 # forward kernel by kernel; racecheck / synccheck over the attention and linear ops.
 if [[ "$step" == calibrate ]]; then
-  # Each part's limit is also held to what is left of CAL_BUDGET seconds (default 540), so that
-  # the logs are packed before the device call's own limit.
-  cap() {
-    local left=$((${CAL_BUDGET:-540} - SECONDS - 15))
-    left=$((left > 1 ? left : 1))
-    echo $(($1 < left ? $1 : left))
-  }
   build_cuda 150
   run calib_build timeout 60 nvcc -O3 -arch=sm_90 -o "$OUT/gpu_calibrate" \
     benchmarks/cpp/gpu_calibrate.cu
@@ -247,6 +249,20 @@ if [[ "$step" == calibrate ]]; then
   run profile_7b timeout "$(cap 60)" python benchmarks/profile_gpu.py --parts step \
     --step-cases target:1 --engine /tmp/trt-spec-gpu-bench/pair7b-q4-s2048.engine --out "$OUT"
   sanitize_ops "$(cap 20)" "attention_tree or (test_attention and pos1) or (linear and q4)"
+fi
+# `persistent`: the persistent forward (kernels/cuda/forward_program.cuh) against the
+# per-operation launches: its exactness tests, its four sanitizers, then the q4 steps, verify
+# rows and K = 4 iterations both ways in one process (bench_gpu.py --persistent).
+if [[ "$step" == persistent ]]; then
+  build_cuda 150
+  run pytest_persistent timeout "$(cap 100)" python -m pytest -m gpu -v -rs -p no:cacheprovider \
+    -p no:randomly tests/test_cuda_engine.py -k persistent
+  for tool in memcheck racecheck synccheck initcheck; do
+    run "sanitizer_persistent_$tool" timeout "$(cap 45)" \
+      compute-sanitizer --tool "$tool" --error-exitcode 3 python -m pytest -m gpu -x -q \
+      -p no:cacheprovider tests/test_cuda_engine.py -k "persistent and f16"
+  done
+  bench_q4 "$(cap 200)" --ks 4 --no-op-by-op-iterations --persistent "$@"
 fi
 if [[ "$step" == build || "$step" == all ]]; then
   build_cuda 600

@@ -411,7 +411,9 @@ def test_bench_gpu_forward_rows_on_the_cpu(tmp_path: Path, monkeypatch: pytest.M
     monkeypatch.setattr(bg, "PREFILL_CONTEXTS", (0, 16, 10**6))  # the last one does not fit
     pair = spec_pairs.make_pair(tmp_path, "noisy", draft_len=4, max_batch=4, weights="f32")
     r = bg.forward_rows(
-        Path(pair), "tiny", types.SimpleNamespace(device="cpu", context=16, iters=2)
+        Path(pair),
+        "tiny",
+        types.SimpleNamespace(device="cpu", context=16, iters=2, persistent=False),
     )
     assert [x["rows"] for x in r["verify_rows"]] == list(bg.ROW_COUNTS)
     assert all(x["ms"] > 0 for x in r["verify_rows"]) and r["verify_rows"][0]["vs_one_row"] == 1.0

@@ -92,6 +92,20 @@ def test_tokens_per_iteration(tmp_path: Path) -> None:
     assert cm.expected_tokens(1.0, 3) == 4.0
 
 
+def test_persistent_forward_prices_its_boundaries() -> None:
+    """One persistent launch per forward: every boundary after the first is a counter wait
+    (measured flag hop + fence) instead of a launch (measured PDL launch); nothing else moves."""
+    m = CAL.measured
+    hop = (m["flag_hop_ns"] + m["atomic_fence_ns"]) / 1e3
+    assert cm.boundary_us(CAL, True) == pytest.approx(hop)
+    assert cm.boundary_us(CAL, False) == pytest.approx(m["launch_pdl_us"])
+    shape = fit.shape_of("qwen2.5-1.5b", "q4")
+    ops = 5 * shape.n_layers + 2  # embed, 5 per layer, the head
+    for n in (1, 5, 9):
+        diff = cm.forward_us(CAL, shape, n, persistent=True) - cm.forward_us(CAL, shape, n)
+        assert diff == pytest.approx((ops - 1) * (hop - m["launch_pdl_us"]))
+
+
 def test_info_plan_prints_modelled_figures(tiny, tmp_path: Path) -> None:
     from trt_spec import _core
 
@@ -115,6 +129,7 @@ def test_info_plan_prints_modelled_figures(tiny, tmp_path: Path) -> None:
     ).stdout
     assert "cost model (MODELLED" in out
     assert "modelled verify of n rows (us): 1: " in out and " 9: " in out
+    assert "modelled persistent forward: target step " in out
     assert "projected speedup at K=4 (MODELLED)" in out
     assert "histogram at this K" in out
     bad = subprocess.run([*cli, "--acceptance", str(hist)], capture_output=True, text=True)

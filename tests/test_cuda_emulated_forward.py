@@ -15,9 +15,10 @@ import pytest
 from cuda_helpers import emulation_library
 
 F32, F16, BF16, Q8, Q4 = range(5)
-# wtype, layers, dim, heads, kv_heads, head_dim, ffn, vocab, max_seq, sm_count: f32 gives split-K
-# products (o, down, head) and a 33-entry context two attention splits.
+# wtype, layers, dim, heads, kv_heads, head_dim, ffn, vocab, max_seq, sm_count; a 33-entry context
+# takes two attention splits, and SPLIT_K an f16 down projection of two splits.
 SHAPE = dict(layers=2, dim=256, heads=4, kv_heads=2, head_dim=64, ffn=512, vocab=256, max_seq=64)
+SPLIT_K = dict(ffn=1024)
 
 
 @pytest.fixture(scope="module")
@@ -58,14 +59,14 @@ def bits(a: np.ndarray) -> np.ndarray:
 @pytest.mark.parametrize(
     "wtype, n, n_logits, mode",
     [
-        (F32, 3, 0, 3),  # split-K products, consumers as early as allowed
+        (F16, 3, 0, 3),  # a split-K product, consumers as early as allowed
         (Q4, 1, 0, 1),  # decode, the persistent kernel in global order
         (Q8, 5, 2, 3),  # an 8-row tile; the head over 2 rows with the pass's tile
         (BF16, 2, 0, 2),  # a random order
     ],
 )
 def test_program_gives_the_per_operation_bits(lib, wtype: int, n: int, n_logits: int, mode: int):
-    shape = _shape(wtype)
+    shape = _shape(wtype, **(SPLIT_K if wtype == F16 else {}))
     ref_logits, ref_tap, _ = forward(lib, shape, n, 0, n_logits=n_logits)
     assert np.isfinite(ref_logits).all() and np.isfinite(ref_tap).all()
     logits, tap, info = forward(lib, shape, n, mode, n_logits=n_logits, order=wtype + 1)
@@ -77,8 +78,9 @@ def test_program_gives_the_per_operation_bits(lib, wtype: int, n: int, n_logits:
 
 
 def test_orders_agree_on_a_long_row(lib):
-    """Attention over two splits (a 33-entry context) and split-K: three random orders."""
-    shape = _shape(F32, sm_count=16)
+    """Attention over two splits (a 33-entry context) and a split-K product: three random
+    orders."""
+    shape = _shape(F16, sm_count=16, **SPLIT_K)
     ref, _, _ = forward(lib, shape, 1, 0)
     for order in (11, 12, 13):
         got, _, _ = forward(lib, shape, 1, 2, order=order)
@@ -108,8 +110,23 @@ def check(lib, shape: np.ndarray, n: int, tamper: int, grid: int, resident: int)
     ],
 )
 def test_static_check(lib, tamper: int, grid: int, resident: int, words: str):
-    verdict = check(lib, _shape(F32), 3, tamper, grid, resident)
+    verdict = check(lib, _shape(F16), 3, tamper, grid, resident)
     if not words:
         assert verdict == ""
     else:
         assert words in verdict, verdict
+
+
+def test_f32_products_are_not_held(lib):
+    """The persistent kernel runs f16, bf16, q8 and q4 products (an f32 engine's forward runs per
+    operation in the backend): a program of f32 products is refused, not run."""
+    shape = _shape(F32)
+    p = ctypes.c_void_p
+    out = np.zeros((1, shape[7]), np.float32)
+    tap = np.zeros((1, shape[2]), np.float32)
+    info = np.zeros(3, np.int64)
+    rc = lib.emu_forward(
+        p(shape.ctypes.data), 4, 1, 1, 2, ctypes.c_uint64(1), ctypes.c_uint64(1),
+        p(out.ctypes.data), p(tap.ctypes.data), p(info.ctypes.data),
+    )  # fmt: skip
+    assert rc == -1 and "does not run" in lib.emu_forward_error().decode()

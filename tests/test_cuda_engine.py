@@ -373,6 +373,12 @@ def test_pdl_changes_no_bits(root, monkeypatch: pytest.MonkeyPatch, weights: str
     assert on.backend.endswith("+pdl") and not off.backend.endswith("+pdl")
     ids = list(range(1, 60, 3))
     assert np.array_equal(on.logits(ids), off.logits(ids))
+    assert_same_speculation(on, off)
+
+
+def assert_same_speculation(on: Engine, off: Engine) -> None:
+    """The same tokens from two engines of one file, speculating with graphs and op by op,
+    greedy and sampled."""
     for graphs in (True, False):
         for e in (on, off):
             e.use_graphs = graphs
@@ -380,3 +386,21 @@ def test_pdl_changes_no_bits(root, monkeypatch: pytest.MonkeyPatch, weights: str
             run = dict(max_new_tokens=32, draft="model", draft_len=4, ignore_eos=True, **kw)
             a, b = on.generate(PROMPTS, **run), off.generate(PROMPTS, **run)
             assert [r.token_ids for r in a] == [r.token_ids for r in b], (graphs, kw)
+
+
+@pytest.mark.parametrize("weights", ["f16", "q4"])
+def test_persistent_forward_changes_no_bits(root, monkeypatch: pytest.MonkeyPatch, weights: str):
+    """TRT_SPEC_CUDA_PERSISTENT=1: each forward of at most 16 rows is one persistent launch
+    (kernels/cuda/forward_program.cuh) running the per-operation blocks, so the logits are bitwise
+    those of the per-operation launches, and speculation (graphs and op by op, greedy and sampled,
+    batches) gives the same tokens."""
+    if not _sm90():
+        pytest.skip("the persistent forward is compiled for sm_90+")
+    path = spec_pairs.make_pair(root, "noisy", draft_len=4, max_batch=4, weights=weights)
+    monkeypatch.setenv("TRT_SPEC_CUDA_PERSISTENT", "0")
+    off = Engine(path, device="cuda")
+    monkeypatch.setenv("TRT_SPEC_CUDA_PERSISTENT", "1")
+    on = Engine(path, device="cuda")
+    for ids in ([5], list(range(1, 40, 3)), list(range(1, 60, 3))):  # 1, 13 and 20 rows
+        assert np.array_equal(on.logits(ids), off.logits(ids)), len(ids)
+    assert_same_speculation(on, off)

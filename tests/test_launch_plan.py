@@ -44,6 +44,36 @@ def test_five_launches_per_layer_and_the_iteration_adds_up(pair) -> None:
     assert target_only["iteration"] == target_only["target_step"] + 1 + 4 + 1  # + verify, accept
 
 
+@pytest.fixture(scope="module")
+def pair16(tmp_path_factory: pytest.TempPathFactory):
+    return spec_pairs.make_pair(
+        tmp_path_factory.mktemp("plan16"), "noisy", draft_len=6, weights="f16"
+    )
+
+
+def test_persistent_forward_is_one_launch(pair16) -> None:
+    """With the persistent forward every model forward of at most 16 rows is one launch: one-row
+    steps of the tile-1 instance, the 2-row first draft step and the verify pass of the tile-8
+    one; the iteration's own ops are unchanged."""
+    for k in (1, 4, 6):
+        p = _core.cuda_launch_plan(str(pair16), batch=1, draft_len=k, persistent=True)
+        assert p["persistent"] and p["target_step"] == 1 and p["draft_step"] == 1
+        assert p["iteration"] == k + 1 + spec_launches(k)
+        assert p["iteration_kernels"].get("persistent_forward_kernel<1>", 0) == k - 1
+        assert p["iteration_kernels"]["persistent_forward_kernel<8>"] == 2
+        assert "matmul_tile_kernel" not in p["iteration_kernels"]
+
+
+def test_f32_products_run_per_operation(pair) -> None:
+    """The persistent kernel holds f16, bf16, q8 and q4 products: an f32 engine's forward runs
+    its embedding as the one held op, then per operation."""
+    per_op = _core.cuda_launch_plan(str(pair), batch=1, draft_len=4)
+    held = _core.cuda_launch_plan(str(pair), batch=1, draft_len=4, persistent=True)
+    for key in ("target_step", "draft_step", "iteration"):
+        assert held[key] == per_op[key]
+    assert held["iteration_kernels"]["persistent_forward_kernel<1>"] == 3  # the embeds
+
+
 def test_bad_plans_are_refused(pair) -> None:
     with pytest.raises(ValueError, match="max_batch"):
         _core.cuda_launch_plan(str(pair), batch=2, draft_len=4)
@@ -61,6 +91,11 @@ def test_info_plan_prints_the_iteration_line(pair) -> None:
     m = re.search(r"^cuda launches per iteration \(B=1, K=4\): (\d+)$", out, re.M)
     assert m, out
     assert int(m.group(1)) == _core.cuda_launch_plan(str(pair), batch=1, draft_len=4)["iteration"]
+    persistent = r"^persistent forward .*: target step (\d+), draft step (\d+), iteration .* (\d+) "
+    m = re.search(persistent, out, re.M)
+    assert m, out
+    p = _core.cuda_launch_plan(str(pair), batch=1, draft_len=4, persistent=True)
+    assert [int(x) for x in m.groups()] == [p["target_step"], p["draft_step"], p["iteration"]]
     out = subprocess.run(
         [sys.executable, "-m", "trt_spec.cli", "info", str(pair), "--plan", "--draft-len", "2"],
         capture_output=True,

@@ -107,6 +107,12 @@ class Backend {
   // products may keep them for quantized (q8 / q4) weights only, so that an f32, f16 or bf16
   // engine attends every row in f32 (the same text on every host). Default: nothing.
   virtual void follow_weights(bool quantized) {}
+  // A model forward of n rows issues its ops between begin_forward(n) and end_forward(true)
+  // (end_forward(false): it threw, drop what was held). A backend may hold the ops in between and
+  // run them as one unit at the end (the CUDA backend's persistent forward); every op outside a
+  // forward, and every op it cannot hold, runs as issued. Default: nothing.
+  virtual void begin_forward(int n) {}
+  virtual void end_forward(bool run) {}
 
   // Memory: zero-initialised, 64-byte aligned.
   virtual void* alloc(size_t bytes) = 0;

@@ -177,16 +177,17 @@ NB_MODULE(_core, m) {
 
   m.def(
       "cuda_launch_plan",
-      [](const std::string& path, int batch, int draft_len, int sm_count) {
+      [](const std::string& path, int batch, int draft_len, int sm_count, bool persistent) {
         LaunchPlan p;
         {
           nb::gil_scoped_release nogil;
-          p = cuda_launch_plan(path, batch, draft_len, sm_count);
+          p = cuda_launch_plan(path, batch, draft_len, sm_count, persistent);
         }
         nb::dict d;
         d["batch"] = p.batch;
         d["draft_len"] = p.draft_len;
         d["sm_count"] = p.sm_count;
+        d["persistent"] = p.persistent;
         d["target_layers"] = p.target_layers;
         d["draft_layers"] = p.draft_layers;
         d["target_step"] = p.target_step;
@@ -195,10 +196,10 @@ NB_MODULE(_core, m) {
         d["iteration_kernels"] = p.iteration_kernels;
         return d;
       },
-      "path"_a, "batch"_a = 1, "draft_len"_a = 4, "sm_count"_a = 132,
+      "path"_a, "batch"_a = 1, "draft_len"_a = 4, "sm_count"_a = 132, "persistent"_a = false,
       "CUDA kernel launches of an engine's target step, draft step and one speculative iteration "
       "(B sequences, draft_len tokens), counted by the CUDA backend's own launch code without a "
-      "GPU (a dict)");
+      "GPU (a dict); persistent: with the persistent forward (one launch per model forward)");
   auto wave_dict = [](const KernelWave& w) {
     nb::dict d;
     d["kernel"] = w.kernel;

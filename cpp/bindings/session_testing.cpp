@@ -29,6 +29,12 @@
 #include "backend/cuda/cuda_api.h"
 #endif
 
+// A CUDA backend switch of cuda_api.h as a Session method: its result, false on other backends.
+#ifdef TRT_SPEC_WITH_CUDA
+#define CUDA_SWITCH(set) [](Session& s, bool on) { return set(s.rt->backend(), on); }
+#else
+#define CUDA_SWITCH(set) [](Session&, bool) { return false; }
+#endif
 namespace nb = nanobind;
 using namespace nb::literals;
 using namespace trt_spec;
@@ -215,34 +221,15 @@ void bind_session(nb::module_& m) {
       .def_prop_rw(
           "skip_padding", [](Session& s) { return s.sch->iteration().skip_padding(); },
           [](Session& s, bool on) { s.sch->iteration().set_skip_padding(on); })
-      .def(
-          "set_cuda_pdl",
-          [](Session& s, bool on) {
-#ifdef TRT_SPEC_WITH_CUDA
-            return cuda_set_pdl(s.rt->backend(), on);
-#else
-            (void)s;
-            (void)on;
-            return false;
-#endif
-          },
-          "on"_a,
-          "CUDA: launch the matmuls as programmatic dependents from now on (sm_90+; "
-          "cuda_backend.h). Returns whether they are; false on other backends.")
-      .def(
-          "set_cuda_one_wave",
-          [](Session& s, bool on) {
-#ifdef TRT_SPEC_WITH_CUDA
-            return cuda_set_one_wave(s.rt->backend(), on);
-#else
-            (void)s;
-            (void)on;
-            return false;
-#endif
-          },
-          "on"_a,
-          "CUDA: plan decode and verify launches in one wave from now on (the default), or the "
-          "earlier grids (off). Returns false on other backends.")
+      .def("set_cuda_pdl", CUDA_SWITCH(cuda_set_pdl), "on"_a,
+           "CUDA: launch the matmuls as programmatic dependents from now on (sm_90+; "
+           "cuda_backend.h). Returns whether they are; false on other backends.")
+      .def("set_cuda_one_wave", CUDA_SWITCH(cuda_set_one_wave), "on"_a,
+           "CUDA: plan decode and verify launches in one wave from now on (the default), or the "
+           "earlier grids (off). Returns false on other backends.")
+      .def("set_cuda_persistent", CUDA_SWITCH(cuda_set_persistent), "on"_a,
+           "CUDA: run each model forward of at most 16 rows as one persistent launch from now on "
+           "(sm_90+; graphs captured before keep theirs). Returns whether it does.")
       .def(
           "set_cuda_imma_rows",
           [](Session& s, int rows) {

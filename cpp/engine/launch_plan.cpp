@@ -37,11 +37,12 @@ int count_forward(CudaBackend& be, Model& model) {
 
 }  // namespace
 
-LaunchPlan cuda_launch_plan(const std::string& engine_path, int batch, int draft_len,
-                            int sm_count) {
+LaunchPlan cuda_launch_plan(const std::string& engine_path, int batch, int draft_len, int sm_count,
+                            bool persistent) {
   RuntimeOptions opts;
   Runtime rt(engine_path, opts, CudaBackend::planning(sm_count));
   auto& be = static_cast<CudaBackend&>(rt.backend());
+  be.set_persistent(persistent);
   if (batch < 1 || batch > rt.max_batch())
     throw InvalidArgument("plan: batch " + std::to_string(batch) + " outside [1, " +
                           std::to_string(rt.max_batch()) + "] (the engine's max_batch)");
@@ -54,6 +55,7 @@ LaunchPlan cuda_launch_plan(const std::string& engine_path, int batch, int draft
   plan.batch = batch;
   plan.draft_len = draft_len;
   plan.sm_count = sm_count;
+  plan.persistent = persistent;
   plan.target_layers = rt.target().config().n_layers;
   plan.target_step = count_forward(be, rt.target());
   if (rt.draft()) {
@@ -96,7 +98,7 @@ namespace {
 }
 }  // namespace
 
-LaunchPlan cuda_launch_plan(const std::string&, int, int, int) {
+LaunchPlan cuda_launch_plan(const std::string&, int, int, int, bool) {
   no_cuda();
 }
 KernelWave cuda_matmul_wave(WeightType, int64_t, int64_t, int, int) {

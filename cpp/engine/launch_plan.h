@@ -20,6 +20,7 @@ namespace trt_spec {
 struct LaunchPlan {
   int batch = 1, draft_len = 0;  // the iteration counted: B sequences, k draft tokens
   int sm_count = 0;              // the device planned for
+  bool persistent = false;       // the persistent forward (CudaBackend::set_persistent)
   int target_layers = 0, draft_layers = 0;
   int target_step = 0;  // launches of one target forward, one row (decode)
   int draft_step = 0;   // launches of one draft forward, one row (0 without a draft model)
@@ -27,10 +28,11 @@ struct LaunchPlan {
   std::map<std::string, int> iteration_kernels;  // kernel name -> launches in the iteration
 };
 
+// persistent: with the persistent forward on (each model forward of at most 16 rows one launch).
 // Throws Error when this build has no CUDA backend, InvalidArgument for a batch beyond the
 // engine's max_batch or a draft length beyond its draft_len (or without a draft model).
 LaunchPlan cuda_launch_plan(const std::string& engine_path, int batch, int draft_len,
-                            int sm_count = 132);
+                            int sm_count = 132, bool persistent = false);
 
 // The fused matmul of a [rows, cols] weight of `type` over n activation rows (16-byte aligned
 // operands, the backend's case). Throws InvalidArgument for a shape the kernel rejects.

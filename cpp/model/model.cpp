@@ -188,6 +188,18 @@ void Model::forward(const Rows& rows, int n, const int32_t* logit_rows, int n_lo
                     float* logits_out, float* hidden_out) {
   if (n <= 0 || n > limits_.max_rows || n_logits < 0 || n_logits > n)
     throw InvalidArgument("forward: bad row count");
+  be_.begin_forward(n);
+  try {
+    issue_forward(rows, n, logit_rows, n_logits, logits_out, hidden_out);
+  } catch (...) {
+    be_.end_forward(false);
+    throw;
+  }
+  be_.end_forward(true);
+}
+
+void Model::issue_forward(const Rows& rows, int n, const int32_t* logit_rows, int n_logits,
+                          float* logits_out, float* hidden_out) {
   float *x = x_.as<float>(), *h = h_.as<float>(), *qkv = qkv_.as<float>(), *att = att_.as<float>(),
         *proj = proj_.as<float>(), *gate_up = gate_up_.as<float>(), *act = act_.as<float>(),
         *sel = sel_.as<float>();

@@ -70,6 +70,9 @@ class Model {
   // The backend's view of one tensor (for the matmul, or any op); where the backend copied it
   // into its own memory, the file's pages of it are dropped from the resident set.
   WeightView import(const EngineFile& file, const TensorEntry& e, bool matmul);
+  // forward()'s ops, between the backend's begin_forward and end_forward.
+  void issue_forward(const Rows& rows, int n, const int32_t* logit_rows, int n_logits,
+                     float* logits_out, float* hidden_out);
   // head_tokens_ (and with a reduced head, its index and logits buffers) from the metadata.
   void load_head_tokens(const EngineFile& file);
 

@@ -214,6 +214,12 @@ def print_cost_model(
     print(line)
     verify = ", ".join(f"{n}: {cm.forward_us(cal, target, n):.0f}" for n in range(1, 10))
     print(f"  modelled verify of n rows (us): {verify}")
+    step = cm.forward_us(cal, target, 1, persistent=True)
+    line = f"  modelled persistent forward: target step {step:.0f} us"
+    if draft:
+        line += f", draft step {cm.forward_us(cal, draft, 1, persistent=True):.0f} us"
+    hop, launch = cm.boundary_us(cal, True), cm.boundary_us(cal, False)
+    print(f"{line} (op waits {hop:.2f} us against launches {launch:.2f} us)")
     base = cm.iteration_us(cal, target, None, 0)["iteration_us"]
     print(f"  modelled target-only iteration {base:.0f} us")
     if not draft or k < 1:
@@ -259,6 +265,12 @@ def print_launch_plan(path: str, draft_len: int | None, engine_draft_len: int) -
     print(f"cuda launches per iteration (B=1, K={k}): {p['iteration']}")
     kernels = ", ".join(f"{name} {n}" for name, n in sorted(p["iteration_kernels"].items()))
     print(f"  by kernel: {kernels}")
+    q = _core.cuda_launch_plan(path, batch=1, draft_len=k, persistent=True)
+    draft = f", draft step {q['draft_step']}" if d else ""
+    print(
+        f"persistent forward (TRT_SPEC_CUDA_PERSISTENT=1): target step {q['target_step']}"
+        f"{draft}, iteration (B=1, K={k}) {q['iteration']} launches"
+    )
 
 
 def cmd_serve(args: argparse.Namespace) -> int:

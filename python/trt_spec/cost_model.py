@@ -179,13 +179,31 @@ def kv_read_us(cal: Calibration, shape: Shape, n: int, context: int) -> float:
     return shape.n_layers * per_layer / (cal.copy_gbps * 1e3)
 
 
-def forward_us(cal: Calibration, shape: Shape, n: int, context: int = 128) -> float:
-    """Modelled µs of a forward of n rows at `context` positions (in a CUDA graph, with PDL)."""
+def boundary_us(cal: Calibration, persistent: bool) -> float:
+    """What one op boundary costs: a graph node launched as a programmatic dependent (measured
+    ``launch_pdl_us``), or in the persistent forward a counter release and the next op's acquire
+    (measured ``flag_hop_ns`` + ``atomic_fence_ns``)."""
+    m = cal.measured
+    if persistent:
+        return (float(m["flag_hop_ns"]) + float(m["atomic_fence_ns"])) / 1e3
+    return float(m["launch_pdl_us"])
+
+
+def forward_us(
+    cal: Calibration, shape: Shape, n: int, context: int = 128, persistent: bool = False
+) -> float:
+    """Modelled µs of a forward of n rows at `context` positions (in a CUDA graph, with PDL).
+    persistent: as one persistent launch whose ops wait for the whole op before
+    (kernels/cuda/forward_program.cuh): every boundary after the first priced by boundary_us
+    instead of a launch; the ops' own work is the same blocks."""
     k = cal.kernel
     terms = forward_terms(shape, n)
     us = kv_read_us(cal, shape, n, context)
     for key, x in terms.items():
         us += x / k[key] if key == "matmul_bytes_per_us" else x * k[key]
+    if persistent:
+        ops = terms["matmul_us"] + terms["attention_us"] + terms["embed_us"]
+        us += (ops - 1) * (boundary_us(cal, True) - boundary_us(cal, False))
     return us
 
 

@@ -18,6 +18,7 @@
 
 #include "kernels/cuda/forward_program.cuh"
 #include "kernels/cuda/layer_args.cuh"
+#include "kernels/cuda/norm_rope.cuh"
 #include "kernels/half_float.h"
 #include "kernels/random_fill.h"
 
@@ -227,7 +228,7 @@ int emu_forward(const int32_t* shape, int n_ctx, int n, int n_logits, int mode, 
     if (mode == 0) {
       forward_ops(m, ps, nullptr, 0);
     } else {
-      const int tile = matmul_tile_rows(n);
+      const int tile = fwd_tile(n);
       std::vector<FwdOp> ops;
       forward_ops(m, ps, &ops, tile);
       FwdProgram prog = build_forward_program(std::move(ops), tile);
@@ -244,12 +245,10 @@ int emu_forward(const int32_t* shape, int n_ctx, int n, int n_logits, int mode, 
       info[1] = static_cast<int64_t>(prog.ops.size());
       info[2] = check_forward_program(prog, resident, resident).empty() ? 0 : 1;
       if (mode == 1) {
-        switch (tile) {
-          case 1: launch(dim3(1), dim3(kMatmulThreads), persistent_forward_kernel<1>, view); break;
-          case 2: launch(dim3(1), dim3(kMatmulThreads), persistent_forward_kernel<2>, view); break;
-          case 4: launch(dim3(1), dim3(kMatmulThreads), persistent_forward_kernel<4>, view); break;
-          default: launch(dim3(1), dim3(kMatmulThreads), persistent_forward_kernel<8>, view);
-        }
+        if (tile == 1)
+          launch(dim3(1), dim3(kMatmulThreads), persistent_forward_kernel<1>, view);
+        else
+          launch(dim3(1), dim3(kMatmulThreads), persistent_forward_kernel<8>, view);
       } else {
         std::mt19937_64 rng(order_seed);
         std::vector<char> done(prog.instrs.size(), 0);
@@ -269,18 +268,10 @@ int emu_forward(const int32_t* shape, int n_ctx, int n, int n_logits, int mode, 
           }
           const int64_t i = mode == 3 ? ready.back() : ready[rng() % ready.size()];
           done[i] = 1;
-          switch (tile) {
-            case 1:
-              launch(dim3(1), dim3(kMatmulThreads), forward_instruction_kernel<1>, view, i);
-              break;
-            case 2:
-              launch(dim3(1), dim3(kMatmulThreads), forward_instruction_kernel<2>, view, i);
-              break;
-            case 4:
-              launch(dim3(1), dim3(kMatmulThreads), forward_instruction_kernel<4>, view, i);
-              break;
-            default: launch(dim3(1), dim3(kMatmulThreads), forward_instruction_kernel<8>, view, i);
-          }
+          if (tile == 1)
+            launch(dim3(1), dim3(kMatmulThreads), forward_instruction_kernel<1>, view, i);
+          else
+            launch(dim3(1), dim3(kMatmulThreads), forward_instruction_kernel<8>, view, i);
         }
       }
       for (int c = 0; c < prog.n_counters; ++c)
@@ -309,7 +300,7 @@ int emu_forward_check(const int32_t* shape, int n, int tamper, int64_t grid, int
     std::memcpy(&s, shape, sizeof(Shape));
     Model m(s, 1);
     Pass ps(s, n, 1, 0, 2);
-    const int tile = matmul_tile_rows(n);
+    const int tile = fwd_tile(n);
     std::vector<FwdOp> ops;
     forward_ops(m, ps, &ops, tile);
     FwdProgram p = build_forward_program(std::move(ops), tile);

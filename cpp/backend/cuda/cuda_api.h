@@ -44,6 +44,10 @@ int cuda_set_imma_rows(Backend& be, int rows);
 // (CudaBackend::set_one_wave). Returns false for any other backend.
 bool cuda_set_one_wave(Backend& be, bool on);
 
+// Whether the model forwards of `be`, a CUDA backend, run as one persistent launch from now on
+// (CudaBackend::set_persistent; sm_90+). Returns false for any other backend.
+bool cuda_set_persistent(Backend& be, bool on);
+
 // The launches plan_matmul and plan_attention give (launch_plan.h's cuda_matmul_wave and
 // cuda_attention_wave, which these implement).
 KernelWave cuda_plan_matmul_wave(WeightType type, int64_t rows, int64_t cols, int n, int sm_count);

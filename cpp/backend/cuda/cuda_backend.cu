@@ -182,6 +182,8 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   set_imma_rows(imma ? std::atoi(imma) : 0);
   const char* wave = std::getenv("TRT_SPEC_CUDA_ONE_WAVE");
   one_wave_ = !(wave && std::string(wave) == "0");
+  const char* persistent = std::getenv("TRT_SPEC_CUDA_PERSISTENT");
+  set_persistent(persistent && std::string(persistent) == "1");
   cudaStream_t s = nullptr;
   cuda_check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
   stream_ = s;
@@ -225,6 +227,7 @@ CudaBackend::~CudaBackend() {
   if (planning_) {
     for (Scratch& s : scratch_) std::free(s.p);
     for (void* p : retired_) std::free(p);
+    for (auto& p : programs_) std::free(p->mem);
     if (cuda::launch_recorder() == recorder_.get()) cuda::launch_recorder() = recorder_->previous;
     return;
   }
@@ -233,6 +236,7 @@ CudaBackend::~CudaBackend() {
   for (void* p : weights_) cudaFree(p);
   for (Scratch& s : scratch_) cudaFree(s.p);
   for (void* p : retired_) cudaFree(p);
+  for (auto& p : programs_) cudaFree(p->mem);
   cudaFreeHost(pinned_);
   cudaStreamDestroy(stream_);
 }
@@ -389,6 +393,9 @@ void* CudaBackend::scratch(ScratchId id, size_t bytes) {
 
 std::unique_ptr<BackendGraph> CudaBackend::capture(const std::function<void()>& issue_ops) {
   use_device();
+  sized_programs_.clear();  // (cuda_forward.cu: the persistent forwards' programs)
+  uploads_.clear();
+  next_sized_ = 0;
   // 1. Sizing pass: the ops record the scratch they need and launch nothing.
   sizing_ = true;
   try {
@@ -437,18 +444,21 @@ std::unique_ptr<BackendGraph> CudaBackend::capture(const std::function<void()>& 
   const cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
   cudaGraphDestroy(graph);
   cuda_check(e, "cudaGraphInstantiate");
+  upload_captured_programs();  // which the capture could not copy
   return std::make_unique<CudaGraph>(exec, stream_, device_);
 }
 
 // ---- transformer ops --------------------------------------------------------------------------
 
 void CudaBackend::embed(WeightView table, const int32_t* tokens, int n, float* out) {
+  if (n > 0 && hold_rows(&table, tokens, nullptr, nullptr, n, 0, out)) return;
   if (sizing() || n <= 0) return;
   cuda::launch_embed(stream_, cuda::dev_weight(table), tokens, n, out);
   check_launch("embed");
 }
 
 void CudaBackend::rmsnorm(const float* x, WeightView w, float eps, int n, int dim, float* out) {
+  if (holding_) flush_forward();  // an op the persistent forward does not hold
   if (sizing() || n <= 0) return;
   cuda::launch_rmsnorm(stream_, x, static_cast<const float*>(w.section(0)), eps, n, dim, out);
   check_launch("rmsnorm");
@@ -456,6 +466,7 @@ void CudaBackend::rmsnorm(const float* x, WeightView w, float eps, int n, int di
 
 void CudaBackend::rope(float* qkv, const int32_t* pos, int n, const AttentionShape& s,
                        const float* cos_table, const float* sin_table) {
+  if (holding_) flush_forward();  // an op the persistent forward does not hold
   if (sizing() || n <= 0) return;
   cuda::launch_rope(stream_, qkv, pos, n, s.n_heads, s.n_kv_heads, s.head_dim, cos_table,
                     sin_table);
@@ -476,6 +487,7 @@ cuda::RowsView rows_view(const Rows& r) {
 
 void CudaBackend::kv_write(const float* qkv, const Rows& rows, int n, const AttentionShape& s,
                            KvCache& cache, int layer) {
+  if (holding_) flush_forward();  // an op the persistent forward does not hold
   if (sizing() || n <= 0) return;
   cuda::launch_kv_write(stream_, qkv, rows_view(rows), n, s.n_heads, kv_view(cache), layer);
   check_launch("kv_write");
@@ -492,6 +504,7 @@ void CudaBackend::attention(const float* qkv, const Rows& rows, int n, const Att
   unsigned* counters = nullptr;
   if (p.partial_bytes) partial = static_cast<float*>(scratch(kAttnPartial, p.partial_bytes));
   if (p.counter_bytes) counters = static_cast<unsigned*>(scratch(kAttnCounters, p.counter_bytes));
+  if (hold_attention(p, qkv, rows, n, s, cache, layer, out, partial, counters)) return;
   if (sizing()) return;
   cuda::launch_attention(stream_, p, qkv, rows_view(rows), n, s.n_heads, s.scale, kv_view(cache),
                          layer, out, partial, counters, pdl_);
@@ -500,12 +513,14 @@ void CudaBackend::attention(const float* qkv, const Rows& rows, int n, const Att
 
 void CudaBackend::kv_copy(KvCache& cache, const int32_t* slot, const int32_t* src,
                           const int32_t* dst, int n) {
+  if (holding_) flush_forward();  // an op the persistent forward does not hold
   if (sizing() || n <= 0) return;
   cuda::launch_kv_copy(stream_, kv_view(cache), slot, src, dst, n);
   check_launch("kv_copy");
 }
 
 void CudaBackend::kv_copy_prefix(KvCache& cache, int src_slot, int dst_slot, int n) {
+  if (holding_) flush_forward();  // an op the persistent forward does not hold
   if (sizing() || n <= 0 || src_slot == dst_slot) return;
   use_device();
   // The slot's [layers, kv_heads] blocks of max_seq entries: one strided copy each for k and v.
@@ -523,12 +538,14 @@ void CudaBackend::kv_copy_prefix(KvCache& cache, int src_slot, int dst_slot, int
 }
 
 void CudaBackend::swiglu(const float* gate_up, int n, int ffn, float* out) {
+  if (holding_) flush_forward();  // an op the persistent forward does not hold
   if (sizing() || n <= 0) return;
   cuda::launch_swiglu(stream_, gate_up, n, ffn, out);
   check_launch("swiglu");
 }
 
 void CudaBackend::add(float* x, const float* y, size_t count) {
+  if (holding_) flush_forward();  // an op the persistent forward does not hold
   if (sizing() || count == 0) return;
   cuda::launch_add(stream_, x, y, static_cast<int64_t>(count));
   check_launch("add");
@@ -536,12 +553,14 @@ void CudaBackend::add(float* x, const float* y, size_t count) {
 
 void CudaBackend::expand_columns(const float* src, int src_cols, const int32_t* index, int n,
                                  int width, float* out) {
+  if (holding_) flush_forward();  // an op the persistent forward does not hold
   if (sizing() || n <= 0) return;
   cuda::launch_expand_columns(stream_, src, src_cols, index, n, width, out);
   check_launch("expand_columns");
 }
 
 void CudaBackend::gather_rows(const float* src, const int32_t* rows, int n, int dim, float* dst) {
+  if (n > 0 && hold_rows(nullptr, nullptr, src, rows, n, dim, dst)) return;
   if (sizing() || n <= 0) return;
   cuda::launch_gather_rows(stream_, src, rows, n, dim, dst);
   check_launch("gather_rows");

@@ -20,6 +20,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
@@ -30,7 +31,11 @@ namespace trt_spec {
 
 namespace cuda {
 struct MatmulArgs;
-}
+struct MatmulPlan;
+struct AttentionPlan;
+struct FwdOp;
+struct FwdProgramView;
+}  // namespace cuda
 
 class CudaBackend final : public Backend {
  public:
@@ -79,6 +84,15 @@ class CudaBackend final : public Backend {
   void gather_rows(const float* src, const int32_t* rows, int n, int dim, float* dst) override;
   void expand_columns(const float* src, int src_cols, const int32_t* index, int n, int width,
                       float* out) override;
+  // The persistent forward (cuda_forward.cu, kernels/cuda/forward_program.cuh): with it on, the
+  // ops of a model forward of at most 16 rows run as one launch of persistent_forward_kernel.
+  void begin_forward(int n) override;
+  void end_forward(bool run) override;
+  bool persistent() const { return persistent_; }
+  // On (sm_90+, or a planning backend) or off for the forwards that follow; graphs captured
+  // before keep their launches. Returns persistent(). Default: TRT_SPEC_CUDA_PERSISTENT=1 at
+  // construction. The bits are those of the per-operation launches.
+  bool set_persistent(bool on);
   // Fused layer ops (cuda_matmul.cu): one launch each.
   void norm_linear(const float* x, const int32_t* in_rows, WeightView norm, float eps, WeightView w,
                    WeightView bias, int n, float* out, float* tmp) override;
@@ -147,6 +161,34 @@ class CudaBackend final : public Backend {
   // One fused matmul (kernels/cuda/matmul_launch.cuh) with its split-K scratch.
   void matmul(const cuda::MatmulArgs& args, const char* what);
 
+  // The persistent forward: ops held since begin_forward, and the programs made of them (device
+  // memory, kept while the backend lives: graphs point at them).
+  struct Program {
+    void* mem = nullptr;  // [ops | instructions | waits | counters], from alloc()
+    size_t blob_bytes = 0;
+    size_t off[3] = {0, 0, 0};  // of the ops, instructions and waits
+    int n_counters = 0, n_instrs = 0;
+  };
+  static cuda::FwdProgramView program_view(const Program& p);
+  // Each holds its op (true) while a forward is being held, else returns false (the caller
+  // launches it); the arguments as the op's launch takes them.
+  bool hold(const cuda::FwdOp& op);
+  bool hold_matmul(const cuda::MatmulArgs& a, const cuda::MatmulPlan& p, float* partial,
+                   int* counters);
+  bool hold_attention(const cuda::AttentionPlan& p, const float* qkv, const Rows& rows, int n,
+                      const AttentionShape& s, const KvCache& cache, int layer, float* out,
+                      float* partial, unsigned* counters);
+  bool hold_rows(const WeightView* table, const int32_t* tokens, const float* src,
+                 const int32_t* rows, int n, int dim, float* out);
+  // Runs what is held as one persistent launch and stops holding (an op it cannot hold follows).
+  void flush_forward();
+  // Device memory for a program of blob_bytes (ops, instructions, waits) and n_counters counters
+  // (zeroed), kept while the backend lives.
+  Program* new_program(size_t blob_bytes, int n_counters);
+  int64_t resident_blocks(int tile);
+  // capture(): copies the programs of the captured forwards (uploads_), after the capture.
+  void upload_captured_programs();
+
   struct PlanTag {};
   CudaBackend(PlanTag, int sm_count);
   class Recorder;
@@ -166,6 +208,19 @@ class CudaBackend final : public Backend {
   int imma_rows_ = 0;  // 0: plan_matmul's default
   bool one_wave_ = true;
   int cc_major_ = 0;
+  bool persistent_ = false, holding_ = false;
+  int held_rows_ = 0;
+  struct HeldOps;  // the ops held (cuda_forward.cu)
+  struct HeldOpsDelete {
+    void operator()(HeldOps* h) const;
+  };
+  std::unique_ptr<HeldOps, HeldOpsDelete> held_;
+  std::vector<std::unique_ptr<Program>> programs_;
+  Program* eager_ = nullptr;              // the forwards outside a graph
+  int64_t resident_[2] = {0, 0};          // tiles 1 and 8
+  std::vector<Program*> sized_programs_;  // capture(): made by the sizing pass, in order
+  size_t next_sized_ = 0;
+  std::vector<std::pair<Program*, std::vector<uint8_t>>> uploads_;  // after the capture ends
 };
 
 }  // namespace trt_spec

@@ -78,6 +78,12 @@ void CudaBackend::matmul(const cuda::MatmulArgs& a, const char* what) {
   cuda::MatmulPlan p;
   try {
     p = cuda::plan_matmul(a, sm_count_, imma_rows_, one_wave_);
+    if (holding_) {  // the persistent forward plans every product with the pass's tile
+      if (cuda::fwd_holds_matmul(a.W.type, p))
+        p = cuda::plan_matmul(a, sm_count_, imma_rows_, one_wave_, cuda::fwd_tile(held_rows_));
+      else
+        flush_forward();  // a product it does not hold
+    }
   } catch (const std::invalid_argument& e) {
     throw InvalidArgument(std::string(what) + ": " + e.what());
   }
@@ -85,6 +91,7 @@ void CudaBackend::matmul(const cuda::MatmulArgs& a, const char* what) {
   int* counters = nullptr;
   if (p.partial_bytes) partial = static_cast<float*>(scratch(kMatmulPartial, p.partial_bytes));
   if (p.counter_bytes) counters = static_cast<int*>(scratch(kMatmulCounters, p.counter_bytes));
+  if (hold_matmul(a, p, partial, counters)) return;
   if (sizing()) return;
   cuda::launch_matmul(stream_, a, p, partial, counters, pdl_);
   check_launch(what);

@@ -31,6 +31,7 @@ void check_vocab(int vocab) {
 
 void CudaBackend::sample(const float* logits, int n, int vocab, const int32_t* slot,
                          SamplingState* states, int32_t* out_tokens) {
+  if (holding_) flush_forward();  // an op the persistent forward does not hold
   check_vocab(vocab);
   if (n <= 0) return;
   const cuda::SampleGrid g = cuda::sample_grid(vocab, sm_count_);
@@ -45,6 +46,7 @@ void CudaBackend::sample(const float* logits, int n, int vocab, const int32_t* s
 void CudaBackend::logprobs(const float* logits, int vocab, int n, const int32_t* rows,
                            const int32_t* tokens, const int32_t* slot, const SamplingState* states,
                            TokenLogprob* out) {
+  if (holding_) flush_forward();  // an op the persistent forward does not hold
   check_vocab(vocab);
   if (n <= 0) return;
   const cuda::SampleGrid g = cuda::sample_grid(vocab, sm_count_);

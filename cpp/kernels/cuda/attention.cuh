@@ -494,8 +494,8 @@ __global__ void __launch_bounds__(kAttnThreads, kAttnBlocksPerSm)
 }
 
 // grid n, block kKvThreads: the k and v heads of qkv row i into the cache, rounded to its type.
-__global__ void kv_write_kernel(const float* __restrict__ qkv, RowsView rows, int n_heads,
-                                KvView kv, int layer) {
+static __global__ void kv_write_kernel(const float* __restrict__ qkv, RowsView rows, int n_heads,
+                                       KvView kv, int layer) {
   const int i = blockIdx.x, hd = kv.head_dim, nkv = kv.kv_heads;
   const int64_t stride = static_cast<int64_t>(n_heads + 2 * nkv) * hd;
   const float* row = qkv + i * stride;
@@ -518,9 +518,9 @@ inline void launch_kv_write(cudaStream_t stream, const float* qkv, RowsView rows
 // Backend::kv_copy: entry (slot[i], src[i]) -> (slot[i], dst[i]) of every layer and kv head, in
 // order of i (a later move may read an entry an earlier one wrote), as 16-bit words (every type
 // moves bit for bit).  grid 1, block 256.
-__global__ void kv_copy_kernel(KvView kv, const int32_t* __restrict__ slot,
-                               const int32_t* __restrict__ src, const int32_t* __restrict__ dst,
-                               int n) {
+static __global__ void kv_copy_kernel(KvView kv, const int32_t* __restrict__ slot,
+                                      const int32_t* __restrict__ src,
+                                      const int32_t* __restrict__ dst, int n) {
   const int w = kv.type == KvType::F32 ? 2 : 1;  // 16-bit words per element
   const int hd = kv.head_dim, words = hd * w, per_entry = kv.layers * kv.kv_heads * words;
   auto* k = static_cast<uint16_t*>(kv.k);

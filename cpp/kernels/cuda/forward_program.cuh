@@ -21,11 +21,15 @@
 // Dependencies: an op waits for the whole op before it (the per-operation path's order; scratch
 // and split counters of consecutive ops are shared, which this order keeps safe).
 //
+// Non-template kernels of the headers included here are static: this header's translation unit
+// (cuda_forward.cu) holds its own copies of the kernels other units launch.
+//
 // Host side (plain C++ here, used by CudaBackend and the emulated tests): ForwardOps collects the
 // ops, build_forward_program lays out the instructions and waits, check_forward_program is the
-// static check. Device side: persistent_forward_kernel<kTile> (kTile: the matmul tile of the
-// forward's rows, 1 to 8; at most 16 rows) and forward_instruction_kernel (one instruction, for
-// the emulation's adversarial orders: tests/cpp/emu_forward.cpp).
+// static check. Device side: persistent_forward_kernel<kTile> (kTile = fwd_tile(n): 1 for one
+// row, 8 for 2 to 16; a row's bits do not depend on the tile) and forward_instruction_kernel (one
+// instruction, for the emulation's adversarial orders: tests/cpp/emu_forward.cpp). Compiled for
+// sm_90 and later (the body is empty for earlier devices, where the backend never launches it).
 #pragma once
 
 #include <stdexcept>
@@ -34,7 +38,6 @@
 
 #include "kernels/cuda/attention_launch.cuh"
 #include "kernels/cuda/matmul_launch.cuh"
-#include "kernels/cuda/norm_rope.cuh"
 
 namespace trt_spec::cuda {
 
@@ -99,8 +102,8 @@ struct FwdProgramView {
 // matmul_block only) with its split scratch.
 inline FwdOp fwd_matmul_op(const MatmulArgs& a, const MatmulPlan& p, float* partial,
                            int* counters) {
-  if (!p.vectorized || p.imma || p.tile_rows >= kMatmulMaxTile)
-    throw std::invalid_argument("persistent forward: a matmul off the vectorized decode path");
+  if (!fwd_holds_matmul(a.W.type, p))
+    throw std::invalid_argument("persistent forward: a matmul it does not run");
   FwdOp op;
   op.kind = FwdKind::kMatmul;
   op.grid_x = p.grid.x;
@@ -112,10 +115,16 @@ inline FwdOp fwd_matmul_op(const MatmulArgs& a, const MatmulPlan& p, float* part
   return op;
 }
 
+// Whether the persistent kernel runs this attention (head_dim up to 128: every model it serves).
+inline bool fwd_holds_attention(const AttentionPlan& p) {
+  return p.hd_class <= 128;
+}
+
 // attention_block over plan p (plan_attention of the same n) and its split scratch.
 inline FwdOp fwd_attention_op(const AttentionPlan& p, const float* qkv, RowsView rows, int n,
                               int n_heads, float scale, KvView kv, int layer, float* out,
                               float* partial, unsigned* counters) {
+  if (!fwd_holds_attention(p)) throw std::invalid_argument("persistent forward: head_dim over 128");
   FwdOp op;
   op.kind = FwdKind::kAttention;
   op.grid_x = p.grid.x;
@@ -265,14 +274,12 @@ inline std::string check_forward_program(const FwdProgram& p, int64_t grid, int6
 // Shared memory of every instruction kind a kTile kernel runs (one at a time).
 template <int kTile>
 union FwdSmem {
-  MatmulSmem<WeightType::F32, kTile> f32;
   MatmulSmem<WeightType::F16, kTile> f16;
   MatmulSmem<WeightType::BF16, kTile> bf16;
   MatmulSmem<WeightType::Q8, kTile> q8;
   MatmulSmem<WeightType::Q4, kTile> q4;
   AttnSmem<64> a64;
   AttnSmem<128> a128;
-  AttnSmem<256> a256;
 };
 static_assert(sizeof(FwdSmem<1>) <= 48 * 1024 && sizeof(FwdSmem<8>) <= 48 * 1024,
               "persistent forward: shared memory over 48 KiB");
@@ -339,20 +346,18 @@ __device__ __forceinline__ void fwd_run(const FwdProgramView& p, int64_t i, FwdS
   switch (op.kind) {
     case FwdKind::kMatmul:
       switch (op.mm.W.type) {
-        case WeightType::F32: fwd_matmul<WeightType::F32, kTile>(p, in, op, sm.f32); break;
         case WeightType::F16: fwd_matmul<WeightType::F16, kTile>(p, in, op, sm.f16); break;
         case WeightType::BF16: fwd_matmul<WeightType::BF16, kTile>(p, in, op, sm.bf16); break;
         case WeightType::Q8: fwd_matmul<WeightType::Q8, kTile>(p, in, op, sm.q8); break;
         case WeightType::Q4: fwd_matmul<WeightType::Q4, kTile>(p, in, op, sm.q4); break;
+        default: break;  // (fwd_matmul_op refuses the others)
       }
       break;
     case FwdKind::kAttention:
       if (op.hd_class == 64)
         fwd_attention<64>(p, in, op, sm.a64);
-      else if (op.hd_class == 128)
-        fwd_attention<128>(p, in, op, sm.a128);
       else
-        fwd_attention<256>(p, in, op, sm.a256);
+        fwd_attention<128>(p, in, op, sm.a128);  // (fwd_attention_op refuses 256)
       break;
     case FwdKind::kEmbed: {  // row bx, as embed_kernel
       fwd_wait(p, in);
@@ -383,11 +388,13 @@ __device__ __forceinline__ void fwd_run(const FwdProgramView& p, int64_t i, FwdS
 template <int kTile>
 __global__ void __launch_bounds__(kMatmulThreads, matmul_blocks_per_sm(kTile))
     persistent_forward_kernel(FwdProgramView p) {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
   __shared__ FwdSmem<kTile> sm;
   for (int64_t i = blockIdx.x; i < p.n_instrs; i += gridDim.x) {
     if (i != blockIdx.x) __syncthreads();  // the previous instruction's shared memory is free
     fwd_run<kTile>(p, i, sm);
   }
+#endif
 }
 
 // One instruction as a launch of one block (the emulation runs the program in chosen orders).
@@ -404,14 +411,14 @@ inline int fwd_blocks_per_sm(int tile) {
   return matmul_blocks_per_sm(tile);
 }
 
+// The persistent forward of a program planned with tile fwd_tile(n), on `grid` blocks (at most
+// the resident ones: check_forward_program).
 inline void launch_forward_program(cudaStream_t stream, const FwdProgramView& p, int tile,
                                    int64_t grid) {
-  switch (tile) {
-    case 1: TRT_SPEC_LAUNCH(persistent_forward_kernel<1>, grid, kMatmulThreads, stream, p); break;
-    case 2: TRT_SPEC_LAUNCH(persistent_forward_kernel<2>, grid, kMatmulThreads, stream, p); break;
-    case 4: TRT_SPEC_LAUNCH(persistent_forward_kernel<4>, grid, kMatmulThreads, stream, p); break;
-    default: TRT_SPEC_LAUNCH(persistent_forward_kernel<8>, grid, kMatmulThreads, stream, p); break;
-  }
+  if (tile == 1)
+    TRT_SPEC_LAUNCH(persistent_forward_kernel<1>, grid, kMatmulThreads, stream, p);
+  else
+    TRT_SPEC_LAUNCH(persistent_forward_kernel<8>, grid, kMatmulThreads, stream, p);
 }
 
 }  // namespace trt_spec::cuda

@@ -172,7 +172,7 @@ __global__ void __launch_bounds__(kMatmulThreads, matmul_blocks_per_sm(kTile))
 
 // Any shape and alignment (float arithmetic on the dequantized weights, no split):
 // grid (row groups, n), block kMatmulThreads; one warp per output row pair and activation row.
-__global__ void __launch_bounds__(kMatmulThreads)
+static __global__ void __launch_bounds__(kMatmulThreads)
     matmul_fallback_kernel(MatmulArgs a, MatmulGeom g) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int gi = static_cast<int>(blockIdx.y);

@@ -74,6 +74,18 @@ inline bool matmul_vectorized(const MatmulArgs& a) {
 // imma_rows <= 0 means the default.
 constexpr int kImmaRowsDefault = 0x7fffffff;
 
+// The matmul tile of every op of a persistent forward of n rows (1 <= n <= 16;
+// forward_program.cuh): its kernel's instance.
+inline int fwd_tile(int n) {
+  return n <= 1 ? 1 : 8;
+}
+
+// Whether the persistent forward runs this product: matmul_kernel's decode / verify path for f16,
+// bf16, q8 or q4 weights (an f32 matmul, the fallback or the tensor-core kernel: per operation).
+inline bool fwd_holds_matmul(WeightType t, const MatmulPlan& p) {
+  return t != WeightType::F32 && p.vectorized && !p.imma && p.tile_rows < kMatmulMaxTile;
+}
+
 // tile > 0 (decode and verify, n <= 16, not imma): the tile rows to plan with, at least those n
 // asks for (the persistent forward plans every op of a pass with the pass's tile: the head's
 // fewer rows too). A row's bits do not depend on the tile.
