@@ -16,8 +16,10 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cuda/attention_launch.cuh"
 #include "kernels/cuda/forward_program.cuh"
 #include "kernels/cuda/layer_args.cuh"
+#include "kernels/cuda/matmul_launch.cuh"
 #include "kernels/cuda/norm_rope.cuh"
 #include "kernels/half_float.h"
 #include "kernels/random_fill.h"

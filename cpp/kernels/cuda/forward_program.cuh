@@ -36,8 +36,10 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cuda/attention_launch.cuh"
-#include "kernels/cuda/matmul_launch.cuh"
+#include "kernels/cuda/attention.cuh"
+#include "kernels/cuda/attention_plan.cuh"
+#include "kernels/cuda/matmul_kernel.cuh"
+#include "kernels/cuda/matmul_plan.cuh"
 
 namespace trt_spec::cuda {
 
