@@ -42,7 +42,7 @@ def forward(lib, shape: np.ndarray, n: int, mode: int, *, n_ctx: int = 33, n_log
     n_logits = n_logits or n
     logits = np.zeros((n_logits, shape[7]), np.float32)
     tap = np.zeros((n_logits, shape[2]), np.float32)
-    info = np.zeros(3, np.int64)
+    info = np.zeros(5, np.int64)
     p = ctypes.c_void_p
     rc = lib.emu_forward(
         p(shape.ctypes.data), n_ctx, n, n_logits, mode, ctypes.c_uint64(7), ctypes.c_uint64(order),
@@ -73,6 +73,8 @@ def test_program_gives_the_per_operation_bits(lib, wtype: int, n: int, n_logits:
     # embed, the tap, 5 ops per layer, the head, the reset
     assert info[1] == 1 + 1 + 5 * SHAPE["layers"] + 1 + 1
     assert info[2] == 0, "the static check refused the program"
+    if mode == 3:  # consumers first: attention and o start before the op before them is done
+        assert info[4] > 0
     np.testing.assert_array_equal(bits(logits), bits(ref_logits))
     np.testing.assert_array_equal(bits(tap), bits(ref_tap))
 
@@ -124,7 +126,7 @@ def test_f32_products_are_not_held(lib):
     p = ctypes.c_void_p
     out = np.zeros((1, shape[7]), np.float32)
     tap = np.zeros((1, shape[2]), np.float32)
-    info = np.zeros(3, np.int64)
+    info = np.zeros(5, np.int64)
     rc = lib.emu_forward(
         p(shape.ctypes.data), 4, 1, 1, 2, ctypes.c_uint64(1), ctypes.c_uint64(1),
         p(out.ctypes.data), p(tap.ctypes.data), p(info.ctypes.data),

@@ -193,9 +193,10 @@ def forward_us(
     cal: Calibration, shape: Shape, n: int, context: int = 128, persistent: bool = False
 ) -> float:
     """Modelled µs of a forward of n rows at `context` positions (in a CUDA graph, with PDL).
-    persistent: as one persistent launch whose ops wait for the whole op before
-    (kernels/cuda/forward_program.cuh): every boundary after the first priced by boundary_us
-    instead of a launch; the ops' own work is the same blocks."""
+    persistent: as one persistent launch (kernels/cuda/forward_program.cuh): every boundary
+    after the first priced by boundary_us instead of a launch; the ops' own work is the same
+    blocks. Priced as if every op waited for the whole op before (the finer waits after the qkv
+    projection and attention, forward_build.cuh, overlap some of that: not priced)."""
     k = cal.kernel
     terms = forward_terms(shape, n)
     us = kv_read_us(cal, shape, n, context)

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "kernels/cuda/attention_launch.cuh"
-#include "kernels/cuda/forward_program.cuh"
+#include "kernels/cuda/forward_build.cuh"
 #include "kernels/cuda/layer_args.cuh"
 #include "kernels/cuda/matmul_launch.cuh"
 #include "kernels/cuda/norm_rope.cuh"
@@ -210,8 +210,9 @@ const char* emu_forward_error() {
 // random order the counters allow (order_seed); 3: the same, always the latest instruction the
 // counters allow (each consumer as early as possible). Writes logits [n_logits, vocab] (the last
 // n_logits rows), tap [n_logits, dim], and info[0] = instructions, info[1] = ops, info[2] = the
-// static check's verdict on the grid of resident blocks (0: sound). Returns 0, or -1 (see
-// emu_forward_error).
+// static check's verdict on the grid of resident blocks (0: sound), info[3] = counters, info[4]
+// (modes 2, 3) = instructions run before the op before theirs was complete (finer waits).
+// Returns 0, or -1 (see emu_forward_error).
 int emu_forward(const int32_t* shape, int n_ctx, int n, int n_logits, int mode, uint64_t seed,
                 uint64_t order_seed, float* logits, float* tap, int64_t* info) {
   try {
@@ -246,6 +247,8 @@ int emu_forward(const int32_t* shape, int n_ctx, int n, int n_logits, int mode, 
       info[0] = static_cast<int64_t>(prog.instrs.size());
       info[1] = static_cast<int64_t>(prog.ops.size());
       info[2] = check_forward_program(prog, resident, resident).empty() ? 0 : 1;
+      info[3] = prog.n_counters;
+      info[4] = 0;
       if (mode == 1) {
         if (tile == 1)
           launch(dim3(1), dim3(kMatmulThreads), persistent_forward_kernel<1>, view);
@@ -254,6 +257,7 @@ int emu_forward(const int32_t* shape, int n_ctx, int n, int n_logits, int mode, 
       } else {
         std::mt19937_64 rng(order_seed);
         std::vector<char> done(prog.instrs.size(), 0);
+        std::vector<int64_t> ran(prog.ops.size(), 0);
         for (size_t step = 0; step < prog.instrs.size(); ++step) {
           std::vector<int64_t> ready;
           for (size_t i = 0; i < prog.instrs.size(); ++i) {
@@ -270,6 +274,9 @@ int emu_forward(const int32_t* shape, int n_ctx, int n, int n_logits, int mode, 
           }
           const int64_t i = mode == 3 ? ready.back() : ready[rng() % ready.size()];
           done[i] = 1;
+          const int op = prog.instrs[i].op;  // ran before the op before it was complete?
+          if (op > 0 && ran[op - 1] < fwd_op_blocks(prog.ops[op - 1])) ++info[4];
+          ++ran[op];
           if (tile == 1)
             launch(dim3(1), dim3(kMatmulThreads), forward_instruction_kernel<1>, view, i);
           else

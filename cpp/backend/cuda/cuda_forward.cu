@@ -18,7 +18,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.h"
 #include "common/errors.h"
-#include "kernels/cuda/forward_program.cuh"
+#include "kernels/cuda/forward_build.cuh"
 
 namespace trt_spec {
 

@@ -5,7 +5,7 @@
 // matmul block (bx, by), an attention block bx, one row of the embedding or of a row gather): the
 // same device code (matmul_block, attention_block), the same plan arithmetic (plan_matmul,
 // plan_attention), so every row keeps the bits of the per-operation path. Kernel boundaries are
-// replaced by counters: each instruction adds 1 to its op's counter when done, and waits, after
+// replaced by counters: each instruction adds 1 to its counters when done, and waits, after
 // its weight prefetch (matmul_block's first fetches) and before it reads anything, for the
 // counters it depends on to reach their targets (release: __threadfence then atomicAdd; acquire:
 // ld.acquire.gpu then a block barrier and a fence). The last instruction waits for every op and
@@ -16,17 +16,13 @@
 // wait points earlier in the global order (a wait on counter c for target t has at least t
 // signallers of c before it) and every block is resident: the earliest unfinished instruction
 // then has all its inputs and its block is at it (check_forward_program proves the first; the
-// grid the second).
-//
-// Dependencies: an op waits for the whole op before it (the per-operation path's order; scratch
-// and split counters of consecutive ops are shared, which this order keeps safe).
+// grid the second). Which instruction waits for what: forward_build.cuh.
 //
 // Non-template kernels of the headers included here are static: this header's translation unit
 // (cuda_forward.cu) holds its own copies of the kernels other units launch.
 //
-// Host side (plain C++ here, used by CudaBackend and the emulated tests): ForwardOps collects the
-// ops, build_forward_program lays out the instructions and waits, check_forward_program is the
-// static check. Device side: persistent_forward_kernel<kTile> (kTile = fwd_tile(n): 1 for one
+// Here: the program's types, its ops (fwd_*_op, as their launches take them) and the device side:
+// persistent_forward_kernel<kTile> (kTile = fwd_tile(n): 1 for one
 // row, 8 for 2 to 16; a row's bits do not depend on the tile) and forward_instruction_kernel (one
 // instruction, for the emulation's adversarial orders: tests/cpp/emu_forward.cpp). Compiled for
 // sm_90 and later (the body is empty for earlier devices, where the backend never launches it).
@@ -80,7 +76,7 @@ struct FwdInstr {
   int32_t by = 0;
   int64_t bx = 0;
   int32_t wait_begin = 0, wait_count = 0;  // waits [wait_begin, + wait_count)
-  int32_t signal = -1;                     // the counter it adds 1 to when done (-1: none)
+  int32_t signal[2] = {-1, -1};            // the counters it adds 1 to when done (-1: none)
 };
 
 struct FwdWait {
@@ -172,105 +168,6 @@ inline FwdOp fwd_gather_op(const float* src, const int32_t* rows, int n, int dim
   return op;
 }
 
-// ---- host: building and checking ----------------------------------------------------------
-
-struct FwdProgram {
-  std::vector<FwdOp> ops;  // the forward's ops, then the reset
-  std::vector<FwdInstr> instrs;
-  std::vector<FwdWait> waits;
-  int n_counters = 0;  // one per op
-  int tile = 1;        // the matmul tile every op of it was planned with
-};
-
-inline int64_t fwd_op_blocks(const FwdOp& op) {
-  return op.grid_x * op.grid_y;
-}
-
-// The instructions of ops in global order: op by op, each op's blocks by (by, bx); op j waits for
-// every block of op j - 1; a final reset waits for every op and zeroes the counters.
-inline FwdProgram build_forward_program(std::vector<FwdOp> ops, int tile) {
-  FwdProgram p;
-  p.tile = tile;
-  p.n_counters = static_cast<int>(ops.size());
-  FwdOp reset;
-  reset.kind = FwdKind::kReset;
-  ops.push_back(reset);
-  p.ops = std::move(ops);
-  const int n_ops = static_cast<int>(p.ops.size());
-  for (int j = 0; j < n_ops; ++j) {
-    const int wb = static_cast<int>(p.waits.size());
-    if (p.ops[j].kind == FwdKind::kReset) {
-      for (int c = 0; c < j; ++c)
-        p.waits.push_back(FwdWait{c, static_cast<int32_t>(fwd_op_blocks(p.ops[c]))});
-    } else if (j > 0) {
-      p.waits.push_back(FwdWait{j - 1, static_cast<int32_t>(fwd_op_blocks(p.ops[j - 1]))});
-    }
-    const int wc = static_cast<int>(p.waits.size()) - wb;
-    const FwdOp& op = p.ops[j];
-    for (int32_t by = 0; by < op.grid_y; ++by)
-      for (int64_t bx = 0; bx < op.grid_x; ++bx)
-        p.instrs.push_back(FwdInstr{j, by, bx, wb, wc, op.kind == FwdKind::kReset ? -1 : j});
-  }
-  return p;
-}
-
-// The static check: "" when the program cannot deadlock on `grid` blocks of which `resident` fit
-// the device at once, else what is wrong. Every op's blocks appear exactly once; every wait
-// (c, t) of instruction i has at least t signallers of c before i in the global order (so the
-// earliest unfinished instruction can always run); the grid fits the resident blocks (so every
-// block runs); the reset comes last and waits for every signal.
-inline std::string check_forward_program(const FwdProgram& p, int64_t grid, int64_t resident) {
-  auto fail = [](const std::string& s) { return "forward program: " + s; };
-  if (grid < 1) return fail("empty grid");
-  if (grid > resident)
-    return fail("grid of " + std::to_string(grid) + " blocks over the " + std::to_string(resident) +
-                " resident ones: blocks could wait for unstarted ones");
-  const int n_ops = static_cast<int>(p.ops.size());
-  std::vector<int64_t> seen(n_ops, 0), signalled(p.n_counters, 0);
-  std::vector<std::vector<char>> hit(n_ops);
-  for (int j = 0; j < n_ops; ++j) hit[j].assign(fwd_op_blocks(p.ops[j]), 0);
-  for (size_t i = 0; i < p.instrs.size(); ++i) {
-    const FwdInstr& in = p.instrs[i];
-    const std::string at = "instruction " + std::to_string(i);
-    if (in.op < 0 || in.op >= n_ops) return fail(at + " names no op");
-    const FwdOp& op = p.ops[in.op];
-    if (in.bx < 0 || in.bx >= op.grid_x || in.by < 0 || in.by >= op.grid_y)
-      return fail(at + " is outside its op's grid");
-    char& h = hit[in.op][in.by * op.grid_x + in.bx];
-    if (h) return fail(at + " repeats a block of op " + std::to_string(in.op));
-    h = 1;
-    ++seen[in.op];
-    if (in.wait_begin < 0 || in.wait_count < 0 ||
-        in.wait_begin + in.wait_count > static_cast<int>(p.waits.size()))
-      return fail(at + " has waits outside the list");
-    for (int w = in.wait_begin; w < in.wait_begin + in.wait_count; ++w) {
-      const FwdWait& wt = p.waits[w];
-      if (wt.counter < 0 || wt.counter >= p.n_counters) return fail(at + " waits on no counter");
-      if (signalled[wt.counter] < wt.target)
-        return fail(at + " waits for " + std::to_string(wt.target) + " signals of counter " +
-                    std::to_string(wt.counter) + " with only " +
-                    std::to_string(signalled[wt.counter]) + " before it");
-    }
-    if (op.kind == FwdKind::kReset) {
-      if (i + 1 != p.instrs.size()) return fail("the reset is not the last instruction");
-      for (int c = 0; c < p.n_counters; ++c) {
-        bool waited = false;
-        for (int w = in.wait_begin; w < in.wait_begin + in.wait_count; ++w)
-          waited |= p.waits[w].counter == c && p.waits[w].target == signalled[c];
-        if (!waited)
-          return fail("the reset does not wait for every signal of counter " + std::to_string(c));
-      }
-    }
-    if (in.signal >= p.n_counters) return fail(at + " signals no counter");
-    if (in.signal >= 0) ++signalled[in.signal];
-  }
-  for (int j = 0; j < n_ops; ++j)
-    if (seen[j] != fwd_op_blocks(p.ops[j])) return fail("op " + std::to_string(j) + " incomplete");
-  if (p.instrs.empty() || p.ops[p.instrs.back().op].kind != FwdKind::kReset)
-    return fail("no reset at the end");
-  return "";
-}
-
 // ---- device --------------------------------------------------------------------------------
 
 // Shared memory of every instruction kind a kTile kernel runs (one at a time).
@@ -319,9 +216,10 @@ __device__ __forceinline__ void fwd_wait(const FwdProgramView& p, const FwdInstr
 
 __device__ __forceinline__ void fwd_signal(const FwdProgramView& p, const FwdInstr& in) {
   __syncthreads();
-  if (threadIdx.x == 0 && in.signal >= 0) {
+  if (threadIdx.x == 0 && in.signal[0] >= 0) {
     __threadfence();
-    atomicAdd(p.counters + in.signal, 1);
+    atomicAdd(p.counters + in.signal[0], 1);  // its segment's, then its op's
+    if (in.signal[1] >= 0) atomicAdd(p.counters + in.signal[1], 1);
   }
 }
 
