@@ -48,7 +48,8 @@ def forward(lib, shape: np.ndarray, n: int, mode: int, *, n_ctx: int = 33, n_log
         p(shape.ctypes.data), n_ctx, n, n_logits, mode, ctypes.c_uint64(7), ctypes.c_uint64(order),
         p(logits.ctypes.data), p(tap.ctypes.data), p(info.ctypes.data),
     )  # fmt: skip
-    assert rc == 0, lib.emu_forward_error().decode()
+    if rc != 0:
+        raise RuntimeError(f"emu_forward returned {rc}: {lib.emu_forward_error().decode()}")
     return logits, tap, info
 
 
@@ -122,13 +123,5 @@ def test_static_check(lib, tamper: int, grid: int, resident: int, words: str):
 def test_f32_products_are_not_held(lib):
     """The persistent kernel runs f16, bf16, q8 and q4 products (an f32 engine's forward runs per
     operation in the backend): a program of f32 products is refused, not run."""
-    shape = _shape(F32)
-    p = ctypes.c_void_p
-    out = np.zeros((1, shape[7]), np.float32)
-    tap = np.zeros((1, shape[2]), np.float32)
-    info = np.zeros(5, np.int64)
-    rc = lib.emu_forward(
-        p(shape.ctypes.data), 4, 1, 1, 2, ctypes.c_uint64(1), ctypes.c_uint64(1),
-        p(out.ctypes.data), p(tap.ctypes.data), p(info.ctypes.data),
-    )  # fmt: skip
-    assert rc == -1 and "does not run" in lib.emu_forward_error().decode()
+    with pytest.raises(RuntimeError, match="returned -1: .*does not run"):
+        forward(lib, _shape(F32), 1, 2, n_ctx=4, order=1)

@@ -234,7 +234,7 @@ int emu_forward(const int32_t* shape, int n_ctx, int n, int n_logits, int mode, 
       const int tile = fwd_tile(n);
       std::vector<FwdOp> ops;
       forward_ops(m, ps, &ops, tile);
-      FwdProgram prog = build_forward_program(std::move(ops), tile);
+      FwdProgram prog = build_forward_program(std::move(ops));
       Buf counters(4 * (prog.n_counters + 1));
       std::memset(counters.p, 0, 4 * (prog.n_counters + 1));
       const FwdProgramView view{prog.ops.data(),
@@ -312,7 +312,7 @@ int emu_forward_check(const int32_t* shape, int n, int tamper, int64_t grid, int
     const int tile = fwd_tile(n);
     std::vector<FwdOp> ops;
     forward_ops(m, ps, &ops, tile);
-    FwdProgram p = build_forward_program(std::move(ops), tile);
+    FwdProgram p = build_forward_program(std::move(ops));
     auto first_of = [&](int op) {
       size_t i = 0;
       while (p.instrs[i].op != op) ++i;

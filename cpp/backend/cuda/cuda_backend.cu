@@ -451,7 +451,7 @@ std::unique_ptr<BackendGraph> CudaBackend::capture(const std::function<void()>& 
 // ---- transformer ops --------------------------------------------------------------------------
 
 void CudaBackend::embed(WeightView table, const int32_t* tokens, int n, float* out) {
-  if (n > 0 && hold_rows(&table, tokens, nullptr, nullptr, n, 0, out)) return;
+  if (n > 0 && hold_embed(cuda::dev_weight(table), tokens, n, out)) return;
   if (sizing() || n <= 0) return;
   cuda::launch_embed(stream_, cuda::dev_weight(table), tokens, n, out);
   check_launch("embed");
@@ -504,7 +504,9 @@ void CudaBackend::attention(const float* qkv, const Rows& rows, int n, const Att
   unsigned* counters = nullptr;
   if (p.partial_bytes) partial = static_cast<float*>(scratch(kAttnPartial, p.partial_bytes));
   if (p.counter_bytes) counters = static_cast<unsigned*>(scratch(kAttnCounters, p.counter_bytes));
-  if (hold_attention(p, qkv, rows, n, s, cache, layer, out, partial, counters)) return;
+  if (hold_attention(p, qkv, rows_view(rows), n, s.n_heads, s.scale, kv_view(cache), layer, out,
+                     partial, counters))
+    return;
   if (sizing()) return;
   cuda::launch_attention(stream_, p, qkv, rows_view(rows), n, s.n_heads, s.scale, kv_view(cache),
                          layer, out, partial, counters, pdl_);
@@ -560,7 +562,7 @@ void CudaBackend::expand_columns(const float* src, int src_cols, const int32_t* 
 }
 
 void CudaBackend::gather_rows(const float* src, const int32_t* rows, int n, int dim, float* dst) {
-  if (n > 0 && hold_rows(nullptr, nullptr, src, rows, n, dim, dst)) return;
+  if (n > 0 && hold_gather(src, rows, n, dim, dst)) return;
   if (sizing() || n <= 0) return;
   cuda::launch_gather_rows(stream_, src, rows, n, dim, dst);
   check_launch("gather_rows");

@@ -33,6 +33,9 @@ namespace cuda {
 struct MatmulArgs;
 struct MatmulPlan;
 struct AttentionPlan;
+struct RowsView;
+struct KvView;
+struct DevWeight;
 struct FwdOp;
 struct FwdProgramView;
 }  // namespace cuda
@@ -175,11 +178,11 @@ class CudaBackend final : public Backend {
   bool hold(const cuda::FwdOp& op);
   bool hold_matmul(const cuda::MatmulArgs& a, const cuda::MatmulPlan& p, float* partial,
                    int* counters);
-  bool hold_attention(const cuda::AttentionPlan& p, const float* qkv, const Rows& rows, int n,
-                      const AttentionShape& s, const KvCache& cache, int layer, float* out,
-                      float* partial, unsigned* counters);
-  bool hold_rows(const WeightView* table, const int32_t* tokens, const float* src,
-                 const int32_t* rows, int n, int dim, float* out);
+  bool hold_attention(const cuda::AttentionPlan& p, const float* qkv, const cuda::RowsView& rows,
+                      int n, int n_heads, float scale, const cuda::KvView& kv, int layer,
+                      float* out, float* partial, unsigned* counters);
+  bool hold_embed(const cuda::DevWeight& table, const int32_t* tokens, int n, float* out);
+  bool hold_gather(const float* src, const int32_t* rows, int n, int dim, float* out);
   // Runs what is held as one persistent launch and stops holding (an op it cannot hold follows).
   void flush_forward();
   // Device memory for a program of blob_bytes (ops, instructions, waits) and n_counters counters

@@ -98,27 +98,26 @@ bool CudaBackend::hold_matmul(const cuda::MatmulArgs& a, const cuda::MatmulPlan&
   return holding_ && hold(cuda::fwd_matmul_op(a, p, partial, counters));
 }
 
-bool CudaBackend::hold_attention(const cuda::AttentionPlan& p, const float* qkv, const Rows& rows,
-                                 int n, const AttentionShape& s, const KvCache& cache, int layer,
-                                 float* out, float* partial, unsigned* counters) {
+bool CudaBackend::hold_attention(const cuda::AttentionPlan& p, const float* qkv,
+                                 const cuda::RowsView& rows, int n, int n_heads, float scale,
+                                 const cuda::KvView& kv, int layer, float* out, float* partial,
+                                 unsigned* counters) {
   if (!holding_) return false;
   if (!cuda::fwd_holds_attention(p)) {
     flush_forward();  // an attention it does not run
     return false;
   }
-  const cuda::RowsView rv{rows.pos, rows.slot, rows.kv_idx,
-                          rows.tree_bits ? rows.tree_base : nullptr, rows.tree_bits};
-  const cuda::KvView kv{cache.k,        cache.v,       cache.type,    cache.layers,
-                        cache.kv_heads, cache.max_seq, cache.head_dim};
   return hold(
-      cuda::fwd_attention_op(p, qkv, rv, n, s.n_heads, s.scale, kv, layer, out, partial, counters));
+      cuda::fwd_attention_op(p, qkv, rows, n, n_heads, scale, kv, layer, out, partial, counters));
 }
 
-bool CudaBackend::hold_rows(const WeightView* table, const int32_t* tokens, const float* src,
-                            const int32_t* rows, int n, int dim, float* out) {
-  if (!holding_) return false;
-  return hold(table ? cuda::fwd_embed_op(cuda::dev_weight(*table), tokens, n, out)
-                    : cuda::fwd_gather_op(src, rows, n, dim, out));
+bool CudaBackend::hold_embed(const cuda::DevWeight& table, const int32_t* tokens, int n,
+                             float* out) {
+  return holding_ && hold(cuda::fwd_embed_op(table, tokens, n, out));
+}
+
+bool CudaBackend::hold_gather(const float* src, const int32_t* rows, int n, int dim, float* out) {
+  return holding_ && hold(cuda::fwd_gather_op(src, rows, n, dim, out));
 }
 
 int64_t CudaBackend::resident_blocks(int tile) {
@@ -161,7 +160,7 @@ void CudaBackend::flush_forward() {
   std::vector<cuda::FwdOp> ops;
   ops.swap(held_->ops);
   const int tile = cuda::fwd_tile(held_rows_);
-  const cuda::FwdProgram prog = cuda::build_forward_program(std::move(ops), tile);
+  const cuda::FwdProgram prog = cuda::build_forward_program(std::move(ops));
   const int64_t resident = resident_blocks(tile);
   const int64_t grid = std::min<int64_t>(resident, static_cast<int64_t>(prog.instrs.size()));
   const std::string why = cuda::check_forward_program(prog, grid, resident);

@@ -175,6 +175,28 @@ __device__ __forceinline__ float weight_at(const DevWeight& w, int64_t r, int64_
   return 0.0f;
 }
 
+// ---- rows --------------------------------------------------------------------------------------
+
+// Row i of out [n, table.cols] = table row tokens[i] (zeros for an id outside the table), by the
+// whole block (embed_kernel, and the persistent forward's embed rows).
+__device__ __forceinline__ void embed_row(const DevWeight& table, const int32_t* tokens, int64_t i,
+                                          float* out) {
+  const int64_t r = tokens[i];
+  float* o = out + i * table.cols;
+  const bool inside = r >= 0 && r < table.rows;
+  for (int64_t c = threadIdx.x; c < table.cols; c += blockDim.x)
+    o[c] = inside ? weight_at(table, r, c) : 0.0f;
+}
+
+// Row i of dst [n, dim] = src row rows[i], by the whole block (gather_rows_kernel, and the
+// persistent forward's gather rows).
+__device__ __forceinline__ void gather_row(const float* src, const int32_t* rows, int64_t i,
+                                           int dim, float* dst) {
+  const float* s = src + static_cast<int64_t>(rows[i]) * dim;
+  float* d = dst + i * dim;
+  for (int c = threadIdx.x; c < dim; c += blockDim.x) d[c] = s[c];
+}
+
 // ---- reductions ---------------------------------------------------------------------------
 
 __device__ __forceinline__ float warp_sum(float v) {

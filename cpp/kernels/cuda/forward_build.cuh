@@ -32,7 +32,6 @@ struct FwdProgram {
   std::vector<FwdInstr> instrs;
   std::vector<FwdWait> waits;
   int n_counters = 0;
-  int tile = 1;  // the matmul tile every op of it was planned with
 };
 
 inline int64_t fwd_op_blocks(const FwdOp& op) {
@@ -77,9 +76,8 @@ inline void fwd_attention_heads(const FwdOp& at, int64_t item, int& h0, int& nhb
   nhb = std::min(at.head_chunk, (g + 1) * group - h0);
 }
 
-inline FwdProgram build_forward_program(std::vector<FwdOp> ops, int tile) {
+inline FwdProgram build_forward_program(std::vector<FwdOp> ops) {
   FwdProgram p;
-  p.tile = tile;
   FwdOp reset;
   reset.kind = FwdKind::kReset;
   ops.push_back(reset);
@@ -104,8 +102,8 @@ inline FwdProgram build_forward_program(std::vector<FwdOp> ops, int tile) {
   auto part = [&](int j, int64_t s, std::vector<FwdWait>& w) {
     w.push_back(FwdWait{seg_base[j] + static_cast<int>(s), static_cast<int32_t>(seg[j].per)});
   };
-  std::vector<FwdWait> w, last;
-  int last_begin = -1;
+  std::vector<FwdWait> w;
+  size_t last_begin = 0;  // the waits last added: [last_begin, end) (consecutive blocks share)
   for (int j = 0; j < n_ops; ++j) {
     const FwdOp& op = p.ops[j];
     const FwdOp* prev = j > 0 ? &p.ops[j - 1] : nullptr;
@@ -152,23 +150,16 @@ inline FwdProgram build_forward_program(std::vector<FwdOp> ops, int tile) {
         } else if (j > 0) {
           whole(j - 1, w);
         }
-        int wb = last_begin;
-        if (wb < 0 || w.size() != last.size() ||
-            !std::equal(
-                w.begin(), w.end(), last.begin(),
-                [](const FwdWait& a, const FwdWait& b) {
-                  return a.counter == b.counter && a.target == b.target;
-                })) {
-          wb = static_cast<int>(p.waits.size());
+        if (p.instrs.empty() || p.waits.size() - last_begin != w.size() ||
+            !std::equal(w.begin(), w.end(), p.waits.begin() + last_begin)) {
+          last_begin = p.waits.size();
           p.waits.insert(p.waits.end(), w.begin(), w.end());
-          last = w;
-          last_begin = wb;
         }
         FwdInstr in;
         in.op = j;
         in.by = by;
         in.bx = bx;
-        in.wait_begin = wb;
+        in.wait_begin = static_cast<int32_t>(last_begin);
         in.wait_count = static_cast<int32_t>(w.size());
         if (op.kind != FwdKind::kReset) {
           if (seg[j].count > 1) {

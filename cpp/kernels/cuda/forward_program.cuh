@@ -82,6 +82,7 @@ struct FwdInstr {
 struct FwdWait {
   int32_t counter = 0;
   int32_t target = 0;  // done when counters[counter] >= target
+  bool operator==(const FwdWait& o) const { return counter == o.counter && target == o.target; }
 };
 
 // A program in device memory (what the kernel reads).
@@ -259,22 +260,14 @@ __device__ __forceinline__ void fwd_run(const FwdProgramView& p, int64_t i, FwdS
       else
         fwd_attention<128>(p, in, op, sm.a128);  // (fwd_attention_op refuses 256)
       break;
-    case FwdKind::kEmbed: {  // row bx, as embed_kernel
+    case FwdKind::kEmbed:
       fwd_wait(p, in);
-      const int64_t r = op.tokens[in.bx];
-      float* o = op.out + in.bx * op.table.cols;
-      const bool inside = r >= 0 && r < op.table.rows;
-      for (int64_t c = threadIdx.x; c < op.table.cols; c += blockDim.x)
-        o[c] = inside ? weight_at(op.table, r, c) : 0.0f;
+      embed_row(op.table, op.tokens, in.bx, op.out);
       break;
-    }
-    case FwdKind::kGather: {  // row bx, as gather_rows_kernel
+    case FwdKind::kGather:
       fwd_wait(p, in);
-      const float* s = op.src + static_cast<int64_t>(op.src_rows[in.bx]) * op.dim;
-      float* d = op.out + in.bx * op.dim;
-      for (int c = threadIdx.x; c < op.dim; c += blockDim.x) d[c] = s[c];
+      gather_row(op.src, op.src_rows, in.bx, op.dim, op.out);
       break;
-    }
     case FwdKind::kReset:
       fwd_wait(p, in);
       for (int c = threadIdx.x; c < p.n_counters; c += blockDim.x) p.counters[c] = 0;
@@ -305,8 +298,8 @@ __global__ void __launch_bounds__(kMatmulThreads)
   fwd_run<kTile>(p, i, sm);
 }
 
-// Resident blocks per SM persistent_forward_kernel<tile> is compiled for: its launch bounds,
-// within the shared memory of an SM (228 KiB on Hopper, 164 KiB on A100: 4 and 3 blocks).
+// Resident blocks per SM persistent_forward_kernel<tile> is compiled for (its launch bounds): what
+// a planning backend counts with; on a GPU the backend asks the occupancy API.
 inline int fwd_blocks_per_sm(int tile) {
   return matmul_blocks_per_sm(tile);
 }

@@ -12,12 +12,7 @@ constexpr int kRowThreads = 256;
 // out [n, table.cols] = rows tokens[i] of table.  grid n, block kRowThreads.
 __global__ void __launch_bounds__(kRowThreads)
     embed_kernel(DevWeight table, const int32_t* __restrict__ tokens, float* __restrict__ out) {
-  const int i = blockIdx.x;
-  const int64_t r = tokens[i];
-  float* o = out + static_cast<int64_t>(i) * table.cols;
-  const bool inside = r >= 0 && r < table.rows;  // else zeros (a token the table lacks)
-  for (int64_t c = threadIdx.x; c < table.cols; c += blockDim.x)
-    o[c] = inside ? weight_at(table, r, c) : 0.0f;
+  embed_row(table, tokens, blockIdx.x, out);
 }
 
 // out [n, dim] = g * (x * 1 / sqrt(mean(x^2) + eps)).  grid n, block kRowThreads.
@@ -76,9 +71,7 @@ __global__ void add_kernel(float* __restrict__ x, const float* __restrict__ y, i
 __global__ void __launch_bounds__(kRowThreads)
     gather_rows_kernel(const float* __restrict__ src, const int32_t* __restrict__ rows, int dim,
                        float* __restrict__ dst) {
-  const float* s = src + static_cast<int64_t>(rows[blockIdx.x]) * dim;
-  float* d = dst + static_cast<int64_t>(blockIdx.x) * dim;
-  for (int c = threadIdx.x; c < dim; c += blockDim.x) d[c] = s[c];
+  gather_row(src, rows, blockIdx.x, dim, dst);
 }
 
 // out [n, width]: out[i, c] = src[i, index[c]] where index[c] >= 0, else -inf (Backend::
