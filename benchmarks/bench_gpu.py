@@ -177,7 +177,7 @@ def decode_steps(engines: dict[str, Path], bw_gbps: float | None, args, save) ->
             row.update(
                 switch_compare(
                     lambda role=role, s=s, ctx=ctx: s.time_forward(role, 1, 1, ctx, args.iters),
-                    persistent_arms(s),
+                    persistent_arms(s, args.prefetch),
                 )
             )
         if role == "target":  # the engine's own target-only iteration (sampling, read-back)
@@ -221,11 +221,15 @@ def iterations(engine: Path, args, save) -> list[dict]:
     ctx = args.context
     draft1 = s.time_forward("draft", 1, 1, ctx, args.iters, True)
     draft0 = s.time_forward("draft", 2, 1, ctx, args.iters, True)
-    sp = None  # a second session whose scheduler's graphs hold persistent forwards (sm_90+)
+    sp = spp = None  # sessions whose graphs hold persistent forwards (sm_90+), prefetching
     if args.persistent and s.set_cuda_persistent(True):
         s.set_cuda_persistent(False)
         os.environ["TRT_SPEC_CUDA_PERSISTENT"] = "1"  # read when its backend is made
         sp = T.Session(str(engine), args.device)
+        if args.prefetch:
+            os.environ["TRT_SPEC_CUDA_PREFETCH"] = str(args.prefetch)
+            spp = T.Session(str(engine), args.device)
+            del os.environ["TRT_SPEC_CUDA_PREFETCH"]
         del os.environ["TRT_SPEC_CUDA_PERSISTENT"]
     rows = []
     for k in args.ks:
@@ -239,6 +243,9 @@ def iterations(engine: Path, args, save) -> list[dict]:
                 "k": k,
                 "iteration_ms": it * 1e3,
                 "iteration_persistent_ms": engine_iteration(sp, k, args) * 1e3 if sp else None,
+                "iteration_persistent_prefetch_ms": (
+                    engine_iteration(spp, k, args) * 1e3 if spp else None
+                ),
                 "iteration_no_graph_ms": it_plain * 1e3 if it_plain else None,
                 "verify_ms": verify * 1e3,
                 "draft_step0_ms": draft0 * 1e3,
@@ -279,7 +286,8 @@ def forward_rows(engine: Path, target: str, args) -> dict:
         if args.persistent and s.set_cuda_persistent(True):  # per operation against persistent
             row.update(
                 switch_compare(
-                    lambda n=n: s.time_forward("target", n, n, ctx, args.iters), persistent_arms(s)
+                    lambda n=n: s.time_forward("target", n, n, ctx, args.iters),
+                    persistent_arms(s, args.prefetch),
                 )
             )
         rows.append(row)
@@ -322,14 +330,19 @@ def waves_arms(s: Any) -> dict[str, Any]:
     }
 
 
-def persistent_arms(s: Any) -> dict[str, Any]:
+def persistent_arms(s: Any, prefetch: int = 0) -> dict[str, Any]:
     """A forward as its per-operation launches, or as one persistent launch (then the default:
-    per operation)."""
-    return {
-        "per_op": lambda: s.set_cuda_persistent(False),
-        "persistent": lambda: s.set_cuda_persistent(True),
-        "": lambda: s.set_cuda_persistent(False),
-    }
+    per operation); prefetch > 0: each also with that many bytes of each matmul block's weights
+    streamed toward L2 ahead of their use (kernels/cuda/weight_prefetch.cuh)."""
+
+    def arm(persistent: bool, bytes_: int):
+        return lambda: (s.set_cuda_persistent(persistent), s.set_cuda_prefetch(bytes_))
+
+    arms = {"per_op": arm(False, 0), "persistent": arm(True, 0)}
+    if prefetch:
+        arms["per_op_prefetch"] = arm(False, prefetch)
+        arms["persistent_prefetch"] = arm(True, prefetch)
+    return arms | {"": arm(False, 0)}
 
 
 def switch_compare(timed, arms: dict[str, Any]) -> dict:
@@ -477,6 +490,15 @@ def main() -> int:
         action="store_true",
         help="also time each forward (steps, verify rows, iterations) as one persistent launch "
         "against its per-operation launches, in the same process (sm_90+)",
+    )
+    ap.add_argument(
+        "--prefetch",
+        type=int,
+        default=0,
+        metavar="BYTES",
+        help="with --persistent: also time each forward with up to BYTES of each matmul block's "
+        "weights prefetched toward L2 ahead of their use (TRT_SPEC_CUDA_PREFETCH), per "
+        "operation and persistent",
     )
     ap.add_argument(
         "--op-by-op-iterations",

@@ -106,6 +106,29 @@ def test_persistent_forward_prices_its_boundaries() -> None:
         assert diff == pytest.approx((ops - 1) * (hop - m["launch_pdl_us"]))
 
 
+def test_prefetch_hides_each_matmuls_stream_behind_the_op_before() -> None:
+    """The persistent forward with its weights prefetched an instruction ahead: a matmul's
+    streamed time overlaps the op before it, so it costs fixed + max(0, streamed - previous op);
+    the ops' split sums to the per-operation figure; prefetch alone is refused."""
+    shape = fit.shape_of("qwen2.5-1.5b", "q4")
+    for n in (1, 9):
+        ops = cm.op_times(CAL, shape, n)
+        assert [o.kind for o in ops[:3]] == ["embed", "matmul", "attention"]
+        assert len(ops) == 5 * shape.n_layers + 2
+        assert sum(o.fixed + o.streamed for o in ops) == pytest.approx(cm.forward_us(CAL, shape, n))
+        expect, prev = 0.0, 0.0
+        for o in ops:
+            hidden = min(o.streamed, prev) if o.kind == "matmul" else 0.0
+            prev = o.fixed + o.streamed - hidden
+            expect += prev
+        persistent = cm.forward_us(CAL, shape, n, persistent=True)
+        ahead = cm.forward_us(CAL, shape, n, persistent=True, prefetch=True)
+        assert ahead == pytest.approx(persistent - cm.forward_us(CAL, shape, n) + expect)
+        assert ahead < persistent
+    with pytest.raises(ValueError, match="persistent"):
+        cm.forward_us(CAL, shape, 1, prefetch=True)
+
+
 def test_info_plan_prints_modelled_figures(tiny, tmp_path: Path) -> None:
     from trt_spec import _core
 
@@ -130,7 +153,9 @@ def test_info_plan_prints_modelled_figures(tiny, tmp_path: Path) -> None:
     assert "cost model (MODELLED" in out
     assert "modelled verify of n rows (us): 1: " in out and " 9: " in out
     assert "modelled persistent forward: target step " in out
+    assert "weights prefetched an op ahead: target step " in out
     assert "projected speedup at K=4 (MODELLED)" in out
+    assert "projected speedup at K=4, persistent forwards with the weight prefetch" in out
     assert "histogram at this K" in out
     bad = subprocess.run([*cli, "--acceptance", str(hist)], capture_output=True, text=True)
     assert bad.returncode != 0 and "--acceptance goes with --plan" in bad.stderr

@@ -37,16 +37,25 @@ def _shape(wtype: int, sm_count: int = 32, **kw) -> np.ndarray:
     )  # fmt: skip
 
 
-def forward(lib, shape: np.ndarray, n: int, mode: int, *, n_ctx: int = 33, n_logits: int = 0,
-            order: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+def forward(
+    lib,
+    shape: np.ndarray,
+    n: int,
+    mode: int,
+    *,
+    n_ctx: int = 33,
+    n_logits: int = 0,
+    order: int = 0,
+    prefetch: int = 0,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     n_logits = n_logits or n
     logits = np.zeros((n_logits, shape[7]), np.float32)
     tap = np.zeros((n_logits, shape[2]), np.float32)
-    info = np.zeros(5, np.int64)
+    info = np.zeros(7, np.int64)
     p = ctypes.c_void_p
     rc = lib.emu_forward(
         p(shape.ctypes.data), n_ctx, n, n_logits, mode, ctypes.c_uint64(7), ctypes.c_uint64(order),
-        p(logits.ctypes.data), p(tap.ctypes.data), p(info.ctypes.data),
+        prefetch, p(logits.ctypes.data), p(tap.ctypes.data), p(info.ctypes.data),
     )  # fmt: skip
     if rc != 0:
         raise RuntimeError(f"emu_forward returned {rc}: {lib.emu_forward_error().decode()}")
@@ -88,6 +97,57 @@ def test_orders_agree_on_a_long_row(lib):
     for order in (11, 12, 13):
         got, _, _ = forward(lib, shape, 1, 2, order=order)
         np.testing.assert_array_equal(bits(got), bits(ref))
+
+
+@pytest.mark.parametrize("wtype, n, mode", [(Q4, 1, 1), (Q8, 5, 3), (F16, 2, 0)])
+def test_weight_prefetch_changes_no_bits(lib, wtype: int, n: int, mode: int):
+    """Weights streamed toward L2 ahead of their use (weight_prefetch.cuh): the persistent
+    forward an instruction ahead (modes 1, 3), the per-operation kernels before their grid
+    dependency (mode 0). A hint: the same bits, and every prefetch inside a weight array."""
+    shape = _shape(wtype, **(SPLIT_K if wtype == F16 else {}))
+    ref_logits, ref_tap, off = forward(lib, shape, n, 0)
+    assert off[6] == 0  # nothing prefetched when it is off
+    logits, tap, info = forward(lib, shape, n, mode, order=3, prefetch=32768)
+    np.testing.assert_array_equal(bits(logits), bits(ref_logits))
+    np.testing.assert_array_equal(bits(tap), bits(ref_tap))
+    assert info[5] == 0, "a prefetch outside the weights, or not whole 16-byte lines"
+    assert info[6] > 0
+
+
+def prefetch_cover(lib, shape: np.ndarray, n: int, budget: int) -> np.ndarray:
+    out = np.zeros(7, np.int64)
+    rc = lib.emu_forward_prefetch_cover(
+        ctypes.c_void_p(shape.ctypes.data), n, budget, ctypes.c_void_p(out.ctypes.data)
+    )
+    assert rc == 0, lib.emu_forward_error().decode()
+    return out
+
+
+@pytest.mark.parametrize(
+    "wtype, n, extra",
+    [(Q4, 1, {}), (F16, 9, SPLIT_K)],  # 9 rows: two 8-row tiles in one block; two splits
+)
+def test_weight_prefetch_is_what_each_block_reads(lib, wtype: int, n: int, extra: dict):
+    """Each matmul instruction's prefetch (its rows, its split's units, the q8 / q4 scales and
+    offsets) is exactly the weight lines its block then reads."""
+    shape = _shape(wtype, **extra)
+    full = prefetch_cover(lib, shape, n, 1 << 30)
+    assert full[0] >= 4 * SHAPE["layers"] + 1  # blocks of qkv, o, gate / up, down; the head
+    assert full[1] == 0, "prefetched lines the block never reads"
+    assert full[2] == 0, "read lines the prefetch left out"
+    assert full[3] == full[4] > 0
+    assert full[6] == 0
+
+
+def test_weight_prefetch_keeps_to_its_budget(lib):
+    """Under a budget a block prefetches a part of what it reads (its first rows), no more."""
+    shape = _shape(Q4)
+    full = prefetch_cover(lib, shape, 1, 1 << 30)
+    small = prefetch_cover(lib, shape, 1, 1024)
+    assert small[1] == 0
+    assert small[2] > 0 and 0 < small[4] < full[4]
+    assert small[5] <= 1024
+    assert small[6] == 0
 
 
 def check(lib, shape: np.ndarray, n: int, tamper: int, grid: int, resident: int) -> str:

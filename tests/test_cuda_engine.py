@@ -404,3 +404,21 @@ def test_persistent_forward_changes_no_bits(root, monkeypatch: pytest.MonkeyPatc
     for ids in ([5], list(range(1, 40, 3)), list(range(1, 60, 3))):  # 1, 13 and 20 rows
         assert np.array_equal(on.logits(ids), off.logits(ids)), len(ids)
     assert_same_speculation(on, off)
+
+
+@pytest.mark.parametrize("persistent", ["0", "1"])
+def test_weight_prefetch_changes_no_bits(root, monkeypatch: pytest.MonkeyPatch, persistent: str):
+    """TRT_SPEC_CUDA_PREFETCH=1: each matmul block streams its weights toward L2 ahead of their
+    use (kernels/cuda/weight_prefetch.cuh; per operation before its grid dependency, persistent
+    an instruction ahead). A hint: the logits are bitwise those without it, the tokens the same."""
+    if persistent == "1" and not _sm90():
+        pytest.skip("the persistent forward is compiled for sm_90+")
+    path = spec_pairs.make_pair(root, "noisy", draft_len=4, max_batch=4, weights="q4")
+    monkeypatch.setenv("TRT_SPEC_CUDA_PERSISTENT", persistent)
+    monkeypatch.setenv("TRT_SPEC_CUDA_PREFETCH", "0")
+    off = Engine(path, device="cuda")
+    monkeypatch.setenv("TRT_SPEC_CUDA_PREFETCH", "1")
+    on = Engine(path, device="cuda")
+    for ids in ([5], list(range(1, 40, 3)), list(range(1, 60, 3))):  # 1, 13 and 20 rows
+        assert np.array_equal(on.logits(ids), off.logits(ids)), len(ids)
+    assert_same_speculation(on, off)

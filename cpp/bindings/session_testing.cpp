@@ -231,6 +231,20 @@ void bind_session(nb::module_& m) {
            "CUDA: run each model forward of at most 16 rows as one persistent launch from now on "
            "(sm_90+; graphs captured before keep theirs). Returns whether it does.")
       .def(
+          "set_cuda_prefetch",
+          [](Session& s, int bytes) {
+#ifdef TRT_SPEC_WITH_CUDA
+            return cuda_set_prefetch(s.rt->backend(), bytes);
+#else
+            (void)s;
+            (void)bytes;
+            return -1;
+#endif
+          },
+          "bytes"_a,
+          "CUDA: bytes of its weights (at most) each matmul block streams toward L2 ahead of its "
+          "use from now on (0: none). Returns the value in force; -1 on other backends.")
+      .def(
           "set_cuda_imma_rows",
           [](Session& s, int rows) {
 #ifdef TRT_SPEC_WITH_CUDA

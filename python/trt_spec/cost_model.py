@@ -77,6 +77,15 @@ class Matrix:
     kind: str  # the engine weight type: f32, f16, bf16, q8, q4
 
 
+@dataclass(frozen=True)
+class OpTime:
+    """One op of a forward, priced (modelled µs)."""
+
+    kind: str  # embed, matmul, attention
+    fixed: float
+    streamed: float
+
+
 def tile_rows(n: int) -> int:
     """matmul_launch.cuh's matmul_tile_rows."""
     return 1 if n <= 1 else 2 if n <= 2 else 4 if n <= 4 else 8 if n <= 16 else 16
@@ -189,32 +198,76 @@ def boundary_us(cal: Calibration, persistent: bool) -> float:
     return float(m["launch_pdl_us"])
 
 
+def op_times(cal: Calibration, shape: Shape, n: int, context: int = 128) -> list[OpTime]:
+    """Each op of a forward of n rows in order (embed; per layer the qkv matmul, attention, o,
+    gate / up and down; the head), priced as in the module docstring and split into what does
+    not depend on bytes streamed from DRAM (``fixed``) and what does (``streamed``: a matmul's
+    weight, attention's KV)."""
+    k = cal.kernel
+    t = math.ceil(n / tile_rows(n))
+    kv_layer = kv_read_us(cal, shape, n, context) / shape.n_layers
+
+    def matmul(w: int) -> OpTime:
+        fixed = k["matmul_us"] + n * w * k["row_us_per_byte"]
+        return OpTime("matmul", fixed, t * w / k["matmul_bytes_per_us"])
+
+    attention = OpTime("attention", k["attention_us"] + (n - 1) * k["attention_row_us"], kv_layer)
+    ops = [OpTime("embed", k["embed_us"], 0.0)]
+    per = len(MATMULS)
+    for i in range(shape.n_layers):
+        qkv, o, gate_up, down = shape.layer_bytes[per * i : per * (i + 1)]
+        ops += [matmul(qkv), attention, matmul(o), matmul(gate_up), matmul(down)]
+    ops.append(matmul(shape.head_bytes))
+    return ops
+
+
 def forward_us(
-    cal: Calibration, shape: Shape, n: int, context: int = 128, persistent: bool = False
+    cal: Calibration,
+    shape: Shape,
+    n: int,
+    context: int = 128,
+    persistent: bool = False,
+    prefetch: bool = False,
 ) -> float:
-    """Modelled µs of a forward of n rows at `context` positions (in a CUDA graph, with PDL).
+    """Modelled µs of a forward of n rows at `context` positions (in a CUDA graph, with PDL):
+    the sum of its op_times.
     persistent: as one persistent launch (kernels/cuda/forward_program.cuh): every boundary
     after the first priced by boundary_us instead of a launch; the ops' own work is the same
     blocks. Priced as if every op waited for the whole op before (the finer waits after the qkv
-    projection and attention, forward_build.cuh, overlap some of that: not priced)."""
-    k = cal.kernel
-    terms = forward_terms(shape, n)
-    us = kv_read_us(cal, shape, n, context)
-    for key, x in terms.items():
-        us += x / k[key] if key == "matmul_bytes_per_us" else x * k[key]
+    projection and attention, forward_build.cuh, overlap some of that: not priced).
+    prefetch (persistent only): each block streams its next instruction's weights toward L2
+    before it waits (kernels/cuda/weight_prefetch.cuh), so a matmul's streamed time overlaps the
+    whole op before it: it costs ``fixed + max(0, streamed - previous op's time)``. The per-
+    operation path's prefetch (before its grid dependency, in the slots the previous kernel
+    leaves) is not priced."""
+    if prefetch and not persistent:
+        raise ValueError("prefetch is priced for the persistent forward only")
+    ops = op_times(cal, shape, n, context)
+    us, prev = 0.0, 0.0
+    for op in ops:
+        hidden = min(op.streamed, prev) if prefetch and op.kind == "matmul" else 0.0
+        prev = op.fixed + op.streamed - hidden
+        us += prev
     if persistent:
-        ops = terms["matmul_us"] + terms["attention_us"] + terms["embed_us"]
-        us += (ops - 1) * (boundary_us(cal, True) - boundary_us(cal, False))
+        us += (len(ops) - 1) * (boundary_us(cal, True) - boundary_us(cal, False))
     return us
 
 
 def iteration_us(
-    cal: Calibration, target: Shape, draft: Shape | None, k: int, context: int = 128
+    cal: Calibration,
+    target: Shape,
+    draft: Shape | None,
+    k: int,
+    context: int = 128,
+    persistent: bool = False,
+    prefetch: bool = False,
 ) -> dict[str, float]:
-    """Modelled µs of the parts of one iteration of draft length k (k = 0: target-only)."""
-    verify = forward_us(cal, target, k + 1, context)
-    d0 = forward_us(cal, draft, 2, context) if draft and k else 0.0
-    d1 = forward_us(cal, draft, 1, context) if draft and k > 1 else 0.0
+    """Modelled µs of the parts of one iteration of draft length k (k = 0: target-only), its
+    forwards priced by forward_us (persistent, prefetch: as there)."""
+    how = {"persistent": persistent, "prefetch": prefetch}
+    verify = forward_us(cal, target, k + 1, context, **how)
+    d0 = forward_us(cal, draft, 2, context, **how) if draft and k else 0.0
+    d1 = forward_us(cal, draft, 1, context, **how) if draft and k > 1 else 0.0
     extra = cal.kernel["iteration_extra_us"]
     return {
         "verify_us": verify,

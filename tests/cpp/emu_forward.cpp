@@ -9,6 +9,7 @@
 // over the selected rows), an f16 KV cache holding a random context.
 //
 // The shared library target emu_forward of CMakeLists.txt (TRT_SPEC_BUILD_TESTS=ON).
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -148,8 +149,9 @@ struct Pass {
   }
 };
 
-// Model::forward's ops. program: appended as FwdOps planned with tile; else launched one by one.
-void forward_ops(Model& m, Pass& ps, std::vector<FwdOp>* program, int tile) {
+// Model::forward's ops. program: appended as FwdOps planned with tile; else launched one by one
+// (each matmul block prefetching up to `prefetch` bytes of its weights).
+void forward_ops(Model& m, Pass& ps, std::vector<FwdOp>* program, int tile, int prefetch = 0) {
   const Shape& s = m.s;
   const int n = ps.n, sm = s.sm_count;
   float* x = ps.x.f();
@@ -158,7 +160,7 @@ void forward_ops(Model& m, Pass& ps, std::vector<FwdOp>* program, int tile) {
     if (program)
       program->push_back(fwd_matmul_op(a, p, ps.partial.f(), ps.counters.i()));
     else
-      launch_matmul(nullptr, a, p, ps.partial.f(), ps.counters.i());
+      launch_matmul(nullptr, a, p, ps.partial.f(), ps.counters.i(), false, prefetch);
   };
   const DevWeight table = dev_weight(m.embd.view);
   if (program)
@@ -196,6 +198,60 @@ void forward_ops(Model& m, Pass& ps, std::vector<FwdOp>* program, int tile) {
 
 thread_local std::string g_error;
 
+// The weight arrays of a model (each section of each matrix) as [begin, end) addresses.
+std::vector<std::pair<uintptr_t, uintptr_t>> weight_arrays(const Model& m) {
+  std::vector<std::pair<uintptr_t, uintptr_t>> out;
+  auto add = [&](const Weight& w) {
+    const WeightView& v = w.view;
+    for (int sec = 0; sec < weight_section_count(v.type); ++sec) {
+      const auto at = reinterpret_cast<uintptr_t>(v.section(sec));
+      out.emplace_back(at, at + weight_section_bytes(v.type, v.rows, v.cols, sec));
+    }
+  };
+  for (const auto* ws : {&m.qkv, &m.o, &m.gu, &m.down})
+    for (const Weight& w : *ws) add(w);
+  add(m.out_w);
+  return out;
+}
+
+// What the observers saw (cuda_emu.h's on_prefetch / on_weight_read).
+struct Seen {
+  std::vector<std::pair<uintptr_t, uintptr_t>> arrays;  // where a prefetch may point
+  int64_t outside = 0, bytes = 0;                       // prefetches elsewhere; bytes asked
+  std::vector<uintptr_t> prefetched, read;              // 16-byte lines
+};
+thread_local Seen* g_seen = nullptr;
+
+void lines(std::vector<uintptr_t>& to, const void* p, size_t n) {
+  const auto b = reinterpret_cast<uintptr_t>(p);
+  for (uintptr_t l = b / 16; l < (b + n + 15) / 16; ++l) to.push_back(l);
+}
+void seen_prefetch(const void* p, size_t n) {
+  const auto b = reinterpret_cast<uintptr_t>(p);
+  bool in = b % 16 == 0 && n % 16 == 0 && n > 0;
+  bool inside = false;
+  for (const auto& [lo, hi] : g_seen->arrays) inside |= b >= lo && b + n <= hi;
+  if (!in || !inside) ++g_seen->outside;
+  g_seen->bytes += static_cast<int64_t>(n);
+  lines(g_seen->prefetched, p, n);
+}
+void seen_read(const void* p, size_t n) {
+  lines(g_seen->read, p, n);
+}
+void sorted_unique(std::vector<uintptr_t>& v) {
+  std::sort(v.begin(), v.end());
+  v.erase(std::unique(v.begin(), v.end()), v.end());
+}
+// Whether every element of `a` is in `b` (both sorted, unique).
+bool subset(const std::vector<uintptr_t>& a, const std::vector<uintptr_t>& b) {
+  return std::includes(b.begin(), b.end(), a.begin(), a.end());
+}
+
+// One instruction's weight prefetch, as a block of the persistent forward issues it.
+__global__ void prefetch_instruction_kernel(FwdProgramView p, int64_t i) {
+  fwd_prefetch(p, i);
+}
+
 }  // namespace
 
 extern "C" {
@@ -211,14 +267,23 @@ const char* emu_forward_error() {
 // counters allow (each consumer as early as possible). Writes logits [n_logits, vocab] (the last
 // n_logits rows), tap [n_logits, dim], and info[0] = instructions, info[1] = ops, info[2] = the
 // static check's verdict on the grid of resident blocks (0: sound), info[3] = counters, info[4]
-// (modes 2, 3) = instructions run before the op before theirs was complete (finer waits).
+// (modes 2, 3) = instructions run before the op before theirs was complete (finer waits),
+// info[5] = weight prefetches (prefetch > 0: bytes per block, weight_prefetch.cuh) not inside a
+// weight array or not 16-byte lines, info[6] = bytes prefetched.
 // Returns 0, or -1 (see emu_forward_error).
 int emu_forward(const int32_t* shape, int n_ctx, int n, int n_logits, int mode, uint64_t seed,
-                uint64_t order_seed, float* logits, float* tap, int64_t* info) {
+                uint64_t order_seed, int prefetch, float* logits, float* tap, int64_t* info) {
   try {
     Shape s;
     std::memcpy(&s, shape, sizeof(Shape));
     Model m(s, seed);
+    Seen seen;
+    seen.arrays = weight_arrays(m);
+    g_seen = &seen;
+    cuda_emu::on_prefetch = prefetch > 0 ? &seen_prefetch : nullptr;
+    struct Quiet {  // the observer off again, however this returns
+      ~Quiet() { cuda_emu::on_prefetch = nullptr; }
+    } quiet;
     {  // the context: random k and v at positions [0, n_ctx) of every layer and kv head
       std::mt19937_64 rng(seed + 7);
       std::uniform_real_distribution<float> u(-1.0f, 1.0f);
@@ -229,7 +294,7 @@ int emu_forward(const int32_t* shape, int n_ctx, int n, int n_logits, int mode, 
     }
     Pass ps(s, n, n_logits, n_ctx, seed + 11);
     if (mode == 0) {
-      forward_ops(m, ps, nullptr, 0);
+      forward_ops(m, ps, nullptr, 0, prefetch);
     } else {
       const int tile = fwd_tile(n);
       std::vector<FwdOp> ops;
@@ -242,7 +307,8 @@ int emu_forward(const int32_t* shape, int n_ctx, int n, int n_logits, int mode, 
                                 prog.waits.data(),
                                 counters.i(),
                                 static_cast<int>(prog.instrs.size()),
-                                prog.n_counters};
+                                prog.n_counters,
+                                prefetch};
       const int64_t resident = static_cast<int64_t>(fwd_blocks_per_sm(tile)) * s.sm_count;
       info[0] = static_cast<int64_t>(prog.instrs.size());
       info[1] = static_cast<int64_t>(prog.ops.size());
@@ -278,9 +344,9 @@ int emu_forward(const int32_t* shape, int n_ctx, int n, int n_logits, int mode, 
           if (op > 0 && ran[op - 1] < fwd_op_blocks(prog.ops[op - 1])) ++info[4];
           ++ran[op];
           if (tile == 1)
-            launch(dim3(1), dim3(kMatmulThreads), forward_instruction_kernel<1>, view, i);
+            launch(dim3(1), dim3(kMatmulThreads), forward_instruction_kernel<1>, view, i, i + 1);
           else
-            launch(dim3(1), dim3(kMatmulThreads), forward_instruction_kernel<8>, view, i);
+            launch(dim3(1), dim3(kMatmulThreads), forward_instruction_kernel<8>, view, i, i + 1);
         }
       }
       for (int c = 0; c < prog.n_counters; ++c)
@@ -291,6 +357,72 @@ int emu_forward(const int32_t* shape, int n_ctx, int n, int n_logits, int mode, 
     }
     std::memcpy(logits, ps.logits.f(), sizeof(float) * n_logits * s.vocab);
     std::memcpy(tap, ps.tap.f(), sizeof(float) * n_logits * s.dim);
+    info[5] = seen.outside;
+    info[6] = seen.bytes;
+    return 0;
+  } catch (const std::exception& e) {
+    g_error = e.what();
+    return -1;
+  }
+}
+
+// What the persistent forward's prefetch of each matmul instruction (fwd_prefetch, at most
+// `budget` bytes) asks for, against the weight bytes that instruction's block then reads, as
+// 16-byte lines, on the program of a forward of n rows on `shape` run in global order. Writes
+// out[0] = matmul instructions, out[1] = those that prefetch a line they do not read, out[2] =
+// those that read a line they did not prefetch, out[3] / out[4] = lines read / prefetched (all
+// instructions), out[5] = the most bytes one instruction prefetched, out[6] = prefetches outside
+// the weight arrays. Returns 0, or -1.
+int emu_forward_prefetch_cover(const int32_t* shape, int n, int budget, int64_t* out) {
+  try {
+    Shape s;
+    std::memcpy(&s, shape, sizeof(Shape));
+    Model m(s, 3);
+    Pass ps(s, n, n, 9, 4);
+    const int tile = fwd_tile(n);
+    std::vector<FwdOp> ops;
+    forward_ops(m, ps, &ops, tile);
+    FwdProgram prog = build_forward_program(std::move(ops));
+    Buf counters(4 * (prog.n_counters + 1));
+    std::memset(counters.p, 0, 4 * (prog.n_counters + 1));
+    const int n_instrs = static_cast<int>(prog.instrs.size());
+    FwdProgramView view{prog.ops.data(), prog.instrs.data(), prog.waits.data(),
+                        counters.i(),    n_instrs,           prog.n_counters,
+                        budget};
+    Seen seen;
+    seen.arrays = weight_arrays(m);
+    g_seen = &seen;
+    struct Quiet {
+      ~Quiet() { cuda_emu::on_prefetch = cuda_emu::on_weight_read = nullptr; }
+    } quiet;
+    std::fill(out, out + 7, 0);
+    for (int64_t i = 0; i < n_instrs; ++i) {
+      const bool mm = prog.ops[prog.instrs[i].op].kind == FwdKind::kMatmul;
+      seen.prefetched.clear();
+      seen.read.clear();
+      const int64_t before = seen.bytes;
+      cuda_emu::on_prefetch = &seen_prefetch;
+      launch(dim3(1), dim3(kMatmulThreads), prefetch_instruction_kernel, view, i);
+      cuda_emu::on_prefetch = nullptr;
+      cuda_emu::on_weight_read = &seen_read;
+      if (tile == 1)
+        launch(dim3(1), dim3(kMatmulThreads), forward_instruction_kernel<1>, view, i,
+               int64_t{n_instrs});
+      else
+        launch(dim3(1), dim3(kMatmulThreads), forward_instruction_kernel<8>, view, i,
+               int64_t{n_instrs});
+      cuda_emu::on_weight_read = nullptr;
+      if (!mm) continue;
+      sorted_unique(seen.prefetched);
+      sorted_unique(seen.read);
+      out[0] += 1;
+      out[1] += subset(seen.prefetched, seen.read) ? 0 : 1;
+      out[2] += subset(seen.read, seen.prefetched) ? 0 : 1;
+      out[3] += static_cast<int64_t>(seen.read.size());
+      out[4] += static_cast<int64_t>(seen.prefetched.size());
+      out[5] = std::max(out[5], seen.bytes - before);
+    }
+    out[6] = seen.outside;
     return 0;
   } catch (const std::exception& e) {
     g_error = e.what();

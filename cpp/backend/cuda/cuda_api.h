@@ -44,6 +44,11 @@ int cuda_set_imma_rows(Backend& be, int rows);
 // (CudaBackend::set_one_wave). Returns false for any other backend.
 bool cuda_set_one_wave(Backend& be, bool on);
 
+// Bytes of its weights (at most) each matmul block of `be`, a CUDA backend, streams toward L2
+// ahead of its use from now on (CudaBackend::set_prefetch; 0: none). Returns the value in force;
+// -1 for any other backend.
+int cuda_set_prefetch(Backend& be, int bytes);
+
 // Whether the model forwards of `be`, a CUDA backend, run as one persistent launch from now on
 // (CudaBackend::set_persistent; sm_90+). Returns false for any other backend.
 bool cuda_set_persistent(Backend& be, bool on);

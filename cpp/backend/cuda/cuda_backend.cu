@@ -16,6 +16,7 @@
 #include "kernels/cuda/attention_launch.cuh"
 #include "kernels/cuda/norm_rope.cuh"
 #include "kernels/cuda/random_fill.cuh"
+#include "kernels/cuda/weight_prefetch.cuh"
 
 namespace trt_spec {
 
@@ -184,6 +185,9 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   one_wave_ = !(wave && std::string(wave) == "0");
   const char* persistent = std::getenv("TRT_SPEC_CUDA_PERSISTENT");
   set_persistent(persistent && std::string(persistent) == "1");
+  const char* prefetch = std::getenv("TRT_SPEC_CUDA_PREFETCH");
+  const int prefetch_bytes = prefetch ? std::atoi(prefetch) : 0;
+  set_prefetch(prefetch_bytes == 1 ? cuda::kPrefetchBlockBytes : prefetch_bytes);
   cudaStream_t s = nullptr;
   cuda_check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
   stream_ = s;
@@ -214,6 +218,11 @@ KernelWave cuda_plan_attention_wave(int n, int n_heads, int n_kv_heads, int head
 bool cuda_set_pdl(Backend& be, bool on) {
   auto* c = dynamic_cast<CudaBackend*>(&be);
   return c ? c->set_pdl(on) : false;
+}
+
+int cuda_set_prefetch(Backend& be, int bytes) {
+  auto* c = dynamic_cast<CudaBackend*>(&be);
+  return c ? c->set_prefetch(bytes) : -1;
 }
 
 bool cuda_set_one_wave(Backend& be, bool on) {

@@ -131,6 +131,13 @@ class CudaBackend final : public Backend {
   // bits of split-K products differ between the two; within either, a row's bits never depend
   // on n.
   void set_one_wave(bool on) { one_wave_ = on; }
+  // Bytes of its weights (at most) each matmul block streams toward L2 ahead of its use
+  // (kernels/cuda/weight_prefetch.cuh): per operation before its grid dependency, in the
+  // persistent forward an instruction ahead. 0: none (the default; TRT_SPEC_CUDA_PREFETCH=1
+  // at construction: cuda::kPrefetchBlockBytes, N > 1: N). For the launches and programs that
+  // follow; graphs captured before keep theirs. The bits are the same either way. Returns the
+  // value in force.
+  int set_prefetch(int bytes) { return prefetch_ = bytes > 0 ? bytes : 0; }
   CUstream_st* stream() const { return stream_; }
   // True during capture()'s sizing pass: ops (the spec layer's too) launch nothing.
   bool sizing() const { return sizing_; }
@@ -172,7 +179,7 @@ class CudaBackend final : public Backend {
     size_t off[3] = {0, 0, 0};  // of the ops, instructions and waits
     int n_counters = 0, n_instrs = 0;
   };
-  static cuda::FwdProgramView program_view(const Program& p);
+  static cuda::FwdProgramView program_view(const Program& p, int prefetch);
   // Each holds its op (true) while a forward is being held, else returns false (the caller
   // launches it); the arguments as the op's launch takes them.
   bool hold(const cuda::FwdOp& op);
@@ -210,6 +217,7 @@ class CudaBackend final : public Backend {
   bool pdl_ = false;
   int imma_rows_ = 0;  // 0: plan_matmul's default
   bool one_wave_ = true;
+  int prefetch_ = 0;  // bytes per matmul block (set_prefetch)
   int cc_major_ = 0;
   bool persistent_ = false, holding_ = false;
   int held_rows_ = 0;

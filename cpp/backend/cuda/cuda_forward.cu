@@ -30,14 +30,15 @@ void CudaBackend::HeldOpsDelete::operator()(HeldOps* h) const {
   delete h;
 }
 
-cuda::FwdProgramView CudaBackend::program_view(const Program& p) {
+cuda::FwdProgramView CudaBackend::program_view(const Program& p, int prefetch) {
   auto* b = static_cast<uint8_t*>(p.mem);
   return cuda::FwdProgramView{reinterpret_cast<const cuda::FwdOp*>(b + p.off[0]),
                               reinterpret_cast<const cuda::FwdInstr*>(b + p.off[1]),
                               reinterpret_cast<const cuda::FwdWait*>(b + p.off[2]),
                               reinterpret_cast<int*>(b + align_up(p.blob_bytes, 64)),
                               p.n_instrs,
-                              p.n_counters};
+                              p.n_counters,
+                              prefetch};
 }
 
 namespace {
@@ -188,7 +189,7 @@ void CudaBackend::flush_forward() {
   }
   std::copy(off, off + 3, p->off);
   p->n_instrs = static_cast<int>(prog.instrs.size());
-  cuda::launch_forward_program(stream_, program_view(*p), tile, grid);
+  cuda::launch_forward_program(stream_, program_view(*p, prefetch_), tile, grid);
   check_launch("persistent forward");
 }
 

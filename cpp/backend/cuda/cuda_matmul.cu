@@ -93,7 +93,7 @@ void CudaBackend::matmul(const cuda::MatmulArgs& a, const char* what) {
   if (p.counter_bytes) counters = static_cast<int*>(scratch(kMatmulCounters, p.counter_bytes));
   if (hold_matmul(a, p, partial, counters)) return;
   if (sizing()) return;
-  cuda::launch_matmul(stream_, a, p, partial, counters, pdl_);
+  cuda::launch_matmul(stream_, a, p, partial, counters, pdl_, prefetch_);
   check_launch(what);
 }
 

@@ -18,6 +18,10 @@
 // then has all its inputs and its block is at it (check_forward_program proves the first; the
 // grid the second). Which instruction waits for what: forward_build.cuh.
 //
+// Weights ahead of the chain (FwdProgramView::prefetch > 0): before each instruction a block
+// asks L2 for its NEXT instruction's weights (weight_prefetch.cuh), so DRAM streams the op after
+// the current one while the block waits for and runs the current one.
+//
 // Non-template kernels of the headers included here are static: this header's translation unit
 // (cuda_forward.cu) holds its own copies of the kernels other units launch.
 //
@@ -93,6 +97,9 @@ struct FwdProgramView {
   int* counters = nullptr;  // [n_counters], zero between launches
   int n_instrs = 0;
   int n_counters = 0;
+  // > 0: before each wait a block streams that many bytes (at most) of its NEXT instruction's
+  // weights toward L2 (weight_prefetch.cuh), and at its first instruction that one's too.
+  int prefetch = 0;
 };
 
 // ---- host: the ops ---------------------------------------------------------------------------
@@ -224,52 +231,68 @@ __device__ __forceinline__ void fwd_signal(const FwdProgramView& p, const FwdIns
   }
 }
 
-template <WeightType T, int kTile>
-__device__ __forceinline__ void fwd_matmul(const FwdProgramView& p, const FwdInstr& in,
-                                           const FwdOp& op, MatmulSmem<T, kTile>& sm) {
-  matmul_block<T, kTile>(op.mm, op.geom, op.partial, op.mm_counters, in.bx, in.by, sm,
-                         [&] { fwd_wait(p, in); });
-}
-
-template <int HD>
-__device__ __forceinline__ void fwd_attention(const FwdProgramView& p, const FwdInstr& in,
-                                              const FwdOp& op, AttnSmem<HD>& sm) {
-  attention_block<HD>(op.qkv, op.rows, op.n, op.n_heads, op.scale, op.kv, op.layer, op.tile_rows,
-                      op.head_chunk, op.chunk, op.splits, op.gy_total, op.att_out, op.att_partial,
-                      op.att_counters, in.bx, op.grid_x, sm, [&] { fwd_wait(p, in); });
-}
-
-// Instruction i, by the whole block (kMatmulThreads threads), waits and signal included.
-template <int kTile>
-__device__ __forceinline__ void fwd_run(const FwdProgramView& p, int64_t i, FwdSmem<kTile>& sm) {
+// The weights of instruction i (a matmul block's; other kinds read none) toward L2, at most
+// p.prefetch bytes. The whole block calls it.
+__device__ __forceinline__ void fwd_prefetch(const FwdProgramView& p, int64_t i) {
+  if (i >= p.n_instrs) return;
   const FwdInstr in = p.instrs[i];
   const FwdOp& op = p.ops[in.op];
+  if (op.kind == FwdKind::kMatmul) matmul_prefetch(op.mm, op.geom, in.bx, in.by, p.prefetch);
+}
+
+template <WeightType T, int kTile, class Wait>
+__device__ __forceinline__ void fwd_matmul(const FwdInstr& in, const FwdOp& op,
+                                           MatmulSmem<T, kTile>& sm, Wait&& wait) {
+  matmul_block<T, kTile>(op.mm, op.geom, op.partial, op.mm_counters, in.bx, in.by, sm, 0, wait);
+}
+
+template <int HD, class Wait>
+__device__ __forceinline__ void fwd_attention(const FwdInstr& in, const FwdOp& op, AttnSmem<HD>& sm,
+                                              Wait&& wait) {
+  attention_block<HD>(op.qkv, op.rows, op.n, op.n_heads, op.scale, op.kv, op.layer, op.tile_rows,
+                      op.head_chunk, op.chunk, op.splits, op.gy_total, op.att_out, op.att_partial,
+                      op.att_counters, in.bx, op.grid_x, sm, wait);
+}
+
+// Instruction i, by the whole block (kMatmulThreads threads), waits and signal included. First,
+// with p.prefetch on, the block streams the weights of `ahead` (its next instruction) toward L2,
+// and of i itself when `first`: they load while i waits and runs.
+template <int kTile>
+__device__ __forceinline__ void fwd_run(const FwdProgramView& p, int64_t i, FwdSmem<kTile>& sm,
+                                        int64_t ahead, bool first) {
+  if (p.prefetch > 0) {
+    if (first) fwd_prefetch(p, i);
+    fwd_prefetch(p, ahead);
+  }
+  const FwdInstr in = p.instrs[i];
+  const FwdOp& op = p.ops[in.op];
+  auto wait = [&] { fwd_wait(p, in); };
   switch (op.kind) {
     case FwdKind::kMatmul:
       switch (op.mm.W.type) {
-        case WeightType::F16: fwd_matmul<WeightType::F16, kTile>(p, in, op, sm.f16); break;
-        case WeightType::BF16: fwd_matmul<WeightType::BF16, kTile>(p, in, op, sm.bf16); break;
-        case WeightType::Q8: fwd_matmul<WeightType::Q8, kTile>(p, in, op, sm.q8); break;
-        case WeightType::Q4: fwd_matmul<WeightType::Q4, kTile>(p, in, op, sm.q4); break;
+        case WeightType::F16: fwd_matmul<WeightType::F16, kTile>(in, op, sm.f16, wait); break;
+        case WeightType::BF16: fwd_matmul<WeightType::BF16, kTile>(in, op, sm.bf16, wait); break;
+        case WeightType::Q8: fwd_matmul<WeightType::Q8, kTile>(in, op, sm.q8, wait); break;
+        case WeightType::Q4: fwd_matmul<WeightType::Q4, kTile>(in, op, sm.q4, wait); break;
         default: break;  // (fwd_matmul_op refuses the others)
       }
       break;
     case FwdKind::kAttention:
       if (op.hd_class == 64)
-        fwd_attention<64>(p, in, op, sm.a64);
+        fwd_attention<64>(in, op, sm.a64, wait);
       else
-        fwd_attention<128>(p, in, op, sm.a128);  // (fwd_attention_op refuses 256)
+        fwd_attention<128>(in, op, sm.a128, wait);  // (fwd_attention_op refuses 256)
       break;
     case FwdKind::kEmbed:
-      fwd_wait(p, in);
+      wait();
       embed_row(op.table, op.tokens, in.bx, op.out);
       break;
     case FwdKind::kGather:
-      fwd_wait(p, in);
+      wait();
       gather_row(op.src, op.src_rows, in.bx, op.dim, op.out);
       break;
     case FwdKind::kReset:
-      fwd_wait(p, in);
+      wait();
       for (int c = threadIdx.x; c < p.n_counters; c += blockDim.x) p.counters[c] = 0;
       break;
   }
@@ -285,17 +308,18 @@ __global__ void __launch_bounds__(kMatmulThreads, matmul_blocks_per_sm(kTile))
   __shared__ FwdSmem<kTile> sm;
   for (int64_t i = blockIdx.x; i < p.n_instrs; i += gridDim.x) {
     if (i != blockIdx.x) __syncthreads();  // the previous instruction's shared memory is free
-    fwd_run<kTile>(p, i, sm);
+    fwd_run<kTile>(p, i, sm, i + gridDim.x, i == blockIdx.x);
   }
 #endif
 }
 
-// One instruction as a launch of one block (the emulation runs the program in chosen orders).
+// One instruction as a launch of one block (the emulation runs the program in chosen orders;
+// `ahead`: the instruction whose weights it prefetches, as the persistent kernel's block would).
 template <int kTile>
 __global__ void __launch_bounds__(kMatmulThreads)
-    forward_instruction_kernel(FwdProgramView p, int64_t i) {
+    forward_instruction_kernel(FwdProgramView p, int64_t i, int64_t ahead) {
   __shared__ FwdSmem<kTile> sm;
-  fwd_run<kTile>(p, i, sm);
+  fwd_run<kTile>(p, i, sm, ahead, false);
 }
 
 // Resident blocks per SM persistent_forward_kernel<tile> is compiled for (its launch bounds): what

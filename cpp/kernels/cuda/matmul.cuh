@@ -308,12 +308,22 @@ __device__ __forceinline__ MatmulRaw matmul_fetch(const DevWeight& W, int64_t r,
   w.x = __ldg(p);
   w.y = __ldg(p + 1);
   w.d2 = w.m2 = 0;
+#if defined(TRT_SPEC_CUDA_EMU)
+  cuda_emu::note_weight_read(p, 32);
+#endif
   if constexpr (T == WeightType::Q8) {
     w.d2 = __ldg(W.d + r * (W.cols / kQuantGroup) + u);
+#if defined(TRT_SPEC_CUDA_EMU)
+    cuda_emu::note_weight_read(W.d + r * (W.cols / kQuantGroup) + u, 2);
+#endif
   } else if constexpr (T == WeightType::Q4) {
     const int64_t g = r * (W.cols / kQuantGroup) + 2 * u;  // even: a 4-byte aligned pair
     w.d2 = __ldg(reinterpret_cast<const uint32_t*>(W.d + g));
     w.m2 = __ldg(reinterpret_cast<const uint32_t*>(W.m + g));
+#if defined(TRT_SPEC_CUDA_EMU)
+    cuda_emu::note_weight_read(W.d + g, 4);
+    cuda_emu::note_weight_read(W.m + g, 4);
+#endif
   }
   return w;
 }

@@ -6,6 +6,7 @@
 #pragma once
 
 #include "kernels/cuda/matmul.cuh"
+#include "kernels/cuda/weight_prefetch.cuh"
 
 namespace trt_spec::cuda {
 
@@ -23,10 +24,12 @@ struct MatmulSmem {
 // [splits, n, rows] and counters [row blocks * tiles] (zero) when splits > 1. `wait` runs (every
 // thread) after the first weight fetches and before anything an earlier op writes is read: the
 // standalone kernel's grid dependency, or the persistent forward's counters (forward_program.cuh).
+// prefetch > 0: before them, up to that many bytes of the block's weights toward L2
+// (weight_prefetch.cuh; the persistent forward prefetches an instruction ahead instead).
 template <WeightType T, int kTile, class Wait>
 __device__ __forceinline__ void matmul_block(const MatmulArgs& a, const MatmulGeom& g,
                                              float* partial, int* counters, int64_t bx, int by,
-                                             MatmulSmem<T, kTile>& sm, Wait&& wait) {
+                                             MatmulSmem<T, kTile>& sm, int prefetch, Wait&& wait) {
   using S = MatmulStage<T, kTile>;
   constexpr int kUC = matmul_unit_cols(T);
   S& st = sm.st;
@@ -69,6 +72,8 @@ __device__ __forceinline__ void matmul_block(const MatmulArgs& a, const MatmulGe
     nb = matmul_fetch<T>(a.W, rb_load, pu0 + lane);
     return true;
   };
+  // (The prefetch first: issued while little is live, it leaves the registers to the loop.)
+  if (prefetch > 0) matmul_prefetch(a, g, bx, by, prefetch);
   bool have = fetch_first(0, 0);
   wait();  // x, the output and the scratch: after the op before
 
@@ -155,19 +160,21 @@ __device__ __forceinline__ void matmul_block(const MatmulArgs& a, const MatmulGe
 }
 
 // The vectorized path as a kernel: grid (row blocks * tiles, splits), block kMatmulThreads. A
-// one-row tile (decode) is held to 3 blocks per SM (at most 85 registers; ptxas, sm_90: 64-80
-// and no spills, against 64-99 and 2 blocks of the q4 kernel unbounded); tiles of 2 to 8 rows
-// (verify) to 2 blocks (at most 128 registers: 91-126, no spills; the q4 8-row tile took 137
-// unbounded, one block of 8 warps per SM); 16-row tiles (prefill of float weights; q8 / q4
-// prefill runs matmul_imma.cuh) are left unbounded (bounded, they spill).
+// one-row tile (decode) is held to 3 blocks per SM (80 registers; it spills some, see the ptxas
+// figures in benchmarks/results/HISTORY.md), tiles of 2 to 8 rows (verify) to 2 blocks (128
+// registers); 16-row tiles (prefill of float weights; q8 / q4 prefill runs matmul_imma.cuh) are
+// left unbounded (bounded, they spill). prefetch: bytes of the block's weights toward L2 before
+// its grid dependency (0: none; weight_prefetch.cuh).
 template <WeightType T, int kTile>
 __global__ void __launch_bounds__(kMatmulThreads, matmul_blocks_per_sm(kTile))
-    matmul_kernel(MatmulArgs a, MatmulGeom g, float* __restrict__ partial, int* counters) {
+    matmul_kernel(MatmulArgs a, MatmulGeom g, float* __restrict__ partial, int* counters,
+                  int prefetch) {
   __shared__ MatmulSmem<T, kTile> sm;
-  matmul_block<T, kTile>(a, g, partial, counters, blockIdx.x, static_cast<int>(blockIdx.y), sm, [] {
-    grid_dependency_launch();  // the next kernel may fetch its weights
-    grid_dependency_wait();    // as a programmatic dependent
-  });
+  matmul_block<T, kTile>(a, g, partial, counters, blockIdx.x, static_cast<int>(blockIdx.y), sm,
+                         prefetch, [] {
+                           grid_dependency_launch();  // the next kernel may fetch its weights
+                           grid_dependency_wait();    // as a programmatic dependent
+                         });
 }
 
 // Any shape and alignment (float arithmetic on the dequantized weights, no split):
