@@ -248,20 +248,43 @@ struct AttnSmem {
   int s_last;
 };
 
+// One attention launch's arguments: out [n, n_heads hd] = attention of the q of qkv [n, (n_heads +
+// 2 kv_heads) hd] over the cache kv (layer) for rows `rows`, with plan_attention's numbers
+// (tile_rows .. gy_total); partial [n, n_heads, splits, hd + 2] and counters [n, kv_heads
+// head_chunks] (zero): the split scratch.
+struct AttnArgs {
+  const float* qkv = nullptr;
+  RowsView rows{};
+  int n = 0, n_heads = 0;
+  float scale = 0.0f;
+  KvView kv{};
+  int layer = 0, tile_rows = 1, head_chunk = 1, chunk = 0, splits = 1, gy_total = 1;
+  float* out = nullptr;
+  float* partial = nullptr;
+  unsigned* counters = nullptr;
+};
+
 // Work items (row x, y = kv group chunk gy * splits + split z): n * gy_total of them, dealt
 // round the grid's blocks (grid = min(items, kAttnBlocksPerSm SMs): one wave), item-major; each
 // item's work is the same whichever block takes it. One block of it: block bx of a grid of gx,
 // kAttnThreads threads (a wider block: the threads past them only reach the barriers). `wait`
 // runs (every thread) before anything is read: the standalone kernel's grid dependency, or the
-// persistent forward's counters (forward_program.cuh). See the file comment.
-// out [n, n_heads hd]; partial [n, n_heads, splits, hd + 2]; counters [n, kv_heads head_chunks].
+// persistent forward's counters (forward_program.cuh). See the file comment. The arguments are
+// read where they are used, from wherever `a` lives (the kernel's parameters, or the persistent
+// forward's shared memory): none of them has to stay in a register for the whole block.
 template <int HD, class Wait>
-__device__ __forceinline__ void attention_block(const float* qkv, RowsView rows, int n, int n_heads,
-                                                float scale, KvView kv, int layer, int tile_rows,
-                                                int head_chunk, int chunk, int splits, int gy_total,
-                                                float* out, float* partial, unsigned* counters,
-                                                int64_t bx, int64_t gx, AttnSmem<HD>& sm,
-                                                Wait&& wait) {
+__device__ __forceinline__ void attention_block(const AttnArgs& a, int64_t bx, int64_t gx,
+                                                AttnSmem<HD>& sm, Wait&& wait) {
+  const float* const& qkv = a.qkv;
+  const RowsView& rows = a.rows;
+  const KvView& kv = a.kv;
+  const int &n = a.n, &n_heads = a.n_heads, &layer = a.layer, &tile_rows = a.tile_rows;
+  const int &head_chunk = a.head_chunk, &chunk = a.chunk, &splits = a.splits;
+  const int& gy_total = a.gy_total;
+  const float& scale = a.scale;
+  float* const& out = a.out;
+  float* const& partial = a.partial;
+  unsigned* const& counters = a.counters;
   using S = AttnTile<HD>;
   constexpr int KT = S::kt, QW = S::per_warp, ND = S::dims, KS = S::k_stride;
   float* sq = reinterpret_cast<float*>(sm.sq4);
@@ -481,16 +504,12 @@ __device__ __forceinline__ void attention_block(const float* qkv, RowsView rows,
 // attention_block as a kernel: grid min(items, kAttnBlocksPerSm SMs), block kAttnThreads.
 template <int HD>
 __global__ void __launch_bounds__(kAttnThreads, kAttnBlocksPerSm)
-    attention_kernel(const float* __restrict__ qkv, RowsView rows, int n, int n_heads, float scale,
-                     KvView kv, int layer, int tile_rows, int head_chunk, int chunk, int splits,
-                     int gy_total, float* __restrict__ out, float* __restrict__ partial,
-                     unsigned* __restrict__ counters) {
+    attention_kernel(const __grid_constant__ AttnArgs a) {
   __shared__ AttnSmem<HD> sm;
-  attention_block<HD>(qkv, rows, n, n_heads, scale, kv, layer, tile_rows, head_chunk, chunk, splits,
-                      gy_total, out, partial, counters, blockIdx.x, gridDim.x, sm, [] {
-                        grid_dependency_launch();  // the next matmul may fetch its weights
-                        grid_dependency_wait();    // as a programmatic dependent
-                      });
+  attention_block<HD>(a, blockIdx.x, gridDim.x, sm, [] {
+    grid_dependency_launch();  // the next matmul may fetch its weights
+    grid_dependency_wait();    // as a programmatic dependent
+  });
 }
 
 // grid n, block kKvThreads: the k and v heads of qkv row i into the cache, rounded to its type.

@@ -15,22 +15,12 @@ namespace trt_spec::cuda {
 inline void launch_attention(cudaStream_t stream, const AttentionPlan& p, const float* qkv,
                              RowsView rows, int n, int n_heads, float scale, KvView kv, int layer,
                              float* out, float* partial, unsigned* counters, bool pdl = false) {
+  const AttnArgs a =
+      attention_args(p, qkv, rows, n, n_heads, scale, kv, layer, out, partial, counters);
   switch (p.hd_class) {
-    case 64:
-      TRT_SPEC_LAUNCH_PDL(pdl, attention_kernel<64>, p.grid, p.block, stream, qkv, rows, n, n_heads,
-                          scale, kv, layer, p.tile_rows, p.head_chunk, p.chunk, p.splits,
-                          p.gy_total, out, partial, counters);
-      break;
-    case 128:
-      TRT_SPEC_LAUNCH_PDL(pdl, attention_kernel<128>, p.grid, p.block, stream, qkv, rows, n,
-                          n_heads, scale, kv, layer, p.tile_rows, p.head_chunk, p.chunk, p.splits,
-                          p.gy_total, out, partial, counters);
-      break;
-    default:
-      TRT_SPEC_LAUNCH_PDL(pdl, attention_kernel<256>, p.grid, p.block, stream, qkv, rows, n,
-                          n_heads, scale, kv, layer, p.tile_rows, p.head_chunk, p.chunk, p.splits,
-                          p.gy_total, out, partial, counters);
-      break;
+    case 64: TRT_SPEC_LAUNCH_PDL(pdl, attention_kernel<64>, p.grid, p.block, stream, a); break;
+    case 128: TRT_SPEC_LAUNCH_PDL(pdl, attention_kernel<128>, p.grid, p.block, stream, a); break;
+    default: TRT_SPEC_LAUNCH_PDL(pdl, attention_kernel<256>, p.grid, p.block, stream, a); break;
   }
 }
 

@@ -83,4 +83,27 @@ inline AttentionPlan plan_attention(int n, int n_heads, int n_kv_heads, int head
   return p;
 }
 
+// The arguments of attention_block for plan p (plan_attention of the same n) and its scratch.
+inline AttnArgs attention_args(const AttentionPlan& p, const float* qkv, RowsView rows, int n,
+                               int n_heads, float scale, KvView kv, int layer, float* out,
+                               float* partial, unsigned* counters) {
+  AttnArgs a;
+  a.qkv = qkv;
+  a.rows = rows;
+  a.n = n;
+  a.n_heads = n_heads;
+  a.scale = scale;
+  a.kv = kv;
+  a.layer = layer;
+  a.tile_rows = p.tile_rows;
+  a.head_chunk = p.head_chunk;
+  a.chunk = p.chunk;
+  a.splits = p.splits;
+  a.gy_total = p.gy_total;
+  a.out = out;
+  a.partial = partial;
+  a.counters = counters;
+  return a;
+}
+
 }  // namespace trt_spec::cuda

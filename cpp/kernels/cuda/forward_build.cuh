@@ -47,8 +47,8 @@ struct FwdSegments {
     FwdSegments s;
     if (op.kind == FwdKind::kMatmul) {
       s.count = op.geom.tile_loop ? op.grid_x : op.grid_x / op.geom.tiles;
-    } else if (op.kind == FwdKind::kAttention && op.grid_x == int64_t{op.n} * op.gy_total) {
-      s.count = op.gy_total / op.splits;  // one work item per block: its kv group chunk
+    } else if (op.kind == FwdKind::kAttention && op.grid_x == int64_t{op.att.n} * op.att.gy_total) {
+      s.count = op.att.gy_total / op.att.splits;  // one work item per block: its kv group chunk
     }
     s.per = fwd_op_blocks(op) / s.count;
     return s;
@@ -56,7 +56,7 @@ struct FwdSegments {
   int64_t at(const FwdOp& op, int64_t bx) const {
     if (count == 1) return 0;
     if (op.kind == FwdKind::kMatmul) return op.geom.tile_loop ? bx : bx / op.geom.tiles;
-    return (bx % op.gy_total) / op.splits;  // attention: item bx's kv group chunk
+    return (bx % op.att.gy_total) / op.att.splits;  // attention: item bx's kv group chunk
   }
 };
 
@@ -68,12 +68,12 @@ inline int64_t fwd_row_block(const FwdOp& mm, int64_t r) {
 
 // Attention work item `item`: its first query head, query heads and kv head.
 inline void fwd_attention_heads(const FwdOp& at, int64_t item, int& h0, int& nhb, int& g) {
-  const int kvh = at.kv.kv_heads, group = at.n_heads / kvh;
-  const int n_chunks = at.gy_total / at.splits / kvh;
-  const int gy = static_cast<int>(item % at.gy_total) / at.splits;
+  const int kvh = at.att.kv.kv_heads, group = at.att.n_heads / kvh;
+  const int n_chunks = at.att.gy_total / at.att.splits / kvh;
+  const int gy = static_cast<int>(item % at.att.gy_total) / at.att.splits;
   g = gy / n_chunks;
-  h0 = g * group + (gy % n_chunks) * at.head_chunk;
-  nhb = std::min(at.head_chunk, (g + 1) * group - h0);
+  h0 = g * group + (gy % n_chunks) * at.att.head_chunk;
+  nhb = std::min(at.att.head_chunk, (g + 1) * group - h0);
 }
 
 inline FwdProgram build_forward_program(std::vector<FwdOp> ops) {
@@ -112,7 +112,7 @@ inline FwdProgram build_forward_program(std::vector<FwdOp> ops) {
                            seg[j - 1].count > 1 && seg[j].count > 1;
     const bool after_attention = op.kind == FwdKind::kMatmul && prev &&
                                  prev->kind == FwdKind::kAttention && seg[j - 1].count > 1 &&
-                                 op.mm.x == prev->att_out && j >= 2;
+                                 op.mm.x == prev->att.out && j >= 2;
     for (int32_t by = 0; by < op.grid_y; ++by) {
       for (int64_t bx = 0; bx < op.grid_x; ++bx) {
         w.clear();
@@ -124,7 +124,7 @@ inline FwdProgram build_forward_program(std::vector<FwdOp> ops) {
         } else if (after_qkv) {  // the row blocks of this item's q, k and v rows
           int h0, nhb, g;
           fwd_attention_heads(op, bx, h0, nhb, g);
-          const int64_t hd = op.kv.head_dim, H = op.n_heads, G = op.kv.kv_heads;
+          const int64_t hd = op.att.kv.head_dim, H = op.att.n_heads, G = op.att.kv.kv_heads;
           std::set<int64_t> blocks;
           auto rows = [&](int64_t r0) {
             for (int64_t r = r0; r < r0 + hd; ++r) blocks.insert(fwd_row_block(*prev, r));
@@ -134,15 +134,15 @@ inline FwdProgram build_forward_program(std::vector<FwdOp> ops) {
           rows((H + G + g) * hd);
           for (int64_t b : blocks) part(j - 1, b, w);
         } else if (after_attention) {  // the heads of this split's columns, and op j - 2
-          const int64_t uc = matmul_unit_cols(op.mm.W.type), hd = prev->kv.head_dim;
+          const int64_t uc = matmul_unit_cols(op.mm.W.type), hd = prev->att.kv.head_dim;
           const int64_t c0 = by * op.geom.split_units * uc;
           const int64_t c1 = std::min(c0 + op.geom.split_units * uc, op.mm.W.cols);
           std::set<int64_t> gys;
           for (int64_t h = c0 / hd; h <= (c1 - 1) / hd; ++h) {
             int h0, nhb, g;
-            for (int64_t item = 0; item < prev->gy_total; item += prev->splits) {
+            for (int64_t item = 0; item < prev->att.gy_total; item += prev->att.splits) {
               fwd_attention_heads(*prev, item, h0, nhb, g);
-              if (h >= h0 && h < h0 + nhb) gys.insert(item / prev->splits);
+              if (h >= h0 && h < h0 + nhb) gys.insert(item / prev->att.splits);
             }
           }
           for (int64_t s : gys) part(j - 1, s, w);

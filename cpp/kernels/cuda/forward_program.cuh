@@ -55,16 +55,9 @@ struct FwdOp {
   MatmulGeom geom{};
   float* partial = nullptr;
   int* mm_counters = nullptr;
-  // kAttention: the attention_block arguments (plan_attention's numbers).
-  const float* qkv = nullptr;
-  RowsView rows{};
-  int n = 0, n_heads = 0, hd_class = 0, tile_rows = 1, head_chunk = 1, chunk = 0, splits = 1;
-  int gy_total = 1, layer = 0;
-  float scale = 0.0f;
-  KvView kv{};
-  float* att_out = nullptr;
-  float* att_partial = nullptr;
-  unsigned* att_counters = nullptr;
+  // kAttention: attention_block's arguments and head_dim class (plan_attention's).
+  AttnArgs att{};
+  int hd_class = 0;
   // kEmbed: out [n, table.cols] = table rows tokens[i]. kGather: out [n, dim] = src rows
   // src_rows[i].
   DevWeight table{};
@@ -134,22 +127,8 @@ inline FwdOp fwd_attention_op(const AttentionPlan& p, const float* qkv, RowsView
   FwdOp op;
   op.kind = FwdKind::kAttention;
   op.grid_x = p.grid.x;
-  op.qkv = qkv;
-  op.rows = rows;
-  op.n = n;
-  op.n_heads = n_heads;
+  op.att = attention_args(p, qkv, rows, n, n_heads, scale, kv, layer, out, partial, counters);
   op.hd_class = p.hd_class;
-  op.tile_rows = p.tile_rows;
-  op.head_chunk = p.head_chunk;
-  op.chunk = p.chunk;
-  op.splits = p.splits;
-  op.gy_total = p.gy_total;
-  op.layer = layer;
-  op.scale = scale;
-  op.kv = kv;
-  op.att_out = out;
-  op.att_partial = partial;
-  op.att_counters = counters;
   return op;
 }
 
@@ -246,12 +225,19 @@ __device__ __forceinline__ void fwd_matmul(const FwdInstr& in, const FwdOp& op,
   matmul_block<T, kTile>(op.mm, op.geom, op.partial, op.mm_counters, in.bx, in.by, sm, 0, wait);
 }
 
+// attention_block with the op's arguments copied to shared memory first: read where they are
+// used, they hold no registers (under the persistent kernel's register bound they spilled).
 template <int HD, class Wait>
 __device__ __forceinline__ void fwd_attention(const FwdInstr& in, const FwdOp& op, AttnSmem<HD>& sm,
                                               Wait&& wait) {
-  attention_block<HD>(op.qkv, op.rows, op.n, op.n_heads, op.scale, op.kv, op.layer, op.tile_rows,
-                      op.head_chunk, op.chunk, op.splits, op.gy_total, op.att_out, op.att_partial,
-                      op.att_counters, in.bx, op.grid_x, sm, wait);
+  constexpr int kWords = sizeof(AttnArgs) / 4;
+  static_assert(sizeof(AttnArgs) % 4 == 0 && kWords <= kMatmulThreads, "AttnArgs as words");
+  __shared__ AttnArgs args;
+  if (threadIdx.x < kWords)
+    reinterpret_cast<uint32_t*>(&args)[threadIdx.x] =
+        reinterpret_cast<const uint32_t*>(&op.att)[threadIdx.x];
+  __syncthreads();
+  attention_block<HD>(args, in.bx, op.grid_x, sm, wait);
 }
 
 // Instruction i, by the whole block (kMatmulThreads threads), waits and signal included. First,
