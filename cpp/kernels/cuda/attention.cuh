@@ -10,7 +10,8 @@
 //                      serves every (row, query head) pair of its tile and the kv head's group:
 //                      each K / V tile of kt entries is loaded once into shared memory (16-byte
 //                      loads, converted to f32) and read by all of them. Pair j belongs to warp
-//                      j % 4 for the whole launch: lane t scores entry t, lanes own output dims.
+//                      j % kW for the whole launch (kW = 4 warps here, 8 in the persistent
+//                      forward's blocks): lane t scores entry t, lanes own output dims.
 //   (combine)          splits: each split writes (max, sum, acc[hd]) per pair; the last block of
 //                      a tile to arrive (atomic counter per (tile, kv head), reset by that block:
 //                      graphs replay) merges them in split order, in the same launch.
@@ -91,12 +92,11 @@ struct RowsView {
 // Shapes of the kernel instance for head_dim <= HD.
 template <int HD>
 struct AttnTile {
-  static constexpr int kt = HD <= 128 ? 32 : 16;         // entries per K / V tile
-  static constexpr int queries = HD <= 128 ? 16 : 8;     // (row, head) pairs per block, at most
-  static constexpr int per_warp = queries / kAttnWarps;  // pairs per warp
-  static constexpr int lanes_per_entry = 32 / kt;        // lanes sharing an entry's dot product
-  static constexpr int dims = HD / 32;                   // output dims per lane
-  static constexpr int k_stride = HD + 1;                // K rows padded: no bank conflicts
+  static constexpr int kt = HD <= 128 ? 32 : 16;      // entries per K / V tile
+  static constexpr int queries = HD <= 128 ? 16 : 8;  // (row, head) pairs per block, at most
+  static constexpr int lanes_per_entry = 32 / kt;     // lanes sharing an entry's dot product
+  static constexpr int dims = HD / 32;                // output dims per lane
+  static constexpr int k_stride = HD + 1;             // K rows padded: no bank conflicts
   static constexpr size_t smem =
       sizeof(float) * (queries * HD + kt * k_stride + kt * HD + queries * kt) +
       sizeof(int) * (kt + 2 * queries + 1);
@@ -110,24 +110,24 @@ static_assert(AttnTile<64>::smem <= kAttnMaxSmem && AttnTile<128>::smem <= kAttn
 // one per 16 bytes): kIters / kBatch batches per tile (f16 / bf16: one at head_dim 64 to 256;
 // f32: one at 64, two at 128 and 256). Batches of 4 keep the kernel at 128 registers (all 8
 // loads of an f32 tile at once took 221).
-template <int HD, int kPer>
+template <int HD, int kPer, int kThreads>
 __device__ __forceinline__ void load_kv_tile_typed(const KvView& kv, int64_t head, const int* phys,
                                                    int t0, int cnt, float* sk, float* sv) {
   using S = AttnTile<HD>;
-  constexpr int kIters = (S::kt * HD / kPer + kAttnThreads - 1) / kAttnThreads;
+  constexpr int kIters = (S::kt * HD / kPer + kThreads - 1) / kThreads;
   constexpr int kBatch = kIters < 4 ? kIters : 4;
   constexpr int64_t kElem = kPer == 4 ? 4 : 2;  // bytes per element
-  if (threadIdx.x >= kAttnThreads) return;      // a wider block's extra threads
+  if (threadIdx.x >= kThreads) return;          // a wider block's extra threads
   const int hd = kv.head_dim, vpr = hd / kPer, total = cnt * vpr;
   const char* kb = static_cast<const char*>(kv.k);
   const char* vb = static_cast<const char*>(kv.v);
   const bool f16 = kv.type == KvType::F16;
 #pragma unroll 1
-  for (int i0 = static_cast<int>(threadIdx.x); i0 < total; i0 += kBatch * kAttnThreads) {
+  for (int i0 = static_cast<int>(threadIdx.x); i0 < total; i0 += kBatch * kThreads) {
     uint4 a[kBatch], b[kBatch];
 #pragma unroll
     for (int it = 0; it < kBatch; ++it) {
-      const int i = i0 + it * kAttnThreads;
+      const int i = i0 + it * kThreads;
       if (i < total) {
         const int t = i / vpr, c = (i % vpr) * kPer;
         const int64_t e = head + static_cast<int64_t>(phys ? phys[t] : t0 + t) * hd + c;
@@ -137,7 +137,7 @@ __device__ __forceinline__ void load_kv_tile_typed(const KvView& kv, int64_t hea
     }
 #pragma unroll
     for (int it = 0; it < kBatch; ++it) {
-      const int i = i0 + it * kAttnThreads;
+      const int i = i0 + it * kThreads;
       if (i >= total) continue;
       const int t = i / vpr, c = (i % vpr) * kPer;
       float* dk = sk + t * S::k_stride + c;
@@ -164,14 +164,14 @@ __device__ __forceinline__ void load_kv_tile_typed(const KvView& kv, int64_t hea
 
 // Loads cnt entries (entry t: phys[t] if phys, else t0 + t) of one kv head (k, v: its entry 0)
 // into sk [t * k_stride + d] and sv [t * HD + d] as f32, 16 bytes per load. The whole block
-// (kAttnThreads threads) calls it.
-template <int HD>
+// (kThreads threads or more) calls it.
+template <int HD, int kThreads>
 __device__ __forceinline__ void load_kv_tile(const KvView& kv, int64_t head, const int* phys,
                                              int t0, int cnt, float* sk, float* sv) {
   if (kv.type == KvType::F32)
-    load_kv_tile_typed<HD, 4>(kv, head, phys, t0, cnt, sk, sv);
+    load_kv_tile_typed<HD, 4, kThreads>(kv, head, phys, t0, cnt, sk, sv);
   else
-    load_kv_tile_typed<HD, 8>(kv, head, phys, t0, cnt, sk, sv);
+    load_kv_tile_typed<HD, 8, kThreads>(kv, head, phys, t0, cnt, sk, sv);
 }
 
 // The merge of one (row, head) pair's rs >= 2 split partials pp [rs, hd + 2] (max, sum, acc) into
@@ -267,12 +267,13 @@ struct AttnArgs {
 // Work items (row x, y = kv group chunk gy * splits + split z): n * gy_total of them, dealt
 // round the grid's blocks (grid = min(items, kAttnBlocksPerSm SMs): one wave), item-major; each
 // item's work is the same whichever block takes it. One block of it: block bx of a grid of gx,
-// kAttnThreads threads (a wider block: the threads past them only reach the barriers). `wait`
+// 32 kW threads (kW warps: kAttnWarps in attention_kernel, the persistent forward's eight in
+// its blocks; a wider block: the threads past them only reach the barriers). `wait`
 // runs (every thread) before anything is read: the standalone kernel's grid dependency, or the
 // persistent forward's counters (forward_program.cuh). See the file comment. The arguments are
 // read where they are used, from wherever `a` lives (the kernel's parameters, or the persistent
 // forward's shared memory): none of them has to stay in a register for the whole block.
-template <int HD, class Wait>
+template <int HD, int kW, class Wait>
 __device__ __forceinline__ void attention_block(const AttnArgs& a, int64_t bx, int64_t gx,
                                                 AttnSmem<HD>& sm, Wait&& wait) {
   const float* const& qkv = a.qkv;
@@ -286,7 +287,9 @@ __device__ __forceinline__ void attention_block(const AttnArgs& a, int64_t bx, i
   float* const& partial = a.partial;
   unsigned* const& counters = a.counters;
   using S = AttnTile<HD>;
-  constexpr int KT = S::kt, QW = S::per_warp, ND = S::dims, KS = S::k_stride;
+  static_assert(S::queries % kW == 0, "the pairs are dealt evenly over the warps");
+  constexpr int KT = S::kt, QW = S::queries / kW, ND = S::dims, KS = S::k_stride;
+  constexpr int kThreads = 32 * kW;
   float* sq = reinterpret_cast<float*>(sm.sq4);
   float* sk = sm.sk;
   float* sv = sm.sv;
@@ -297,8 +300,8 @@ __device__ __forceinline__ void attention_block(const AttnArgs& a, int64_t bx, i
   int& s_last = sm.s_last;
 
   wait();  // nothing read before the qkv matmul ends
-  // Warps past kAttnWarps (a wider block) own no pairs: they only reach the barriers.
-  const bool idle = threadIdx.x >= kAttnThreads;
+  // Warps past kW (a wider block) own no pairs: they only reach the barriers.
+  const bool idle = threadIdx.x >= kThreads;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int hd = kv.head_dim, nkv = kv.kv_heads, group = n_heads / nkv;
   const int n_chunks = (group + head_chunk - 1) / head_chunk;
@@ -344,7 +347,7 @@ __device__ __forceinline__ void attention_block(const AttnArgs& a, int64_t bx, i
     int len[QW], row[QW];
 #pragma unroll
     for (int jj = 0; jj < QW; ++jj) {
-      const int j = warp + kAttnWarps * jj;
+      const int j = warp + kW * jj;
       row[jj] = j < nq && !idle ? j / nhb : -1;
       len[jj] = j < nq ? s_llog[row[jj]] : 0;
       m[jj] = -INFINITY;
@@ -377,7 +380,7 @@ __device__ __forceinline__ void attention_block(const AttnArgs& a, int64_t bx, i
         const float kd = kr[d];
 #pragma unroll
         for (int jj = 0; jj < QW; ++jj)
-          if (act[jj]) s[jj] = fmaf(sq[(warp + kAttnWarps * jj) * HD + part * dlen + d], kd, s[jj]);
+          if (act[jj]) s[jj] = fmaf(sq[(warp + kW * jj) * HD + part * dlen + d], kd, s[jj]);
       }
       float alpha[QW];
 #pragma unroll
@@ -395,7 +398,7 @@ __device__ __forceinline__ void attention_block(const AttnArgs& a, int64_t bx, i
         const float p = ok ? expf(sc - m_new) : 0.0f;
         l[jj] = l[jj] * alpha[jj] + warp_sum(part == 0 ? p : 0.0f);
         m[jj] = m_new;
-        if (part == 0) sp[(warp + kAttnWarps * jj) * KT + t_lane] = p;
+        if (part == 0) sp[(warp + kW * jj) * KT + t_lane] = p;
       }
       __syncwarp();
 #pragma unroll
@@ -410,7 +413,7 @@ __device__ __forceinline__ void attention_block(const AttnArgs& a, int64_t bx, i
 #pragma unroll
         for (int jj = 0; jj < QW; ++jj) {
           if (t >= valid[jj]) continue;
-          const float p = sp[(warp + kAttnWarps * jj) * KT + t];
+          const float p = sp[(warp + kW * jj) * KT + t];
 #pragma unroll
           for (int c = 0; c < ND; ++c) acc[jj][c] = fmaf(p, vv[c], acc[jj][c]);
         }
@@ -434,7 +437,7 @@ __device__ __forceinline__ void attention_block(const AttnArgs& a, int64_t bx, i
       for (int r = 0; r < nr; ++r)
         if (s_mode[r] == 1) cnt = max(cnt, min(KT, s_llog[r] - t0));
       if (cnt > 0) {
-        load_kv_tile<HD>(kv, head, nullptr, t0, cnt, sk, sv);
+        load_kv_tile<HD, kThreads>(kv, head, nullptr, t0, cnt, sk, sv);
         __syncthreads();
         process(t0, 1, -1);
       }
@@ -445,7 +448,7 @@ __device__ __forceinline__ void attention_block(const AttnArgs& a, int64_t bx, i
         if (static_cast<int>(threadIdx.x) < c2)
           s_phys[threadIdx.x] = rows.physical(x + r, t0 + threadIdx.x);
         __syncthreads();
-        load_kv_tile<HD>(kv, head, s_phys, t0, c2, sk, sv);
+        load_kv_tile<HD, kThreads>(kv, head, s_phys, t0, c2, sk, sv);
         __syncthreads();
         process(t0, 2, r);
       }
@@ -456,7 +459,7 @@ __device__ __forceinline__ void attention_block(const AttnArgs& a, int64_t bx, i
 #pragma unroll
     for (int jj = 0; jj < QW; ++jj) {
       if (row[jj] < 0 || len[jj] <= lo) continue;
-      const int j = warp + kAttnWarps * jj, i = x + row[jj], h = h0 + j % nhb;
+      const int j = warp + kW * jj, i = x + row[jj], h = h0 + j % nhb;
       if (tile_splits == 1) {
         const float inv = 1.0f / l[jj];
         float* o = out + i * out_stride + static_cast<int64_t>(h) * hd;
@@ -485,7 +488,7 @@ __device__ __forceinline__ void attention_block(const AttnArgs& a, int64_t bx, i
     __syncthreads();
     if (!s_last) continue;
     __threadfence();
-    for (int j = warp; j < nq && !idle; j += kAttnWarps) {
+    for (int j = warp; j < nq && !idle; j += kW) {
       const int r = j / nhb, i = x + r, h = h0 + j % nhb;
       const int rs = splits_of(s_llog[r]);  // the row's own splits
       const float* pp = partial + (static_cast<int64_t>(i) * n_heads + h) * splits * (hd + 2);
@@ -506,7 +509,7 @@ template <int HD>
 __global__ void __launch_bounds__(kAttnThreads, kAttnBlocksPerSm)
     attention_kernel(const __grid_constant__ AttnArgs a) {
   __shared__ AttnSmem<HD> sm;
-  attention_block<HD>(a, blockIdx.x, gridDim.x, sm, [] {
+  attention_block<HD, kAttnWarps>(a, blockIdx.x, gridDim.x, sm, [] {
     grid_dependency_launch();  // the next matmul may fetch its weights
     grid_dependency_wait();    // as a programmatic dependent
   });

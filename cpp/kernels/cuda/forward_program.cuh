@@ -237,7 +237,7 @@ __device__ __forceinline__ void fwd_attention(const FwdInstr& in, const FwdOp& o
     reinterpret_cast<uint32_t*>(&args)[threadIdx.x] =
         reinterpret_cast<const uint32_t*>(&op.att)[threadIdx.x];
   __syncthreads();
-  attention_block<HD>(args, in.bx, op.grid_x, sm, wait);
+  attention_block<HD, kMatmulWarps>(args, in.bx, op.grid_x, sm, wait);
 }
 
 // Instruction i, by the whole block (kMatmulThreads threads), waits and signal included. First,
