@@ -173,6 +173,12 @@ def decode_steps(engines: dict[str, Path], bw_gbps: float | None, args, save) ->
                     waves_arms(s),
                 )
             )
+            row.update(  # attention blocks of 4 warps against 8, interleaved
+                switch_compare(
+                    lambda role=role, s=s, ctx=ctx: s.time_forward(role, 1, 1, ctx, args.iters),
+                    attention_warps_arms(s),
+                )
+            )
         if args.persistent and s.set_cuda_persistent(True):  # sm_90+, interleaved
             row.update(
                 switch_compare(
@@ -283,6 +289,12 @@ def forward_rows(engine: Path, target: str, args) -> dict:
                     lambda n=n: s.time_forward("target", n, n, ctx, args.iters), waves_arms(s)
                 )
             )
+            row.update(  # and with attention blocks of 4 warps against 8
+                switch_compare(
+                    lambda n=n: s.time_forward("target", n, n, ctx, args.iters),
+                    attention_warps_arms(s),
+                )
+            )
         if args.persistent and s.set_cuda_persistent(True):  # per operation against persistent
             row.update(
                 switch_compare(
@@ -327,6 +339,15 @@ def waves_arms(s: Any) -> dict[str, Any]:
         "earlier_grids": lambda: s.set_cuda_one_wave(False),
         "one_wave": lambda: s.set_cuda_one_wave(True),
         "": lambda: s.set_cuda_one_wave(True),
+    }
+
+
+def attention_warps_arms(s: Any) -> dict[str, Any]:
+    """Attention blocks of 4 warps (then the default) or 8 (a (row, head) pair per warp)."""
+    return {
+        "attn_4w": lambda: s.set_cuda_attention_warps(4),
+        "attn_8w": lambda: s.set_cuda_attention_warps(8),
+        "": lambda: s.set_cuda_attention_warps(4),
     }
 
 

@@ -81,8 +81,8 @@ def markdown(r: dict) -> str:
         "",
         "| model | weights | step ms (graph) | no graph | with PDL | engine step ms | "
         "roofline ms | of roofline | with PDL | achieved GB/s | bytes read roofline ms | "
-        "of it, PDL | earlier grids ms | one wave ms |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "of it, PDL | earlier grids ms | one wave ms | attention 4 warps ms | 8 warps ms |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for s in r.get("decode_steps", []):
         out.append(
@@ -92,7 +92,7 @@ def markdown(r: dict) -> str:
             f"{fmt(s['roofline_ms'])} | {fmt(s['of_roofline'], '.0%')} | "
             f"{fmt(s.get('of_roofline_pdl'), '.0%')} | {fmt(s['achieved_gbps'], '.0f')} | "
             f"{fmt(s.get('roofline_read_ms'))} | {fmt(s.get('of_roofline_read_pdl'), '.0%')} | "
-            f"{_pair(s, 'earlier_grids', 'one_wave')}"
+            f"{_pair(s, 'earlier_grids', 'one_wave')} {_pair(s, 'attn_4w', 'attn_8w')}"
         )
     out += [
         "",
@@ -154,16 +154,18 @@ def markdown(r: dict) -> str:
             f"{chunk_rows} prompt rows op by op.",
             "",
             "Earlier grids / one wave: decode and verify launches on the earlier grids or in "
-            "one wave (set_cuda_one_wave); dp4a / tensor cores: every q8 / q4 matmul of the "
+            "one wave (set_cuda_one_wave); attention 4 / 8 warps: attention blocks of 4 or 8 "
+            "warps (set_cuda_attention_warps); dp4a / tensor cores: every q8 / q4 matmul of the "
             "chunk on the dp4a tiles or the tensor-core kernel; each alternating 3 times in the "
             "same process (median, spread).",
             "",
-            "| rows | ms | vs one row | earlier grids ms | one wave ms |",
-            "|---:|---:|---:|---:|---:|",
+            "| rows | ms | vs one row | earlier grids ms | one wave ms | attention 4 warps ms | "
+            "8 warps ms |",
+            "|---:|---:|---:|---:|---:|---:|---:|",
         ]
         out += [
             f"| {x['rows']} | {fmt(x['ms'])} | {x['vs_one_row']:.2f}x | "
-            f"{_pair(x, 'earlier_grids', 'one_wave')}"
+            f"{_pair(x, 'earlier_grids', 'one_wave')} {_pair(x, 'attn_4w', 'attn_8w')}"
             for x in fr["verify_rows"]
         ]
         out += [

@@ -251,17 +251,19 @@ if [[ "$step" == calibrate ]]; then
   sanitize_ops "$(cap 20)" "attention_tree or (test_attention and pos1) or (linear and q4)"
 fi
 # `persistent`: the persistent forward (kernels/cuda/forward_program.cuh) against the
-# per-operation launches, each with and without the weight prefetch (weight_prefetch.cuh): their
-# exactness tests, the four sanitizers, then the q4 steps, verify rows and K = 4 iterations all
-# four ways in one process (bench_gpu.py --persistent --prefetch 32768).
+# per-operation launches, each with and without the weight prefetch (weight_prefetch.cuh), and
+# attention blocks of 4 against 8 warps: their exactness tests, the four sanitizers, then the q4
+# steps, verify rows and K = 4 iterations every way in one process (bench_gpu.py --persistent
+# --prefetch 32768; the attention warps in every bench_gpu run).
 if [[ "$step" == persistent ]]; then
   build_cuda 150
   run pytest_persistent timeout "$(cap 100)" python -m pytest -m gpu -v -rs -p no:cacheprovider \
-    -p no:randomly tests/test_cuda_engine.py -k "persistent or prefetch"
+    -p no:randomly tests/test_cuda_engine.py -k "persistent or prefetch or attention_warps"
   for tool in memcheck racecheck synccheck initcheck; do
     run "sanitizer_persistent_$tool" timeout "$(cap 45)" \
       compute-sanitizer --tool "$tool" --error-exitcode 3 python -m pytest -m gpu -x -q \
-      -p no:cacheprovider tests/test_cuda_engine.py -k "(persistent and f16) or (prefetch and 1)"
+      -p no:cacheprovider tests/test_cuda_engine.py \
+      -k "(persistent and f16) or (prefetch and 1) or attention_warps"
   done
   bench_q4 "$(cap 200)" --ks 4 --no-op-by-op-iterations --persistent --prefetch 32768 "$@"
 fi

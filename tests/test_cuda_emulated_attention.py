@@ -102,7 +102,9 @@ class Case:
             **extra,
         )
 
-    def emu(self, emu, qkv, pos, slot, kv_idx=None, base=None, bits=None, k=None, v=None, sm=SM):
+    def emu(
+        self, emu, qkv, pos, slot, kv_idx=None, base=None, bits=None, k=None, v=None, sm=SM, warps=4
+    ):
         """kv_write then attention on copies of the cache (or k, v in place)."""
         n = len(pos)
         k = self.k.copy() if k is None else k
@@ -148,6 +150,7 @@ class Case:
             I32(dims[1]),
             I32(dims[2]),
             I32(sm),
+            I32(warps),
             P(partial),
             P(counters),
             P(out),
@@ -205,6 +208,20 @@ def test_attention_mixed_rows(emu, cpu, kv: str, group: int, hd: int, nkv: int) 
         emu, qkv[sub], POS[sub], SLOT[sub], KV_IDX[sub], BASE[sub], BITS[sub], k=k, v=v
     )
     np.testing.assert_array_equal(part, out[sub])
+
+
+@pytest.mark.parametrize("group, hd", [(6, 128), (7, 64), (2, 256)])
+def test_eight_warps_give_the_four_warp_bits(emu, group: int, hd: int) -> None:
+    """Blocks of 8 warps (CudaBackend::set_attention_warps(8); the persistent forward's
+    attention) give every row the bits of the default 4-warp blocks: decode, verify and tree
+    rows, several splits; each (row, head) pair's arithmetic does not depend on its warp."""
+    c = Case(group * hd + 5, "f16", group, 1, hd, 640, 4)
+    qkv = c.qkv(len(POS))
+    four, k, v, pl4 = c.emu(emu, qkv, POS, SLOT, KV_IDX, BASE, BITS)
+    eight, _, _, pl8 = c.emu(emu, qkv, POS, SLOT, KV_IDX, BASE, BITS, k=k, v=v, warps=8)
+    assert pl4["splits"] == pl8["splits"] == 20
+    assert np.isfinite(four).all()
+    np.testing.assert_array_equal(eight, four)
 
 
 @pytest.mark.parametrize(

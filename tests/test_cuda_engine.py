@@ -406,6 +406,19 @@ def test_persistent_forward_changes_no_bits(root, monkeypatch: pytest.MonkeyPatc
     assert_same_speculation(on, off)
 
 
+def test_attention_warps_change_no_bits(root, monkeypatch: pytest.MonkeyPatch):
+    """TRT_SPEC_CUDA_ATTN_WARPS=8: attention blocks of 8 warps (a (row, head) pair per warp)
+    give the logits of the default 4-warp blocks bit for bit, and the same tokens."""
+    path = spec_pairs.make_pair(root, "noisy", draft_len=4, max_batch=4, weights="q4")
+    monkeypatch.setenv("TRT_SPEC_CUDA_ATTN_WARPS", "4")
+    four = Engine(path, device="cuda")
+    monkeypatch.setenv("TRT_SPEC_CUDA_ATTN_WARPS", "8")
+    eight = Engine(path, device="cuda")
+    for ids in ([5], list(range(1, 40, 3)), list(range(1, 60, 3))):  # 1, 13 and 20 rows
+        assert np.array_equal(eight.logits(ids), four.logits(ids)), len(ids)
+    assert_same_speculation(eight, four)
+
+
 @pytest.mark.parametrize("persistent", ["0", "1"])
 def test_weight_prefetch_changes_no_bits(root, monkeypatch: pytest.MonkeyPatch, persistent: str):
     """TRT_SPEC_CUDA_PREFETCH=1: each matmul block streams its weights toward L2 ahead of their

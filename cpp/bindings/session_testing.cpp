@@ -231,6 +231,20 @@ void bind_session(nb::module_& m) {
            "CUDA: run each model forward of at most 16 rows as one persistent launch from now on "
            "(sm_90+; graphs captured before keep theirs). Returns whether it does.")
       .def(
+          "set_cuda_attention_warps",
+          [](Session& s, int warps) {
+#ifdef TRT_SPEC_WITH_CUDA
+            return cuda_set_attention_warps(s.rt->backend(), warps);
+#else
+            (void)s;
+            (void)warps;
+            return -1;
+#endif
+          },
+          "warps"_a,
+          "CUDA: warps per attention block from now on, 4 (the default) or 8. Returns the value "
+          "in force; -1 on other backends.")
+      .def(
           "set_cuda_prefetch",
           [](Session& s, int bytes) {
 #ifdef TRT_SPEC_WITH_CUDA

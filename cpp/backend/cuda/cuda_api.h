@@ -44,6 +44,10 @@ int cuda_set_imma_rows(Backend& be, int rows);
 // (CudaBackend::set_one_wave). Returns false for any other backend.
 bool cuda_set_one_wave(Backend& be, bool on);
 
+// Warps per attention block of `be`, a CUDA backend, from now on: 4 or 8
+// (CudaBackend::set_attention_warps). Returns the value in force; -1 for any other backend.
+int cuda_set_attention_warps(Backend& be, int warps);
+
 // Bytes of its weights (at most) each matmul block of `be`, a CUDA backend, streams toward L2
 // ahead of its use from now on (CudaBackend::set_prefetch; 0: none). Returns the value in force;
 // -1 for any other backend.

@@ -185,6 +185,8 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   one_wave_ = !(wave && std::string(wave) == "0");
   const char* persistent = std::getenv("TRT_SPEC_CUDA_PERSISTENT");
   set_persistent(persistent && std::string(persistent) == "1");
+  const char* attn_warps = std::getenv("TRT_SPEC_CUDA_ATTN_WARPS");
+  set_attention_warps(attn_warps ? std::atoi(attn_warps) : cuda::kAttnWarps);
   const char* prefetch = std::getenv("TRT_SPEC_CUDA_PREFETCH");
   const int prefetch_bytes = prefetch ? std::atoi(prefetch) : 0;
   set_prefetch(prefetch_bytes == 1 ? cuda::kPrefetchBlockBytes : prefetch_bytes);
@@ -210,7 +212,7 @@ KernelWave cuda_plan_attention_wave(int n, int n_heads, int n_kv_heads, int head
   KernelWave w;
   w.kernel = "attention_kernel<" + std::to_string(p.hd_class) + ">";
   w.blocks = static_cast<int64_t>(p.grid.x) * p.grid.y * p.grid.z;
-  w.blocks_per_sm = cuda::kAttnBlocksPerSm;
+  w.blocks_per_sm = cuda::attn_blocks_per_sm(p.warps);
   w.sm_count = sm_count;
   return w;
 }
@@ -218,6 +220,11 @@ KernelWave cuda_plan_attention_wave(int n, int n_heads, int n_kv_heads, int head
 bool cuda_set_pdl(Backend& be, bool on) {
   auto* c = dynamic_cast<CudaBackend*>(&be);
   return c ? c->set_pdl(on) : false;
+}
+
+int cuda_set_attention_warps(Backend& be, int warps) {
+  auto* c = dynamic_cast<CudaBackend*>(&be);
+  return c ? c->set_attention_warps(warps) : -1;
 }
 
 int cuda_set_prefetch(Backend& be, int bytes) {
@@ -506,8 +513,8 @@ void CudaBackend::attention(const float* qkv, const Rows& rows, int n, const Att
                             KvCache& cache, int layer, float* out) {
   // Tiles and splits from the shape, max_seq and the SM count (never n: a row's bits do not
   // depend on the batch); throws std::invalid_argument (ValueError) for unsupported shapes.
-  const cuda::AttentionPlan p = cuda::plan_attention(n, s.n_heads, s.n_kv_heads, s.head_dim,
-                                                     cache.max_seq, sm_count_, one_wave_);
+  const cuda::AttentionPlan p = cuda::plan_attention(
+      n, s.n_heads, s.n_kv_heads, s.head_dim, cache.max_seq, sm_count_, one_wave_, attn_warps_);
   if (n <= 0) return;
   float* partial = nullptr;
   unsigned* counters = nullptr;

@@ -138,6 +138,13 @@ class CudaBackend final : public Backend {
   // follow; graphs captured before keep theirs. The bits are the same either way. Returns the
   // value in force.
   int set_prefetch(int bytes) { return prefetch_ = bytes > 0 ? bytes : 0; }
+  // Warps per attention block for the launches that follow: 4 (the default) or 8 (a (row, head)
+  // pair per warp for up to 8 pairs, half the resident blocks; TRT_SPEC_CUDA_ATTN_WARPS=8 at
+  // construction); other values leave it. The same bits either way. Returns the value in force.
+  int set_attention_warps(int warps) {
+    if (warps == 4 || warps == 8) attn_warps_ = warps;
+    return attn_warps_;
+  }
   CUstream_st* stream() const { return stream_; }
   // True during capture()'s sizing pass: ops (the spec layer's too) launch nothing.
   bool sizing() const { return sizing_; }
@@ -217,7 +224,8 @@ class CudaBackend final : public Backend {
   bool pdl_ = false;
   int imma_rows_ = 0;  // 0: plan_matmul's default
   bool one_wave_ = true;
-  int prefetch_ = 0;  // bytes per matmul block (set_prefetch)
+  int prefetch_ = 0;    // bytes per matmul block (set_prefetch)
+  int attn_warps_ = 4;  // set_attention_warps
   int cc_major_ = 0;
   bool persistent_ = false, holding_ = false;
   int held_rows_ = 0;

@@ -39,11 +39,15 @@
 
 namespace trt_spec::cuda {
 
-constexpr int kAttnWarps = 4;
+constexpr int kAttnWarps = 4;  // the default block of attention_kernel (plan_attention: 4 or 8)
 constexpr int kAttnThreads = 32 * kAttnWarps;
-constexpr int kAttnBlocksPerSm = 4;  // resident blocks the kernel is compiled for (<= 128 regs)
-constexpr int kAttnMinChunk = 32;    // logical entries per granule (whole key tiles)
-constexpr int kAttnMaxSplits = 64;   // splits per row, at most
+constexpr int kAttnBlocksPerSm = 4;  // resident blocks of the default kernel (<= 128 regs)
+// Resident blocks per SM attention_kernel<HD, warps> is compiled for: 128 registers a thread.
+__host__ __device__ constexpr int attn_blocks_per_sm(int warps) {
+  return kAttnBlocksPerSm * kAttnWarps / warps;
+}
+constexpr int kAttnMinChunk = 32;           // logical entries per granule (whole key tiles)
+constexpr int kAttnMaxSplits = 64;          // splits per row, at most
 constexpr size_t kAttnMaxSmem = 48 * 1024;  // static shared memory of one block
 constexpr int kKvThreads = 128;
 
@@ -265,7 +269,7 @@ struct AttnArgs {
 };
 
 // Work items (row x, y = kv group chunk gy * splits + split z): n * gy_total of them, dealt
-// round the grid's blocks (grid = min(items, kAttnBlocksPerSm SMs): one wave), item-major; each
+// round the grid's blocks (grid = min(items, resident blocks): one wave), item-major; each
 // item's work is the same whichever block takes it. One block of it: block bx of a grid of gx,
 // 32 kW threads (kW warps: kAttnWarps in attention_kernel, the persistent forward's eight in
 // its blocks; a wider block: the threads past them only reach the barriers). `wait`
@@ -504,12 +508,13 @@ __device__ __forceinline__ void attention_block(const AttnArgs& a, int64_t bx, i
   }
 }
 
-// attention_block as a kernel: grid min(items, kAttnBlocksPerSm SMs), block kAttnThreads.
-template <int HD>
-__global__ void __launch_bounds__(kAttnThreads, kAttnBlocksPerSm)
+// attention_block as a kernel: grid min(items, attn_blocks_per_sm(kW) SMs), block 32 kW (4
+// warps by default; 8: a pair per warp for up to 8 pairs, half the resident blocks).
+template <int HD, int kW = kAttnWarps>
+__global__ void __launch_bounds__(32 * kW, attn_blocks_per_sm(kW))
     attention_kernel(const __grid_constant__ AttnArgs a) {
   __shared__ AttnSmem<HD> sm;
-  attention_block<HD, kAttnWarps>(a, blockIdx.x, gridDim.x, sm, [] {
+  attention_block<HD, kW>(a, blockIdx.x, gridDim.x, sm, [] {
     grid_dependency_launch();  // the next matmul may fetch its weights
     grid_dependency_wait();    // as a programmatic dependent
   });

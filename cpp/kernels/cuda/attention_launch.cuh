@@ -17,7 +17,14 @@ inline void launch_attention(cudaStream_t stream, const AttentionPlan& p, const 
                              float* out, float* partial, unsigned* counters, bool pdl = false) {
   const AttnArgs a =
       attention_args(p, qkv, rows, n, n_heads, scale, kv, layer, out, partial, counters);
-  switch (p.hd_class) {
+  if (p.warps == 8) {  // (the instance through a pointer: no comma inside the macro)
+    const auto attention_kernel_8w = p.hd_class == 64    ? attention_kernel<64, 8>
+                                     : p.hd_class == 128 ? attention_kernel<128, 8>
+                                                         : attention_kernel<256, 8>;
+    TRT_SPEC_LAUNCH_PDL(pdl, attention_kernel_8w, p.grid, p.block, stream, a);
+    return;
+  }
+  switch (p.hd_class) {  // four warps: the default instances
     case 64: TRT_SPEC_LAUNCH_PDL(pdl, attention_kernel<64>, p.grid, p.block, stream, a); break;
     case 128: TRT_SPEC_LAUNCH_PDL(pdl, attention_kernel<128>, p.grid, p.block, stream, a); break;
     default: TRT_SPEC_LAUNCH_PDL(pdl, attention_kernel<256>, p.grid, p.block, stream, a); break;

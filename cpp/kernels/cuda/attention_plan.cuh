@@ -20,7 +20,8 @@ struct AttentionPlan {
   int chunk = 0;             // logical entries per granule (granule u goes to split u % splits)
   int splits = 1;            // split blocks per tile
   int gy_total = 1;          // work items per row: kv_heads head_chunks splits
-  dim3 grid, block;          // grid: min(n gy_total, kAttnBlocksPerSm SMs) blocks (one wave)
+  int warps = kAttnWarps;    // the kernel instance's block: 4 or 8 warps
+  dim3 grid, block;          // grid: min(n gy_total, resident blocks) (one wave); 32 warps
   size_t smem_bytes = 0;     // static shared memory per block
   size_t partial_bytes = 0;  // scratch: [n, n_heads, splits, hd + 2] f32 (splits > 1)
   size_t counter_bytes = 0;  // scratch: [n, kv_heads head_chunks] u32, zeroed at allocation
@@ -49,14 +50,17 @@ inline void plan_tiles(AttentionPlan& p, int group) {
 // for shapes the kernel does not take (head_dim a multiple of 8 up to 256, n_heads a multiple
 // of n_kv_heads) or shared memory over 48 KiB.
 // one_wave false: a block per work item (the earlier grid, kept behind the CUDA backend's
-// switch so that a GPU run times both in one process).
+// switch so that a GPU run times both in one process). warps: the block's, 4 or 8 (the backend's
+// switch; the same bits either way: a pair's result does not depend on the warp serving it).
 inline AttentionPlan plan_attention(int n, int n_heads, int n_kv_heads, int head_dim, int max_seq,
-                                    int sm_count, bool one_wave = true) {
+                                    int sm_count, bool one_wave = true, int warps = kAttnWarps) {
+  if (warps != 4 && warps != 8) throw std::invalid_argument("CUDA attention: 4 or 8 warps");
   if (head_dim <= 0 || head_dim % 8 != 0 || head_dim > 256)
     throw std::invalid_argument("CUDA attention: head_dim must be a multiple of 8, at most 256");
   if (n_kv_heads <= 0 || n_heads % n_kv_heads != 0 || max_seq <= 0)
     throw std::invalid_argument("CUDA attention: n_heads must be a multiple of n_kv_heads");
   AttentionPlan p;
+  p.warps = warps;
   const int group = n_heads / n_kv_heads;
   if (head_dim <= 64)
     plan_tiles<64>(p, group);
@@ -73,9 +77,9 @@ inline AttentionPlan plan_attention(int n, int n_heads, int n_kv_heads, int head
   const size_t rows = static_cast<size_t>(std::max(n, 1));
   p.gy_total = gy * p.splits;
   const size_t items = rows * static_cast<size_t>(p.gy_total);
-  const size_t resident = static_cast<size_t>(kAttnBlocksPerSm) * std::max(sm_count, 1);
+  const size_t resident = static_cast<size_t>(attn_blocks_per_sm(warps)) * std::max(sm_count, 1);
   p.grid = dim3(static_cast<unsigned>(one_wave ? std::min(items, resident) : items));
-  p.block = dim3(kAttnThreads);
+  p.block = dim3(32 * warps);
   if (p.splits > 1) {
     p.partial_bytes = sizeof(float) * rows * n_heads * p.splits * (head_dim + 2);
     p.counter_bytes = sizeof(unsigned) * rows * gy;
