@@ -232,8 +232,8 @@ def iterations(engine: Path, args, save) -> list[dict]:
         s.set_cuda_persistent(False)
         os.environ["TRT_SPEC_CUDA_PERSISTENT"] = "1"  # read when its backend is made
         sp = T.Session(str(engine), args.device)
-        if args.prefetch:
-            os.environ["TRT_SPEC_CUDA_PREFETCH"] = str(args.prefetch)
+        if args.prefetch:  # the first budget
+            os.environ["TRT_SPEC_CUDA_PREFETCH"] = str(args.prefetch[0])
             spp = T.Session(str(engine), args.device)
             del os.environ["TRT_SPEC_CUDA_PREFETCH"]
         del os.environ["TRT_SPEC_CUDA_PERSISTENT"]
@@ -351,18 +351,19 @@ def attention_warps_arms(s: Any) -> dict[str, Any]:
     }
 
 
-def persistent_arms(s: Any, prefetch: int = 0) -> dict[str, Any]:
+def persistent_arms(s: Any, prefetch: list[int] | None = None) -> dict[str, Any]:
     """A forward as its per-operation launches, or as one persistent launch (then the default:
-    per operation); prefetch > 0: each also with that many bytes of each matmul block's weights
-    streamed toward L2 ahead of their use (kernels/cuda/weight_prefetch.cuh)."""
+    per operation); each also with each budget of `prefetch`: that many bytes of each matmul
+    block's weights streamed toward L2 ahead of their use (kernels/cuda/weight_prefetch.cuh;
+    arms per_op_prefetch_<bytes>, persistent_prefetch_<bytes>)."""
 
     def arm(persistent: bool, bytes_: int):
         return lambda: (s.set_cuda_persistent(persistent), s.set_cuda_prefetch(bytes_))
 
     arms = {"per_op": arm(False, 0), "persistent": arm(True, 0)}
-    if prefetch:
-        arms["per_op_prefetch"] = arm(False, prefetch)
-        arms["persistent_prefetch"] = arm(True, prefetch)
+    for b in prefetch or []:
+        arms[f"per_op_prefetch_{b}"] = arm(False, b)
+        arms[f"persistent_prefetch_{b}"] = arm(True, b)
     return arms | {"": arm(False, 0)}
 
 
@@ -514,12 +515,12 @@ def main() -> int:
     )
     ap.add_argument(
         "--prefetch",
-        type=int,
-        default=0,
-        metavar="BYTES",
-        help="with --persistent: also time each forward with up to BYTES of each matmul block's "
-        "weights prefetched toward L2 ahead of their use (TRT_SPEC_CUDA_PREFETCH), per "
-        "operation and persistent",
+        type=lambda v: [int(b) for b in v.split(",")],
+        default=[],
+        metavar="BYTES[,BYTES..]",
+        help="with --persistent: also time each forward with up to BYTES (each budget given) of "
+        "each matmul block's weights prefetched toward L2 ahead of their use "
+        "(TRT_SPEC_CUDA_PREFETCH), per operation and persistent",
     )
     ap.add_argument(
         "--op-by-op-iterations",
