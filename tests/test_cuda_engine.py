@@ -388,6 +388,25 @@ def assert_same_speculation(on: Engine, off: Engine) -> None:
             assert [r.token_ids for r in a] == [r.token_ids for r in b], (graphs, kw)
 
 
+def assert_switch_changes_no_bits(
+    root, monkeypatch: pytest.MonkeyPatch, weights: str, var: str, values: tuple[str, str], **env
+) -> None:
+    """Two engines of the noisy pair made with the environment variable `var` at values[0] and
+    values[1] (and `env` set for both): bitwise the same logits of 1, 13 and 20 rows, and the
+    same speculation."""
+    path = spec_pairs.make_pair(root, "noisy", draft_len=4, max_batch=4, weights=weights)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    engines = []
+    for value in values:
+        monkeypatch.setenv(var, value)
+        engines.append(Engine(path, device="cuda"))
+    off, on = engines
+    for ids in ([5], list(range(1, 40, 3)), list(range(1, 60, 3))):  # 1, 13 and 20 rows
+        assert np.array_equal(on.logits(ids), off.logits(ids)), len(ids)
+    assert_same_speculation(on, off)
+
+
 @pytest.mark.parametrize("weights", ["f16", "q4"])
 def test_persistent_forward_changes_no_bits(root, monkeypatch: pytest.MonkeyPatch, weights: str):
     """TRT_SPEC_CUDA_PERSISTENT=1: each forward of at most 16 rows is one persistent launch
@@ -396,27 +415,15 @@ def test_persistent_forward_changes_no_bits(root, monkeypatch: pytest.MonkeyPatc
     batches) gives the same tokens."""
     if not _sm90():
         pytest.skip("the persistent forward is compiled for sm_90+")
-    path = spec_pairs.make_pair(root, "noisy", draft_len=4, max_batch=4, weights=weights)
-    monkeypatch.setenv("TRT_SPEC_CUDA_PERSISTENT", "0")
-    off = Engine(path, device="cuda")
-    monkeypatch.setenv("TRT_SPEC_CUDA_PERSISTENT", "1")
-    on = Engine(path, device="cuda")
-    for ids in ([5], list(range(1, 40, 3)), list(range(1, 60, 3))):  # 1, 13 and 20 rows
-        assert np.array_equal(on.logits(ids), off.logits(ids)), len(ids)
-    assert_same_speculation(on, off)
+    assert_switch_changes_no_bits(
+        root, monkeypatch, weights, "TRT_SPEC_CUDA_PERSISTENT", ("0", "1")
+    )
 
 
 def test_attention_warps_change_no_bits(root, monkeypatch: pytest.MonkeyPatch):
     """TRT_SPEC_CUDA_ATTN_WARPS=8: attention blocks of 8 warps (a (row, head) pair per warp)
     give the logits of the default 4-warp blocks bit for bit, and the same tokens."""
-    path = spec_pairs.make_pair(root, "noisy", draft_len=4, max_batch=4, weights="q4")
-    monkeypatch.setenv("TRT_SPEC_CUDA_ATTN_WARPS", "4")
-    four = Engine(path, device="cuda")
-    monkeypatch.setenv("TRT_SPEC_CUDA_ATTN_WARPS", "8")
-    eight = Engine(path, device="cuda")
-    for ids in ([5], list(range(1, 40, 3)), list(range(1, 60, 3))):  # 1, 13 and 20 rows
-        assert np.array_equal(eight.logits(ids), four.logits(ids)), len(ids)
-    assert_same_speculation(eight, four)
+    assert_switch_changes_no_bits(root, monkeypatch, "q4", "TRT_SPEC_CUDA_ATTN_WARPS", ("4", "8"))
 
 
 @pytest.mark.parametrize("persistent", ["0", "1"])
@@ -426,12 +433,7 @@ def test_weight_prefetch_changes_no_bits(root, monkeypatch: pytest.MonkeyPatch, 
     an instruction ahead). A hint: the logits are bitwise those without it, the tokens the same."""
     if persistent == "1" and not _sm90():
         pytest.skip("the persistent forward is compiled for sm_90+")
-    path = spec_pairs.make_pair(root, "noisy", draft_len=4, max_batch=4, weights="q4")
-    monkeypatch.setenv("TRT_SPEC_CUDA_PERSISTENT", persistent)
-    monkeypatch.setenv("TRT_SPEC_CUDA_PREFETCH", "0")
-    off = Engine(path, device="cuda")
-    monkeypatch.setenv("TRT_SPEC_CUDA_PREFETCH", "1")
-    on = Engine(path, device="cuda")
-    for ids in ([5], list(range(1, 40, 3)), list(range(1, 60, 3))):  # 1, 13 and 20 rows
-        assert np.array_equal(on.logits(ids), off.logits(ids)), len(ids)
-    assert_same_speculation(on, off)
+    assert_switch_changes_no_bits(
+        root, monkeypatch, "q4", "TRT_SPEC_CUDA_PREFETCH", ("0", "1"),
+        TRT_SPEC_CUDA_PERSISTENT=persistent,
+    )  # fmt: skip

@@ -30,10 +30,13 @@
 #endif
 
 // A CUDA backend switch of cuda_api.h as a Session method: its result, false on other backends.
+// CUDA_INT_SWITCH: one taking and returning an int (-1 on other backends).
 #ifdef TRT_SPEC_WITH_CUDA
 #define CUDA_SWITCH(set) [](Session& s, bool on) { return set(s.rt->backend(), on); }
+#define CUDA_INT_SWITCH(set) [](Session& s, int v) { return set(s.rt->backend(), v); }
 #else
 #define CUDA_SWITCH(set) [](Session&, bool) { return false; }
+#define CUDA_INT_SWITCH(set) [](Session&, int) { return -1; }
 #endif
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -230,49 +233,16 @@ void bind_session(nb::module_& m) {
       .def("set_cuda_persistent", CUDA_SWITCH(cuda_set_persistent), "on"_a,
            "CUDA: run each model forward of at most 16 rows as one persistent launch from now on "
            "(sm_90+; graphs captured before keep theirs). Returns whether it does.")
-      .def(
-          "set_cuda_attention_warps",
-          [](Session& s, int warps) {
-#ifdef TRT_SPEC_WITH_CUDA
-            return cuda_set_attention_warps(s.rt->backend(), warps);
-#else
-            (void)s;
-            (void)warps;
-            return -1;
-#endif
-          },
-          "warps"_a,
-          "CUDA: warps per attention block from now on, 4 (the default) or 8. Returns the value "
-          "in force; -1 on other backends.")
-      .def(
-          "set_cuda_prefetch",
-          [](Session& s, int bytes) {
-#ifdef TRT_SPEC_WITH_CUDA
-            return cuda_set_prefetch(s.rt->backend(), bytes);
-#else
-            (void)s;
-            (void)bytes;
-            return -1;
-#endif
-          },
-          "bytes"_a,
-          "CUDA: bytes of its weights (at most) each matmul block streams toward L2 ahead of its "
-          "use from now on (0: none). Returns the value in force; -1 on other backends.")
-      .def(
-          "set_cuda_imma_rows",
-          [](Session& s, int rows) {
-#ifdef TRT_SPEC_WITH_CUDA
-            return cuda_set_imma_rows(s.rt->backend(), rows);
-#else
-            (void)s;
-            (void)rows;
-            return -1;
-#endif
-          },
-          "rows"_a,
-          "CUDA: the fewest rows of a q8 / q4 matmul that run the tensor-core kernel from now on "
-          "(0: the default, prefill tiles only). Returns the value in force; -1 on other "
-          "backends.")
+      .def("set_cuda_attention_warps", CUDA_INT_SWITCH(cuda_set_attention_warps), "warps"_a,
+           "CUDA: warps per attention block from now on, 4 (the default) or 8. Returns the value "
+           "in force; -1 on other backends.")
+      .def("set_cuda_prefetch", CUDA_INT_SWITCH(cuda_set_prefetch), "bytes"_a,
+           "CUDA: bytes of its weights (at most) each matmul block streams toward L2 ahead of its "
+           "use from now on (0: none). Returns the value in force; -1 on other backends.")
+      .def("set_cuda_imma_rows", CUDA_INT_SWITCH(cuda_set_imma_rows), "rows"_a,
+           "CUDA: the fewest rows of a q8 / q4 matmul that run the tensor-core kernel from now on "
+           "(0: the default, prefill tiles only). Returns the value in force; -1 on other "
+           "backends.")
       .def_prop_ro("graphs_captured",
                    [](Session& s) { return s.sch->iteration().graphs_captured(); })
       .def(

@@ -196,6 +196,28 @@ void forward_ops(Model& m, Pass& ps, std::vector<FwdOp>* program, int tile, int 
                           ps.n_logits, ps.logits.f()));
 }
 
+// The persistent program of a forward (forward_ops planned with tile) in host memory, its
+// counters zeroed, and the view the kernels read (prefetch: FwdProgramView::prefetch).
+struct HostProgram {
+  FwdProgram prog;
+  Buf counters;
+  FwdProgramView view;
+  HostProgram(Model& m, Pass& ps, int tile, int prefetch) {
+    std::vector<FwdOp> ops;
+    forward_ops(m, ps, &ops, tile);
+    prog = build_forward_program(std::move(ops));
+    counters = Buf(4 * (prog.n_counters + 1));
+    std::memset(counters.p, 0, 4 * (prog.n_counters + 1));
+    view = FwdProgramView{prog.ops.data(),
+                          prog.instrs.data(),
+                          prog.waits.data(),
+                          counters.i(),
+                          static_cast<int>(prog.instrs.size()),
+                          prog.n_counters,
+                          prefetch};
+  }
+};
+
 thread_local std::string g_error;
 
 // The weight arrays of a model (each section of each matrix) as [begin, end) addresses.
@@ -297,18 +319,10 @@ int emu_forward(const int32_t* shape, int n_ctx, int n, int n_logits, int mode, 
       forward_ops(m, ps, nullptr, 0, prefetch);
     } else {
       const int tile = fwd_tile(n);
-      std::vector<FwdOp> ops;
-      forward_ops(m, ps, &ops, tile);
-      FwdProgram prog = build_forward_program(std::move(ops));
-      Buf counters(4 * (prog.n_counters + 1));
-      std::memset(counters.p, 0, 4 * (prog.n_counters + 1));
-      const FwdProgramView view{prog.ops.data(),
-                                prog.instrs.data(),
-                                prog.waits.data(),
-                                counters.i(),
-                                static_cast<int>(prog.instrs.size()),
-                                prog.n_counters,
-                                prefetch};
+      HostProgram hp(m, ps, tile, prefetch);
+      const FwdProgram& prog = hp.prog;
+      const FwdProgramView& view = hp.view;
+      Buf& counters = hp.counters;
       const int64_t resident = static_cast<int64_t>(fwd_blocks_per_sm(tile)) * s.sm_count;
       info[0] = static_cast<int64_t>(prog.instrs.size());
       info[1] = static_cast<int64_t>(prog.ops.size());
@@ -380,15 +394,10 @@ int emu_forward_prefetch_cover(const int32_t* shape, int n, int budget, int64_t*
     Model m(s, 3);
     Pass ps(s, n, n, 9, 4);
     const int tile = fwd_tile(n);
-    std::vector<FwdOp> ops;
-    forward_ops(m, ps, &ops, tile);
-    FwdProgram prog = build_forward_program(std::move(ops));
-    Buf counters(4 * (prog.n_counters + 1));
-    std::memset(counters.p, 0, 4 * (prog.n_counters + 1));
-    const int n_instrs = static_cast<int>(prog.instrs.size());
-    FwdProgramView view{prog.ops.data(), prog.instrs.data(), prog.waits.data(),
-                        counters.i(),    n_instrs,           prog.n_counters,
-                        budget};
+    HostProgram hp(m, ps, tile, budget);
+    const FwdProgram& prog = hp.prog;
+    const FwdProgramView& view = hp.view;
+    const int n_instrs = view.n_instrs;
     Seen seen;
     seen.arrays = weight_arrays(m);
     g_seen = &seen;

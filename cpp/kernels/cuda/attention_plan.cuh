@@ -91,23 +91,8 @@ inline AttentionPlan plan_attention(int n, int n_heads, int n_kv_heads, int head
 inline AttnArgs attention_args(const AttentionPlan& p, const float* qkv, RowsView rows, int n,
                                int n_heads, float scale, KvView kv, int layer, float* out,
                                float* partial, unsigned* counters) {
-  AttnArgs a;
-  a.qkv = qkv;
-  a.rows = rows;
-  a.n = n;
-  a.n_heads = n_heads;
-  a.scale = scale;
-  a.kv = kv;
-  a.layer = layer;
-  a.tile_rows = p.tile_rows;
-  a.head_chunk = p.head_chunk;
-  a.chunk = p.chunk;
-  a.splits = p.splits;
-  a.gy_total = p.gy_total;
-  a.out = out;
-  a.partial = partial;
-  a.counters = counters;
-  return a;
+  return AttnArgs{qkv,          rows,    n,        n_heads,    scale, kv,      layer,   p.tile_rows,
+                  p.head_chunk, p.chunk, p.splits, p.gy_total, out,   partial, counters};
 }
 
 }  // namespace trt_spec::cuda
