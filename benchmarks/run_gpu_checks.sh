@@ -252,11 +252,14 @@ if [[ "$step" == calibrate ]]; then
 fi
 # `persistent`: the persistent forward (kernels/cuda/forward_program.cuh) against the
 # per-operation launches, each with and without the weight prefetch (weight_prefetch.cuh), and
-# attention blocks of 4 against 8 warps: their exactness tests, the four sanitizers, then the q4
-# steps, verify rows and K = 4 iterations every way in one process (bench_gpu.py --persistent
-# --prefetch 16384,32768,65536: three budgets; the attention warps in every bench_gpu run).
+# attention blocks of 4 against 8 warps: first the q4 steps, verify rows and K = 4 iterations
+# every way in one process (bench_gpu.py --persistent --prefetch 16384,32768,65536: three
+# budgets; the attention warps in every bench_gpu run), then their exactness tests and the four
+# sanitizers.
 if [[ "$step" == persistent ]]; then
   build_cuda 150
+  bench_q4 "$(cap 200)" --ks 4 --no-op-by-op-iterations --persistent \
+    --prefetch 16384,32768,65536 "$@"
   run pytest_persistent timeout "$(cap 100)" python -m pytest -m gpu -v -rs -p no:cacheprovider \
     -p no:randomly tests/test_cuda_engine.py -k "persistent or prefetch or attention_warps"
   for tool in memcheck racecheck synccheck initcheck; do
@@ -265,8 +268,6 @@ if [[ "$step" == persistent ]]; then
       -p no:cacheprovider tests/test_cuda_engine.py \
       -k "(persistent and f16) or (prefetch and 1) or attention_warps"
   done
-  bench_q4 "$(cap 200)" --ks 4 --no-op-by-op-iterations --persistent \
-    --prefetch 16384,32768,65536 "$@"
 fi
 if [[ "$step" == build || "$step" == all ]]; then
   build_cuda 600
