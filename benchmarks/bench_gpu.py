@@ -354,16 +354,24 @@ def attention_warps_arms(s: Any) -> dict[str, Any]:
 def persistent_arms(s: Any, prefetch: list[int] | None = None) -> dict[str, Any]:
     """A forward as its per-operation launches, or as one persistent launch (then the default:
     per operation); each also with each budget of `prefetch`: that many bytes of each matmul
-    block's weights streamed toward L2 ahead of their use (kernels/cuda/weight_prefetch.cuh;
-    arms per_op_prefetch_<bytes>, persistent_prefetch_<bytes>)."""
+    block's weights streamed toward L2 ahead of their use (matmul_prefetch in
+    kernels/cuda/matmul_kernel.cuh; arms per_op_prefetch_<bytes>, persistent_prefetch_<bytes>);
+    and per operation with each launch streaming the next matmuls' weights (per_op_next:
+    set_cuda_prefetch_next, 16 MiB)."""
 
-    def arm(persistent: bool, bytes_: int):
-        return lambda: (s.set_cuda_persistent(persistent), s.set_cuda_prefetch(bytes_))
+    def arm(persistent: bool, bytes_: int, next_: int = 0):
+        return lambda: (
+            s.set_cuda_persistent(persistent),
+            s.set_cuda_prefetch(bytes_),
+            s.set_cuda_prefetch_next(next_),
+        )
 
     arms = {"per_op": arm(False, 0), "persistent": arm(True, 0)}
     for b in prefetch or []:
         arms[f"per_op_prefetch_{b}"] = arm(False, b)
         arms[f"persistent_prefetch_{b}"] = arm(True, b)
+    if prefetch:
+        arms["per_op_next"] = arm(False, 0, 16 << 20)
     return arms | {"": arm(False, 0)}
 
 

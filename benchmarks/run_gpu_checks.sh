@@ -251,8 +251,9 @@ if [[ "$step" == calibrate ]]; then
   sanitize_ops "$(cap 20)" "attention_tree or (test_attention and pos1) or (linear and q4)"
 fi
 # `persistent`: the persistent forward (kernels/cuda/forward_program.cuh) against the
-# per-operation launches, each with and without the weight prefetch (weight_prefetch.cuh), and
-# attention blocks of 4 against 8 warps: first the q4 steps, verify rows and K = 4 iterations
+# per-operation launches, each with and without the weight prefetch (matmul_prefetch), and
+# attention blocks of 4 against 8 warps, and launches streaming the next matmuls' weights
+# (set_prefetch_next): first the q4 steps, verify rows and K = 4 iterations
 # every way in one process (bench_gpu.py --persistent --prefetch 16384,32768,65536: three
 # budgets; the attention warps in every bench_gpu run), then their exactness tests and the four
 # sanitizers.
@@ -261,12 +262,13 @@ if [[ "$step" == persistent ]]; then
   bench_q4 "$(cap 200)" --ks 4 --no-op-by-op-iterations --persistent \
     --prefetch 16384,32768,65536 "$@"
   run pytest_persistent timeout "$(cap 100)" python -m pytest -m gpu -v -rs -p no:cacheprovider \
-    -p no:randomly tests/test_cuda_engine.py -k "persistent or prefetch or attention_warps"
+    -p no:randomly tests/test_cuda_engine.py \
+    -k "persistent or prefetch or attention_warps or next_weights"
   for tool in memcheck racecheck synccheck initcheck; do
     run "sanitizer_persistent_$tool" timeout "$(cap 45)" \
       compute-sanitizer --tool "$tool" --error-exitcode 3 python -m pytest -m gpu -x -q \
       -p no:cacheprovider tests/test_cuda_engine.py \
-      -k "(persistent and f16) or (prefetch and 1) or attention_warps"
+      -k "(persistent and f16) or (prefetch and 1) or attention_warps or next_weights"
   done
 fi
 if [[ "$step" == build || "$step" == all ]]; then

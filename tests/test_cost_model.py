@@ -106,27 +106,34 @@ def test_persistent_forward_prices_its_boundaries() -> None:
         assert diff == pytest.approx((ops - 1) * (hop - m["launch_pdl_us"]))
 
 
-def test_prefetch_hides_each_matmuls_stream_behind_the_op_before() -> None:
-    """The persistent forward with its weights prefetched an instruction ahead: a matmul's
-    streamed time overlaps the op before it, so it costs fixed + max(0, streamed - previous op);
-    the ops' split sums to the per-operation figure; prefetch alone is refused."""
-    shape = fit.shape_of("qwen2.5-1.5b", "q4")
-    for n in (1, 9):
-        ops = cm.op_times(CAL, shape, n)
-        assert [o.kind for o in ops[:3]] == ["embed", "matmul", "attention"]
-        assert len(ops) == 5 * shape.n_layers + 2
-        assert sum(o.fixed + o.streamed for o in ops) == pytest.approx(cm.forward_us(CAL, shape, n))
-        expect, prev = 0.0, 0.0
-        for o in ops:
-            hidden = min(o.streamed, prev) if o.kind == "matmul" else 0.0
-            prev = o.fixed + o.streamed - hidden
-            expect += prev
-        persistent = cm.forward_us(CAL, shape, n, persistent=True)
-        ahead = cm.forward_us(CAL, shape, n, persistent=True, prefetch=True)
-        assert ahead == pytest.approx(persistent - cm.forward_us(CAL, shape, n) + expect)
-        assert ahead < persistent
-    with pytest.raises(ValueError, match="persistent"):
-        cm.forward_us(CAL, shape, 1, prefetch=True)
+@pytest.mark.parametrize("persistent", [False, True])
+def test_prefetch_hides_each_matmuls_stream_behind_the_op_before(persistent: bool) -> None:
+    """Weights streamed toward L2 during the op before (persistent: every block its next
+    instruction's; per operation: each launch's hint of the next matmuls): a matmul's streamed
+    time, up to the bytes on their way (ahead_bytes), overlaps the op before it; the ops' split
+    sums to the per-operation figure."""
+    for model in ("qwen2.5-1.5b", "qwen2.5-7b"):
+        shape = fit.shape_of(model, "q4")
+        for n in (1, 9):
+            ops = cm.op_times(CAL, shape, n)
+            assert [o.kind for o in ops[:3]] == ["embed", "matmul", "attention"]
+            assert len(ops) == 5 * shape.n_layers + 2
+            base = cm.forward_us(CAL, shape, n)
+            assert sum(o.fixed + o.streamed for o in ops) == pytest.approx(base)
+            ahead = cm.ahead_bytes(CAL, persistent, n)
+            expect, prev = 0.0, 0.0
+            for o in ops:
+                hidden = 0.0
+                if o.kind == "matmul":
+                    hidden = min(o.streamed * min(1.0, ahead / o.nbytes), prev)
+                prev = o.fixed + o.streamed - hidden
+                expect += prev
+            plain = cm.forward_us(CAL, shape, n, persistent=persistent)
+            got = cm.forward_us(CAL, shape, n, persistent=persistent, prefetch=True)
+            assert got == pytest.approx(plain - base + expect)
+            assert got < plain
+    big = max(o.nbytes for o in cm.op_times(CAL, fit.shape_of("qwen2.5-7b", "q4"), 1))
+    assert big > cm.ahead_bytes(CAL, False, 1)  # the 7B's largest matrix: only a part ahead
 
 
 def test_info_plan_prints_modelled_figures(tiny, tmp_path: Path) -> None:
@@ -154,8 +161,10 @@ def test_info_plan_prints_modelled_figures(tiny, tmp_path: Path) -> None:
     assert "modelled verify of n rows (us): 1: " in out and " 9: " in out
     assert "modelled persistent forward: target step " in out
     assert "weights prefetched an op ahead: target step " in out
+    assert "per operation, the next weights hinted: target step " in out
     assert "projected speedup at K=4 (MODELLED)" in out
-    assert "projected speedup at K=4, persistent forwards with the weight prefetch" in out
+    assert "projected speedup at K=4, persistent forward, weights prefetched an op ahead" in out
+    assert "projected speedup at K=4, per operation, the next weights hinted" in out
     assert "histogram at this K" in out
     bad = subprocess.run([*cli, "--acceptance", str(hist)], capture_output=True, text=True)
     assert bad.returncode != 0 and "--acceptance goes with --plan" in bad.stderr

@@ -47,6 +47,7 @@ def forward(
     n_logits: int = 0,
     order: int = 0,
     prefetch: int = 0,
+    hint: int = 0,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     n_logits = n_logits or n
     logits = np.zeros((n_logits, shape[7]), np.float32)
@@ -55,7 +56,8 @@ def forward(
     p = ctypes.c_void_p
     rc = lib.emu_forward(
         p(shape.ctypes.data), n_ctx, n, n_logits, mode, ctypes.c_uint64(7), ctypes.c_uint64(order),
-        prefetch, p(logits.ctypes.data), p(tap.ctypes.data), p(info.ctypes.data),
+        prefetch, ctypes.c_int64(hint), p(logits.ctypes.data), p(tap.ctypes.data),
+        p(info.ctypes.data),
     )  # fmt: skip
     if rc != 0:
         raise RuntimeError(f"emu_forward returned {rc}: {lib.emu_forward_error().decode()}")
@@ -67,19 +69,28 @@ def bits(a: np.ndarray) -> np.ndarray:
 
 
 @pytest.mark.parametrize(
-    "wtype, n, n_logits, mode",
+    "wtype, n, n_logits, mode, prefetch",
     [
-        (F16, 3, 0, 3),  # a split-K product, consumers as early as allowed
-        (Q4, 1, 0, 1),  # decode, the persistent kernel in global order
-        (Q8, 5, 2, 3),  # an 8-row tile; the head over 2 rows with the pass's tile
-        (BF16, 2, 0, 2),  # a random order
+        (F16, 3, 0, 3, 0),  # a split-K product, consumers as early as allowed
+        (Q4, 1, 0, 1, 32768),  # decode, the persistent kernel in global order
+        (Q8, 5, 2, 3, 32768),  # an 8-row tile; the head over 2 rows with the pass's tile
+        (BF16, 2, 0, 2, 0),  # a random order
     ],
 )
-def test_program_gives_the_per_operation_bits(lib, wtype: int, n: int, n_logits: int, mode: int):
+def test_program_gives_the_per_operation_bits(
+    lib, wtype: int, n: int, n_logits: int, mode: int, prefetch: int
+):
+    """The program's bits are the per-operation launches', with each block streaming its next
+    instruction's weights toward L2 (prefetch: matmul_prefetch, a hint) or not."""
     shape = _shape(wtype, **(SPLIT_K if wtype == F16 else {}))
-    ref_logits, ref_tap, _ = forward(lib, shape, n, 0, n_logits=n_logits)
+    ref_logits, ref_tap, off = forward(lib, shape, n, 0, n_logits=n_logits)
     assert np.isfinite(ref_logits).all() and np.isfinite(ref_tap).all()
-    logits, tap, info = forward(lib, shape, n, mode, n_logits=n_logits, order=wtype + 1)
+    assert off[6] == 0  # nothing prefetched when it is off
+    logits, tap, info = forward(
+        lib, shape, n, mode, n_logits=n_logits, order=wtype + 1, prefetch=prefetch
+    )
+    assert info[5] == 0, "a prefetch outside the weights, or not whole 16-byte lines"
+    assert (info[6] > 0) == (prefetch > 0)
     # embed, the tap, 5 ops per layer, the head, the reset
     assert info[1] == 1 + 1 + 5 * SHAPE["layers"] + 1 + 1
     assert info[2] == 0, "the static check refused the program"
@@ -99,15 +110,14 @@ def test_orders_agree_on_a_long_row(lib):
         np.testing.assert_array_equal(bits(got), bits(ref))
 
 
-@pytest.mark.parametrize("wtype, n, mode", [(Q4, 1, 1), (Q8, 5, 3), (F16, 2, 0)])
-def test_weight_prefetch_changes_no_bits(lib, wtype: int, n: int, mode: int):
-    """Weights streamed toward L2 ahead of their use (weight_prefetch.cuh): the persistent
-    forward an instruction ahead (modes 1, 3), the per-operation kernels before their grid
-    dependency (mode 0). A hint: the same bits, and every prefetch inside a weight array."""
-    shape = _shape(wtype, **(SPLIT_K if wtype == F16 else {}))
-    ref_logits, ref_tap, off = forward(lib, shape, n, 0)
-    assert off[6] == 0  # nothing prefetched when it is off
-    logits, tap, info = forward(lib, shape, n, mode, order=3, prefetch=32768)
+def test_weight_prefetch_changes_no_bits(lib):
+    """The per-operation kernels with each block's weights streamed toward L2 before its grid
+    dependency (matmul_prefetch) and each launch's hint of the next matmuls' weights
+    (l2_prefetch.cuh WeightHint): hints, so the same bits, every prefetch inside a weight
+    array (the persistent program's prefetch: test_program_gives_the_per_operation_bits)."""
+    shape, n = _shape(F16, layers=1, **SPLIT_K), 2
+    ref_logits, ref_tap, _ = forward(lib, shape, n, 0)
+    logits, tap, info = forward(lib, shape, n, 0, prefetch=32768, hint=1 << 20)
     np.testing.assert_array_equal(bits(logits), bits(ref_logits))
     np.testing.assert_array_equal(bits(tap), bits(ref_tap))
     assert info[5] == 0, "a prefetch outside the weights, or not whole 16-byte lines"
@@ -130,18 +140,35 @@ def prefetch_cover(lib, shape: np.ndarray, n: int, budget: int) -> np.ndarray:
 def test_weight_prefetch_is_what_each_block_reads(lib, wtype: int, n: int, extra: dict):
     """Each matmul instruction's prefetch (its rows, its split's units, the q8 / q4 scales and
     offsets) is exactly the weight lines its block then reads."""
-    shape = _shape(wtype, **extra)
+    shape = _shape(wtype, layers=1, **extra)
     full = prefetch_cover(lib, shape, n, 1 << 30)
-    assert full[0] >= 4 * SHAPE["layers"] + 1  # blocks of qkv, o, gate / up, down; the head
+    assert full[0] >= 4 + 1  # blocks of qkv, o, gate / up, down; the head
     assert full[1] == 0, "prefetched lines the block never reads"
     assert full[2] == 0, "read lines the prefetch left out"
     assert full[3] == full[4] > 0
     assert full[6] == 0
 
 
+@pytest.mark.parametrize("first, k, budget, grid", [(1, 2, 1 << 30, 7), (2, 1, 4096, 3)])
+def test_next_weights_hint_is_streamed_once(lib, first: int, k: int, budget: int, grid: int):
+    """A launch's hint of the next matmuls' weights (o and gate / up after attention; one matmul
+    after another), cut among its blocks: every line of the hint prefetched exactly once, none
+    outside it, within the budget (every section cut at the same fraction)."""
+    out = np.zeros(7, np.int64)
+    rc = lib.emu_hint_cover(
+        ctypes.c_void_p(_shape(Q4).ctypes.data), first, k, ctypes.c_int64(budget), grid,
+        ctypes.c_void_p(out.ctypes.data),
+    )  # fmt: skip
+    assert rc == 0, lib.emu_forward_error().decode()
+    assert out[0] == out[1] > 0
+    assert out[2] == 0 and out[3] == 0 and out[4] == 0  # once each, all, nothing else
+    assert out[5] == 0
+    assert out[6] <= budget and out[6] == 16 * out[0]
+
+
 def test_weight_prefetch_keeps_to_its_budget(lib):
     """Under a budget a block prefetches a part of what it reads (its first rows), no more."""
-    shape = _shape(Q4)
+    shape = _shape(Q4, layers=1)
     full = prefetch_cover(lib, shape, 1, 1 << 30)
     small = prefetch_cover(lib, shape, 1, 1024)
     assert small[1] == 0

@@ -426,10 +426,18 @@ def test_attention_warps_change_no_bits(root, monkeypatch: pytest.MonkeyPatch):
     assert_switch_changes_no_bits(root, monkeypatch, "q4", "TRT_SPEC_CUDA_ATTN_WARPS", ("4", "8"))
 
 
+def test_next_weights_hint_changes_no_bits(root, monkeypatch: pytest.MonkeyPatch):
+    """TRT_SPEC_CUDA_PREFETCH_NEXT=1: each launch of a captured graph streams the next matmuls'
+    weights toward L2 (l2_prefetch.cuh WeightHint). A hint: the same logits bits and tokens."""
+    assert_switch_changes_no_bits(
+        root, monkeypatch, "q4", "TRT_SPEC_CUDA_PREFETCH_NEXT", ("0", "1")
+    )
+
+
 @pytest.mark.parametrize("persistent", ["0", "1"])
 def test_weight_prefetch_changes_no_bits(root, monkeypatch: pytest.MonkeyPatch, persistent: str):
     """TRT_SPEC_CUDA_PREFETCH=1: each matmul block streams its weights toward L2 ahead of their
-    use (kernels/cuda/weight_prefetch.cuh; per operation before its grid dependency, persistent
+    use (matmul_kernel.cuh matmul_prefetch; per operation before its grid dependency, persistent
     an instruction ahead). A hint: the logits are bitwise those without it, the tokens the same."""
     if persistent == "1" and not _sm90():
         pytest.skip("the persistent forward is compiled for sm_90+")

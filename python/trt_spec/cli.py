@@ -220,13 +220,19 @@ def print_cost_model(
         line += f", draft step {cm.forward_us(cal, draft, 1, persistent=True):.0f} us"
     hop, launch = cm.boundary_us(cal, True), cm.boundary_us(cal, False)
     print(f"{line} (op waits {hop:.2f} us against launches {launch:.2f} us)")
-    ahead = {"persistent": True, "prefetch": True}
-    step = cm.forward_us(cal, target, 1, **ahead)
-    line = f"  modelled persistent forward, weights prefetched an op ahead: target step {step:.0f}"
-    line += " us"
-    if draft:
-        line += f", draft step {cm.forward_us(cal, draft, 1, **ahead):.0f} us"
-    print(f"{line} (TRT_SPEC_CUDA_PREFETCH=1)")
+    ahead = (  # the weight prefetch's variants: how they are priced, named, switched on
+        ({"prefetch": True}, "per operation, the next weights hinted", "PREFETCH_NEXT=1"),
+        (
+            {"persistent": True, "prefetch": True},
+            "persistent forward, weights prefetched an op ahead",
+            "PERSISTENT=1 TRT_SPEC_CUDA_PREFETCH=1",
+        ),
+    )
+    for how, what, switch in ahead:
+        line = f"  modelled {what}: target step {cm.forward_us(cal, target, 1, **how):.0f} us"
+        if draft:
+            line += f", draft step {cm.forward_us(cal, draft, 1, **how):.0f} us"
+        print(f"{line} (TRT_SPEC_CUDA_{switch})")
     base = cm.iteration_us(cal, target, None, 0)["iteration_us"]
     print(f"  modelled target-only iteration {base:.0f} us")
     if not draft or k < 1:
@@ -247,13 +253,13 @@ def print_cost_model(
             f"  projected speedup at K={k} (MODELLED): {speedup:.2f}x "
             f"({tokens:.2f} tokens per iteration, {how}, from {acceptance})"
         )
-        it = cm.iteration_us(cal, target, draft, k, **ahead)["iteration_us"]
-        base = cm.iteration_us(cal, target, None, 0, **ahead)["iteration_us"]
-        print(
-            f"  projected speedup at K={k}, persistent forwards with the weight prefetch "
-            f"(MODELLED): {tokens / it * base:.2f}x (iteration {it:.0f} us, target-only "
-            f"{base:.0f} us)"
-        )
+        for how, what, _ in ahead:
+            it = cm.iteration_us(cal, target, draft, k, **how)["iteration_us"]
+            base = cm.iteration_us(cal, target, None, 0, **how)["iteration_us"]
+            print(
+                f"  projected speedup at K={k}, {what} (MODELLED): {tokens / it * base:.2f}x "
+                f"(iteration {it:.0f} us, target-only {base:.0f} us)"
+            )
 
 
 def print_launch_plan(path: str, draft_len: int | None, engine_draft_len: int) -> None:

@@ -84,6 +84,7 @@ class OpTime:
     kind: str  # embed, matmul, attention
     fixed: float
     streamed: float
+    nbytes: int = 0  # a matmul's weight bytes
 
 
 def tile_rows(n: int) -> int:
@@ -209,7 +210,7 @@ def op_times(cal: Calibration, shape: Shape, n: int, context: int = 128) -> list
 
     def matmul(w: int) -> OpTime:
         fixed = k["matmul_us"] + n * w * k["row_us_per_byte"]
-        return OpTime("matmul", fixed, t * w / k["matmul_bytes_per_us"])
+        return OpTime("matmul", fixed, t * w / k["matmul_bytes_per_us"], w)
 
     attention = OpTime("attention", k["attention_us"] + (n - 1) * k["attention_row_us"], kv_layer)
     ops = [OpTime("embed", k["embed_us"], 0.0)]
@@ -219,6 +220,20 @@ def op_times(cal: Calibration, shape: Shape, n: int, context: int = 128) -> list
         ops += [matmul(qkv), attention, matmul(o), matmul(gate_up), matmul(down)]
     ops.append(matmul(shape.head_bytes))
     return ops
+
+
+PREFETCH_BLOCK_BYTES = 32 * 1024  # kernels/cuda/l2_prefetch.cuh kPrefetchBlockBytes
+PREFETCH_NEXT_BYTES = 16 << 20  # kPrefetchNextBytes
+
+
+def ahead_bytes(cal: Calibration, persistent: bool, n: int) -> int:
+    """Bytes of the next op's weights on their way to L2 while an op runs: persistent, every
+    resident block's budget (3 blocks per SM at one row, 2 at 2-16: matmul_blocks_per_sm);
+    per operation, one launch's hint."""
+    if not persistent:
+        return PREFETCH_NEXT_BYTES
+    per_sm = 3 if tile_rows(n) == 1 else 2
+    return PREFETCH_BLOCK_BYTES * per_sm * int(cal.measured.get("sms", 132))
 
 
 def forward_us(
@@ -235,17 +250,18 @@ def forward_us(
     after the first priced by boundary_us instead of a launch; the ops' own work is the same
     blocks. Priced as if every op waited for the whole op before (the finer waits after the qkv
     projection and attention, forward_build.cuh, overlap some of that: not priced).
-    prefetch (persistent only): each block streams its next instruction's weights toward L2
-    before it waits (kernels/cuda/weight_prefetch.cuh), so a matmul's streamed time overlaps the
-    whole op before it: it costs ``fixed + max(0, streamed - previous op's time)``. The per-
-    operation path's prefetch (before its grid dependency, in the slots the previous kernel
-    leaves) is not priced."""
-    if prefetch and not persistent:
-        raise ValueError("prefetch is priced for the persistent forward only")
+    prefetch: each matmul's weights streamed toward L2 during the op before it, up to
+    ahead_bytes: persistent, every block its next instruction's (matmul_prefetch in
+    kernels/cuda/matmul_kernel.cuh); per operation, each launch the next matmuls' (the graphs'
+    hints, set_prefetch_next). A matmul then costs ``fixed + streamed - hidden``, hidden =
+    ``min(streamed * min(1, ahead_bytes / its bytes), previous op's time)``."""
     ops = op_times(cal, shape, n, context)
+    ahead = ahead_bytes(cal, persistent, n)
     us, prev = 0.0, 0.0
     for op in ops:
-        hidden = min(op.streamed, prev) if prefetch and op.kind == "matmul" else 0.0
+        hidden = 0.0
+        if prefetch and op.kind == "matmul":
+            hidden = min(op.streamed * min(1.0, ahead / max(op.nbytes, 1)), prev)
         prev = op.fixed + op.streamed - hidden
         us += prev
     if persistent:

@@ -223,7 +223,7 @@ void launch(dim3 grid, dim3 block, Kernel kernel, Args... args) {
 }
 
 // Observers of what a kernel asks of memory (tests; null: nobody listens): the L2 prefetches of
-// weight_prefetch.cuh and the weight units matmul_fetch loads, as (address, bytes).
+// l2_prefetch.cuh and the weight units matmul_fetch loads, as (address, bytes).
 inline thread_local void (*on_prefetch)(const void* p, size_t n) = nullptr;
 inline thread_local void (*on_weight_read)(const void* p, size_t n) = nullptr;
 inline void note_prefetch(const void* p, size_t n) {

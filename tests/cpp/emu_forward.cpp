@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <iterator>
 #include <random>
 #include <string>
 #include <vector>
@@ -149,18 +150,39 @@ struct Pass {
   }
 };
 
-// Model::forward's ops. program: appended as FwdOps planned with tile; else launched one by one
-// (each matmul block prefetching up to `prefetch` bytes of its weights).
-void forward_ops(Model& m, Pass& ps, std::vector<FwdOp>* program, int tile, int prefetch = 0) {
+// The model's matmul weights in forward order (per layer qkv, o, gate / up, down; the head).
+std::vector<DevWeight> matmul_weights(const Model& m) {
+  std::vector<DevWeight> w;
+  for (int l = 0; l < m.s.layers; ++l)
+    for (const Weight* x : {&m.qkv[l], &m.o[l], &m.gu[l], &m.down[l]})
+      w.push_back(dev_weight(x->view));
+  w.push_back(dev_weight(m.out_w.view));
+  return w;
+}
+
+// Model::forward's ops. program: appended as FwdOps planned with tile; else launched one by one,
+// each matmul block prefetching up to `prefetch` bytes of its weights, and with hint > 0 each
+// launch streaming up to that many bytes of the next matmuls' weights (as the CUDA backend's
+// captures do: a matmul the next one's, attention the next two).
+void forward_ops(Model& m, Pass& ps, std::vector<FwdOp>* program, int tile, int prefetch = 0,
+                 int64_t hint = 0) {
   const Shape& s = m.s;
   const int n = ps.n, sm = s.sm_count;
   float* x = ps.x.f();
+  const std::vector<DevWeight> order = matmul_weights(m);
+  size_t issued = 0;  // matmuls so far
+  auto next = [&](int k) {
+    if (hint <= 0 || issued >= order.size()) return WeightHint{};
+    const int left = static_cast<int>(order.size() - issued);
+    return weight_hint(order.data() + issued, k < left ? k : left, hint);
+  };
   auto matmul = [&](const MatmulArgs& a) {
     const MatmulPlan p = plan_matmul(a, sm, kImmaRowsDefault, true, program ? tile : 0);
+    ++issued;
     if (program)
       program->push_back(fwd_matmul_op(a, p, ps.partial.f(), ps.counters.i()));
     else
-      launch_matmul(nullptr, a, p, ps.partial.f(), ps.counters.i(), false, prefetch);
+      launch_matmul(nullptr, a, p, ps.partial.f(), ps.counters.i(), false, prefetch, next(1));
   };
   const DevWeight table = dev_weight(m.embd.view);
   if (program)
@@ -186,7 +208,8 @@ void forward_ops(Model& m, Pass& ps, std::vector<FwdOp>* program, int tile, int 
                                           reinterpret_cast<unsigned*>(ps.att_counters.p)));
     else
       launch_attention(nullptr, ap, ps.qkv.f(), rows, n, s.heads, scale, m.kv, l, ps.att.f(),
-                       ps.att_partial.f(), reinterpret_cast<unsigned*>(ps.att_counters.p));
+                       ps.att_partial.f(), reinterpret_cast<unsigned*>(ps.att_counters.p), false,
+                       next(2));
     matmul(residual_args(m.o[l].view, ps.att.f(), n, x));
     matmul(norm_linear_args(x, nullptr, m.ffn_norm[l].f(), 1e-6f, m.gu[l].view, nullptr, n,
                             ps.gate_up.f()));
@@ -269,6 +292,11 @@ bool subset(const std::vector<uintptr_t>& a, const std::vector<uintptr_t>& b) {
   return std::includes(b.begin(), b.end(), a.begin(), a.end());
 }
 
+// The blocks of a launch each streaming their share of a hint.
+__global__ void hint_kernel(WeightHint h) {
+  prefetch_hint(h, blockIdx.x, gridDim.x);
+}
+
 // One instruction's weight prefetch, as a block of the persistent forward issues it.
 __global__ void prefetch_instruction_kernel(FwdProgramView p, int64_t i) {
   fwd_prefetch(p, i);
@@ -290,11 +318,12 @@ const char* emu_forward_error() {
 // n_logits rows), tap [n_logits, dim], and info[0] = instructions, info[1] = ops, info[2] = the
 // static check's verdict on the grid of resident blocks (0: sound), info[3] = counters, info[4]
 // (modes 2, 3) = instructions run before the op before theirs was complete (finer waits),
-// info[5] = weight prefetches (prefetch > 0: bytes per block, weight_prefetch.cuh) not inside a
+// info[5] = weight prefetches (prefetch > 0: bytes per block, matmul_prefetch) not inside a
 // weight array or not 16-byte lines, info[6] = bytes prefetched.
 // Returns 0, or -1 (see emu_forward_error).
 int emu_forward(const int32_t* shape, int n_ctx, int n, int n_logits, int mode, uint64_t seed,
-                uint64_t order_seed, int prefetch, float* logits, float* tap, int64_t* info) {
+                uint64_t order_seed, int prefetch, int64_t hint, float* logits, float* tap,
+                int64_t* info) {
   try {
     Shape s;
     std::memcpy(&s, shape, sizeof(Shape));
@@ -302,7 +331,7 @@ int emu_forward(const int32_t* shape, int n_ctx, int n, int n_logits, int mode, 
     Seen seen;
     seen.arrays = weight_arrays(m);
     g_seen = &seen;
-    cuda_emu::on_prefetch = prefetch > 0 ? &seen_prefetch : nullptr;
+    cuda_emu::on_prefetch = prefetch > 0 || hint > 0 ? &seen_prefetch : nullptr;
     struct Quiet {  // the observer off again, however this returns
       ~Quiet() { cuda_emu::on_prefetch = nullptr; }
     } quiet;
@@ -316,7 +345,7 @@ int emu_forward(const int32_t* shape, int n_ctx, int n, int n_logits, int mode, 
     }
     Pass ps(s, n, n_logits, n_ctx, seed + 11);
     if (mode == 0) {
-      forward_ops(m, ps, nullptr, 0, prefetch);
+      forward_ops(m, ps, nullptr, 0, prefetch, hint);
     } else {
       const int tile = fwd_tile(n);
       HostProgram hp(m, ps, tile, prefetch);
@@ -432,6 +461,55 @@ int emu_forward_prefetch_cover(const int32_t* shape, int n, int budget, int64_t*
       out[5] = std::max(out[5], seen.bytes - before);
     }
     out[6] = seen.outside;
+    return 0;
+  } catch (const std::exception& e) {
+    g_error = e.what();
+    return -1;
+  }
+}
+
+// A launch of `grid` blocks streaming the hint of the model's matmul weights [first, first + k)
+// within `budget` bytes (weight_hint, prefetch_hint), as 16-byte lines: out[0] = the hint's,
+// out[1] = those prefetched, out[2] = lines prefetched more than once, out[3] = hint lines not
+// prefetched, out[4] = prefetched lines outside the hint, out[5] = prefetches outside the weight
+// arrays, out[6] = the hint's bytes. Returns 0, or -1.
+int emu_hint_cover(const int32_t* shape, int first, int k, int64_t budget, int grid, int64_t* out) {
+  try {
+    Shape s;
+    std::memcpy(&s, shape, sizeof(Shape));
+    Model m(s, 5);
+    const std::vector<DevWeight> order = matmul_weights(m);
+    if (first < 0 || k < 1 || first + k > static_cast<int>(order.size()))
+      throw std::invalid_argument("weights out of range");
+    const WeightHint h = weight_hint(order.data() + first, k, budget);
+    std::vector<uintptr_t> want;
+    out[6] = 0;
+    for (int r = 0; r < kHintRanges; ++r) {
+      if (h.bytes[r] > 0) lines(want, h.p[r], static_cast<size_t>(h.bytes[r]));
+      out[6] += h.bytes[r];
+    }
+    sorted_unique(want);
+    Seen seen;
+    seen.arrays = weight_arrays(m);
+    g_seen = &seen;
+    cuda_emu::on_prefetch = &seen_prefetch;
+    launch(dim3(grid), dim3(kMatmulThreads), hint_kernel, h);
+    cuda_emu::on_prefetch = nullptr;
+    std::vector<uintptr_t> got = seen.prefetched;
+    std::sort(got.begin(), got.end());
+    const size_t all = got.size();
+    got.erase(std::unique(got.begin(), got.end()), got.end());
+    std::vector<uintptr_t> missing, extra;
+    std::set_difference(want.begin(), want.end(), got.begin(), got.end(),
+                        std::back_inserter(missing));
+    std::set_difference(got.begin(), got.end(), want.begin(), want.end(),
+                        std::back_inserter(extra));
+    out[0] = static_cast<int64_t>(want.size());
+    out[1] = static_cast<int64_t>(got.size());
+    out[2] = static_cast<int64_t>(all - got.size());
+    out[3] = static_cast<int64_t>(missing.size());
+    out[4] = static_cast<int64_t>(extra.size());
+    out[5] = seen.outside;
     return 0;
   } catch (const std::exception& e) {
     g_error = e.what();

@@ -53,6 +53,11 @@ int cuda_set_attention_warps(Backend& be, int warps);
 // -1 for any other backend.
 int cuda_set_prefetch(Backend& be, int bytes);
 
+// Bytes (at most) of the next ops' weights each launch of the graphs `be`, a CUDA backend,
+// captures from now on streams toward L2 (CudaBackend::set_prefetch_next; 0: none). Returns the
+// value in force; -1 for any other backend.
+int64_t cuda_set_prefetch_next(Backend& be, int64_t bytes);
+
 // Whether the model forwards of `be`, a CUDA backend, run as one persistent launch from now on
 // (CudaBackend::set_persistent; sm_90+). Returns false for any other backend.
 bool cuda_set_persistent(Backend& be, bool on);

@@ -14,9 +14,9 @@
 #include "backend/cuda/cuda_check.h"
 #include "common/errors.h"
 #include "kernels/cuda/attention_launch.cuh"
+#include "kernels/cuda/l2_prefetch.cuh"
 #include "kernels/cuda/norm_rope.cuh"
 #include "kernels/cuda/random_fill.cuh"
-#include "kernels/cuda/weight_prefetch.cuh"
 
 namespace trt_spec {
 
@@ -187,6 +187,9 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   set_persistent(persistent && std::string(persistent) == "1");
   const char* attn_warps = std::getenv("TRT_SPEC_CUDA_ATTN_WARPS");
   set_attention_warps(attn_warps ? std::atoi(attn_warps) : cuda::kAttnWarps);
+  const char* next = std::getenv("TRT_SPEC_CUDA_PREFETCH_NEXT");
+  const int64_t next_bytes = next ? std::atoll(next) : 0;
+  set_prefetch_next(next_bytes == 1 ? cuda::kPrefetchNextBytes : next_bytes);
   const char* prefetch = std::getenv("TRT_SPEC_CUDA_PREFETCH");
   const int prefetch_bytes = prefetch ? std::atoi(prefetch) : 0;
   set_prefetch(prefetch_bytes == 1 ? cuda::kPrefetchBlockBytes : prefetch_bytes);
@@ -225,6 +228,11 @@ bool cuda_set_pdl(Backend& be, bool on) {
 int cuda_set_attention_warps(Backend& be, int warps) {
   auto* c = dynamic_cast<CudaBackend*>(&be);
   return c ? c->set_attention_warps(warps) : -1;
+}
+
+int64_t cuda_set_prefetch_next(Backend& be, int64_t bytes) {
+  auto* c = dynamic_cast<CudaBackend*>(&be);
+  return c ? c->set_prefetch_next(bytes) : -1;
 }
 
 int cuda_set_prefetch(Backend& be, int bytes) {
@@ -412,6 +420,8 @@ std::unique_ptr<BackendGraph> CudaBackend::capture(const std::function<void()>& 
   sized_programs_.clear();  // (cuda_forward.cu: the persistent forwards' programs)
   uploads_.clear();
   next_sized_ = 0;
+  sized_weights_.clear();  // (hint_after: the matmuls' weights in issue order)
+  weight_cursor_ = 0;
   // 1. Sizing pass: the ops record the scratch they need and launch nothing.
   sizing_ = true;
   try {
@@ -511,6 +521,7 @@ void CudaBackend::kv_write(const float* qkv, const Rows& rows, int n, const Atte
 
 void CudaBackend::attention(const float* qkv, const Rows& rows, int n, const AttentionShape& s,
                             KvCache& cache, int layer, float* out) {
+  const cuda::WeightHint next = hint_after(nullptr, 2);  // the o and gate / up weights
   // Tiles and splits from the shape, max_seq and the SM count (never n: a row's bits do not
   // depend on the batch); throws std::invalid_argument (ValueError) for unsupported shapes.
   const cuda::AttentionPlan p = cuda::plan_attention(
@@ -525,7 +536,7 @@ void CudaBackend::attention(const float* qkv, const Rows& rows, int n, const Att
     return;
   if (sizing()) return;
   cuda::launch_attention(stream_, p, qkv, rows_view(rows), n, s.n_heads, s.scale, kv_view(cache),
-                         layer, out, partial, counters, pdl_);
+                         layer, out, partial, counters, pdl_, next);
   check_launch("attention");
 }
 

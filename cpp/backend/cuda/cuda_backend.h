@@ -38,6 +38,7 @@ struct KvView;
 struct DevWeight;
 struct FwdOp;
 struct FwdProgramView;
+struct WeightHint;
 }  // namespace cuda
 
 class CudaBackend final : public Backend {
@@ -132,12 +133,19 @@ class CudaBackend final : public Backend {
   // on n.
   void set_one_wave(bool on) { one_wave_ = on; }
   // Bytes of its weights (at most) each matmul block streams toward L2 ahead of its use
-  // (kernels/cuda/weight_prefetch.cuh): per operation before its grid dependency, in the
-  // persistent forward an instruction ahead. 0: none (the default; TRT_SPEC_CUDA_PREFETCH=1
-  // at construction: cuda::kPrefetchBlockBytes, N > 1: N). For the launches and programs that
-  // follow; graphs captured before keep theirs. The bits are the same either way. Returns the
-  // value in force.
+  // (kernels/cuda/matmul_kernel.cuh matmul_prefetch): per operation before its grid dependency, in
+  // the persistent forward an instruction ahead. 0: none (the default; TRT_SPEC_CUDA_PREFETCH=1 at
+  // construction: cuda::kPrefetchBlockBytes, N > 1: N). For the launches and programs that follow;
+  // graphs captured before keep theirs. The bits are the same either way. Returns the value in
+  // force.
   int set_prefetch(int bytes) { return prefetch_ = bytes > 0 ? bytes : 0; }
+  // Bytes (at most; 0: none, the default) of the next ops' weights each launch of a captured
+  // graph streams toward L2 while it runs (kernels/cuda/l2_prefetch.cuh WeightHint: a matmul
+  // the next matmul's, attention the next two; the capture's sizing pass knows the order).
+  // TRT_SPEC_CUDA_PREFETCH_NEXT=1 at construction: cuda::kPrefetchNextBytes, N > 1: N. For
+  // graphs captured from now on; launches outside graphs carry none. The same bits either way.
+  // Returns the value in force.
+  int64_t set_prefetch_next(int64_t bytes) { return prefetch_next_ = bytes > 0 ? bytes : 0; }
   // Warps per attention block for the launches that follow: 4 (the default) or 8 (a (row, head)
   // pair per warp for up to 8 pairs, half the resident blocks; TRT_SPEC_CUDA_ATTN_WARPS=8 at
   // construction); other values leave it. The same bits either way. Returns the value in force.
@@ -177,6 +185,10 @@ class CudaBackend final : public Backend {
   void grow(Scratch& s, size_t bytes);
   // One fused matmul (kernels/cuda/matmul_launch.cuh) with its split-K scratch.
   void matmul(const cuda::MatmulArgs& args, const char* what);
+  // Every matmul and attention calls it first, with its own weight (a matmul) or null: records
+  // the weight in a sizing pass, counts it in a capture pass, and returns the hint of the next
+  // n matmuls' weights for the launch (set_prefetch_next; none outside a capture).
+  cuda::WeightHint hint_after(const cuda::DevWeight* own, int n);
 
   // The persistent forward: ops held since begin_forward, and the programs made of them (device
   // memory, kept while the backend lives: graphs point at them).
@@ -224,8 +236,13 @@ class CudaBackend final : public Backend {
   bool pdl_ = false;
   int imma_rows_ = 0;  // 0: plan_matmul's default
   bool one_wave_ = true;
-  int prefetch_ = 0;    // bytes per matmul block (set_prefetch)
-  int attn_warps_ = 4;  // set_attention_warps
+  int prefetch_ = 0;           // bytes per matmul block (set_prefetch)
+  int attn_warps_ = 4;         // set_attention_warps
+  int64_t prefetch_next_ = 0;  // set_prefetch_next
+  // The matmul weights of a capture's sizing pass in issue order, and in its capture pass the
+  // matmuls issued so far: where the next ops' weights are (hint_after).
+  std::vector<cuda::DevWeight> sized_weights_;
+  size_t weight_cursor_ = 0;
   int cc_major_ = 0;
   bool persistent_ = false, holding_ = false;
   int held_rows_ = 0;

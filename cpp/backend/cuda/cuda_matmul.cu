@@ -11,6 +11,7 @@
 // before graph capture like every other scratch.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -74,7 +75,20 @@ int cuda_set_imma_rows(Backend& be, int rows) {
   return c ? c->set_imma_rows(rows) : -1;
 }
 
+cuda::WeightHint CudaBackend::hint_after(const cuda::DevWeight* own, int n) {
+  if (sizing_) {
+    if (own) sized_weights_.push_back(*own);
+    return {};
+  }
+  if (!capturing_) return {};
+  if (own) ++weight_cursor_;  // (the sizing pass issued the same ops in the same order)
+  if (prefetch_next_ <= 0 || weight_cursor_ >= sized_weights_.size()) return {};
+  const int k = static_cast<int>(std::min<size_t>(n, sized_weights_.size() - weight_cursor_));
+  return cuda::weight_hint(sized_weights_.data() + weight_cursor_, k, prefetch_next_);
+}
+
 void CudaBackend::matmul(const cuda::MatmulArgs& a, const char* what) {
+  const cuda::WeightHint next = hint_after(&a.W, 1);  // [the next matmul's weight sections]
   cuda::MatmulPlan p;
   try {
     p = cuda::plan_matmul(a, sm_count_, imma_rows_, one_wave_);
@@ -93,7 +107,7 @@ void CudaBackend::matmul(const cuda::MatmulArgs& a, const char* what) {
   if (p.counter_bytes) counters = static_cast<int*>(scratch(kMatmulCounters, p.counter_bytes));
   if (hold_matmul(a, p, partial, counters)) return;
   if (sizing()) return;
-  cuda::launch_matmul(stream_, a, p, partial, counters, pdl_, prefetch_);
+  cuda::launch_matmul(stream_, a, p, partial, counters, pdl_, prefetch_, next);
   check_launch(what);
 }
 

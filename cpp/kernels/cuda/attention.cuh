@@ -36,6 +36,7 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/kv.cuh"
+#include "kernels/cuda/l2_prefetch.cuh"
 
 namespace trt_spec::cuda {
 
@@ -509,11 +510,13 @@ __device__ __forceinline__ void attention_block(const AttnArgs& a, int64_t bx, i
 }
 
 // attention_block as a kernel: grid min(items, attn_blocks_per_sm(kW) SMs), block 32 kW (4
-// warps by default; 8: a pair per warp for up to 8 pairs, half the resident blocks).
+// warps by default; 8: a pair per warp for up to 8 pairs, half the resident blocks). next: the
+// weights of the ops after it, each block streaming a share toward L2 (l2_prefetch.cuh).
 template <int HD, int kW = kAttnWarps>
 __global__ void __launch_bounds__(32 * kW, attn_blocks_per_sm(kW))
-    attention_kernel(const __grid_constant__ AttnArgs a) {
+    attention_kernel(const __grid_constant__ AttnArgs a, const __grid_constant__ WeightHint next) {
   __shared__ AttnSmem<HD> sm;
+  prefetch_hint(next, blockIdx.x, gridDim.x);
   attention_block<HD, kW>(a, blockIdx.x, gridDim.x, sm, [] {
     grid_dependency_launch();  // the next matmul may fetch its weights
     grid_dependency_wait();    // as a programmatic dependent

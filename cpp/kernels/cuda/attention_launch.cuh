@@ -11,23 +11,31 @@ namespace trt_spec::cuda {
 // One kernel launch (n >= 1 rows; plan from plan_attention with this n). partial, counters:
 // scratch of the plan's sizes (null when those are 0), counters zero (they are left zero).
 // pdl: launched as a programmatic dependent (common.cuh), its launch and block scheduling
-// overlap the qkv matmul's tail; the kernel reads nothing before grid_dependency_wait.
+// overlap the qkv matmul's tail; the kernel reads nothing before grid_dependency_wait. next:
+// weights its blocks stream toward L2 for the ops after it (l2_prefetch.cuh).
 inline void launch_attention(cudaStream_t stream, const AttentionPlan& p, const float* qkv,
                              RowsView rows, int n, int n_heads, float scale, KvView kv, int layer,
-                             float* out, float* partial, unsigned* counters, bool pdl = false) {
+                             float* out, float* partial, unsigned* counters, bool pdl = false,
+                             const WeightHint& next = {}) {
   const AttnArgs a =
       attention_args(p, qkv, rows, n, n_heads, scale, kv, layer, out, partial, counters);
   if (p.warps == 8) {  // (the instance through a pointer: no comma inside the macro)
     const auto attention_kernel_8w = p.hd_class == 64    ? attention_kernel<64, 8>
                                      : p.hd_class == 128 ? attention_kernel<128, 8>
                                                          : attention_kernel<256, 8>;
-    TRT_SPEC_LAUNCH_PDL(pdl, attention_kernel_8w, p.grid, p.block, stream, a);
+    TRT_SPEC_LAUNCH_PDL(pdl, attention_kernel_8w, p.grid, p.block, stream, a, next);
     return;
   }
   switch (p.hd_class) {  // four warps: the default instances
-    case 64: TRT_SPEC_LAUNCH_PDL(pdl, attention_kernel<64>, p.grid, p.block, stream, a); break;
-    case 128: TRT_SPEC_LAUNCH_PDL(pdl, attention_kernel<128>, p.grid, p.block, stream, a); break;
-    default: TRT_SPEC_LAUNCH_PDL(pdl, attention_kernel<256>, p.grid, p.block, stream, a); break;
+    case 64:
+      TRT_SPEC_LAUNCH_PDL(pdl, attention_kernel<64>, p.grid, p.block, stream, a, next);
+      break;
+    case 128:
+      TRT_SPEC_LAUNCH_PDL(pdl, attention_kernel<128>, p.grid, p.block, stream, a, next);
+      break;
+    default:
+      TRT_SPEC_LAUNCH_PDL(pdl, attention_kernel<256>, p.grid, p.block, stream, a, next);
+      break;
   }
 }
 

@@ -19,7 +19,7 @@
 // grid the second). Which instruction waits for what: forward_build.cuh.
 //
 // Weights ahead of the chain (FwdProgramView::prefetch > 0): before each instruction a block
-// asks L2 for its NEXT instruction's weights (weight_prefetch.cuh), so DRAM streams the op after
+// asks L2 for its NEXT instruction's weights (matmul_prefetch), so DRAM streams the op after
 // the current one while the block waits for and runs the current one.
 //
 // Non-template kernels of the headers included here are static: this header's translation unit
@@ -91,7 +91,7 @@ struct FwdProgramView {
   int n_instrs = 0;
   int n_counters = 0;
   // > 0: before each wait a block streams that many bytes (at most) of its NEXT instruction's
-  // weights toward L2 (weight_prefetch.cuh), and at its first instruction that one's too.
+  // weights toward L2 (matmul_prefetch), and at its first instruction that one's too.
   int prefetch = 0;
 };
 

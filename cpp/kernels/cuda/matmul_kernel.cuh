@@ -5,10 +5,52 @@
 // (plan and launch): matmul_launch.cuh; q8 / q4 prefill tiles on tensor cores: matmul_imma.cuh.
 #pragma once
 
+#include "kernels/cuda/l2_prefetch.cuh"
 #include "kernels/cuda/matmul.cuh"
-#include "kernels/cuda/weight_prefetch.cuh"
 
 namespace trt_spec::cuda {
+
+// matmul_prefetch: the weights depend on no earlier op, so a block may ask L2 for them before it
+// waits for its inputs (l2_prefetch.cuh): matmul_kernel before its grid dependency (with PDL,
+// during the previous kernel's tail), the persistent forward (forward_program.cuh) for its NEXT
+// instruction before it waits for its current one. Block (bx, by)'s weight rows (every row of
+// its row pairs, the units of its split, and for q8 / q4 the group scales and offsets of those
+// units): one range per (row, section) in the order the block reads them ((rep, pair row a then
+// b)), at most `budget` bytes (kPrefetchBlockBytes: what L2 holds for every resident block at
+// once), dealt over the block's threads.
+__device__ __forceinline__ void matmul_prefetch(const MatmulArgs& a, const MatmulGeom& g,
+                                                int64_t bx, int by, int budget) {
+  const DevWeight& W = a.W;
+  const int64_t row_block = g.tile_loop ? bx : bx / g.tiles;
+  const int64_t u0 = by * g.split_units;
+  const int64_t u1 = u0 + g.split_units < g.units ? u0 + g.split_units : g.units;
+  const int sections = W.type == WeightType::Q4 ? 3 : (W.type == WeightType::Q8 ? 2 : 1);
+  // Group scales (and q4 offsets) per unit: f16 each; a row's units: 32 bytes each.
+  const int64_t gpu = matmul_quantized(W.type) ? matmul_unit_cols(W.type) / kQuantGroup : 0;
+  const int64_t row_bytes = g.units * 32, row_groups = W.cols / kQuantGroup;
+  const int64_t slice = (u1 - u0) * (32 + 2 * gpu * (sections - 1));  // one row's bytes here
+  constexpr int kRows = 2 * kMatmulWarps;                             // rows a, b of a group
+  const int64_t rows_cap = slice > 0 ? budget / slice : 0;
+  const int64_t want = static_cast<int64_t>(g.reps) * kRows;
+  const int64_t rows_in = want < rows_cap ? want : rows_cap;
+  for (int64_t it = threadIdx.x; it < rows_in * sections; it += blockDim.x) {
+    const int sec = static_cast<int>(it % sections);
+    const int64_t k = it / sections, rep = k / kRows, w = k % kMatmulWarps;
+    const int64_t p = (row_block * g.reps + rep) * kMatmulWarps + w;
+    if (p >= g.pairs) continue;
+    int64_t r = matmul_pair_row(g, p);
+    if (k % kRows >= kMatmulWarps) {  // row b of the pair
+      r += g.half;
+      if (r >= W.rows) continue;
+    }
+    if (sec == 0) {
+      prefetch_l2_range(W.q, W.rows * row_bytes, r * row_bytes + u0 * 32, r * row_bytes + u1 * 32);
+    } else {
+      const int64_t g0 = r * row_groups + u0 * gpu, g1 = r * row_groups + u1 * gpu;
+      prefetch_l2_range(sec == 1 ? W.d : W.m, W.rows * row_groups * 2, g0 * 2, g1 * 2);
+    }
+  }
+}
 
 // Shared memory of one matmul_block<T, kTile>.
 template <WeightType T, int kTile>
@@ -25,7 +67,7 @@ struct MatmulSmem {
 // thread) after the first weight fetches and before anything an earlier op writes is read: the
 // standalone kernel's grid dependency, or the persistent forward's counters (forward_program.cuh).
 // prefetch > 0: before them, up to that many bytes of the block's weights toward L2
-// (weight_prefetch.cuh; the persistent forward prefetches an instruction ahead instead).
+// (matmul_prefetch; the persistent forward prefetches an instruction ahead instead).
 template <WeightType T, int kTile, class Wait>
 __device__ __forceinline__ void matmul_block(const MatmulArgs& a, const MatmulGeom& g,
                                              float* partial, int* counters, int64_t bx, int by,
@@ -164,12 +206,15 @@ __device__ __forceinline__ void matmul_block(const MatmulArgs& a, const MatmulGe
 // figures in benchmarks/results/HISTORY.md), tiles of 2 to 8 rows (verify) to 2 blocks (128
 // registers); 16-row tiles (prefill of float weights; q8 / q4 prefill runs matmul_imma.cuh) are
 // left unbounded (bounded, they spill). prefetch: bytes of the block's weights toward L2 before
-// its grid dependency (0: none; weight_prefetch.cuh).
+// its grid dependency (0: none; matmul_prefetch); next: the weights of the ops after it,
+// each block a share (l2_prefetch.cuh).
 template <WeightType T, int kTile>
 __global__ void __launch_bounds__(kMatmulThreads, matmul_blocks_per_sm(kTile))
     matmul_kernel(MatmulArgs a, MatmulGeom g, float* __restrict__ partial, int* counters,
-                  int prefetch) {
+                  int prefetch, const __grid_constant__ WeightHint next) {
   __shared__ MatmulSmem<T, kTile> sm;
+  prefetch_hint(next, blockIdx.x + static_cast<int64_t>(blockIdx.y) * gridDim.x,
+                static_cast<int64_t>(gridDim.x) * gridDim.y);
   matmul_block<T, kTile>(a, g, partial, counters, blockIdx.x, static_cast<int>(blockIdx.y), sm,
                          prefetch, [] {
                            grid_dependency_launch();  // the next kernel may fetch its weights
