@@ -61,6 +61,8 @@ _LATENCY_BUCKETS = (0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.2, 0.3, 0.
 _E2E_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 60.0, 120.0, 300.0, 600.0)
 # The draft sources, as GenerationStats.by_source names them (the names defined in C++).
 _SOURCES = tuple(name for name in DRAFT_SOURCES if name != "none")
+# The kinds of constraint_draft_tokens: GenerationStats fields of the same names.
+_CONSTRAINT_KINDS = ("pruned", "forced")
 
 
 class ServerMetrics:
@@ -185,7 +187,7 @@ class ServerMetrics:
         for name in _SOURCES:
             for c in (self.drafts, self.draft_tokens, self.accepted_tokens):
                 c.labels(name)
-        for kind in ("pruned", "forced"):
+        for kind in _CONSTRAINT_KINDS:
             self.constraint_draft_tokens.labels(kind)
         for reason in FINISH_REASONS:
             self.request_success.labels(reason)
@@ -208,8 +210,8 @@ class ServerMetrics:
             self.itl.observe(ms / 1e3)
         if s.iterations:
             self.tokens_per_iteration.observe(s.tokens_per_iteration)
-        self.constraint_draft_tokens.labels("pruned").inc(s.pruned)
-        self.constraint_draft_tokens.labels("forced").inc(s.forced)
+        for kind in _CONSTRAINT_KINDS:
+            self.constraint_draft_tokens.labels(kind).inc(getattr(s, kind))
         for name in _SOURCES:
             src = s.by_source.get(name, {})
             if src.get("drafted", 0):
