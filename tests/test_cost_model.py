@@ -119,7 +119,13 @@ def test_prefetch_hides_each_matmuls_stream_behind_the_op_before(persistent: boo
             assert [o.kind for o in ops[:3]] == ["embed", "matmul", "attention"]
             assert len(ops) == 5 * shape.n_layers + 2
             base = cm.forward_us(CAL, shape, n)
-            assert sum(o.fixed + o.streamed for o in ops) == pytest.approx(base)
+            k = CAL.kernel  # the ops add up to the fit's linear terms (forward_terms)
+            linear = cm.kv_read_us(CAL, shape, n, 128) + sum(
+                x / k[key] if key == "matmul_bytes_per_us" else x * k[key]
+                for key, x in cm.forward_terms(shape, n).items()
+            )
+            assert sum(o.fixed + o.streamed for o in ops) == pytest.approx(linear)
+            assert base == pytest.approx(linear)
             ahead = cm.ahead_bytes(CAL, persistent, n)
             expect, prev = 0.0, 0.0
             for o in ops:

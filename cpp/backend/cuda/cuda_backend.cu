@@ -24,6 +24,13 @@ namespace {
 
 constexpr size_t kPinnedBytes = size_t{8} << 20;  // download() staging; larger copies go in parts
 
+// A byte-count switch: unset 0, "1" the default `one`, N > 1 N bytes.
+int64_t env_bytes(const char* name, int64_t one) {
+  const char* v = std::getenv(name);
+  const int64_t n = v ? std::atoll(v) : 0;
+  return n == 1 ? one : n;
+}
+
 // Planning mode: a graph is the list of launches its capture recorded.
 class PlanGraph final : public BackendGraph {
  public:
@@ -187,12 +194,8 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   set_persistent(persistent && std::string(persistent) == "1");
   const char* attn_warps = std::getenv("TRT_SPEC_CUDA_ATTN_WARPS");
   set_attention_warps(attn_warps ? std::atoi(attn_warps) : cuda::kAttnWarps);
-  const char* next = std::getenv("TRT_SPEC_CUDA_PREFETCH_NEXT");
-  const int64_t next_bytes = next ? std::atoll(next) : 0;
-  set_prefetch_next(next_bytes == 1 ? cuda::kPrefetchNextBytes : next_bytes);
-  const char* prefetch = std::getenv("TRT_SPEC_CUDA_PREFETCH");
-  const int prefetch_bytes = prefetch ? std::atoi(prefetch) : 0;
-  set_prefetch(prefetch_bytes == 1 ? cuda::kPrefetchBlockBytes : prefetch_bytes);
+  set_prefetch_next(env_bytes("TRT_SPEC_CUDA_PREFETCH_NEXT", cuda::kPrefetchNextBytes));
+  set_prefetch(static_cast<int>(env_bytes("TRT_SPEC_CUDA_PREFETCH", cuda::kPrefetchBlockBytes)));
   cudaStream_t s = nullptr;
   cuda_check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
   stream_ = s;

@@ -10,8 +10,9 @@
 //                      serves every (row, query head) pair of its tile and the kv head's group:
 //                      each K / V tile of kt entries is loaded once into shared memory (16-byte
 //                      loads, converted to f32) and read by all of them. Pair j belongs to warp
-//                      j % kW for the whole launch (kW = 4 warps here, 8 in the persistent
-//                      forward's blocks): lane t scores entry t, lanes own output dims.
+//                      j % kW for the whole launch (kW = 4 warps by default, 8 behind the
+//                      backend's switch and in the persistent forward's blocks): lane t scores
+//                      entry t, lanes own output dims.
 //   (combine)          splits: each split writes (max, sum, acc[hd]) per pair; the last block of
 //                      a tile to arrive (atomic counter per (tile, kv head), reset by that block:
 //                      graphs replay) merges them in split order, in the same launch.
@@ -41,7 +42,6 @@
 namespace trt_spec::cuda {
 
 constexpr int kAttnWarps = 4;  // the default block of attention_kernel (plan_attention: 4 or 8)
-constexpr int kAttnThreads = 32 * kAttnWarps;
 constexpr int kAttnBlocksPerSm = 4;  // resident blocks of the default kernel (<= 128 regs)
 // Resident blocks per SM attention_kernel<HD, warps> is compiled for: 128 registers a thread.
 __host__ __device__ constexpr int attn_blocks_per_sm(int warps) {

@@ -90,8 +90,8 @@ struct FwdProgramView {
   int* counters = nullptr;  // [n_counters], zero between launches
   int n_instrs = 0;
   int n_counters = 0;
-  // > 0: before each wait a block streams that many bytes (at most) of its NEXT instruction's
-  // weights toward L2 (matmul_prefetch), and at its first instruction that one's too.
+  // > 0: before each instruction a block streams that many bytes (at most) of its NEXT
+  // instruction's weights toward L2 (matmul_prefetch), and at its first that one's too.
   int prefetch = 0;
 };
 

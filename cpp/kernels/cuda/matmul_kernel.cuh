@@ -24,9 +24,10 @@ __device__ __forceinline__ void matmul_prefetch(const MatmulArgs& a, const Matmu
   const int64_t row_block = g.tile_loop ? bx : bx / g.tiles;
   const int64_t u0 = by * g.split_units;
   const int64_t u1 = u0 + g.split_units < g.units ? u0 + g.split_units : g.units;
+  // (weight_section_count, host only: the codes, then q8 / q4 scales, then q4 offsets)
   const int sections = W.type == WeightType::Q4 ? 3 : (W.type == WeightType::Q8 ? 2 : 1);
   // Group scales (and q4 offsets) per unit: f16 each; a row's units: 32 bytes each.
-  const int64_t gpu = matmul_quantized(W.type) ? matmul_unit_cols(W.type) / kQuantGroup : 0;
+  const int64_t gpu = matmul_stage_groups(W.type);
   const int64_t row_bytes = g.units * 32, row_groups = W.cols / kQuantGroup;
   const int64_t slice = (u1 - u0) * (32 + 2 * gpu * (sections - 1));  // one row's bytes here
   constexpr int kRows = 2 * kMatmulWarps;                             // rows a, b of a group
