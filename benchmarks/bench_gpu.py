@@ -179,6 +179,13 @@ def decode_steps(engines: dict[str, Path], bw_gbps: float | None, args, save) ->
                     attention_warps_arms(s),
                 )
             )
+            row.update(  # each layer's attention or qkv projection launched twice in a row
+                switch_compare(
+                    lambda role=role, s=s, ctx=ctx: s.time_forward(role, 1, 1, ctx, args.iters),
+                    repeat_arms(s),
+                )
+            )
+            row["layers"] = cfg["n_layers"]
         if args.persistent and s.set_cuda_persistent(True):  # sm_90+, interleaved
             row.update(
                 switch_compare(
@@ -349,6 +356,18 @@ def attention_warps_arms(s: Any) -> dict[str, Any]:
         "attn_8w": lambda: s.set_cuda_attention_warps(8),
         "": lambda: s.set_cuda_attention_warps(4),
     }
+
+
+def repeat_arms(s: Any) -> dict[str, Any]:
+    """Each attention, or each qkv projection, launched once (then the default) or twice in a
+    row (set_cuda_repeat_*: the same bits). The second of a pair finds its code, data and
+    translations warm: (twice - once) / layers is a warm launch's cost, against what a launch
+    costs in the forward's own order (profile_gpu.py's step table)."""
+
+    def arm(attention: int, qkv: int):
+        return lambda: (s.set_cuda_repeat_attention(attention), s.set_cuda_repeat_qkv(qkv))
+
+    return {"once": arm(1, 1), "attn_x2": arm(2, 1), "qkv_x2": arm(1, 2), "": arm(1, 1)}
 
 
 def persistent_arms(s: Any, prefetch: list[int] | None = None) -> dict[str, Any]:

@@ -65,6 +65,36 @@ def _pair(x: dict, a: str = "dp4a", b: str = "imma") -> str:
     )
 
 
+def warm_launch_markdown(steps: list[dict]) -> list[str]:
+    """The repeat arms of the decode steps: what an attention and a qkv launch cost warm."""
+    rows = [s for s in steps if "attn_x2_ms" in s and s.get("layers")]
+    if not rows:
+        return []
+    out = [
+        "",
+        "Warm launches (bench_gpu.py repeat_arms): each layer's attention, or its qkv projection, "
+        "launched twice in a row in the same graph; (twice - once) / layers is what a launch "
+        "costs when its code, data and translations are warm from the launch before.",
+        "",
+        "| model | weights | once ms | attention x2 ms | qkv x2 ms | warm attention us | "
+        "warm qkv us |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for s in rows:
+        per = 1e3 / s["layers"]
+        out.append(
+            f"| {s['model']} | {s['weights']} | {_pair1(s, 'once')} | {_pair1(s, 'attn_x2')} | "
+            f"{_pair1(s, 'qkv_x2')} | {(s['attn_x2_ms'] - s['once_ms']) * per:.2f} | "
+            f"{(s['qkv_x2_ms'] - s['once_ms']) * per:.2f} |"
+        )
+    return out
+
+
+def _pair1(x: dict, a: str) -> str:
+    """One arm of a switch comparison: median +- spread."""
+    return f"{x[f'{a}_ms']:.3f} +- {x[f'{a}_spread_ms']:.3f}"
+
+
 def markdown(r: dict) -> str:
     d = r["device"]
     r.setdefault("bandwidth_gbps", None)
@@ -103,6 +133,7 @@ def markdown(r: dict) -> str:
         "graph with the matmuls launched as programmatic dependents (TRT_SPEC_CUDA_PDL; sm_90+; "
         "'-' where the device lacks it).",
     ]
+    out += warm_launch_markdown(r.get("decode_steps", []))
     iters = r.get("iterations") or {}
     if isinstance(iters, list):  # (reports before 2026-11-26: the f16 pair's table)
         iters = {"pair-f16": iters}

@@ -16,8 +16,11 @@
 * ``step``: one forward of the same engine, kernel by kernel under ncu (caches kept, clocks
   left alone, launched op by op inside a cuProfilerStart / Stop window): the 1.5B target and the
   0.5B draft at one row (decode) and the target at 5 rows (a K = 4 verify). Per kernel and grid:
-  launches, mean and total microseconds per forward, registers; against the forward's time as a
-  graph and op by op in the same process. Says where a decode step's time goes.
+  launches, mean and total microseconds per forward, registers, code bytes (kernel_code.py);
+  against the forward's time as a graph and op by op in the same process; then a second pass
+  (WarpStateStats, the warm-up forward skipped; --no-states leaves it out): what the warps of
+  each kernel wait on (instruction fetch, global loads, barriers, ..). Says where a decode
+  step's time goes.
 
 ``python benchmarks/profile_gpu.py [--out DIR] [--engine PATH] [--parts P,..]`` runs the parts,
 writes ``DIR/profile_gpu.{json,md}`` (default: benchmarks/results/gpu_logs); the parts' own runs
@@ -28,8 +31,6 @@ a CUDA build; ``benchmarks/run_gpu_checks.sh profile`` runs it.
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import json
 import os
 import shutil
@@ -38,11 +39,12 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from kernel_code import code_bytes_by_name, default_library
+from ncu_csv import ncu_kernels, ncu_raw, top_states, warp_state_shares
 
 REPO = Path(__file__).resolve().parents[1]
 ENGINE = Path("/tmp/trt-spec-gpu-bench/pair-q4-s2048.engine")  # bench_gpu.py --part engines
@@ -232,14 +234,6 @@ def iteration_profile(groups: list[list[tuple[int, int, str]]]) -> dict[str, Any
     }
 
 
-# ncu's units as its versions print them ('nsecond' in older ones, 'ns' in 2025.x on the H200).
-_UNITS = {
-    "nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "second": 1e6,  # -> microseconds
-    "ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6,
-    "byte": 1.0, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9,  # -> bytes (ncu's units are SI)
-    "B": 1.0, "KB": 1e3, "MB": 1e6, "GB": 1e9,
-    "%": 1.0,
-}  # fmt: skip
 _NAMES = {NCU_METRICS[0]: "time_us", NCU_METRICS[1]: "dram_read_bytes", NCU_METRICS[2]: "dram_pct"}
 
 
@@ -249,26 +243,6 @@ def ncu_metrics(text: str) -> list[dict[str, float]]:
     kernels = ncu_kernels(text, strict=_NAMES)
     named = [{_NAMES[m]: v for m, v in k.items() if m in _NAMES} for k in kernels]
     return [k for k in named if k]
-
-
-def ncu_kernels(text: str, strict: Iterable[str] = ()) -> list[dict[str, Any]]:
-    """Per profiled kernel (launch order): name (no 'void ', no arguments), grid, block and
-    every metric's value in the units of _UNITS (time in us, bytes), from `ncu --csv`; a metric
-    in `strict` with a unit _UNITS lacks is refused (others keep ncu's value)."""
-    lines = [ln for ln in text.splitlines() if ln.startswith('"')]
-    kernels: dict[int, dict[str, Any]] = {}
-    for row in csv.DictReader(io.StringIO("\n".join(lines))):
-        name = str(row.get("Kernel Name", "")).split("(")[0].removeprefix("void ").strip()
-        k = kernels.setdefault(
-            int(row["ID"]), {"name": name, "grid": row.get("Grid Size", ""),
-                             "block": row.get("Block Size", "")},
-        )  # fmt: skip
-        metric, unit = row.get("Metric Name", ""), row.get("Metric Unit", "")
-        if metric in strict and unit not in _UNITS:
-            raise ValueError(f"ncu: unknown unit {unit!r} of {metric}")
-        value = float(str(row["Metric Value"]).replace(",", ""))
-        k[metric] = value * _UNITS[unit] if unit in _UNITS else value
-    return [kernels[i] for i in sorted(kernels)]
 
 
 def step_table(kernels: list[dict[str, Any]], forwards: int) -> dict[str, Any]:
@@ -305,10 +279,32 @@ def step_cases(spec: str) -> list[tuple[str, int]]:
     return cases
 
 
-def profile_step(engine: Path, out: Path, spec: str = STEP_CASES) -> dict[str, Any]:
+def warp_state_pass(ncu: str, run: list[str], skip: int, log: Path) -> dict[str, Any]:
+    """ncu's WarpStateStats section over the run's launches after the first `skip` (the warm-up
+    forward): per (kernel, grid) the share of each warp state (ncu_csv.warp_state_shares)."""
+    res = subprocess.run(
+        [ncu, "--csv", "--page", "raw", "--profile-from-start", "off", "--cache-control", "none",
+         "--clock-control", "none", "--section", "WarpStateStats", "--launch-skip", str(skip)]
+        + run, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    log.write_text(res.stdout[-400000:] + res.stderr[-20000:])
+    if res.returncode != 0:
+        return {"error": f"exit {res.returncode}: {res.stderr[-600:]}"}
+    return {"by_kernel": warp_state_shares(ncu_raw(res.stdout))}
+
+
+def profile_step(
+    engine: Path, out: Path, spec: str = STEP_CASES, states: bool = True
+) -> dict[str, Any]:
+    """Each case's forward kernel by kernel (durations, registers), each kernel's code bytes
+    (kernel_code.py) and, with `states`, a second ncu pass: why its warps did not issue."""
     ncu = tool("ncu")
     if not ncu:
         return {"profiler": "none: ncu missing"}
+    try:
+        code = code_bytes_by_name(default_library())
+    except (OSError, ImportError):
+        code = {}
     cases = []
     for role, rows in step_cases(spec):
         timing = out / f"step_{role}_{rows}.json"
@@ -327,6 +323,14 @@ def profile_step(engine: Path, out: Path, spec: str = STEP_CASES) -> dict[str, A
             continue
         r = json.loads(timing.read_text())
         r.update(step_table(ncu_kernels(res.stdout), int(r["forwards"])))
+        ws = {}
+        if states:
+            log = out / f"ncu_states_{role}_{rows}.log"
+            ws = warp_state_pass(ncu, run, round(r["kernels_per_forward"]), log)
+            r["states_error"] = ws.get("error")
+        for g in r["by_kernel"]:
+            g["code_kib"] = code.get(g["kernel"], 0) / 1024
+            g["states"] = ws.get("by_kernel", {}).get((g["kernel"], g["grid"]), {}).get("shares")
         cases.append(r)
     return {"profiler": "ncu (op by op, caches kept)", "cases": cases}
 
@@ -345,13 +349,19 @@ def step_markdown(st: dict[str, Any]) -> list[str]:
             title, "",
             f"As a graph {c['graph_ms']:.3f} ms, op by op {c['eager_ms']:.3f} ms; the kernels' own "
             f"durations sum to {c['kernel_sum_us'] / 1e3:.3f} ms ({c['kernels_per_forward']:.0f} "
-            "kernels per forward).", "",
-            "| kernel | grid | per forward | mean us | us per forward | share | registers |",
-            "|---|---|---:|---:|---:|---:|---:|",
+            "kernels per forward). Code: the kernel's SASS bytes (kernel_code.py); warp states:"
+            " the largest shares of ncu's WarpStateStats (no_instruction: waiting for an"
+            " instruction fetch; long_scoreboard: a global load; selected: issuing)"
+            + (f" (not measured: {c['states_error']})" if c.get("states_error") else "") + ".",
+            "",
+            "| kernel | grid | per forward | mean us | us per forward | share | registers | "
+            "code KiB | warp states |",
+            "|---|---|---:|---:|---:|---:|---:|---:|---|",
         ]  # fmt: skip
         out += [
             f"| {g['kernel']} | {g['grid']} | {g['per_forward']:.0f} | {g['mean_us']:.1f} | "
-            f"{g['us_per_forward']:.1f} | {g['share']:.1%} | {g['regs'] or '-'} |"
+            f"{g['us_per_forward']:.1f} | {g['share']:.1%} | {g['regs'] or '-'} | "
+            f"{g.get('code_kib') or 0:.0f} | {top_states(g.get('states') or {}) or '-'} |"
             for g in c["by_kernel"][:16]
         ]
         out.append("")
@@ -476,6 +486,9 @@ def main() -> int:
     ap.add_argument("--role", default="target", help="(run-step) target or draft")
     ap.add_argument("--rows", type=int, default=1, help="(run-step) rows of the forward")
     ap.add_argument("--step-cases", default=STEP_CASES, help="role:rows of the step part")
+    ap.add_argument(
+        "--no-states", action="store_true", help="(step) no warp-state pass (half the time)"
+    )
     ap.add_argument("--engine", default=str(ENGINE), help="the real-shape q4 pair (made if absent)")
     ap.add_argument(
         "--out", default=os.environ.get("OUT", str(REPO / "benchmarks/results/gpu_logs"))
@@ -506,7 +519,7 @@ def main() -> int:
     parts = {
         "iteration": lambda: profile_iteration(engine, out),
         "matmul": lambda: profile_matmul(out),
-        "step": lambda: profile_step(engine, out, args.step_cases),
+        "step": lambda: profile_step(engine, out, args.step_cases, not args.no_states),
     }
     for part in args.parts.split(","):
         fn = parts[part]

@@ -19,6 +19,7 @@
 #   bash benchmarks/run_gpu_checks.sh short      # ~5.5 minutes: a lease's last minutes (see below)
 #   bash benchmarks/run_gpu_checks.sh calibrate  # ~8 minutes: a lease's first call (see below)
 #   bash benchmarks/run_gpu_checks.sh persistent # ~8 minutes: the persistent forward (see below)
+#   bash benchmarks/run_gpu_checks.sh fixed      # ~9 minutes: what a kernel's fixed cost is (below)
 #
 # `lease` fits one call of the device tool (10 minutes at most, of a 15-minute lease that also
 # pays the machine's start): see its comment below. Each part has its own time limit, so a hang
@@ -269,6 +270,37 @@ if [[ "$step" == persistent ]]; then
       compute-sanitizer --tool "$tool" --error-exitcode 3 python -m pytest -m gpu -x -q \
       -p no:cacheprovider tests/test_cuda_engine.py \
       -k "(persistent and f16) or (prefetch and 1) or attention_warps or next_weights"
+  done
+fi
+# `fixed`: a lease's first call (at most 9 minutes, CAL_BUDGET; 10-11 with the machine's start)
+# that asks what a one-row kernel's fixed cost (a matmul ~8 us, a decode attention ~20 us, for a
+# few microseconds of bytes) is made of: the build; the calibration, now with a dependent load
+# past L2 and past the TLB, and an SM's instruction fetch cold and warm by code size (the
+# decode kernels hold 70-120 KiB of code each: benchmarks/kernel_code.py); the q4 steps, verify
+# rows and K = 4 iterations with the persistent forward, the weight prefetch, the next-weights
+# hints and 8-warp attention against the per-operation launches, and each layer's attention or
+# qkv projection launched twice (what a warm launch costs), in one process; the target's
+# and the draft's one-row forward kernel by kernel with each kernel's code bytes and what its
+# warps wait on (profile_gpu.py step: ncu WarpStateStats); the switches' exactness tests; the
+# four sanitizers over them.
+if [[ "$step" == fixed ]]; then
+  build_cuda 150
+  run calib_build timeout 90 nvcc -O3 -arch=sm_90 -o "$OUT/gpu_calibrate" \
+    benchmarks/cpp/gpu_calibrate.cu
+  timeout 90 "$OUT/gpu_calibrate" > "$OUT/calibration.json" 2> "$OUT/calibration.err" || status=1
+  rm -f "$OUT/gpu_calibrate"
+  cat "$OUT/calibration.json"
+  bench_q4 "$(cap 170)" --ks 4 --no-op-by-op-iterations --persistent --prefetch 32768 "$@"
+  run profile_step timeout "$(cap 120)" python benchmarks/profile_gpu.py --parts step \
+    --step-cases target:1,draft:1 --out "$OUT"
+  run pytest_switches timeout "$(cap 90)" python -m pytest -m gpu -v -rs -p no:cacheprovider \
+    -p no:randomly tests/test_cuda_engine.py \
+    -k "persistent or prefetch or attention_warps or next_weights or repeated or q4_greedy_spec"
+  for tool in memcheck racecheck synccheck initcheck; do
+    run "sanitizer_switches_$tool" timeout "$(cap 30)" \
+      compute-sanitizer --tool "$tool" --error-exitcode 3 python -m pytest -m gpu -x -q \
+      -p no:cacheprovider tests/test_cuda_engine.py \
+      -k "(persistent and f16) or (prefetch and 1) or attention_warps or next_weights or repeated"
   done
 fi
 if [[ "$step" == build || "$step" == all ]]; then

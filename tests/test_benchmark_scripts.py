@@ -376,12 +376,12 @@ def test_profile_gpu_step_table_from_ncu_csv() -> None:
             '"register/thread","80"',
         ]
     kernels = pg.ncu_kernels("==PROF== x\n" + "\n".join([head] + rows))
-    assert len(kernels) == 6 and kernels[0]["name"] == "matmul_kernel<4, 1>"
+    assert len(kernels) == 6 and kernels[0]["name"] == "matmul_kernel<4,1>"
     t = pg.step_table(kernels, forwards=2)
     assert t["kernels_per_forward"] == 3 and t["kernel_sum_us"] == pytest.approx(17.0)
     top = t["by_kernel"][0]
     assert (top["kernel"], top["grid"], top["per_forward"]) == (
-        "matmul_kernel<4, 1>",
+        "matmul_kernel<4,1>",
         "(560, 1, 1)",
         1,
     )

@@ -434,6 +434,16 @@ def test_next_weights_hint_changes_no_bits(root, monkeypatch: pytest.MonkeyPatch
     )
 
 
+@pytest.mark.parametrize("kind", ["ATTENTION", "QKV"])
+def test_repeated_launches_change_no_bits(root, monkeypatch: pytest.MonkeyPatch, kind: str):
+    """TRT_SPEC_CUDA_REPEAT_<kind>=2 (bench_gpu.py's warm-launch arms): each attention launch,
+    or each qkv projection, issued twice in a row. Both are idempotent: the same logits bits and
+    tokens."""
+    assert_switch_changes_no_bits(
+        root, monkeypatch, "q4", f"TRT_SPEC_CUDA_REPEAT_{kind}", ("1", "2")
+    )
+
+
 @pytest.mark.parametrize("persistent", ["0", "1"])
 def test_weight_prefetch_changes_no_bits(root, monkeypatch: pytest.MonkeyPatch, persistent: str):
     """TRT_SPEC_CUDA_PREFETCH=1: each matmul block streams its weights toward L2 ahead of their

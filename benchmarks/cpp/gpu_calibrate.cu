@@ -6,7 +6,16 @@
 //   launch_pdl_us        the same with programmatic dependent launch between the nodes
 //   launch_wave_us[b]    a graph node of b empty blocks (b = 1, SMs, 2 SMs, 4 SMs)
 //   l2_load_ns           one dependent load hitting L2 (a pointer chase over 2 MiB)
-//   dram_load_ns         one dependent load missing L2 (a pointer chase over 1 GiB, 4 KiB strides)
+//   dram_load_ns         one dependent load missing L2 (a chase over 4 Mi lines 256 bytes apart in
+//                        1 GiB: 512 MiB of lines, far over L2; 4 KiB strides over 1 GiB touch 32
+//                        MiB of lines, which L2 holds)
+//   dram_tlb_load_ns     the same over 16 GiB, 2 MiB + 256 bytes apart: every load a new page
+//   icache               one block per SM running S KB of straight-line code (kernels of 8 to 128
+//                        KB) twice in one launch, after other code evicted the SMs' instruction
+//                        caches: first_pass_us (cold: fetched from L2) and second_pass_us (warm
+//                        while S fits the SM's instruction cache) per S; icache_cold_ns_per_kb
+//                        (least-squares slope of the first pass over all sizes) and
+//                        icache_warm_ns_per_kb (of the second over 8-32 KB)
 //   flag_hop_ns          one cross-SM flag hop (two blocks ping-pong on a global flag)
 //   atomic_fence_ns      __threadfence + atomicAdd on one counter, dependent, one thread
 // Build: nvcc -O3 -arch=sm_90 -o gpu_calibrate benchmarks/cpp/gpu_calibrate.cu
@@ -49,9 +58,30 @@ __global__ void read_kernel(const int4* __restrict__ p, size_t n, int* sink) {
   if ((acc.x ^ acc.y ^ acc.z ^ acc.w) == 0x12345678) *sink = 1;
 }
 
+// A straight-line body of kSteps dependent steps x = (x ^ c_i) * d_i (two instructions, 32 bytes
+// of code each), run `reps` times: the first pass fetches every instruction, a second one finds
+// them cached while the body fits the SM's instruction cache.
+template <int kSteps, unsigned kSalt>
+__global__ void code_kernel(unsigned* out, int reps) {
+  unsigned x = threadIdx.x + kSalt;
+#pragma unroll 1
+  for (int r = 0; r < reps; ++r) {
+#pragma unroll
+    for (int i = 0; i < kSteps; ++i) x = (x ^ (0x9E3779B9u * (i + kSalt))) * (2u * i + 3u);
+  }
+  if (x == 0x12345u) *out = x;
+}
+
+// next[at[i]] = at[(i + 1) % m]: a cycle through the m entries at[] (the rest is never read).
+__global__ void chase_link_kernel(unsigned long long* next, const unsigned long long* at,
+                                  size_t m) {
+  const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  if (i < m) next[at[i]] = at[(i + 1) % m];
+}
+
 // One thread follows next[] `steps` times; the time per step is one dependent load.
-__global__ void chase_kernel(const unsigned* __restrict__ next, int steps, unsigned* out) {
-  unsigned j = 0;
+__global__ void chase_kernel(const unsigned long long* __restrict__ next, unsigned long long j,
+                             int steps, unsigned long long* out) {
   for (int s = 0; s < steps; ++s) j = __ldcg(next + j);
   *out = j;
 }
@@ -100,6 +130,23 @@ static double median_ms(cudaStream_t st, F f, int reps = 5) {
   return t[t.size() / 2];
 }
 
+// One call of f between two events, no warm-up (a cold instruction cache stays cold).
+template <class F>
+static double once_ms(cudaStream_t st, F f) {
+  cudaEvent_t a, b;
+  CK(cudaEventCreate(&a));
+  CK(cudaEventCreate(&b));
+  CK(cudaEventRecord(a, st));
+  f();
+  CK(cudaEventRecord(b, st));
+  CK(cudaEventSynchronize(b));
+  float ms = 0;
+  CK(cudaEventElapsedTime(&ms, a, b));
+  CK(cudaEventDestroy(a));
+  CK(cudaEventDestroy(b));
+  return ms;
+}
+
 // A graph of `nodes` launches of `blocks` x 32 empty threads (PDL edges when pdl).
 static cudaGraphExec_t empty_graph(cudaStream_t st, int nodes, int blocks, bool pdl) {
   cudaGraph_t g;
@@ -134,29 +181,58 @@ static double graph_node_us(cudaStream_t st, int blocks, bool pdl) {
   return ms * 1e3 / nodes;
 }
 
-// next[] of `bytes` / 4 entries: a random cycle over entries `stride` bytes apart.
-static unsigned* make_chase(size_t bytes, size_t stride) {
-  const size_t n = bytes / 4, step = stride / 4, m = n / step;
-  std::vector<unsigned> order(m), next(n, 0);
-  for (size_t i = 0; i < m; ++i) order[i] = static_cast<unsigned>(i * step);
+// A random cycle over the entries of a `bytes` buffer `stride` bytes apart (8-byte entries), built
+// on the device (only the m linked entries are written): the buffer and its first entry.
+static unsigned long long* make_chase(size_t bytes, size_t stride, unsigned long long& first) {
+  const size_t step = stride / 8, m = bytes / stride;
+  std::vector<unsigned long long> order(m);
+  for (size_t i = 0; i < m; ++i) order[i] = i * step;
   srand(12345);
-  for (size_t i = m - 1; i > 0; --i) std::swap(order[i], order[rand() % (i + 1)]);
-  for (size_t i = 0; i < m; ++i) next[order[i]] = order[(i + 1) % m];
-  unsigned* d;
-  CK(cudaMalloc(&d, bytes));
-  CK(cudaMemcpy(d, next.data(), bytes, cudaMemcpyHostToDevice));
-  return d;
+  for (size_t i = m - 1; i > 0; --i) std::swap(order[i], order[(size_t)rand() % (i + 1)]);
+  unsigned long long *next, *at;
+  CK(cudaMalloc(&next, bytes));
+  CK(cudaMalloc(&at, m * 8));
+  CK(cudaMemcpy(at, order.data(), m * 8, cudaMemcpyHostToDevice));
+  chase_link_kernel<<<(unsigned)((m + 255) / 256), 256>>>(next, at, m);
+  CK(cudaDeviceSynchronize());
+  CK(cudaFree(at));
+  first = order[0];
+  return next;
 }
 
 static double chase_ns(cudaStream_t st, size_t bytes, size_t stride, int steps) {
-  unsigned* next = make_chase(bytes, stride);
-  unsigned* out;
-  CK(cudaMalloc(&out, 4));
-  const double ms0 = median_ms(st, [&] { chase_kernel<<<1, 1, 0, st>>>(next, 1, out); });
-  const double ms = median_ms(st, [&] { chase_kernel<<<1, 1, 0, st>>>(next, steps, out); });
+  unsigned long long first = 0;
+  unsigned long long* next = make_chase(bytes, stride, first);
+  unsigned long long* out;
+  CK(cudaMalloc(&out, 8));
+  const double ms0 = median_ms(st, [&] { chase_kernel<<<1, 1, 0, st>>>(next, first, 1, out); });
+  const double ms = median_ms(st, [&] { chase_kernel<<<1, 1, 0, st>>>(next, first, steps, out); });
   CK(cudaFree(next));
   CK(cudaFree(out));
   return (ms - ms0) * 1e6 / steps;
+}
+
+// The instruction-cache figures: for each body size, the median time of a launch of one pass and
+// of two passes (one 32-thread block per SM), each after the eviction kernels ran other code on
+// every SM; the first pass = t1 - (t2 - t1) (the launch's own cost cancels), the second = t2 - t1.
+struct CodeRun {
+  int kb;
+  void (*launch)(cudaStream_t, int, unsigned*, int);
+};
+template <int kSteps, unsigned kSalt>
+static void code_launch(cudaStream_t st, int sms, unsigned* out, int reps) {
+  code_kernel<kSteps, kSalt><<<sms, 32, 0, st>>>(out, reps);
+}
+
+// The least-squares slope of y over x, points [0, n).
+static double slope(const std::vector<double>& x, const std::vector<double>& y, size_t n) {
+  double mx = 0, my = 0, sxy = 0, sxx = 0;
+  for (size_t i = 0; i < n; ++i) mx += x[i] / n, my += y[i] / n;
+  for (size_t i = 0; i < n; ++i) {
+    sxy += (x[i] - mx) * (y[i] - my);
+    sxx += (x[i] - mx) * (x[i] - mx);
+  }
+  return sxx > 0 ? sxy / sxx : 0.0;
 }
 
 int main() {
@@ -191,7 +267,37 @@ int main() {
   for (int i = 0; i < 4; ++i) wave_us[i] = graph_node_us(st, wave_blocks[i], true);
 
   const double l2_ns = chase_ns(st, size_t(2) << 20, 128, 20000);
-  const double dram_ns = chase_ns(st, size_t(1) << 30, 4096, 20000);
+  const double dram_ns = chase_ns(st, size_t(1) << 30, 256, 20000);
+  const double tlb_ns = chase_ns(st, size_t(16) << 30, (size_t(2) << 20) + 256, 4000);
+
+  unsigned* code_out;
+  CK(cudaMalloc(&code_out, 4));
+  const CodeRun runs[] = {{8, code_launch<256, 1>},
+                          {16, code_launch<512, 1>},
+                          {32, code_launch<1024, 1>},
+                          {64, code_launch<2048, 1>},
+                          {128, code_launch<4096, 1>}};
+  auto evict = [&] {  // 384 KB of other code on every SM
+    code_launch<4096, 2>(st, sms, code_out, 1);
+    code_launch<4096, 3>(st, sms, code_out, 1);
+    code_launch<4096, 4>(st, sms, code_out, 1);
+  };
+  std::vector<double> kbs, first_us, second_us;
+  for (const CodeRun& r : runs) {
+    double t[2];
+    for (int reps = 1; reps <= 2; ++reps) {
+      std::vector<double> v;
+      for (int k = 0; k < 5; ++k) {
+        evict();
+        v.push_back(once_ms(st, [&] { r.launch(st, sms, code_out, reps); }));
+      }
+      std::sort(v.begin(), v.end());
+      t[reps - 1] = v[v.size() / 2] * 1e3;
+    }
+    kbs.push_back(r.kb);
+    first_us.push_back(2 * t[0] - t[1]);
+    second_us.push_back(t[1] - t[0]);
+  }
 
   int* flag;
   CK(cudaMalloc(&flag, 4));
@@ -228,6 +334,16 @@ int main() {
     std::printf("%s\"%d\": %.3f", i ? ", " : "", wave_blocks[i], wave_us[i]);
   std::printf("},\n");
   std::printf("  \"l2_load_ns\": %.1f,\n  \"dram_load_ns\": %.1f,\n", l2_ns, dram_ns);
+  std::printf("  \"dram_tlb_load_ns\": %.1f,\n", tlb_ns);
+  std::printf("  \"icache\": {\"kb\": [");
+  for (size_t i = 0; i < kbs.size(); ++i) std::printf("%s%.0f", i ? ", " : "", kbs[i]);
+  std::printf("], \"first_pass_us\": [");
+  for (size_t i = 0; i < kbs.size(); ++i) std::printf("%s%.3f", i ? ", " : "", first_us[i]);
+  std::printf("], \"second_pass_us\": [");
+  for (size_t i = 0; i < kbs.size(); ++i) std::printf("%s%.3f", i ? ", " : "", second_us[i]);
+  std::printf("]},\n");
+  std::printf("  \"icache_cold_ns_per_kb\": %.1f,\n", 1e3 * slope(kbs, first_us, kbs.size()));
+  std::printf("  \"icache_warm_ns_per_kb\": %.1f,\n", 1e3 * slope(kbs, second_us, 3));
   std::printf("  \"flag_hop_ns\": %.1f,\n", (pp_ms - pp0_ms) * 1e6 / (hops - 2));
   std::printf("  \"atomic_fence_ns\": %.1f\n}\n", (af_ms - af0_ms) * 1e6 / (fsteps - 1));
   return 0;

@@ -236,6 +236,12 @@ void bind_session(nb::module_& m) {
       .def("set_cuda_attention_warps", CUDA_INT_SWITCH(cuda_set_attention_warps), "warps"_a,
            "CUDA: warps per attention block from now on, 4 (the default) or 8. Returns the value "
            "in force; -1 on other backends.")
+      .def("set_cuda_repeat_attention", CUDA_INT_SWITCH(cuda_set_repeat_attention), "times"_a,
+           "CUDA: issue each attention launch `times` times in a row from now on (a measurement "
+           "aid: the same bits). Returns the value in force; -1 on other backends.")
+      .def("set_cuda_repeat_qkv", CUDA_INT_SWITCH(cuda_set_repeat_qkv), "times"_a,
+           "CUDA: issue each qkv projection `times` times in a row from now on (a measurement "
+           "aid: the same bits). Returns the value in force; -1 on other backends.")
       .def("set_cuda_prefetch_next", CUDA_INT_SWITCH(cuda_set_prefetch_next), "bytes"_a,
            "CUDA: bytes (at most) of the next ops' weights each launch of the graphs captured "
            "from now on streams toward L2 (0: none). Returns the value in force; -1 on other "

@@ -48,6 +48,12 @@ bool cuda_set_one_wave(Backend& be, bool on);
 // (CudaBackend::set_attention_warps). Returns the value in force; -1 for any other backend.
 int cuda_set_attention_warps(Backend& be, int warps);
 
+// Times each attention launch, or each qkv projection, of `be`, a CUDA backend, is issued in a
+// row from now on (CudaBackend::set_repeat_attention / set_repeat_qkv: a measurement aid; the
+// same bits). Returns the value in force; -1 for any other backend.
+int cuda_set_repeat_attention(Backend& be, int times);
+int cuda_set_repeat_qkv(Backend& be, int times);
+
 // Bytes of its weights (at most) each matmul block of `be`, a CUDA backend, streams toward L2
 // ahead of its use from now on (CudaBackend::set_prefetch; 0: none). Returns the value in force;
 // -1 for any other backend.

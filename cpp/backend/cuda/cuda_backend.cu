@@ -194,6 +194,10 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   set_persistent(persistent && std::string(persistent) == "1");
   const char* attn_warps = std::getenv("TRT_SPEC_CUDA_ATTN_WARPS");
   set_attention_warps(attn_warps ? std::atoi(attn_warps) : cuda::kAttnWarps);
+  const char* rep_attn = std::getenv("TRT_SPEC_CUDA_REPEAT_ATTENTION");
+  set_repeat_attention(rep_attn ? std::atoi(rep_attn) : 1);
+  const char* rep_qkv = std::getenv("TRT_SPEC_CUDA_REPEAT_QKV");
+  set_repeat_qkv(rep_qkv ? std::atoi(rep_qkv) : 1);
   set_prefetch_next(env_bytes("TRT_SPEC_CUDA_PREFETCH_NEXT", cuda::kPrefetchNextBytes));
   set_prefetch(static_cast<int>(env_bytes("TRT_SPEC_CUDA_PREFETCH", cuda::kPrefetchBlockBytes)));
   cudaStream_t s = nullptr;
@@ -231,6 +235,16 @@ bool cuda_set_pdl(Backend& be, bool on) {
 int cuda_set_attention_warps(Backend& be, int warps) {
   auto* c = dynamic_cast<CudaBackend*>(&be);
   return c ? c->set_attention_warps(warps) : -1;
+}
+
+int cuda_set_repeat_attention(Backend& be, int times) {
+  auto* c = dynamic_cast<CudaBackend*>(&be);
+  return c ? c->set_repeat_attention(times) : -1;
+}
+
+int cuda_set_repeat_qkv(Backend& be, int times) {
+  auto* c = dynamic_cast<CudaBackend*>(&be);
+  return c ? c->set_repeat_qkv(times) : -1;
 }
 
 int64_t cuda_set_prefetch_next(Backend& be, int64_t bytes) {
@@ -538,9 +552,11 @@ void CudaBackend::attention(const float* qkv, const Rows& rows, int n, const Att
                      partial, counters))
     return;
   if (sizing()) return;
-  cuda::launch_attention(stream_, p, qkv, rows_view(rows), n, s.n_heads, s.scale, kv_view(cache),
-                         layer, out, partial, counters, pdl_, next);
-  check_launch("attention");
+  for (int r = 0; r < repeat_attention_; ++r) {  // (set_repeat_attention: idempotent)
+    cuda::launch_attention(stream_, p, qkv, rows_view(rows), n, s.n_heads, s.scale, kv_view(cache),
+                           layer, out, partial, counters, pdl_, next);
+    check_launch("attention");
+  }
 }
 
 void CudaBackend::kv_copy(KvCache& cache, const int32_t* slot, const int32_t* src,

@@ -153,6 +153,15 @@ class CudaBackend final : public Backend {
     if (warps == 4 || warps == 8) attn_warps_ = warps;
     return attn_warps_;
   }
+  // A measurement aid: each attention launch, and each qkv projection (the matmul with the RoPE
+  // and KV-cache epilogue), issued `times` times in a row for the launches that follow (1: once,
+  // the default; TRT_SPEC_CUDA_REPEAT_ATTENTION / _QKV at construction). Both are idempotent
+  // (neither reads what it writes), so the bits are the same; a graph's time with a
+  // launch repeated, less its time without, is what the launch costs warm (its code, data and
+  // translations cached by the launch before it): bench_gpu.py's repeat arms. Per-operation
+  // launches only. Return the value in force.
+  int set_repeat_attention(int times) { return repeat_attention_ = times > 1 ? times : 1; }
+  int set_repeat_qkv(int times) { return repeat_qkv_ = times > 1 ? times : 1; }
   CUstream_st* stream() const { return stream_; }
   // True during capture()'s sizing pass: ops (the spec layer's too) launch nothing.
   bool sizing() const { return sizing_; }
@@ -238,6 +247,8 @@ class CudaBackend final : public Backend {
   bool one_wave_ = true;
   int prefetch_ = 0;           // bytes per matmul block (set_prefetch)
   int attn_warps_ = 4;         // set_attention_warps
+  int repeat_attention_ = 1;   // set_repeat_attention
+  int repeat_qkv_ = 1;         // set_repeat_qkv
   int64_t prefetch_next_ = 0;  // set_prefetch_next
   // The matmul weights of a capture's sizing pass in issue order, and in its capture pass the
   // matmuls issued so far: where the next ops' weights are (hint_after).

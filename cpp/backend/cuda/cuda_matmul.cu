@@ -107,8 +107,11 @@ void CudaBackend::matmul(const cuda::MatmulArgs& a, const char* what) {
   if (p.counter_bytes) counters = static_cast<int*>(scratch(kMatmulCounters, p.counter_bytes));
   if (hold_matmul(a, p, partial, counters)) return;
   if (sizing()) return;
-  cuda::launch_matmul(stream_, a, p, partial, counters, pdl_, prefetch_, next);
-  check_launch(what);
+  const int times = a.epi == cuda::MatmulOut::kRopeKv ? repeat_qkv_ : 1;  // (set_repeat_qkv)
+  for (int r = 0; r < times; ++r) {
+    cuda::launch_matmul(stream_, a, p, partial, counters, pdl_, prefetch_, next);
+    check_launch(what);
+  }
 }
 
 void CudaBackend::linear(WeightView w, WeightView bias, const float* x, int n, float* out) {
