@@ -53,7 +53,15 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from gpu_report import markdown, projection  # (benchmarks/, beside this script)
+from gpu_arms import (  # (benchmarks/, beside this script)
+    attention_warps_arms,
+    imma_arms,
+    persistent_arms,
+    repeat_arms,
+    switch_compare,
+    waves_arms,
+)
+from gpu_report import markdown, projection
 from native_testing import testing_module
 from trt_spec.bench.common import git_commit, log
 from trt_spec.cost_model import decode_read_bytes
@@ -176,7 +184,7 @@ def decode_steps(engines: dict[str, Path], bw_gbps: float | None, args, save) ->
             row.update(  # attention blocks of 4 warps against 8, interleaved
                 switch_compare(
                     lambda role=role, s=s, ctx=ctx: s.time_forward(role, 1, 1, ctx, args.iters),
-                    attention_warps_arms(s),
+                    attention_warps_arms(s, one_row=True),
                 )
             )
             row.update(  # each layer's attention or qkv projection launched twice in a row
@@ -326,90 +334,6 @@ def forward_rows(engine: Path, target: str, args) -> dict:
         prefill.append(item)
     s.set_cuda_imma_rows(0)
     return {"model": target, "verify_rows": rows, "prefill_rows": PREFILL_ROWS, "prefill": prefill}
-
-
-SWITCH_REPEATS = 3
-
-
-def imma_arms(s: Any) -> dict[str, Any]:
-    """Every q8 / q4 matmul on the dp4a tiles, or on the tensor-core kernel (then the default)."""
-    return {
-        "dp4a": lambda: s.set_cuda_imma_rows(10**6),
-        "imma": lambda: s.set_cuda_imma_rows(1),
-        "": lambda: s.set_cuda_imma_rows(0),
-    }
-
-
-def waves_arms(s: Any) -> dict[str, Any]:
-    """Decode and verify launches on the earlier grids, or in one wave (then the default)."""
-    return {
-        "earlier_grids": lambda: s.set_cuda_one_wave(False),
-        "one_wave": lambda: s.set_cuda_one_wave(True),
-        "": lambda: s.set_cuda_one_wave(True),
-    }
-
-
-def attention_warps_arms(s: Any) -> dict[str, Any]:
-    """Attention blocks of 4 warps (then the default) or 8 (a (row, head) pair per warp)."""
-    return {
-        "attn_4w": lambda: s.set_cuda_attention_warps(4),
-        "attn_8w": lambda: s.set_cuda_attention_warps(8),
-        "": lambda: s.set_cuda_attention_warps(4),
-    }
-
-
-def repeat_arms(s: Any) -> dict[str, Any]:
-    """Each attention, or each qkv projection, launched once (then the default) or twice in a
-    row (set_cuda_repeat_*: the same bits). The second of a pair finds its code, data and
-    translations warm: (twice - once) / layers is a warm launch's cost, against what a launch
-    costs in the forward's own order (profile_gpu.py's step table)."""
-
-    def arm(attention: int, qkv: int):
-        return lambda: (s.set_cuda_repeat_attention(attention), s.set_cuda_repeat_qkv(qkv))
-
-    return {"once": arm(1, 1), "attn_x2": arm(2, 1), "qkv_x2": arm(1, 2), "": arm(1, 1)}
-
-
-def persistent_arms(s: Any, prefetch: list[int] | None = None) -> dict[str, Any]:
-    """A forward as its per-operation launches, or as one persistent launch (then the default:
-    per operation); each also with each budget of `prefetch`: that many bytes of each matmul
-    block's weights streamed toward L2 ahead of their use (matmul_prefetch in
-    kernels/cuda/matmul_kernel.cuh; arms per_op_prefetch_<bytes>, persistent_prefetch_<bytes>);
-    and per operation with each launch streaming the next matmuls' weights (per_op_next:
-    set_cuda_prefetch_next, 16 MiB)."""
-
-    def arm(persistent: bool, bytes_: int, next_: int = 0):
-        return lambda: (
-            s.set_cuda_persistent(persistent),
-            s.set_cuda_prefetch(bytes_),
-            s.set_cuda_prefetch_next(next_),
-        )
-
-    arms = {"per_op": arm(False, 0), "persistent": arm(True, 0)}
-    for b in prefetch or []:
-        arms[f"per_op_prefetch_{b}"] = arm(False, b)
-        arms[f"persistent_prefetch_{b}"] = arm(True, b)
-    if prefetch:
-        arms["per_op_next"] = arm(False, 0, 16 << 20)
-    return arms | {"": arm(False, 0)}
-
-
-def switch_compare(timed, arms: dict[str, Any]) -> dict:
-    """The same timed forward under each arm of a backend switch (arms: name -> setter; the ""
-    setter restores the default after), alternating SWITCH_REPEATS times in one process:
-    "<name>_ms" medians and "<name>_spread_ms" spreads."""
-    names = [k for k in arms if k]
-    got: dict[str, list[float]] = {k: [] for k in names}
-    for _ in range(SWITCH_REPEATS):
-        for k in names:
-            arms[k]()
-            got[k].append(timed() * 1e3)
-    arms[""]()
-    out = {}
-    for k, v in got.items():
-        out[f"{k}_ms"] = float(np.median(v))
-        out[f"{k}_spread_ms"] = max(v) - min(v)
-    return out
 
 
 def bandwidth(T, args) -> float | None:  # noqa: N803

@@ -111,8 +111,9 @@ def markdown(r: dict) -> str:
         "",
         "| model | weights | step ms (graph) | no graph | with PDL | engine step ms | "
         "roofline ms | of roofline | with PDL | achieved GB/s | bytes read roofline ms | "
-        "of it, PDL | earlier grids ms | one wave ms | attention 4 warps ms | 8 warps ms |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "of it, PDL | earlier grids ms | one wave ms | attention 4 warps ms | 8 warps ms | "
+        "one-row kernel, 4 warps ms | 8 warps ms |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for s in r.get("decode_steps", []):
         out.append(
@@ -122,7 +123,8 @@ def markdown(r: dict) -> str:
             f"{fmt(s['roofline_ms'])} | {fmt(s['of_roofline'], '.0%')} | "
             f"{fmt(s.get('of_roofline_pdl'), '.0%')} | {fmt(s['achieved_gbps'], '.0f')} | "
             f"{fmt(s.get('roofline_read_ms'))} | {fmt(s.get('of_roofline_read_pdl'), '.0%')} | "
-            f"{_pair(s, 'earlier_grids', 'one_wave')} {_pair(s, 'attn_4w', 'attn_8w')}"
+            f"{_pair(s, 'earlier_grids', 'one_wave')} {_pair(s, 'attn_4w', 'attn_8w')} "
+            f"{_pair(s, 'attn_4w_1r', 'attn_8w_1r')}"
         )
     out += [
         "",

@@ -278,11 +278,11 @@ fi
 # past L2 and past the TLB, and an SM's instruction fetch cold and warm by code size (the
 # decode kernels hold 70-120 KiB of code each: benchmarks/kernel_code.py); the q4 steps, verify
 # rows and K = 4 iterations with the persistent forward, the weight prefetch, the next-weights
-# hints and 8-warp attention against the per-operation launches, and each layer's attention or
-# qkv projection launched twice (what a warm launch costs), in one process; the target's
-# and the draft's one-row forward kernel by kernel with each kernel's code bytes and what its
-# warps wait on (profile_gpu.py step: ncu WarpStateStats); the switches' exactness tests; the
-# four sanitizers over them.
+# hints, 8-warp attention and the one-row attention instance (less code) against the
+# per-operation launches, and each layer's attention or qkv projection launched twice (what a
+# warm launch costs), in one process; the target's and the draft's one-row forward kernel by
+# kernel with each kernel's code bytes and what its warps wait on (profile_gpu.py step: ncu
+# WarpStateStats); the switches' exactness tests; the four sanitizers over them.
 if [[ "$step" == fixed ]]; then
   build_cuda 150
   run calib_build timeout 90 nvcc -O3 -arch=sm_90 -o "$OUT/gpu_calibrate" \
@@ -295,12 +295,12 @@ if [[ "$step" == fixed ]]; then
     --step-cases target:1,draft:1 --out "$OUT"
   run pytest_switches timeout "$(cap 90)" python -m pytest -m gpu -v -rs -p no:cacheprovider \
     -p no:randomly tests/test_cuda_engine.py \
-    -k "persistent or prefetch or attention_warps or next_weights or repeated or q4_greedy_spec"
+    -k "persistent or prefetch or attention_warps or one_row or next_weights or repeated or q4_greedy_spec"
   for tool in memcheck racecheck synccheck initcheck; do
     run "sanitizer_switches_$tool" timeout "$(cap 30)" \
       compute-sanitizer --tool "$tool" --error-exitcode 3 python -m pytest -m gpu -x -q \
       -p no:cacheprovider tests/test_cuda_engine.py \
-      -k "(persistent and f16) or (prefetch and 1) or attention_warps or next_weights or repeated"
+      -k "(persistent and f16) or (prefetch and 1) or attention_warps or one_row or next_weights or repeated"
   done
 fi
 if [[ "$step" == build || "$step" == all ]]; then

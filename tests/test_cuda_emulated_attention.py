@@ -103,8 +103,9 @@ class Case:
         )
 
     def emu(
-        self, emu, qkv, pos, slot, kv_idx=None, base=None, bits=None, k=None, v=None, sm=SM, warps=4
-    ):
+        self, emu, qkv, pos, slot, kv_idx=None, base=None, bits=None, k=None, v=None, sm=SM,
+        warps=4, one_row=False,
+    ):  # fmt: skip
         """kv_write then attention on copies of the cache (or k, v in place)."""
         n = len(pos)
         k = self.k.copy() if k is None else k
@@ -151,6 +152,7 @@ class Case:
             I32(dims[2]),
             I32(sm),
             I32(warps),
+            I32(int(one_row)),
             P(partial),
             P(counters),
             P(out),
@@ -222,6 +224,21 @@ def test_eight_warps_give_the_four_warp_bits(emu, group: int, hd: int) -> None:
     assert pl4["splits"] == pl8["splits"] == 20
     assert np.isfinite(four).all()
     np.testing.assert_array_equal(eight, four)
+
+
+@pytest.mark.parametrize("warps", [4, 8])
+@pytest.mark.parametrize("kv,hd", [("f16", 128), ("bf16", 64), ("f32", 128)])
+def test_one_row_kernel_gives_the_general_bits(emu, kv: str, hd: int, warps: int) -> None:
+    """The decode instance (kOneRow; CudaBackend::set_attention_one_row) gives a one-row launch
+    the general kernel's bits: a short row (one split), a long one (several splits and tiles),
+    and a row whose kv_idx is not its position."""
+    c = Case(hd + warps, kv, 14, 2, hd, 640, 2)
+    for pos, slot, kv_idx in (([9], [1], None), ([600], [0], None), ([300], [1], [77])):
+        qkv = c.qkv(1)
+        general, k, v, pl = c.emu(emu, qkv, pos, slot, kv_idx, warps=warps)
+        one, _, _, _ = c.emu(emu, qkv, pos, slot, kv_idx, k=k, v=v, warps=warps, one_row=True)
+        assert np.isfinite(general).all()
+        np.testing.assert_array_equal(one, general)
 
 
 @pytest.mark.parametrize(

@@ -434,6 +434,17 @@ def test_next_weights_hint_changes_no_bits(root, monkeypatch: pytest.MonkeyPatch
     )
 
 
+@pytest.mark.parametrize("warps", ["4", "8"])
+def test_one_row_attention_changes_no_bits(root, monkeypatch: pytest.MonkeyPatch, warps: str):
+    """TRT_SPEC_CUDA_ATTN_ONE_ROW=1: one-row launches without tree bits (batch-1 decode and
+    draft steps) on the decode instance (attention.cuh kOneRow): the same logits bits and
+    tokens, on blocks of 4 and 8 warps."""
+    assert_switch_changes_no_bits(
+        root, monkeypatch, "q4", "TRT_SPEC_CUDA_ATTN_ONE_ROW", ("0", "1"),
+        TRT_SPEC_CUDA_ATTN_WARPS=warps,
+    )  # fmt: skip
+
+
 @pytest.mark.parametrize("kind", ["ATTENTION", "QKV"])
 def test_repeated_launches_change_no_bits(root, monkeypatch: pytest.MonkeyPatch, kind: str):
     """TRT_SPEC_CUDA_REPEAT_<kind>=2 (bench_gpu.py's warm-launch arms): each attention launch,

@@ -80,7 +80,7 @@ def test_short_names_of_ncu_and_cxxfilt_agree() -> None:
 
 def test_the_built_library_holds_the_decode_kernels() -> None:
     """Where the CUDA backend is compiled: the sm_90 code of the one-row q4 matmul and of the
-    128-dim attention is found, each between 1 KiB and 1 MiB."""
+    128-dim attention (general and one-row) is found, each between 1 KiB and 1 MiB."""
     from trt_spec import _core
 
     if not _core.cuda_compiled():
@@ -88,7 +88,8 @@ def test_the_built_library_holds_the_decode_kernels() -> None:
     code = kernel_code.code_bytes_by_name(kernel_code.default_library(), 90)
     if not code:
         pytest.skip("no plain cubins in the library (a compressed fatbin)")
-    for k in ("trt_spec::cuda::matmul_kernel<4,1>", "trt_spec::cuda::attention_kernel<128,4>"):
+    att = "trt_spec::cuda::attention_kernel<128,4,"
+    for k in ("trt_spec::cuda::matmul_kernel<4,1>", att + "false>", att + "true>"):
         assert 1024 < code.get(k, 0) < 1 << 20, (k, sorted(code)[:8])
 
 

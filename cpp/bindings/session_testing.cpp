@@ -236,6 +236,9 @@ void bind_session(nb::module_& m) {
       .def("set_cuda_attention_warps", CUDA_INT_SWITCH(cuda_set_attention_warps), "warps"_a,
            "CUDA: warps per attention block from now on, 4 (the default) or 8. Returns the value "
            "in force; -1 on other backends.")
+      .def("set_cuda_attention_one_row", CUDA_SWITCH(cuda_set_attention_one_row), "on"_a,
+           "CUDA: run one-row attention launches without tree bits on the decode instance from "
+           "now on (the same bits). Returns whether they do; false on other backends.")
       .def("set_cuda_repeat_attention", CUDA_INT_SWITCH(cuda_set_repeat_attention), "times"_a,
            "CUDA: issue each attention launch `times` times in a row from now on (a measurement "
            "aid: the same bits). Returns the value in force; -1 on other backends.")

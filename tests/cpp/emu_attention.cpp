@@ -57,18 +57,19 @@ void emu_kv_write(const float* qkv, const int32_t* pos, const int32_t* slot, con
                   kv_view(k, v, type, layers, nkv, max_seq, hd), layer);
 }
 
-// Backend::attention (reads the cache only) on blocks of `warps` warps (4 or 8). partial /
-// counters: the plan's scratch (counters zero; left zero). kv_idx, tree_base, tree_bits: null or
-// [n] (backend.h Rows).
+// Backend::attention (reads the cache only) on blocks of `warps` warps (4 or 8); one_row: a
+// one-row launch without tree bits on the decode instance (CudaBackend::set_attention_one_row).
+// partial / counters: the plan's scratch (counters zero; left zero). kv_idx, tree_base,
+// tree_bits: null or [n] (backend.h Rows).
 void emu_attention(const float* qkv, const int32_t* pos, const int32_t* slot, const int32_t* kv_idx,
                    const int32_t* tree_base, const uint64_t* tree_bits, int n, int nh, int nkv,
                    int hd, float scale, int type, void* k, void* v, int layers, int max_seq,
-                   int layer, int sm_count, int warps, float* partial, unsigned* counters,
-                   float* out) {
+                   int layer, int sm_count, int warps, int one_row, float* partial,
+                   unsigned* counters, float* out) {
   const AttentionPlan p = plan_attention(n, nh, nkv, hd, max_seq, sm_count, true, warps);
   launch_attention(nullptr, p, qkv, rows_view(pos, slot, kv_idx, tree_base, tree_bits), n, nh,
                    scale, kv_view(k, v, type, layers, nkv, max_seq, hd), layer, out, partial,
-                   counters);
+                   counters, false, {}, one_row != 0);
 }
 
 void emu_kv_copy(void* k, void* v, int type, int layers, int nkv, int max_seq, int hd,

@@ -48,6 +48,11 @@ bool cuda_set_one_wave(Backend& be, bool on);
 // (CudaBackend::set_attention_warps). Returns the value in force; -1 for any other backend.
 int cuda_set_attention_warps(Backend& be, int warps);
 
+// Whether one-row attention launches of `be`, a CUDA backend, run the decode instance from now
+// on (CudaBackend::set_attention_one_row; the same bits). Returns it; false for any other
+// backend.
+bool cuda_set_attention_one_row(Backend& be, bool on);
+
 // Times each attention launch, or each qkv projection, of `be`, a CUDA backend, is issued in a
 // row from now on (CudaBackend::set_repeat_attention / set_repeat_qkv: a measurement aid; the
 // same bits). Returns the value in force; -1 for any other backend.

@@ -194,6 +194,8 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   set_persistent(persistent && std::string(persistent) == "1");
   const char* attn_warps = std::getenv("TRT_SPEC_CUDA_ATTN_WARPS");
   set_attention_warps(attn_warps ? std::atoi(attn_warps) : cuda::kAttnWarps);
+  const char* one_row = std::getenv("TRT_SPEC_CUDA_ATTN_ONE_ROW");
+  set_attention_one_row(one_row && std::string(one_row) == "1");
   const char* rep_attn = std::getenv("TRT_SPEC_CUDA_REPEAT_ATTENTION");
   set_repeat_attention(rep_attn ? std::atoi(rep_attn) : 1);
   const char* rep_qkv = std::getenv("TRT_SPEC_CUDA_REPEAT_QKV");
@@ -235,6 +237,11 @@ bool cuda_set_pdl(Backend& be, bool on) {
 int cuda_set_attention_warps(Backend& be, int warps) {
   auto* c = dynamic_cast<CudaBackend*>(&be);
   return c ? c->set_attention_warps(warps) : -1;
+}
+
+bool cuda_set_attention_one_row(Backend& be, bool on) {
+  auto* c = dynamic_cast<CudaBackend*>(&be);
+  return c ? c->set_attention_one_row(on) : false;
 }
 
 int cuda_set_repeat_attention(Backend& be, int times) {
@@ -554,7 +561,7 @@ void CudaBackend::attention(const float* qkv, const Rows& rows, int n, const Att
   if (sizing()) return;
   for (int r = 0; r < repeat_attention_; ++r) {  // (set_repeat_attention: idempotent)
     cuda::launch_attention(stream_, p, qkv, rows_view(rows), n, s.n_heads, s.scale, kv_view(cache),
-                           layer, out, partial, counters, pdl_, next);
+                           layer, out, partial, counters, pdl_, next, attn_one_row_);
     check_launch("attention");
   }
 }

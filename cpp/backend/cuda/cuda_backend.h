@@ -153,6 +153,12 @@ class CudaBackend final : public Backend {
     if (warps == 4 || warps == 8) attn_warps_ = warps;
     return attn_warps_;
   }
+  // Whether a one-row attention launch without tree bits (a batch-1 decode, a draft step) runs
+  // the decode instance (attention.cuh kOneRow: the general kernel's code with the row count,
+  // in-place tiles and element type known; 64 KiB of sm_90 code at head_dim 128 on 8 warps
+  // against the general 117 KiB on 4) for the launches that follow; off by default
+  // (TRT_SPEC_CUDA_ATTN_ONE_ROW=1 at construction). The same bits either way. Returns it.
+  bool set_attention_one_row(bool on) { return attn_one_row_ = on; }
   // A measurement aid: each attention launch, and each qkv projection (the matmul with the RoPE
   // and KV-cache epilogue), issued `times` times in a row for the launches that follow (1: once,
   // the default; TRT_SPEC_CUDA_REPEAT_ATTENTION / _QKV at construction). Both are idempotent
@@ -247,6 +253,7 @@ class CudaBackend final : public Backend {
   bool one_wave_ = true;
   int prefetch_ = 0;           // bytes per matmul block (set_prefetch)
   int attn_warps_ = 4;         // set_attention_warps
+  bool attn_one_row_ = false;  // set_attention_one_row
   int repeat_attention_ = 1;   // set_repeat_attention
   int repeat_qkv_ = 1;         // set_repeat_qkv
   int64_t prefetch_next_ = 0;  // set_prefetch_next

@@ -114,8 +114,9 @@ static_assert(AttnTile<64>::smem <= kAttnMaxSmem && AttnTile<128>::smem <= kAttn
 // kBatch loads of k and of v before the first conversion (one memory round trip per batch, not
 // one per 16 bytes): kIters / kBatch batches per tile (f16 / bf16: one at head_dim 64 to 256;
 // f32: one at 64, two at 128 and 256). Batches of 4 keep the kernel at 128 registers (all 8
-// loads of an f32 tile at once took 221).
-template <int HD, int kPer, int kThreads>
+// loads of an f32 tile at once took 221). kHalf (kPer 8): the 16-bit kind, KvType::F16 or BF16,
+// or F32 to read kv.type for each element (the general kernel: one instance for both).
+template <int HD, int kPer, int kThreads, KvType kHalf = KvType::F32>
 __device__ __forceinline__ void load_kv_tile_typed(const KvView& kv, int64_t head, const int* phys,
                                                    int t0, int cnt, float* sk, float* sv) {
   using S = AttnTile<HD>;
@@ -126,7 +127,7 @@ __device__ __forceinline__ void load_kv_tile_typed(const KvView& kv, int64_t hea
   const int hd = kv.head_dim, vpr = hd / kPer, total = cnt * vpr;
   const char* kb = static_cast<const char*>(kv.k);
   const char* vb = static_cast<const char*>(kv.v);
-  const bool f16 = kv.type == KvType::F16;
+  const bool f16 = kHalf == KvType::F32 ? kv.type == KvType::F16 : kHalf == KvType::F16;
 #pragma unroll 1
   for (int i0 = static_cast<int>(threadIdx.x); i0 < total; i0 += kBatch * kThreads) {
     uint4 a[kBatch], b[kBatch];
@@ -169,14 +170,20 @@ __device__ __forceinline__ void load_kv_tile_typed(const KvView& kv, int64_t hea
 
 // Loads cnt entries (entry t: phys[t] if phys, else t0 + t) of one kv head (k, v: its entry 0)
 // into sk [t * k_stride + d] and sv [t * HD + d] as f32, 16 bytes per load. The whole block
-// (kThreads threads or more) calls it.
-template <int HD, int kThreads>
+// (kThreads threads or more) calls it. kByType: one copy of the loop per element type (each
+// converting one way), instead of one for both 16-bit types choosing per element: more code in
+// all, less of it run (the one-row kernel's).
+template <int HD, int kThreads, bool kByType = false>
 __device__ __forceinline__ void load_kv_tile(const KvView& kv, int64_t head, const int* phys,
                                              int t0, int cnt, float* sk, float* sv) {
   if (kv.type == KvType::F32)
     load_kv_tile_typed<HD, 4, kThreads>(kv, head, phys, t0, cnt, sk, sv);
-  else
+  else if (!kByType)
     load_kv_tile_typed<HD, 8, kThreads>(kv, head, phys, t0, cnt, sk, sv);
+  else if (kv.type == KvType::F16)
+    load_kv_tile_typed<HD, 8, kThreads, KvType::F16>(kv, head, phys, t0, cnt, sk, sv);
+  else
+    load_kv_tile_typed<HD, 8, kThreads, KvType::BF16>(kv, head, phys, t0, cnt, sk, sv);
 }
 
 // The merge of one (row, head) pair's rs >= 2 split partials pp [rs, hd + 2] (max, sum, acc) into
@@ -278,7 +285,10 @@ struct AttnArgs {
 // persistent forward's counters (forward_program.cuh). See the file comment. The arguments are
 // read where they are used, from wherever `a` lives (the kernel's parameters, or the persistent
 // forward's shared memory): none of them has to stay in a register for the whole block.
-template <int HD, int kW, class Wait>
+// kOneRow: the decode instance, for launches of one row without tree bits (n == 1, no
+// tree_bits): the same code with the tile's row count, its in-place tiles and the element type
+// of its loads known, so the rows, modes and gathered tiles of the general path fold away.
+template <int HD, int kW, bool kOneRow = false, class Wait>
 __device__ __forceinline__ void attention_block(const AttnArgs& a, int64_t bx, int64_t gx,
                                                 AttnSmem<HD>& sm, Wait&& wait) {
   const float* const& qkv = a.qkv;
@@ -319,17 +329,19 @@ __device__ __forceinline__ void attention_block(const AttnArgs& a, int64_t bx, i
     const int nhb = min(head_chunk, (g + 1) * group - h0);
     // The tile: rows [x, x_end) of one slot.
     const int x = static_cast<int>(item / gy_total), slot = rows.slot[x];
-    if (x % tile_rows != 0 && rows.slot[x - 1] == slot) continue;  // not the first row of a tile
-    const int lim = min(n, (x / tile_rows + 1) * tile_rows);
     int x_end = x + 1;
-    while (x_end < lim && rows.slot[x_end] == slot) ++x_end;
-    const int nr = x_end - x, nq = nr * nhb;
+    if constexpr (!kOneRow) {
+      if (x % tile_rows != 0 && rows.slot[x - 1] == slot) continue;  // not a tile's first row
+      const int lim = min(n, (x / tile_rows + 1) * tile_rows);
+      while (x_end < lim && rows.slot[x_end] == slot) ++x_end;
+    }
+    const int nr = kOneRow ? 1 : x_end - x, nq = nr * nhb;
     // The rows' logical lengths and the pairs' q, their loads in flight together (one round trip,
     // not two: the lengths go to shared memory after the q loads are issued). A split with no
     // entries of this tile loads q for nothing and returns.
-    const int my_llog = static_cast<int>(threadIdx.x) < nr
-                            ? rows.logical_len(x + static_cast<int>(threadIdx.x))
-                            : 0;
+    int my_llog = 0;
+    if (static_cast<int>(threadIdx.x) < nr)
+      my_llog = kOneRow ? rows.index(x) + 1 : rows.logical_len(x + static_cast<int>(threadIdx.x));
     const int64_t stride = static_cast<int64_t>(n_heads + 2 * nkv) * hd;
     const int hd4 = hd / 4;  // 16-byte loads (head_dim % 8 == 0; qkv rows 16-byte aligned)
 #pragma unroll 4
@@ -371,7 +383,8 @@ __device__ __forceinline__ void attention_block(const AttnArgs& a, int64_t bx, i
       int valid[QW], top = 0;
 #pragma unroll
       for (int jj = 0; jj < QW; ++jj) {
-        act[jj] = row[jj] >= 0 && s_mode[row[jj]] == want && (only < 0 || row[jj] == only);
+        act[jj] =
+            row[jj] >= 0 && (kOneRow || (s_mode[row[jj]] == want && (only < 0 || row[jj] == only)));
         valid[jj] = act[jj] ? min(KT, len[jj] - t0) : 0;
         top = max(top, valid[jj]);
       }
@@ -432,7 +445,13 @@ __device__ __forceinline__ void attention_block(const AttnArgs& a, int64_t bx, i
       return (t + KT) % chunk == 0 ? t + KT + (splits - 1) * chunk : t + KT;
     };
     for (int t0 = lo; t0 < max_len; t0 = next_tile(t0)) {
-      __syncthreads();  // the previous tile's readers are done
+      __syncthreads();          // the previous tile's readers are done
+      if constexpr (kOneRow) {  // the row's entries here, in place (mode 1)
+        load_kv_tile<HD, kThreads, true>(kv, head, nullptr, t0, min(KT, max_len - t0), sk, sv);
+        __syncthreads();
+        process(t0, 1, -1);
+        continue;
+      }
       if (static_cast<int>(threadIdx.x) < nr) {
         const int r = threadIdx.x, lr = s_llog[r];
         s_mode[r] = lr <= t0 ? 0 : rows.in_place(x + r, t0, KT, lr) ? 1 : 2;
@@ -512,12 +531,13 @@ __device__ __forceinline__ void attention_block(const AttnArgs& a, int64_t bx, i
 // attention_block as a kernel: grid min(items, attn_blocks_per_sm(kW) SMs), block 32 kW (4
 // warps by default; 8: a pair per warp for up to 8 pairs, half the resident blocks). next: the
 // weights of the ops after it, each block streaming a share toward L2 (l2_prefetch.cuh).
-template <int HD, int kW = kAttnWarps>
+// kOneRow: the decode instance (attention_block), launched for one row without tree bits.
+template <int HD, int kW = kAttnWarps, bool kOneRow = false>
 __global__ void __launch_bounds__(32 * kW, attn_blocks_per_sm(kW))
     attention_kernel(const __grid_constant__ AttnArgs a, const __grid_constant__ WeightHint next) {
   __shared__ AttnSmem<HD> sm;
   prefetch_hint(next, blockIdx.x, gridDim.x);
-  attention_block<HD, kW>(a, blockIdx.x, gridDim.x, sm, [] {
+  attention_block<HD, kW, kOneRow>(a, blockIdx.x, gridDim.x, sm, [] {
     grid_dependency_launch();  // the next matmul may fetch its weights
     grid_dependency_wait();    // as a programmatic dependent
   });
