@@ -101,6 +101,15 @@ sanitize_ops() {  # time limit, pytest -k filter: racecheck and synccheck over t
   done
 }
 
+sanitize_engine() {  # name, time limit (capped), pytest -k filter: the four sanitizers over
+  # test_cuda_engine.py
+  for tool in memcheck racecheck synccheck initcheck; do
+    run "sanitizer_$1_$tool" timeout "$(cap "$2")" \
+      compute-sanitizer --tool "$tool" --error-exitcode 3 python -m pytest -m gpu -x -q \
+      -p no:cacheprovider tests/test_cuda_engine.py -k "$3"
+  done
+}
+
 # `lease`: the most of one 15-minute lease in one call of at most 10 minutes (the limits sum to
 # 560 s): the build, pytest -m gpu (the q4 real-shape pair's exactness sweep included), the
 # engines (every format of the 1.5B / 0.5B pair and the 7B / 0.5B pair, written on every core)
@@ -265,24 +274,20 @@ if [[ "$step" == persistent ]]; then
   run pytest_persistent timeout "$(cap 100)" python -m pytest -m gpu -v -rs -p no:cacheprovider \
     -p no:randomly tests/test_cuda_engine.py \
     -k "persistent or prefetch or attention_warps or next_weights"
-  for tool in memcheck racecheck synccheck initcheck; do
-    run "sanitizer_persistent_$tool" timeout "$(cap 45)" \
-      compute-sanitizer --tool "$tool" --error-exitcode 3 python -m pytest -m gpu -x -q \
-      -p no:cacheprovider tests/test_cuda_engine.py \
-      -k "(persistent and f16) or (prefetch and 1) or attention_warps or next_weights"
-  done
+  sanitize_engine persistent 45 \
+    "(persistent and f16) or (prefetch and 1) or attention_warps or next_weights"
 fi
 # `fixed`: a lease's first call (at most 9 minutes, CAL_BUDGET; 10-11 with the machine's start)
 # that asks what a one-row kernel's fixed cost (a matmul ~8 us, a decode attention ~20 us, for a
 # few microseconds of bytes) is made of: the build; the calibration, now with a dependent load
 # past L2 and past the TLB, and an SM's instruction fetch cold and warm by code size (the
-# decode kernels hold 70-120 KiB of code each: benchmarks/kernel_code.py); the q4 steps, verify
-# rows and K = 4 iterations with the persistent forward, the weight prefetch, the next-weights
-# hints, 8-warp attention and the one-row attention instance (less code) against the
-# per-operation launches, and each layer's attention or qkv projection launched twice (what a
-# warm launch costs), in one process; the target's and the draft's one-row forward kernel by
-# kernel with each kernel's code bytes and what its warps wait on (profile_gpu.py step: ncu
-# WarpStateStats); the switches' exactness tests; the four sanitizers over them.
+# decode kernels hold 70-120 KiB of code each: benchmarks/kernel_code.py); the target's and the
+# draft's one-row forward kernel by kernel with each kernel's code bytes and what its warps wait
+# on (profile_gpu.py step: ncu WarpStateStats); the q4 steps, verify rows and K = 4 iterations
+# with the persistent forward, the weight prefetch, the next-weights hints, 8-warp attention and
+# the one-row attention instance (less code) against the per-operation launches, and each
+# layer's attention or qkv projection launched twice (what a warm launch costs), in one process;
+# the switches' exactness tests; the four sanitizers over them, as time allows.
 if [[ "$step" == fixed ]]; then
   build_cuda 150
   run calib_build timeout 90 nvcc -O3 -arch=sm_90 -o "$OUT/gpu_calibrate" \
@@ -290,18 +295,14 @@ if [[ "$step" == fixed ]]; then
   timeout 90 "$OUT/gpu_calibrate" > "$OUT/calibration.json" 2> "$OUT/calibration.err" || status=1
   rm -f "$OUT/gpu_calibrate"
   cat "$OUT/calibration.json"
-  bench_q4 "$(cap 170)" --ks 4 --no-op-by-op-iterations --persistent --prefetch 32768 "$@"
-  run profile_step timeout "$(cap 120)" python benchmarks/profile_gpu.py --parts step \
+  run profile_step timeout "$(cap 130)" python benchmarks/profile_gpu.py --parts step \
     --step-cases target:1,draft:1 --out "$OUT"
+  bench_q4 "$(cap 170)" --ks 4 --no-op-by-op-iterations --persistent --prefetch 32768 "$@"
   run pytest_switches timeout "$(cap 90)" python -m pytest -m gpu -v -rs -p no:cacheprovider \
     -p no:randomly tests/test_cuda_engine.py \
     -k "persistent or prefetch or attention_warps or one_row or next_weights or repeated or q4_greedy_spec"
-  for tool in memcheck racecheck synccheck initcheck; do
-    run "sanitizer_switches_$tool" timeout "$(cap 30)" \
-      compute-sanitizer --tool "$tool" --error-exitcode 3 python -m pytest -m gpu -x -q \
-      -p no:cacheprovider tests/test_cuda_engine.py \
-      -k "(persistent and f16) or (prefetch and 1) or attention_warps or one_row or next_weights or repeated"
-  done
+  sanitize_engine switches 30 "(persistent and f16) or (prefetch and 1) or attention_warps or \
+one_row or next_weights or repeated"
 fi
 if [[ "$step" == build || "$step" == all ]]; then
   build_cuda 600

@@ -11,11 +11,13 @@
 //                        MiB of lines, which L2 holds)
 //   dram_tlb_load_ns     the same over 16 GiB, 2 MiB + 256 bytes apart: every load a new page
 //   icache               one block per SM running S KB of straight-line code (kernels of 8 to 128
-//                        KB) twice in one launch, after other code evicted the SMs' instruction
-//                        caches: first_pass_us (cold: fetched from L2) and second_pass_us (warm
-//                        while S fits the SM's instruction cache) per S; icache_cold_ns_per_kb
-//                        (least-squares slope of the first pass over all sizes) and
-//                        icache_warm_ns_per_kb (of the second over 8-32 KB)
+//                        KB) once or twice in one launch, after other code evicted the SMs'
+//                        instruction caches: first_pass_us (a launch of one pass: the launch
+//                        and a cold pass, its code fetched from L2) and second_pass_us (what a
+//                        second pass adds: warm while S fits the SM's instruction cache) per S;
+//                        icache_cold_ns_per_kb (the least-squares slope of the first over all
+//                        sizes: the launch's own cost drops out) and icache_warm_ns_per_kb (of
+//                        the second over 8-32 KB)
 //   flag_hop_ns          one cross-SM flag hop (two blocks ping-pong on a global flag)
 //   atomic_fence_ns      __threadfence + atomicAdd on one counter, dependent, one thread
 // Build: nvcc -O3 -arch=sm_90 -o gpu_calibrate benchmarks/cpp/gpu_calibrate.cu
@@ -107,29 +109,6 @@ __global__ void atomic_fence_kernel(int* counter, int steps, int* out) {
   *out = v;
 }
 
-template <class F>
-static double median_ms(cudaStream_t st, F f, int reps = 5) {
-  cudaEvent_t a, b;
-  CK(cudaEventCreate(&a));
-  CK(cudaEventCreate(&b));
-  f();  // warm-up
-  CK(cudaStreamSynchronize(st));
-  std::vector<double> t;
-  for (int r = 0; r < reps; ++r) {
-    CK(cudaEventRecord(a, st));
-    f();
-    CK(cudaEventRecord(b, st));
-    CK(cudaEventSynchronize(b));
-    float ms = 0;
-    CK(cudaEventElapsedTime(&ms, a, b));
-    t.push_back(ms);
-  }
-  CK(cudaEventDestroy(a));
-  CK(cudaEventDestroy(b));
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
-
 // One call of f between two events, no warm-up (a cold instruction cache stays cold).
 template <class F>
 static double once_ms(cudaStream_t st, F f) {
@@ -145,6 +124,17 @@ static double once_ms(cudaStream_t st, F f) {
   CK(cudaEventDestroy(a));
   CK(cudaEventDestroy(b));
   return ms;
+}
+
+// The median of `reps` timed calls of f (once_ms) after one untimed call.
+template <class F>
+static double median_ms(cudaStream_t st, F f, int reps = 5) {
+  f();  // warm-up
+  CK(cudaStreamSynchronize(st));
+  std::vector<double> t;
+  for (int r = 0; r < reps; ++r) t.push_back(once_ms(st, f));
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
 }
 
 // A graph of `nodes` launches of `blocks` x 32 empty threads (PDL edges when pdl).
@@ -214,7 +204,7 @@ static double chase_ns(cudaStream_t st, size_t bytes, size_t stride, int steps) 
 
 // The instruction-cache figures: for each body size, the median time of a launch of one pass and
 // of two passes (one 32-thread block per SM), each after the eviction kernels ran other code on
-// every SM; the first pass = t1 - (t2 - t1) (the launch's own cost cancels), the second = t2 - t1.
+// every SM: t1 (the launch and a cold pass) and t2 - t1 (a second, warm pass).
 struct CodeRun {
   int kb;
   void (*launch)(cudaStream_t, int, unsigned*, int);
@@ -295,7 +285,7 @@ int main() {
       t[reps - 1] = v[v.size() / 2] * 1e3;
     }
     kbs.push_back(r.kb);
-    first_us.push_back(2 * t[0] - t[1]);
+    first_us.push_back(t[0]);
     second_us.push_back(t[1] - t[0]);
   }
 

@@ -10,9 +10,9 @@
 //                      serves every (row, query head) pair of its tile and the kv head's group:
 //                      each K / V tile of kt entries is loaded once into shared memory (16-byte
 //                      loads, converted to f32) and read by all of them. Pair j belongs to warp
-//                      j % kW for the whole launch (kW = 4 warps by default, 8 behind the
-//                      backend's switch and in the persistent forward's blocks): lane t scores
-//                      entry t, lanes own output dims.
+//                      j % kW for the whole launch (kW = 4 warps by default, 8 behind a switch
+//                      and in the persistent forward; kOneRow: a decode instance behind
+//                      another): lane t scores entry t, lanes own output dims.
 //   (combine)          splits: each split writes (max, sum, acc[hd]) per pair; the last block of
 //                      a tile to arrive (atomic counter per (tile, kv head), reset by that block:
 //                      graphs replay) merges them in split order, in the same launch.
