@@ -202,6 +202,30 @@ def test_auto_drafts_with_lookup_where_its_catch_ups_are_cheap(same_pair, clock:
     assert s.catch_up_per_token > 0.0
 
 
+@pytest.mark.parametrize("clock", ["host", "graphs"])
+def test_lookup_must_beat_a_plain_step_by_a_margin(same_pair, clock: str) -> None:
+    """draft="lookup" with the answer as its prediction, so that its nodes are right. Where rows
+    are cheap (a pass: 10 ms + 1 ms a row) it drafts; once a verify row costs nearly a plain step
+    (0.5 ms + 10.5 ms a row: the same 11 ms step), verifying k right nodes emits k + 1 tokens in
+    about k + 1 steps' time, at best 1.05 times a plain step's rate, under
+    Scheduler::kPlainMargin (1.1): once the costs are measured again (two requests) it decodes
+    with plain steps (with no margin it kept drafting). The output is the same throughout."""
+    s = T.Session(str(same_pair), "cpu", 1, clock=clock, prompt_cache=False)
+    s.script_costs(TF, TR, DF, DR, capture=CAPTURE, first_launch=FIRST_LAUNCH)
+    prompt = [1, 2, 3, 4, 5]
+    _, _, expect = _drive(s, prompt, 64, draft="none")
+    prediction = prompt[-1:] + expect
+    for _ in range(2):  # cheap rows: lookup drafts, right every time
+        stats, _, out = _drive(s, prompt, 64, draft="lookup", prediction=prediction)
+        assert out == expect and stats.sources.count("l") >= 6, stats.sources
+    s.script_costs(0.5e-3, 10.5e-3, DF, DR, capture=CAPTURE, first_launch=FIRST_LAUNCH)
+    for _ in range(3):  # dear rows: two requests measure them, the third goes plain
+        stats, _, out = _drive(s, prompt, 64, draft="lookup", prediction=prediction)
+        assert out == expect
+    src = stats.sources
+    assert src.count("l") <= len(src) // 4, src
+
+
 # ---- prefill chunks paced by the same device time ---------------------------------------------
 PF, PR = 2.0**-6, 2.0**-10  # a target forward of n rows: PF + PR n (binary: exact quotients)
 

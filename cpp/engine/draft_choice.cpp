@@ -8,8 +8,8 @@
 // catch-up). A probe (an offer whose cost is unknown) runs first, to be measured; otherwise the
 // best rate wins, ties to the earlier proposer in the registry, and where no proposer weighed its
 // offer against a plain step itself, the plain step's rate (B tokens over its predicted seconds
-// and every proposer's charge) must be beaten. Requests that all fixed their draft length get
-// exactly that length from whichever proposer prices it best.
+// and every proposer's charge) must be beaten by kPlainMargin. Requests that all fixed their
+// draft length get exactly that length from whichever proposer prices it best.
 #include <algorithm>
 #include <cmath>
 
@@ -79,7 +79,11 @@ Scheduler::Choice Scheduler::choose(const std::vector<Request*>& active) {
   if (!weighed) {
     const double t0 = predicted_time(DraftSource::kNone, B, 0);
     const double r0 = t0 > 0.0 ? B / (t0 + charges(nullptr, B)) : -1.0;
-    if (!(best_rate > r0)) return {};
+    // The margin on the offer's own tokens and seconds against the plain step's: the charges,
+    // the same per token for both, would dilute it (a near-tie goes to the plain step).
+    const bool clears = !(t0 > 0.0 && best->o.seconds > 0.0) ||
+                        best->o.tokens / best->o.seconds > kPlainMargin * B / t0;
+    if (!(best_rate > r0) || !clears) return {};
   }
   return {best->p->source(), best->o.k};
 }

@@ -215,6 +215,14 @@ class Scheduler {
   // synchronisation).
   void take_prefill_time();
   Choice choose(const std::vector<Request*>& active);
+  // How much an offer that did not weigh a plain step itself must beat the plain step's rate by,
+  // its own tokens over its own seconds (draft_choice.cpp; the charges of the other proposers,
+  // the same per token for both, still count in the plain comparison, without the margin): the
+  // offer's tokens and seconds and the plain step's seconds are
+  // predictions, each a few percent off (3-4% each at concurrency 4 on the CPU, all toward the
+  // proposal: benchmarks/results/HISTORY.md), so a near-tie is a loss as often as a win, and
+  // losing it slows the request, where winning it gains little.
+  static constexpr double kPlainMargin = 1.1;
   // Appends a final token (and its log-probabilities, kLogprobEntries of them, where the request
   // asks for them); false once the request is finished.
   bool emit(Request& r, int32_t tok, SchedulerEvent& ev, double now, const TokenLogprob* lp);
