@@ -55,14 +55,16 @@ def fmt(x, spec: str = ".3f") -> str:
     return "-" if x is None else format(x, spec)
 
 
+def _arm(x: dict, a: str) -> str:
+    """One arm of a switch comparison: median +- spread."""
+    return f"{x[f'{a}_ms']:.3f} +- {x[f'{a}_spread_ms']:.3f}"
+
+
 def _pair(x: dict, a: str = "dp4a", b: str = "imma") -> str:
     """Two arms of a switch comparison (median +- spread), or dashes."""
     if f"{a}_ms" not in x:
         return "- | - |"
-    return (
-        f"{x[f'{a}_ms']:.3f} +- {x[f'{a}_spread_ms']:.3f} | "
-        f"{x[f'{b}_ms']:.3f} +- {x[f'{b}_spread_ms']:.3f} |"
-    )
+    return f"{_arm(x, a)} | {_arm(x, b)} |"
 
 
 def warm_launch_markdown(steps: list[dict]) -> list[str]:
@@ -83,16 +85,11 @@ def warm_launch_markdown(steps: list[dict]) -> list[str]:
     for s in rows:
         per = 1e3 / s["layers"]
         out.append(
-            f"| {s['model']} | {s['weights']} | {_pair1(s, 'once')} | {_pair1(s, 'attn_x2')} | "
-            f"{_pair1(s, 'qkv_x2')} | {(s['attn_x2_ms'] - s['once_ms']) * per:.2f} | "
+            f"| {s['model']} | {s['weights']} | {_arm(s, 'once')} | {_arm(s, 'attn_x2')} | "
+            f"{_arm(s, 'qkv_x2')} | {(s['attn_x2_ms'] - s['once_ms']) * per:.2f} | "
             f"{(s['qkv_x2_ms'] - s['once_ms']) * per:.2f} |"
         )
     return out
-
-
-def _pair1(x: dict, a: str) -> str:
-    """One arm of a switch comparison: median +- spread."""
-    return f"{x[f'{a}_ms']:.3f} +- {x[f'{a}_spread_ms']:.3f}"
 
 
 def markdown(r: dict) -> str:

@@ -101,6 +101,15 @@ sanitize_ops() {  # time limit, pytest -k filter: racecheck and synccheck over t
   done
 }
 
+calibrate_constants() {  # time limit of the build and of the run: the cost model's constants
+  # (benchmarks/cpp/gpu_calibrate.cu) as $OUT/calibration.json
+  run calib_build timeout "$1" nvcc -O3 -arch=sm_90 -o "$OUT/gpu_calibrate" \
+    benchmarks/cpp/gpu_calibrate.cu
+  timeout "$1" "$OUT/gpu_calibrate" > "$OUT/calibration.json" 2> "$OUT/calibration.err" || status=1
+  rm -f "$OUT/gpu_calibrate"
+  cat "$OUT/calibration.json"
+}
+
 sanitize_engine() {  # name, time limit (capped), pytest -k filter: the four sanitizers over
   # test_cuda_engine.py
   for tool in memcheck racecheck synccheck initcheck; do
@@ -234,11 +243,7 @@ fi
 # forward kernel by kernel; racecheck / synccheck over the attention and linear ops.
 if [[ "$step" == calibrate ]]; then
   build_cuda 150
-  run calib_build timeout 60 nvcc -O3 -arch=sm_90 -o "$OUT/gpu_calibrate" \
-    benchmarks/cpp/gpu_calibrate.cu
-  timeout 60 "$OUT/gpu_calibrate" > "$OUT/calibration.json" 2> "$OUT/calibration.err" || status=1
-  rm -f "$OUT/gpu_calibrate"
-  cat "$OUT/calibration.json"
+  calibrate_constants 60
   run pytest_ops timeout "$(cap 60)" python -m pytest -m gpu -q -rs -p no:cacheprovider \
     -p no:randomly tests/test_cuda_ops.py -k "attention or linear"
   bench_q4 "$(cap 170)" --ks 2,4,6 --no-op-by-op-iterations "$@"
@@ -290,11 +295,7 @@ fi
 # the switches' exactness tests; the four sanitizers over them, as time allows.
 if [[ "$step" == fixed ]]; then
   build_cuda 150
-  run calib_build timeout 90 nvcc -O3 -arch=sm_90 -o "$OUT/gpu_calibrate" \
-    benchmarks/cpp/gpu_calibrate.cu
-  timeout 90 "$OUT/gpu_calibrate" > "$OUT/calibration.json" 2> "$OUT/calibration.err" || status=1
-  rm -f "$OUT/gpu_calibrate"
-  cat "$OUT/calibration.json"
+  calibrate_constants 90
   run profile_step timeout "$(cap 130)" python benchmarks/profile_gpu.py --parts step \
     --step-cases target:1,draft:1 --out "$OUT"
   bench_q4 "$(cap 170)" --ks 4 --no-op-by-op-iterations --persistent --prefetch 32768 "$@"
