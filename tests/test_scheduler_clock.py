@@ -226,6 +226,44 @@ def test_lookup_must_beat_a_plain_step_by_a_margin(same_pair, clock: str) -> Non
     assert src.count("l") <= len(src) // 4, src
 
 
+@pytest.fixture(scope="module")
+def same_pair4(tmp_path_factory: pytest.TempPathFactory):
+    """The same pair for batches of up to 4 sequences."""
+    root = tmp_path_factory.mktemp("ctrl4")
+    return spec_pairs.make_pair(root, "same", draft_len=6, max_batch=4, max_seq_len=256)
+
+
+@pytest.mark.parametrize("clock", ["host", "graphs"])
+def test_a_batch_catches_up_in_one_draft_forward(same_pair4, clock: str) -> None:
+    """Four sequences drafting with the model (every draft token right). A fresh batch size
+    measures a plain step after its first drafting iteration, and that step leaves each sequence
+    a token the draft has not read: the next drafting iteration first reads all four in ONE draft
+    forward. On a clock where a draft forward costs DF whatever its rows, the four requests'
+    catch-up seconds (each its share by rows) sum to DF per catch-up, not 4 DF; and the draft,
+    having read the right rows, keeps drafting every token right."""
+    s = T.Session(str(same_pair4), "cpu", 1, clock=clock)
+    s.script_costs(TF, TR, DF, 0.0, capture=CAPTURE, first_launch=FIRST_LAUNCH)
+    for i in range(4):
+        s.submit([1 + i, 2, 3, 4, 5], 64, draft="model")
+    stats, ks = [], []
+    for _ in range(400):
+        before = s.iterations
+        for ev in s.step():
+            if ev.finished:
+                stats.append(ev.stats)
+        if s.iterations > before:
+            ks.append(s.last_k)
+        if not s.has_work:
+            break
+    assert len(stats) == 4
+    catch_ups = sum(1 for a, b in zip(ks[:-1], ks[1:], strict=True) if a == 0 and b > 0)
+    assert catch_ups >= 1, ks
+    assert sum(st.catch_up_s for st in stats) == pytest.approx(catch_ups * DF, rel=1e-6)
+    for st in stats:
+        assert st.catch_up_s == pytest.approx(catch_ups * DF / 4, rel=1e-6)
+        assert st.drafted > 0 and st.accepted == st.drafted
+
+
 # ---- prefill chunks paced by the same device time ---------------------------------------------
 PF, PR = 2.0**-6, 2.0**-10  # a target forward of n rows: PF + PR n (binary: exact quotients)
 

@@ -243,9 +243,12 @@ void Scheduler::decode(std::vector<SchedulerEvent>& events, bool carry) {
   const Choice c = choose(active);
   // The proposer's work before its iteration (the draft model's catch-up), timed on the device.
   Proposer* prep = c.k > 0 ? iter_.proposer(c.source) : nullptr;
-  if (prep)
+  if (prep) {
+    std::vector<PrepareSeq> ps;
     for (Request* r : active)
-      if (r->sources & draft_source_bit(c.source)) prep->prepare(r->slot, r->tokens, r->seq);
+      if (r->sources & draft_source_bit(c.source)) ps.push_back({r->slot, &r->tokens, &r->seq});
+    prep->prepare(ps);
+  }
   std::vector<int32_t> slots(B);
   for (int b = 0; b < B; ++b) slots[b] = active[b]->slot;
   if (slots != iter_slots_) {

@@ -239,7 +239,9 @@ int DraftController::choose(int B, const std::vector<double>& alphas, int k_limi
   const bool prior = prior_time(B, 1) > 0.0;
   if (!drafted && !prior) return std::min(k_limit, kFirstK);
   if (c.total[0] < 0.0 && !prior) return 0;
-  const double t0 = predicted_time(B, 0), cu = catch_up_per_token();
+  // A plain step leaves each sequence a token to catch up (one draft forward of B rows, in a
+  // one-step dip); the lag so far is one forward over its rows.
+  const double t0 = predicted_time(B, 0), cu = catch_up_time(B), lag_s = catch_up_time(lag);
   // The regime: does drafting pay at the long-run acceptance?
   double long_best = 0.0;
   for (int k = 1; k <= max_k_; ++k)
@@ -249,7 +251,7 @@ int DraftController::choose(int B, const std::vector<double>& alphas, int k_limi
   if (!c.drafting_pays && ratio > 1.0 + kRegimeMargin) c.drafting_pays = true;
 
   int best = 0;
-  double best_rate = B / (t0 + (c.drafting_pays ? B * cu : 0.0));
+  double best_rate = B / (t0 + (c.drafting_pays ? cu : 0.0));
   for (int k = 1; k <= k_limit; ++k) {
     double tokens = 0.0;
     for (double a : alphas) tokens += expected_tokens(a, k);
@@ -261,7 +263,7 @@ int DraftController::choose(int B, const std::vector<double>& alphas, int k_limi
   }
   if (best == 0) {
     c.since_zero = 0;
-  } else if (++c.since_zero >= kZeroEvery && lag * cu <= kCheapLag * t0) {
+  } else if (++c.since_zero >= kZeroEvery && lag_s <= kCheapLag * t0) {
     c.since_zero = 0;  // re-measure the plain step now and then
     return 0;
   }
@@ -270,7 +272,7 @@ int DraftController::choose(int B, const std::vector<double>& alphas, int k_limi
   // a short lag.
   if (++c.since_probe >= c.probe_every) {
     if (best == 0) {
-      if (lag * cu > kCheapLag * t0) return 0;  // due: at the next cheap moment
+      if (lag_s > kCheapLag * t0) return 0;  // due: at the next cheap moment
       c.since_probe = 0;
       c.probe_every = std::min(2 * c.probe_every, kMaxExplore);
       return 1;

@@ -19,12 +19,12 @@
 // observed; iteration.h).
 //
 // k = 0 leaves each sequence one token the draft has not read; the next drafting iteration
-// first runs those through the draft (the catch-up: one draft forward over the tokens it lags,
-// a fixed part plus a part per token, so n tokens cost far less than n one-token catch-ups;
-// catch_up_time). Whether that cost counts depends on the regime, judged from the long-run
-// acceptance a_L:
+// first runs those through the draft (the catch-up: one draft forward over the tokens every
+// sequence lags, a fixed part plus a part per row, so n rows cost far less than n one-row
+// catch-ups; catch_up_time). Whether that cost counts depends on the regime, judged from the
+// long-run acceptance a_L:
 //   - drafting pays at a_L (max_k B E(a_L, k) / T(B, k) > B / T(B, 0)): a k = 0 stretch is a
-//     dip that will end, so k = 0 is charged T(B, 0) + B * the catch-up of one token;
+//     dip that will end, so k = 0 is charged T(B, 0) + the catch-up of B rows (one each);
 //   - it does not: k = 0 may last for good and costs T(B, 0). Drafting is then probed only
 //     when the lag to catch up is short (after a prefill, which feeds the draft), with
 //     backoff, since a probe after a long stretch would pay the whole catch-up.
@@ -81,7 +81,7 @@ class DraftController {
   void observe(int B, int k, double total_s, double draft_s, double verify_s, int rows = -1);
   // Records the accepted length of one sequence (for the prior of later requests).
   void observe_acceptance(int n_accepted, int k);
-  // Records a draft catch-up over `tokens` tokens (one sequence).
+  // Records a draft catch-up: one forward over `tokens` rows (of one sequence or several).
   void observe_catch_up(int tokens, double seconds);
   // Records the draft's reading of `rows` prompt rows (prefill chunks).
   void observe_read(int rows, double seconds);
@@ -135,10 +135,11 @@ class DraftController {
   // The estimate a new request starts from: the long-run acceptance, weight 4.
   AcceptanceEstimate prior() const;
   double long_run_alpha() const { return long_run_.alpha(); }
-  // Seconds of one sequence's catch-up of `tokens` tokens (a draft forward over them): the line
-  // fitted to the measured catch-ups once two sizes are seen; one size scaled as a draft step
-  // scales with its rows; before any, step_prior(tokens), else a draft step per token; 0 if
-  // nothing is known. catch_up_per_token(): that of one token (what a plain step leaves).
+  // Seconds of a catch-up of `tokens` rows (one draft forward over them, of one sequence or
+  // several): the line fitted to the measured catch-ups once two sizes are seen; one size scaled
+  // as a draft step scales with its rows; before any, step_prior(tokens), else a draft step per
+  // token; 0 if nothing is known. catch_up_per_token(): that of one token (what a plain step
+  // leaves one sequence).
   double catch_up_time(int tokens) const;
   double catch_up_per_token() const;
 
@@ -159,7 +160,7 @@ class DraftController {
   // computed: the rows the pass computed (< 0: B * rows), as in observe().
   void observe_verify(int B, int rows, double seconds, int computed = -1);
   // Whether drafting pays at the long-run acceptance for B sequences (the regime): then every
-  // token emitted without the draft model costs it catch_up_per_token() later.
+  // token emitted without the draft model costs it a catch-up row later.
   bool drafting_pays(int B) const { return costs_[B].drafting_pays; }
 
   static constexpr int kFirstK = 4;
@@ -206,7 +207,7 @@ class DraftController {
   };
   int max_k_;
   std::vector<Costs> costs_;      // [max_batch + 1]
-  LineFit catch_ups_{kFitDecay};  // seconds of a catch-up against its tokens
+  LineFit catch_ups_{kFitDecay};  // seconds of a catch-up against its rows
   double read_row_ = -1.0;        // seconds per prompt row the draft reads
   int skipped_reads_ = 0;         // requests not read since the last exploring read
   int read_every_ = kReadEvery;

@@ -142,16 +142,14 @@ int DraftModelProposer::prompt_rows_for(int prompt_len) const {
   return opts_.draft_window > 0 ? std::min(rows, opts_.draft_window) : rows;
 }
 
-void DraftModelProposer::forward_rows(const int32_t* tokens, int n, int first_pos, int slot,
-                                      bool prompt) {
+void DraftModelProposer::forward_rows(const int32_t* tokens, const int32_t* pos,
+                                      const int32_t* slots, int n, bool prompt) {
   const int R = draft_.limits().max_rows;
-  std::vector<int32_t> pos(R), slots(R, slot);
-  be_.upload(row_slot_.as<void>(), slots.data(), R * 4);
   for (int s = 0; s < n; s += R) {
     const int c = std::min(R, n - s);
-    std::iota(pos.begin(), pos.begin() + c, first_pos + s - slots_[slot].off);  // draft positions
     be_.upload(tok_.as<void>(), tokens + s, c * 4);
-    be_.upload(pos_.as<void>(), pos.data(), c * 4);
+    be_.upload(pos_.as<void>(), pos + s, c * 4);
+    be_.upload(row_slot_.as<void>(), slots + s, c * 4);
     Rows rows{tok_.as<int32_t>(), pos_.as<int32_t>(), row_slot_.as<int32_t>()};
     if (prompt) rows.prompt_from = 0;
     draft_.forward(rows, c, nullptr, 0, nullptr);
@@ -163,7 +161,10 @@ void DraftModelProposer::read_prompt(int slot, const int32_t* tokens, int first_
   if (n <= 0) return;
   const int end = first_pos + n, from = std::max(first_pos, s.off);  // (rows in the window)
   if (end > from) {
-    reads_.push_back(timed_forward(tokens + (from - first_pos), end - from, from, slot, true));
+    std::vector<int32_t> pos(end - from), slots(end - from, slot);
+    std::iota(pos.begin(), pos.end(), from - s.off);  // draft positions
+    reads_.push_back(
+        timed_forward(tokens + (from - first_pos), pos.data(), slots.data(), end - from, true));
     prompt_rows_read_ += end - from;
   }
   s.draft_valid = std::max(end, s.off);  // (the scheduler feeds the chunks in order)
@@ -182,35 +183,49 @@ int DraftModelProposer::lag(int slot, int n_past) const {
   return std::max(0, n_past - 1 - slots_[slot].draft_valid);
 }
 
-void DraftModelProposer::prepare(int slot, const std::vector<int32_t>& tokens,
-                                 const SeqState& seq) {
-  SlotState& s = slots_[slot];
-  drop_catch_up(slot);  // (one whose time was never read)
-  const int n = lag(slot, seq.n_past);
-  if (n == 0) return;
-  // Device time: the rows are only queued here on an asynchronous backend.
-  catch_ups_.push_back(timed_forward(tokens.data() + s.draft_valid, n, s.draft_valid, slot, false));
-  s.draft_valid += n;
+void DraftModelProposer::prepare(const std::vector<PrepareSeq>& seqs) {
+  drop_catch_up();
+  // The rows each sequence lags, all in one forward (device time: the rows are only queued here
+  // on an asynchronous backend).
+  std::vector<int32_t> tok, pos, slots;  // [rows of every sequence]
+  for (const PrepareSeq& p : seqs) {
+    SlotState& s = slots_[p.slot];
+    const int n = lag(p.slot, p.seq->n_past);
+    if (n == 0) continue;
+    const auto first = p.tokens->begin() + s.draft_valid;
+    tok.insert(tok.end(), first, first + n);
+    for (int i = 0; i < n; ++i) pos.push_back(s.draft_valid + i - s.off);  // draft positions
+    slots.insert(slots.end(), n, p.slot);
+    catch_up_.share.emplace_back(p.slot, n);
+    s.draft_valid += n;
+  }
+  if (tok.empty()) return;
+  const int n = static_cast<int>(tok.size());
+  catch_up_.forward = timed_forward(tok.data(), pos.data(), slots.data(), n, false);
 }
 
 double DraftModelProposer::take_prepare_seconds(int slot) {
-  for (auto it = catch_ups_.begin(); it != catch_ups_.end(); ++it) {
-    if (it->slot != slot) continue;
-    const double dt = it->timer->seconds();
-    controller_.observe_catch_up(it->rows, dt);
-    spare_timers_.push_back(std::move(it->timer));
-    catch_ups_.erase(it);
-    return dt;
+  auto it = std::find_if(catch_up_.share.begin(), catch_up_.share.end(),
+                         [&](const std::pair<int, int>& s) { return s.first == slot; });
+  if (it == catch_up_.share.end()) return 0.0;
+  TimedRows& f = catch_up_.forward;
+  if (catch_up_.seconds < 0.0) {
+    catch_up_.seconds = f.timer->seconds();
+    controller_.observe_catch_up(f.rows, catch_up_.seconds);
   }
-  return 0.0;
+  const double dt = catch_up_.seconds * it->second / f.rows;
+  catch_up_.share.erase(it);
+  if (catch_up_.share.empty()) drop_catch_up();
+  return dt;
 }
 
-DraftModelProposer::TimedRows DraftModelProposer::timed_forward(const int32_t* tokens, int n,
-                                                                int first_pos, int slot,
+DraftModelProposer::TimedRows DraftModelProposer::timed_forward(const int32_t* tokens,
+                                                                const int32_t* pos,
+                                                                const int32_t* slots, int n,
                                                                 bool prompt) {
-  TimedRows w{slot, n, take_timer()};
+  TimedRows w{n, take_timer()};
   w.timer->start();
-  forward_rows(tokens, n, first_pos, slot, prompt);
+  forward_rows(tokens, pos, slots, n, prompt);
   w.timer->stop();
   return w;
 }
@@ -222,13 +237,9 @@ std::unique_ptr<Backend::Timer> DraftModelProposer::take_timer() {
   return t;
 }
 
-void DraftModelProposer::drop_catch_up(int slot) {
-  for (auto it = catch_ups_.begin(); it != catch_ups_.end(); ++it)
-    if (it->slot == slot) {
-      spare_timers_.push_back(std::move(it->timer));
-      catch_ups_.erase(it);
-      return;
-    }
+void DraftModelProposer::drop_catch_up() {
+  if (catch_up_.forward.timer) spare_timers_.push_back(std::move(catch_up_.forward.timer));
+  catch_up_ = CatchUp{};
 }
 
 void DraftModelProposer::issue_propose(IterationContext& ctx, int k) {
@@ -348,14 +359,15 @@ Offer DraftModelProposer::offer_fixed(const OfferQuery& q, int k) {
 }
 
 double DraftModelProposer::charge(const OfferQuery& q, double tokens) const {
-  // Tokens emitted without the draft cost it a catch-up later, while drafting pays: a draft
-  // forward over each sequence's share, cheaper per token the more tokens it reads at once.
+  // Tokens emitted without the draft cost it a catch-up later, while drafting pays: one draft
+  // forward over the share of each sequence that may use it, cheaper per token the more tokens
+  // it reads at once.
   const int B = q.B();
-  bool any = false;
-  for (const OfferSeq& s : q.seqs) any = any || s.uses(*this);
-  if (!any || !controller_.drafting_pays(B)) return 0.0;
+  int users = 0;
+  for (const OfferSeq& s : q.seqs) users += s.uses(*this) ? 1 : 0;
+  if (users == 0 || !controller_.drafting_pays(B)) return 0.0;
   const int each = std::max(1, static_cast<int>(std::ceil(tokens / B)));
-  return B * controller_.catch_up_time(each);
+  return controller_.catch_up_time(users * each);
 }
 
 void DraftModelProposer::observe_iteration(const IterationCost& c) {

@@ -7,13 +7,14 @@
 // draft has not read), so before an iteration the draft must hold positions [0, n_past - 1).
 // The prompt is read with the target's prefill (read_prompt, timed the same way and read by
 // synchronised(): the controller's price of a read); tokens emitted by
-// iterations that did not use the draft are read by prepare() (the catch-up), timed on the device
-// with a backend timer (Backend::Timer) and read after the iteration's read-back
-// (take_prepare_seconds): the controller learns its seconds per token without a synchronisation of
-// its own. Whether a fully automatic request uses the draft at all, now or once its first tokens
-// say it pays, is decided here too (begin, after_iteration; draft_controller.h prices it), and
-// the draft's offers come from its controller. Per slot it keeps draft_valid (positions
-// [off, draft_valid) are in the draft's cache; off: below) and the sequence's acceptance
+// iterations that did not use the draft are read by prepare() (the catch-up: one draft forward
+// over the rows every sequence of the iteration lags), timed on the device with a backend timer
+// (Backend::Timer) and read after the iteration's read-back (take_prepare_seconds, each
+// sequence's share by its rows): the controller learns a forward's seconds by its rows without a
+// synchronisation of its own. Whether a fully automatic request uses the draft at all, now or once
+// its first tokens say it pays, is decided here too (begin, after_iteration; draft_controller.h
+// prices it), and the draft's offers come from its controller. Per slot it keeps draft_valid
+// (positions [off, draft_valid) are in the draft's cache; off: below) and the sequence's acceptance
 // estimate.
 //
 // A prompt window (ProposerOptions::draft_window = w > 0) has the draft read only the last w prompt
@@ -27,6 +28,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "model/model.h"
@@ -62,7 +64,7 @@ class DraftModelProposer : public Proposer {
   const DraftController* verify_costs() const override { return &controller_; }
   void observe_iteration(const IterationCost& c) override;
 
-  void prepare(int slot, const std::vector<int32_t>& tokens, const SeqState& seq) override;
+  void prepare(const std::vector<PrepareSeq>& seqs) override;
   void issue_propose(IterationContext& ctx, int k) override;
   void commit(int slot, const SeqState& seq, bool used) override;
   double take_prepare_seconds(int slot) override;
@@ -137,25 +139,32 @@ class DraftModelProposer : public Proposer {
   // issue_propose under a grammar on the host (IterationContext::forced_draft): a step whose
   // token the grammar forces for every sequence runs no forward; its row joins the next one's.
   void propose_skipping_forced(IterationContext& ctx, int k);
+  // n rows through the draft (chunks of its max_rows): tokens, draft positions and slots [n];
   // prompt: the rows read the prompt (Rows::prompt_from; a catch-up's rows do not).
-  void forward_rows(const int32_t* tokens, int n, int first_pos, int slot, bool prompt);
+  void forward_rows(const int32_t* tokens, const int32_t* pos, const int32_t* slots, int n,
+                    bool prompt);
 
   ProposerOptions opts_;
   DraftController controller_;
   std::vector<SlotState> slots_;
   struct TimedRows {  // draft rows issued (a catch-up or a prompt read), their time not read yet
-    int slot = 0, rows = 0;
+    int rows = 0;
     std::unique_ptr<Backend::Timer> timer;
   };
-  // Runs rows [first_pos, first_pos + n) of the slot through the draft between a timer's start
-  // and stop (device time, read after a later synchronisation).
-  TimedRows timed_forward(const int32_t* tokens, int n, int first_pos, int slot, bool prompt);
+  // forward_rows between a timer's start and stop (device time, read after a later
+  // synchronisation).
+  TimedRows timed_forward(const int32_t* tokens, const int32_t* pos, const int32_t* slots, int n,
+                          bool prompt);
   std::unique_ptr<Backend::Timer> take_timer();
-  void drop_catch_up(int slot);
+  void drop_catch_up();  // (one whose time was never read)
 
-  BackendBuffer tok_, pos_, row_slot_;  // catch-up rows [max_rows]
+  BackendBuffer tok_, pos_, row_slot_;  // forward_rows' rows [max_rows]
   BackendBuffer last_rows_;             // [max_batch] propose_skipping_forced's logit rows
-  std::vector<TimedRows> catch_ups_;
+  struct CatchUp {
+    TimedRows forward;                       // its rows: those of every share
+    std::vector<std::pair<int, int>> share;  // (slot, rows) not taken yet
+    double seconds = -1.0;                   // the forward's, once read
+  } catch_up_;
   std::vector<TimedRows> reads_;  // prompt reads
   int64_t prompt_rows_read_ = 0;
   std::vector<std::unique_ptr<Backend::Timer>> spare_timers_;

@@ -12,8 +12,9 @@
 //     before_iteration(slot, ..) host-issued work that must precede the choice (a prompt read
 //                                left from the prefill)
 //     offer(query)               what it proposes for the batch: size, tokens, seconds
-//     prepare(slot, ..)          work before an iteration that uses it, outside the iteration
-//                                graph (the draft model's catch-up), timed
+//     prepare(seqs)              work before an iteration that uses it, for the sequences that
+//                                may use it, outside the iteration graph (the draft model's
+//                                catch-up: one forward for them all), timed
 //     issue_propose(ctx, k)      device ops that fill each sequence's tree (seq_state.h) with up
 //                                to k nodes, inside the graph
 //     issue_after_accept(ctx)    device ops after acceptance, every iteration (prompt lookup
@@ -96,6 +97,13 @@ struct OfferSeq {
   int max_nodes = 0;              // the request's cap on draft nodes per iteration
   int32_t sources = 0;            // the draft sources it may use now (bits draft_source_bit)
   bool uses(const class Proposer& p) const;
+};
+
+// A sequence of the next iteration that may use the proposer (prepare()).
+struct PrepareSeq {
+  int slot = 0;
+  const std::vector<int32_t>* tokens = nullptr;  // the sequence so far (prompt, generated, last)
+  const SeqState* seq = nullptr;                 // its state after the last iteration
 };
 
 // The decoding sequences of the next iteration.
@@ -197,9 +205,7 @@ class Proposer {
   virtual void observe_iteration(const IterationCost& c) {}
 
   // Iterations.
-  // tokens: the sequence so far (prompt, generated, `last`); seq: its state after the last
-  // iteration.
-  virtual void prepare(int slot, const std::vector<int32_t>& tokens, const SeqState& seq) {}
+  virtual void prepare(const std::vector<PrepareSeq>& seqs) {}
   virtual void issue_propose(IterationContext& ctx, int k) {}
   virtual void issue_after_accept(IterationContext& ctx) {}
   // used: this iteration's tree came from this proposer.
@@ -208,8 +214,9 @@ class Proposer {
   // of the next iteration: a proposer may offer them as its proposal, updating seq (the host's
   // copy of the slot's state) as it updates the device's.
   virtual void certain(int slot, const std::vector<int32_t>& tokens, SeqState& seq) {}
-  // Device seconds of the slot's prepare() work for the last iteration (0: none), timed with a
-  // backend timer: read them after the iteration's read-back, which is when they are known.
+  // Device seconds of the slot's share of the prepare() work for the last iteration (0: none),
+  // timed with a backend timer: read them after the iteration's read-back, which is when they
+  // are known.
   virtual double take_prepare_seconds(int slot) { return 0.0; }
   // The backend synchronised: timers of work issued before it can be read.
   virtual void synchronised() {}

@@ -31,6 +31,20 @@ int64_t env_bytes(const char* name, int64_t one) {
   return n == 1 ? one : n;
 }
 
+// A number switch: its value, or `unset`.
+int env_int(const char* name, int unset) {
+  const char* v = std::getenv(name);
+  return v ? std::atoi(v) : unset;
+}
+
+// An on/off switch: "1" on, "0" off, unset (or anything else) `unset`.
+bool env_on(const char* name, bool unset) {
+  const char* v = std::getenv(name);
+  if (v && std::string(v) == "1") return true;
+  if (v && std::string(v) == "0") return false;
+  return unset;
+}
+
 // Planning mode: a graph is the list of launches its capture recorded.
 class PlanGraph final : public BackendGraph {
  public:
@@ -184,22 +198,14 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   cc_major_ = prop.major;
   // On by default (sm_90+; TRT_SPEC_CUDA_PDL=0 turns it off): the same bits either way
   // (test_pdl_changes_no_bits); its measured gain: benchmarks/results/HISTORY.md.
-  const char* pdl = std::getenv("TRT_SPEC_CUDA_PDL");
-  set_pdl(!(pdl && std::string(pdl) == "0"));
-  const char* imma = std::getenv("TRT_SPEC_CUDA_IMMA_ROWS");
-  set_imma_rows(imma ? std::atoi(imma) : 0);
-  const char* wave = std::getenv("TRT_SPEC_CUDA_ONE_WAVE");
-  one_wave_ = !(wave && std::string(wave) == "0");
-  const char* persistent = std::getenv("TRT_SPEC_CUDA_PERSISTENT");
-  set_persistent(persistent && std::string(persistent) == "1");
-  const char* attn_warps = std::getenv("TRT_SPEC_CUDA_ATTN_WARPS");
-  set_attention_warps(attn_warps ? std::atoi(attn_warps) : cuda::kAttnWarps);
-  const char* one_row = std::getenv("TRT_SPEC_CUDA_ATTN_ONE_ROW");
-  set_attention_one_row(one_row && std::string(one_row) == "1");
-  const char* rep_attn = std::getenv("TRT_SPEC_CUDA_REPEAT_ATTENTION");
-  set_repeat_attention(rep_attn ? std::atoi(rep_attn) : 1);
-  const char* rep_qkv = std::getenv("TRT_SPEC_CUDA_REPEAT_QKV");
-  set_repeat_qkv(rep_qkv ? std::atoi(rep_qkv) : 1);
+  set_pdl(env_on("TRT_SPEC_CUDA_PDL", true));
+  set_imma_rows(env_int("TRT_SPEC_CUDA_IMMA_ROWS", 0));
+  one_wave_ = env_on("TRT_SPEC_CUDA_ONE_WAVE", true);
+  set_persistent(env_on("TRT_SPEC_CUDA_PERSISTENT", false));
+  set_attention_warps(env_int("TRT_SPEC_CUDA_ATTN_WARPS", cuda::kAttnWarps));
+  set_attention_one_row(env_on("TRT_SPEC_CUDA_ATTN_ONE_ROW", false));
+  set_repeat_attention(env_int("TRT_SPEC_CUDA_REPEAT_ATTENTION", 1));
+  set_repeat_qkv(env_int("TRT_SPEC_CUDA_REPEAT_QKV", 1));
   set_prefetch_next(env_bytes("TRT_SPEC_CUDA_PREFETCH_NEXT", cuda::kPrefetchNextBytes));
   set_prefetch(static_cast<int>(env_bytes("TRT_SPEC_CUDA_PREFETCH", cuda::kPrefetchBlockBytes)));
   cudaStream_t s = nullptr;
@@ -230,45 +236,38 @@ KernelWave cuda_plan_attention_wave(int n, int n_heads, int n_kv_heads, int head
 }
 
 bool cuda_set_pdl(Backend& be, bool on) {
-  auto* c = dynamic_cast<CudaBackend*>(&be);
-  return c ? c->set_pdl(on) : false;
+  return on_cuda(be, false, [&](CudaBackend& c) { return c.set_pdl(on); });
 }
 
 int cuda_set_attention_warps(Backend& be, int warps) {
-  auto* c = dynamic_cast<CudaBackend*>(&be);
-  return c ? c->set_attention_warps(warps) : -1;
+  return on_cuda(be, -1, [&](CudaBackend& c) { return c.set_attention_warps(warps); });
 }
 
 bool cuda_set_attention_one_row(Backend& be, bool on) {
-  auto* c = dynamic_cast<CudaBackend*>(&be);
-  return c ? c->set_attention_one_row(on) : false;
+  return on_cuda(be, false, [&](CudaBackend& c) { return c.set_attention_one_row(on); });
 }
 
 int cuda_set_repeat_attention(Backend& be, int times) {
-  auto* c = dynamic_cast<CudaBackend*>(&be);
-  return c ? c->set_repeat_attention(times) : -1;
+  return on_cuda(be, -1, [&](CudaBackend& c) { return c.set_repeat_attention(times); });
 }
 
 int cuda_set_repeat_qkv(Backend& be, int times) {
-  auto* c = dynamic_cast<CudaBackend*>(&be);
-  return c ? c->set_repeat_qkv(times) : -1;
+  return on_cuda(be, -1, [&](CudaBackend& c) { return c.set_repeat_qkv(times); });
 }
 
 int64_t cuda_set_prefetch_next(Backend& be, int64_t bytes) {
-  auto* c = dynamic_cast<CudaBackend*>(&be);
-  return c ? c->set_prefetch_next(bytes) : -1;
+  return on_cuda(be, int64_t{-1}, [&](CudaBackend& c) { return c.set_prefetch_next(bytes); });
 }
 
 int cuda_set_prefetch(Backend& be, int bytes) {
-  auto* c = dynamic_cast<CudaBackend*>(&be);
-  return c ? c->set_prefetch(bytes) : -1;
+  return on_cuda(be, -1, [&](CudaBackend& c) { return c.set_prefetch(bytes); });
 }
 
 bool cuda_set_one_wave(Backend& be, bool on) {
-  auto* c = dynamic_cast<CudaBackend*>(&be);
-  if (!c) return false;
-  c->set_one_wave(on);
-  return true;
+  return on_cuda(be, false, [&](CudaBackend& c) {
+    c.set_one_wave(on);
+    return true;
+  });
 }
 
 CudaBackend::~CudaBackend() {

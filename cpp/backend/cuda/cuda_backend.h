@@ -277,4 +277,11 @@ class CudaBackend final : public Backend {
   std::vector<std::pair<Program*, std::vector<uint8_t>>> uploads_;  // after the capture ends
 };
 
+// call(c) where `be` is a CUDA backend c, else `other` (cuda_api.h's switches).
+template <class R, class F>
+R on_cuda(Backend& be, R other, F call) {
+  auto* c = dynamic_cast<CudaBackend*>(&be);
+  return c ? static_cast<R>(call(*c)) : other;
+}
+
 }  // namespace trt_spec

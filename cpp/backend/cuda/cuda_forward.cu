@@ -68,8 +68,7 @@ bool CudaBackend::set_persistent(bool on) {
 }
 
 bool cuda_set_persistent(Backend& be, bool on) {
-  auto* c = dynamic_cast<CudaBackend*>(&be);
-  return c ? c->set_persistent(on) : false;
+  return on_cuda(be, false, [&](CudaBackend& c) { return c.set_persistent(on); });
 }
 
 void CudaBackend::begin_forward(int n) {

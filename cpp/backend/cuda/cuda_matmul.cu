@@ -71,8 +71,7 @@ KernelWave cuda_plan_matmul_wave(WeightType type, int64_t rows, int64_t cols, in
 }
 
 int cuda_set_imma_rows(Backend& be, int rows) {
-  auto* c = dynamic_cast<CudaBackend*>(&be);
-  return c ? c->set_imma_rows(rows) : -1;
+  return on_cuda(be, -1, [&](CudaBackend& c) { return c.set_imma_rows(rows); });
 }
 
 cuda::WeightHint CudaBackend::hint_after(const cuda::DevWeight* own, int n) {
