@@ -22,7 +22,7 @@ namespace trt_spec {
 class CudaBackend;
 
 template <class T>
-struct OpsArg {  // (a non-deduced context: the makers' parameter types decide)
+struct OpsArg {  // (a non-deduced context: the CPU maker's parameter types decide)
   using type = T;
 };
 
@@ -34,7 +34,7 @@ using CudaOpsMaker = std::unique_ptr<Ops> (*)(CudaBackend&, A...);
 // The ops of be's kind, made with args; Error for a backend without them (what: their name).
 template <class Ops, class... A>
 std::unique_ptr<Ops> make_backend_ops(Backend& be, const char* what, CpuOpsMaker<Ops, A...> cpu,
-                                      CudaOpsMaker<Ops, A...> cuda,
+                                      typename OpsArg<CudaOpsMaker<Ops, A...>>::type cuda,
                                       typename OpsArg<A>::type... args) {
   if (auto* c = dynamic_cast<CpuBackend*>(&be)) return cpu(*c, args...);
 #ifdef TRT_SPEC_WITH_CUDA
