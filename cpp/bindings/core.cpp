@@ -27,6 +27,7 @@
 #include "format/ggml_blocks.h"
 #include "format/schema.h"
 #include "kernels/cpu/quantize.h"
+#include "kernels/cuda/l2_budget.h"
 #include "spec/seq_state.h"
 
 namespace nb = nanobind;
@@ -59,6 +60,10 @@ NB_MODULE(_core, m) {
   m.attr("QUANT_GROUP") = kQuantGroup;
   m.attr("Q4_SUPER_BLOCK") = kQ4SuperBlock;
   m.attr("MAX_DRAFT_LEN") = kMaxDraftLen;
+  // The CUDA backend's default prefetch budgets (kernels/cuda/l2_budget.h): a matmul block's own
+  // weights, and the next ops' weights one launch hints.
+  m.attr("CUDA_PREFETCH_BLOCK_BYTES") = cuda::kPrefetchBlockBytes;
+  m.attr("CUDA_PREFETCH_NEXT_BYTES") = cuda::kPrefetchNextBytes;
 
   {
     nb::list archs;

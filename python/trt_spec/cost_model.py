@@ -222,8 +222,8 @@ def op_times(cal: Calibration, shape: Shape, n: int, context: int = 128) -> list
     return ops
 
 
-PREFETCH_BLOCK_BYTES = 32 * 1024  # kernels/cuda/l2_prefetch.cuh kPrefetchBlockBytes
-PREFETCH_NEXT_BYTES = 16 << 20  # kPrefetchNextBytes
+PREFETCH_BLOCK_BYTES: int = _core.CUDA_PREFETCH_BLOCK_BYTES  # kernels/cuda/l2_budget.h
+PREFETCH_NEXT_BYTES: int = _core.CUDA_PREFETCH_NEXT_BYTES
 
 
 def ahead_bytes(cal: Calibration, persistent: bool, n: int) -> int:

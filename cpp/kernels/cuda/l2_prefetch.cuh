@@ -13,18 +13,14 @@
 //                        of the launch streams its share of them (prefetch_hint), so that the
 //                        next ops find them in L2 (attention, whose few working blocks leave
 //                        DRAM idle, takes the next two matmuls').
-// A matmul block's own weights: matmul_prefetch (matmul_kernel.cuh).
+// A matmul block's own weights: matmul_prefetch (matmul_kernel.cuh). The default budgets:
+// l2_budget.h.
 #pragma once
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/l2_budget.h"
 
 namespace trt_spec::cuda {
-
-// The default budget of one block's prefetch: 396 resident one-row blocks (3 per SM on 132 SMs)
-// keep 12.7 MB in flight, the persistent forward two ops of it: well inside a 50 MB L2.
-constexpr int kPrefetchBlockBytes = 32 * 1024;
-// The default bytes of one launch's hint of the next ops' weights (a third of a 50 MB L2).
-constexpr int64_t kPrefetchNextBytes = int64_t{16} << 20;
 
 // Bytes [p, p + n) toward L2 (p 16-byte aligned, n a multiple of 16; a hint).
 __device__ __forceinline__ void prefetch_l2(const void* p, uint32_t n) {
